@@ -1,0 +1,35 @@
+"""blocklab: the transformer block you can see, train, ablate and load real weights into."""
+
+from .activations import ACTIVATION_NAMES, get_activation
+from .attention import MultiHeadAttention
+from .block import Residual, TransformerBlock
+from .config import PRESETS, ModelConfig, preset
+from .feedforward import FeedForward
+from .hooks import HookPoint, hooks, run_with_cache
+from .model import IGNORE_INDEX, Transformer
+from .norms import LayerNorm, layer_norm_stats
+from .params import ParamCount, count_parameters
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ACTIVATION_NAMES",
+    "IGNORE_INDEX",
+    "PRESETS",
+    "FeedForward",
+    "HookPoint",
+    "LayerNorm",
+    "ModelConfig",
+    "MultiHeadAttention",
+    "ParamCount",
+    "Residual",
+    "Transformer",
+    "TransformerBlock",
+    "count_parameters",
+    "get_activation",
+    "hooks",
+    "layer_norm_stats",
+    "preset",
+    "run_with_cache",
+    "__version__",
+]

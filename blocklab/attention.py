@@ -1,0 +1,118 @@
+"""Multi-head attention (SPEC section 4), the sublayer the block wraps.
+
+    Q = x Wq^T, K = x Wk^T, V = x Wv^T        split into h heads of d_k = d / h
+    head_i = softmax(Q_i K_i^T / sqrt(d_k) + mask) V_i
+    MHA(x) = concat(head_1..head_h) Wo^T + bo
+
+Head i owns output rows i*d_k .. (i+1)*d_k of q, k and v. Two paths give the same output:
+the fast path (``F.scaled_dot_product_attention``) and the explicit path, which materialises
+the scores and weights so hooks and the tracer can see them. The explicit path runs whenever
+a hook is attached to ``scores`` or ``weights``, or when the weights are asked for.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .hooks import HookPoint
+
+
+class MultiHeadAttention(nn.Module):
+    """Keys ``q``, ``k``, ``v``, ``o``: each an ``nn.Linear(d_model, d_model)``.
+
+    ``key_padding_mask``: bool (B, T), True where the key is padding (``nn.MultiheadAttention``'s
+    convention). Stages: ``q``, ``k``, ``v`` (B, h, T, d_k), ``scores`` and ``weights``
+    (B, h, T, T), ``out`` (B, T, d_model).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        causal: bool = False,
+        bias: bool = True,
+        dropout: float = 0.0,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        if n_heads < 1 or d_model % n_heads:
+            raise ValueError(f"MultiHeadAttention n_heads={n_heads} must divide d_model={d_model}")
+        factory = {"device": device, "dtype": dtype}
+        self.d_model, self.n_heads, self.d_k, self.causal = d_model, n_heads, d_model // n_heads, causal
+        self.q = nn.Linear(d_model, d_model, bias=bias, **factory)
+        self.k = nn.Linear(d_model, d_model, bias=bias, **factory)
+        self.v = nn.Linear(d_model, d_model, bias=bias, **factory)
+        self.o = nn.Linear(d_model, d_model, bias=bias, **factory)
+        self.dropout_p = dropout
+        self.resid_dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.use_fast_path = True
+        for stage in ("q", "k", "v", "scores", "weights", "out"):
+            setattr(self, f"hook_{stage}", HookPoint())
+
+    def _project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """One matmul for q, k and v (their weights concatenated), split into heads."""
+        B, T, _ = x.shape
+        w = torch.cat([self.q.weight, self.k.weight, self.v.weight])  # (3d, d)
+        b = torch.cat([self.q.bias, self.k.bias, self.v.bias]) if self.q.bias is not None else None
+        qkv = F.linear(x, w, b).view(B, T, 3, self.n_heads, self.d_k)  # (B, T, 3, h, d_k)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, h, T, d_k)
+        return self.hook_q(q), self.hook_k(k), self.hook_v(v)
+
+    def _allowed(self, key_padding_mask: Tensor | None, T: int, device: torch.device) -> Tensor | None:
+        """Bool mask, True where query i may attend to key j: (B|1, 1, T|1, T), or None."""
+        allowed = None
+        if self.causal:
+            allowed = torch.ones(T, T, dtype=torch.bool, device=device).tril()[None, None]
+        if key_padding_mask is not None:
+            keys = ~key_padding_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
+            allowed = keys if allowed is None else allowed & keys
+        return allowed
+
+    def _explicit(self, q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None) -> tuple[Tensor, Tensor]:
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (B, h, T, T)
+        if allowed is not None:
+            scores = scores.masked_fill(~allowed, float("-inf"))
+        scores = self.hook_scores(scores)
+        weights = self.hook_weights(torch.softmax(scores, dim=-1))  # (B, h, T, T)
+        dropped = F.dropout(weights, self.dropout_p, self.training) if self.dropout_p else weights
+        return dropped @ v, weights  # (B, h, T, d_k)
+
+    def _attend(self, x: Tensor, key_padding_mask: Tensor | None, explicit: bool) -> tuple[Tensor, Tensor | None]:
+        B, T, _ = x.shape
+        q, k, v = self._project_qkv(x)
+        weights = None
+        if explicit:
+            allowed = self._allowed(key_padding_mask, T, x.device)
+            ctx, weights = self._explicit(q, k, v, allowed)
+        else:
+            # is_causal alone lets SDPA skip building the mask; padding needs the full bool mask.
+            allowed = self._allowed(key_padding_mask, T, x.device) if key_padding_mask is not None else None
+            ctx = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=allowed, dropout_p=self.dropout_p if self.training else 0.0,
+                is_causal=self.causal and allowed is None,
+            )
+        ctx = ctx.transpose(1, 2).reshape(B, T, self.d_model)  # concat heads: (B, T, d_model)
+        return self.hook_out(self.resid_dropout(self.o(ctx))), weights
+
+    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:  # (B, T, d_model)
+        explicit = not self.use_fast_path or self.hook_scores.active or self.hook_weights.active
+        return self._attend(x, key_padding_mask, explicit)[0]
+
+    def forward_with_weights(self, x: Tensor, key_padding_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """The explicit path: (output (B, T, d_model), attention weights (B, h, T, T))."""
+        out, weights = self._attend(x, key_padding_mask, explicit=True)
+        assert weights is not None
+        return out, weights
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, n_heads={self.n_heads}, d_k={self.d_k}, causal={self.causal}"
+
+
+def attention_parameter_count(d_model: int, bias: bool) -> int:
+    """4 d^2, plus 4 d with biases."""
+    return 4 * d_model * d_model + (4 * d_model if bias else 0)

@@ -1,0 +1,105 @@
+"""The transformer block (SPEC sections 1 and 5): residual wiring around attention and the FFN.
+
+Post-norm (original, BERT):          Pre-norm (GPT-2):
+    y = LN1(x + MHA(x))                  y = x + MHA(LN1(x))
+    z = LN2(y + FFN(y))                  z = y + FFN(LN2(y))
+
+Sandwich adds a norm after each sublayer inside the residual: y = x + LN1_out(MHA(LN1(x))).
+The residual combine is ``add`` (x + F), ``rezero`` (x + a F, a learned, init 0), ``deepnorm``
+(alpha x + F, then the post-norm LN) or ``none`` (F alone). Variants are chosen once here,
+at construction; ``forward`` never branches on a string.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+
+from .attention import MultiHeadAttention
+from .config import ModelConfig
+from .feedforward import FeedForward
+from .hooks import HookedModule, HookPoint, name_hook_points
+from .norms import build_norm
+
+
+def deepnorm_alpha(n_layers: int) -> float:
+    """DeepNet's residual scale alpha = (2N)^(1/4) for an N-layer encoder."""
+    return (2 * n_layers) ** 0.25
+
+
+def deepnorm_beta(n_layers: int) -> float:
+    """DeepNet's branch init scale beta = (8N)^(-1/4) for an N-layer encoder."""
+    return (8 * n_layers) ** -0.25
+
+
+class Residual(nn.Module):
+    """out = combine(x, F(x)): ``add``, ``rezero`` (key ``scale``), ``deepnorm`` or ``none``."""
+
+    def __init__(self, kind: str = "add", n_layers: int = 1) -> None:
+        super().__init__()
+        combines: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
+            "add": lambda x, f: x + f,
+            "rezero": lambda x, f: x + self.scale * f,
+            "deepnorm": lambda x, f: self.alpha * x + f,
+            "none": lambda x, f: f,
+        }
+        if kind not in combines:
+            raise ValueError(f"Residual kind={kind!r} is not one of: {', '.join(combines)}")
+        self.kind = kind
+        self.scale = nn.Parameter(torch.zeros(())) if kind == "rezero" else None
+        self.alpha = deepnorm_alpha(n_layers) if kind == "deepnorm" else 1.0
+        self._combine = combines[kind]
+
+    def forward(self, x: Tensor, branch: Tensor) -> Tensor:  # (B, T, d_model) each
+        return self._combine(x, branch)
+
+    def extra_repr(self) -> str:
+        return f"kind={self.kind!r}" + (f", alpha={self.alpha:.4f}" if self.kind == "deepnorm" else "")
+
+
+class TransformerBlock(HookedModule):
+    """One block: submodules ``attn``, ``ln1``, ``ffn``, ``ln2`` (+ ``ln1_out``, ``ln2_out`` for
+    sandwich; ``res1``, ``res2`` hold the residual combine). Stages: ``resid_pre``, ``attn.*``,
+    ``resid_mid``, ``ln1``, ``ffn.*``, ``resid_post``, ``ln2`` (and ``ln1_out``, ``ln2_out``).
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        c = config
+        self.config = c
+        norm = lambda: build_norm(c.norm, c.d_model, c.eps, c.bias)  # noqa: E731
+        self.attn = MultiHeadAttention(c.d_model, c.n_heads, causal=c.causal, bias=c.bias, dropout=c.dropout)
+        self.ffn = FeedForward(c.d_model, c.d_ff, c.activation, bias=c.bias, dropout=c.dropout)
+        self.ln1, self.ln2 = norm(), norm()
+        if c.norm_position == "sandwich":
+            self.ln1_out, self.ln2_out = norm(), norm()
+            self.hook_ln1_out, self.hook_ln2_out = HookPoint(), HookPoint()
+        self.res1 = Residual(c.residual, c.n_layers)
+        self.res2 = Residual(c.residual, c.n_layers)
+        for stage in ("resid_pre", "resid_mid", "ln1", "resid_post", "ln2"):
+            setattr(self, f"hook_{stage}", HookPoint())
+        self._forward = {"post": self._post, "pre": self._pre, "sandwich": self._sandwich}[c.norm_position]
+        name_hook_points(self)
+
+    def _post(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        x = self.hook_resid_pre(x)
+        x = self.hook_ln1(self.ln1(self.hook_resid_mid(self.res1(x, self.attn(x, mask)))))
+        return self.hook_ln2(self.ln2(self.hook_resid_post(self.res2(x, self.ffn(x)))))
+
+    def _pre(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        x = self.hook_resid_pre(x)
+        x = self.hook_resid_mid(self.res1(x, self.attn(self.hook_ln1(self.ln1(x)), mask)))
+        return self.hook_resid_post(self.res2(x, self.ffn(self.hook_ln2(self.ln2(x)))))
+
+    def _sandwich(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        x = self.hook_resid_pre(x)
+        attn = self.hook_ln1_out(self.ln1_out(self.attn(self.hook_ln1(self.ln1(x)), mask)))
+        x = self.hook_resid_mid(self.res1(x, attn))
+        ffn = self.hook_ln2_out(self.ln2_out(self.ffn(self.hook_ln2(self.ln2(x)))))
+        return self.hook_resid_post(self.res2(x, ffn))
+
+    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:  # (B, T, d_model)
+        """key_padding_mask: bool (B, T), True where the token is padding."""
+        return self._forward(x, key_padding_mask)

@@ -1,0 +1,218 @@
+"""ModelConfig: one validated dataclass for every block and stack variant, and the named presets.
+
+Field names are the public API: they are the CLI flags (``--d-model`` / ``--d_model``) and
+the keys of a run's ``config.json``. The shape fields default to the ``listops-seed`` preset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from .activations import ACTIVATION_NAMES
+
+NORMS = ("standard", "eps_outside_sqrt", "rms", "none")
+NORM_POSITIONS = ("post", "pre", "sandwich")
+RESIDUALS = ("add", "rezero", "deepnorm", "none")
+POS_ENCODINGS = ("sinusoidal", "learned", "none")
+
+
+def resolve_d_ff(d_ff: int | float | str, d_model: int) -> int:
+    """d_ff as an integer, or a ratio times d_model: ``4.0``, ``"4x"``, ``"8/3x"``.
+
+    Rounding rule for ratios: round(ratio * d_model) to the nearest integer (half up).
+    ``"8/3x"`` with d_model 384 gives 1024.
+    """
+    if isinstance(d_ff, bool):
+        raise ValueError(f"ModelConfig.d_ff={d_ff!r} must be an integer >= 1 or a ratio like 4.0 or '8/3x'")
+    if isinstance(d_ff, int):
+        return d_ff
+    ratio: float
+    if isinstance(d_ff, str):
+        text = d_ff.strip().removesuffix("x")
+        try:
+            num, _, den = text.partition("/")
+            ratio = float(num) / float(den) if den else float(num)
+        except ValueError:
+            raise ValueError(
+                f"ModelConfig.d_ff={d_ff!r} must be an integer >= 1 or a ratio like 4.0 or '8/3x'"
+            ) from None
+        if not den and "." not in num and not d_ff.strip().endswith("x"):
+            return int(num)  # "256" is an integer, "4x" a ratio
+    else:
+        ratio = float(d_ff)
+    if not ratio > 0:
+        raise ValueError(f"ModelConfig.d_ff ratio {d_ff!r} must be > 0")
+    return int(ratio * d_model + 0.5)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Every choice of the stack; validated at construction (ValueError names field, value, rule)."""
+
+    vocab_size: int = 18  # listops vocabulary
+    max_seq_len: int = 8
+    d_model: int = 64
+    n_heads: int = 4
+    n_layers: int = 2
+    d_ff: int = 256  # or a ratio times d_model: 4.0, "4x", "8/3x" (resolved to an int)
+    activation: str = "relu"
+    norm: str = "standard"
+    norm_position: str = "post"
+    residual: str = "add"
+    eps: float = 1e-5
+    bias: bool = True
+    causal: bool = False
+    pos_encoding: str = "sinusoidal"
+    tie_embeddings: bool = False
+    final_norm: bool | None = None  # None: on for pre-norm and sandwich, off for post-norm
+    dropout: float = 0.0
+    type_vocab_size: int = 0  # BERT's token-type (segment) embeddings; 0 = none
+    embed_norm: bool = False  # a LayerNorm on the embeddings (BERT)
+
+    def __post_init__(self) -> None:
+        set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 - frozen
+        set_("d_ff", resolve_d_ff(self.d_ff, self.d_model) if isinstance(self.d_model, int) else self.d_ff)
+        if isinstance(self.eps, int) and not isinstance(self.eps, bool):
+            set_("eps", float(self.eps))
+        if self.final_norm is None:
+            set_("final_norm", self.norm_position != "post")
+        for error in _violations(self):
+            raise ValueError(error)
+
+    @property
+    def d_head(self) -> int:
+        """Per-head width d_k = d_model / n_heads."""
+        return self.d_model // self.n_heads
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        """A copy with some fields changed (validated again)."""
+        return from_dict({**self.to_dict(), **changes})
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict of every field."""
+        return dataclasses.asdict(self)
+
+
+FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ModelConfig))
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _violations(c: ModelConfig) -> list[str]:
+    """Every rule the config breaks, as messages naming field, value and what is allowed."""
+    errors: list[str] = []
+
+    def need(ok: bool, message: str) -> None:
+        if not ok:
+            errors.append(f"ModelConfig.{message}")
+
+    for name in ("vocab_size", "max_seq_len", "d_model", "n_heads", "n_layers", "d_ff"):
+        value = getattr(c, name)
+        need(_is_int(value) and value >= 1, f"{name}={value!r} must be an integer >= 1")
+    if errors:
+        return errors
+    need(c.d_model % c.n_heads == 0, f"n_heads={c.n_heads} must divide d_model={c.d_model}")
+    for name, allowed in (
+        ("activation", ACTIVATION_NAMES),
+        ("norm", NORMS),
+        ("norm_position", NORM_POSITIONS),
+        ("residual", RESIDUALS),
+        ("pos_encoding", POS_ENCODINGS),
+    ):
+        value = getattr(c, name)
+        need(value in allowed, f"{name}={value!r} is not one of: {', '.join(allowed)}")
+    need(isinstance(c.eps, float) and c.eps > 0, f"eps={c.eps!r} must be a number > 0")
+    for name in ("bias", "causal", "tie_embeddings", "final_norm", "embed_norm"):
+        value = getattr(c, name)
+        need(isinstance(value, bool), f"{name}={value!r} must be true or false")
+    need(
+        isinstance(c.dropout, (int, float)) and not isinstance(c.dropout, bool) and 0 <= c.dropout < 1,
+        f"dropout={c.dropout!r} must be a number in [0, 1)",
+    )
+    need(_is_int(c.type_vocab_size) and c.type_vocab_size >= 0,
+         f"type_vocab_size={c.type_vocab_size!r} must be an integer >= 0")
+    if c.residual == "rezero":
+        need(c.norm == "none", f"residual='rezero' uses no LayerNorm, so norm={c.norm!r} must be 'none'")
+    if c.residual == "deepnorm":
+        need(c.norm_position == "post",
+             f"residual='deepnorm' is a post-norm scheme, so norm_position={c.norm_position!r} must be 'post'")
+        need(c.norm != "none", "residual='deepnorm' normalizes after each residual, so norm='none' is not allowed")
+    return errors
+
+
+def from_dict(d: dict[str, Any]) -> ModelConfig:
+    """Build a config from a dict, rejecting unknown keys by name."""
+    unknown = sorted(set(d) - set(FIELDS))
+    if unknown:
+        raise ValueError(f"ModelConfig has no field {', '.join(unknown)}; fields are: {', '.join(FIELDS)}")
+    return ModelConfig(**d)
+
+
+def _gpt(n_layers: int, d_model: int, n_heads: int, n_ctx: int) -> dict[str, Any]:
+    """GPT-2/GPT-3 shapes: pre-norm, tanh GELU, learned positions, tied head, causal."""
+    return dict(
+        vocab_size=50257, max_seq_len=n_ctx, d_model=d_model, n_heads=n_heads, n_layers=n_layers,
+        d_ff=4 * d_model, activation="gelu_tanh", norm_position="pre", pos_encoding="learned",
+        tie_embeddings=True, causal=True, eps=1e-5,
+    )
+
+
+# Published architectures. GPT-3 shapes are from Brown et al. 2020, Table 2.1 (n_ctx 2048).
+# Two rows of that table are inconsistent (n_heads * d_head != d_model). We keep d_model,
+# which fixes the parameter count, and pick a head count that divides it:
+#   gpt3-xl:  d_model 2048, listed 24 heads of d_head 128 -> 16 heads of 128.
+#   gpt3-13b: d_model 5140, listed 40 heads of d_head 128 -> 20 heads of 257.
+# The head count does not change the parameter total (attention is 4 d^2 + 4 d either way).
+PRESET_NOTES: dict[str, str] = {
+    "gpt3-xl": "paper lists 24 heads of 128 for d_model 2048 (inconsistent); 16 heads of 128 used",
+    "gpt3-13b": "paper lists 40 heads of 128 for d_model 5140 (inconsistent); 20 heads of 257 used",
+    "bert-base": "published 109,482,240 includes BERT's pooler (768*768 + 768 = 590,592), which blocklab does not build",
+}
+
+# Published totals, where exact figures exist (GPT-2: the released checkpoints; BERT-base: BertModel).
+PUBLISHED_TOTALS: dict[str, int] = {
+    "gpt2": 124_439_808,
+    "gpt2-medium": 354_823_168,
+    "gpt2-large": 774_030_080,
+    "gpt2-xl": 1_557_611_200,
+    "bert-base": 109_482_240,
+}
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "listops-seed": dict(
+        vocab_size=18, max_seq_len=8, d_model=64, n_heads=4, n_layers=2, d_ff=256,
+        activation="relu", norm_position="post",
+    ),
+    "tiny-lm": dict(
+        vocab_size=6, max_seq_len=4, d_model=16, n_heads=2, n_layers=2, d_ff=64,
+        activation="relu", norm_position="post", causal=True,
+    ),
+    "gpt2": _gpt(12, 768, 12, 1024),
+    "gpt2-medium": _gpt(24, 1024, 16, 1024),
+    "gpt2-large": _gpt(36, 1280, 20, 1024),
+    "gpt2-xl": _gpt(48, 1600, 25, 1024),
+    "gpt3-small": _gpt(12, 768, 12, 2048),
+    "gpt3-medium": _gpt(24, 1024, 16, 2048),
+    "gpt3-large": _gpt(24, 1536, 16, 2048),
+    "gpt3-xl": _gpt(24, 2048, 16, 2048),
+    "gpt3-2.7b": _gpt(32, 2560, 32, 2048),
+    "gpt3-6.7b": _gpt(32, 4096, 32, 2048),
+    "gpt3-13b": _gpt(40, 5140, 20, 2048),
+    "gpt3-175b": _gpt(96, 12288, 96, 2048),
+    "bert-base": dict(
+        vocab_size=30522, max_seq_len=512, d_model=768, n_heads=12, n_layers=12, d_ff=3072,
+        activation="gelu", norm_position="post", eps=1e-12, pos_encoding="learned",
+        tie_embeddings=True, type_vocab_size=2, embed_norm=True,
+    ),
+}
+
+
+def preset(name: str, **overrides: Any) -> ModelConfig:
+    """The named preset's config, with any fields overridden."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; presets are: {', '.join(PRESETS)}")
+    return from_dict({**PRESETS[name], **overrides})

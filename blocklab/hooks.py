@@ -1,0 +1,134 @@
+"""Hook points: a stable name on every stage of the block, an activation cache, hook contexts.
+
+A ``HookPoint`` is an identity module placed on each stage named in SPEC section 7
+(``self.hook_out(self.w2(a))``). Its stage name is its module path without the ``hook_``
+prefix: ``blocks.0.ffn.hook_out`` is the stage ``blocks.0.ffn.out``. With no hook attached it
+returns its input untouched, at the cost of one attribute check.
+
+A hook function is ``fn(tensor, name) -> Tensor | None``: return a tensor to replace the
+stage's value (ablate, patch), or None to only read it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from contextlib import contextmanager
+from typing import Callable, Iterable, Iterator, Mapping, Union
+
+from torch import Tensor, nn
+
+HookFn = Callable[[Tensor, str], Union[Tensor, None]]
+NameFilter = Union[None, str, Iterable[str], Callable[[str], bool]]
+
+
+class HookPoint(nn.Module):
+    """Identity on a named stage; runs attached hook functions when there are any."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.name = ""
+        self.fns: list[HookFn] = []
+
+    @property
+    def active(self) -> bool:
+        """Whether any hook is attached (lets callers skip computing optional stages)."""
+        return bool(self.fns)
+
+    def __call__(self, x: Tensor) -> Tensor:  # bypasses nn.Module's call machinery: free when unused
+        if not self.fns:
+            return x
+        for fn in self.fns:
+            out = fn(x, self.name)
+            if out is not None:
+                x = out
+        return x
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self(x)
+
+    def extra_repr(self) -> str:
+        return f"name={self.name!r}"
+
+
+def stage_name(module_path: str) -> str:
+    """``blocks.0.attn.hook_q`` -> ``blocks.0.attn.q``."""
+    parts = module_path.split(".")
+    parts[-1] = parts[-1].removeprefix("hook_")
+    return ".".join(parts)
+
+
+def name_hook_points(root: nn.Module) -> None:
+    """Give every HookPoint below ``root`` its stage name (called once at construction)."""
+    for path, module in root.named_modules():
+        if isinstance(module, HookPoint):
+            module.name = stage_name(path)
+
+
+def hook_points(root: nn.Module) -> dict[str, HookPoint]:
+    """All hook points below ``root`` by stage name, in forward order of construction."""
+    return {m.name: m for m in root.modules() if isinstance(m, HookPoint)}
+
+
+def select_names(names: Iterable[str], wanted: NameFilter) -> list[str]:
+    """Stage names matching ``wanted``: None (all), a glob, a list of globs, or a predicate."""
+    names = list(names)
+    if wanted is None:
+        return names
+    if callable(wanted):
+        return [n for n in names if wanted(n)]
+    patterns = [wanted] if isinstance(wanted, str) else list(wanted)
+    chosen = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+    unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(n, p) for n in names)]
+    if unmatched:
+        raise ValueError(
+            f"no hook point matches {', '.join(map(repr, unmatched))}; "
+            f"names look like {', '.join(names[:6])}, ..."
+        )
+    return chosen
+
+
+@contextmanager
+def hooks(root: nn.Module, fns: Mapping[str, HookFn]) -> Iterator[None]:
+    """Attach ``{name_or_glob: fn}`` to the hook points below ``root`` for the with-block."""
+    points = hook_points(root)
+    attached: list[tuple[HookPoint, HookFn]] = []
+    try:
+        for pattern, fn in fns.items():
+            for name in select_names(points, pattern):
+                points[name].fns.append(fn)
+                attached.append((points[name], fn))
+        yield
+    finally:
+        for point, fn in attached:
+            point.fns.remove(fn)
+
+
+def run_with_cache(
+    root: nn.Module, *args: object, names: NameFilter = None, detach: bool = True, **kwargs: object
+) -> tuple[object, dict[str, Tensor]]:
+    """Run ``root(*args, **kwargs)`` and return (its output, {stage name: tensor})."""
+    cache: dict[str, Tensor] = {}
+
+    def save(x: Tensor, name: str) -> None:
+        cache[name] = x.detach() if detach else x
+
+    selected = select_names(hook_points(root), names)
+    with hooks(root, {name: save for name in selected}):
+        out = root(*args, **kwargs)
+    return out, cache
+
+
+class HookedModule(nn.Module):
+    """Mixin giving a module ``run_with_cache`` and ``hooks`` over its own hook points."""
+
+    def hook_names(self) -> list[str]:
+        """Every stage name this module exposes."""
+        return list(hook_points(self))
+
+    def hooks(self, fns: Mapping[str, HookFn]):  # noqa: ANN201 - a context manager
+        """Context manager attaching ``{name_or_glob: fn}`` for the with-block."""
+        return hooks(self, fns)
+
+    def run_with_cache(self, *args: object, names: NameFilter = None, **kwargs: object):  # noqa: ANN201
+        """``output, cache = module.run_with_cache(inputs)``: every (or the named) stage's tensor."""
+        return run_with_cache(self, *args, names=names, **kwargs)

@@ -1,0 +1,162 @@
+"""The stack (SPEC section 6): embeddings, positions, N blocks, final norm, LM head, loss.
+
+    x0 = Embed(tokens) + PE                PE: sinusoidal (fixed) or learned
+    x_{l+1} = Block_l(x_l)                 l = 0..N-1
+    logits = ln_f(x_N) @ W_vocab^T         ln_f for pre-norm; head optionally tied to Embed
+    loss = cross_entropy(logits, targets)  targets of -100 (padding) are ignored
+"""
+
+from __future__ import annotations
+
+
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .block import TransformerBlock, deepnorm_beta
+from .config import ModelConfig
+from .hooks import HookedModule, HookPoint, name_hook_points
+from .norms import build_norm
+
+IGNORE_INDEX = -100  # targets at padding / unscored positions
+
+
+def sinusoidal_table(max_seq_len: int, d_model: int) -> Tensor:
+    """PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(p / 10000^(2i/d)); (max_seq_len, d)."""
+    pos = torch.arange(max_seq_len, dtype=torch.float64)[:, None]  # (P, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (ceil(d/2),)
+    angle = pos / torch.pow(10000.0, two_i / d_model)  # (P, ceil(d/2))
+    pe = torch.zeros(max_seq_len, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle[:, : d_model // 2])
+    return pe.float()
+
+
+class SinusoidalPositions(nn.Module):
+    """Fixed positional encoding; a non-persistent buffer, so it adds no state-dict key."""
+
+    def __init__(self, max_seq_len: int, d_model: int) -> None:
+        super().__init__()
+        self.register_buffer("pe", sinusoidal_table(max_seq_len, d_model), persistent=False)
+
+    def forward(self, seq_len: int) -> Tensor:  # (T, d_model)
+        return self.pe[:seq_len]
+
+
+class LearnedPositions(nn.Embedding):
+    """Learned positional embedding; key ``pos.weight (max_seq_len, d_model)``."""
+
+    def forward(self, seq_len: int) -> Tensor:  # (T, d_model)
+        return self.weight[:seq_len]
+
+
+def build_positions(config: ModelConfig) -> nn.Module | None:
+    """The positional encoding a config names (None for "none")."""
+    table = {
+        "sinusoidal": lambda: SinusoidalPositions(config.max_seq_len, config.d_model),
+        "learned": lambda: LearnedPositions(config.max_seq_len, config.d_model),
+        "none": lambda: None,
+    }
+    return table[config.pos_encoding]()
+
+
+class Transformer(HookedModule):
+    """Keys: ``embed.weight``, ``pos.weight`` (learned), ``token_type.weight``, ``embed_ln.*``,
+    ``blocks.{i}.*``, ``ln_f.*`` (when final_norm), ``head.weight`` (absent from the parameters
+    when tied to ``embed``). Stages: ``embed``, ``blocks.{i}.*``, ``ln_f``, ``logits``, ``probs``, ``loss``.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        c = self.config = config
+        self.embed = nn.Embedding(c.vocab_size, c.d_model)
+        self.pos = build_positions(c)
+        self.token_type = nn.Embedding(c.type_vocab_size, c.d_model) if c.type_vocab_size else None
+        self.embed_ln = build_norm(c.norm, c.d_model, c.eps, c.bias) if c.embed_norm else nn.Identity()
+        self.drop = nn.Dropout(c.dropout) if c.dropout > 0 else nn.Identity()
+        self.blocks = nn.ModuleList(TransformerBlock(c) for _ in range(c.n_layers))
+        self.ln_f = build_norm(c.norm, c.d_model, c.eps, c.bias) if c.final_norm else nn.Identity()
+        self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        if c.tie_embeddings:
+            self.head.weight = self.embed.weight
+        for stage in ("embed", "ln_f", "logits", "probs", "loss"):
+            setattr(self, f"hook_{stage}", HookPoint())
+        init_weights(self)
+        name_hook_points(self)
+
+    def _check_tokens(self, tokens: Tensor) -> None:
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must be (batch, seq) integers, got shape {tuple(tokens.shape)}")
+        T = tokens.shape[1]
+        if T > self.config.max_seq_len:
+            raise ValueError(f"sequence length {T} exceeds max_seq_len={self.config.max_seq_len}")
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.config.vocab_size):
+            raise ValueError(
+                f"token ids must be in [0, {self.config.vocab_size}); got min {int(tokens.min())}, "
+                f"max {int(tokens.max())}"
+            )
+
+    def encode(
+        self, tokens: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None
+    ) -> Tensor:
+        """Last hidden states (B, T, d_model), after the final norm where there is one.
+
+        attention_mask: (B, T), 1 for real tokens and 0 for padding (Hugging Face convention).
+        """
+        self._check_tokens(tokens)
+        T = tokens.shape[1]
+        x = self.embed(tokens)  # (B, T, d_model)
+        if self.pos is not None:
+            x = x + self.pos(T)
+        if self.token_type is not None:
+            types = token_type_ids if token_type_ids is not None else torch.zeros_like(tokens)
+            x = x + self.token_type(types)
+        x = self.hook_embed(self.drop(self.embed_ln(x)))
+        key_padding_mask = attention_mask == 0 if attention_mask is not None else None
+        for block in self.blocks:
+            x = block(x, key_padding_mask)
+        return self.hook_ln_f(self.ln_f(x))
+
+    def forward(
+        self,
+        tokens: Tensor,
+        targets: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Logits (B, T, vocab); with targets (B, T), also the mean cross-entropy over targets != -100."""
+        logits = self.hook_logits(self.head(self.encode(tokens, attention_mask, token_type_ids)))
+        if self.hook_probs.active:  # softmax only when someone looks at it
+            self.hook_probs(torch.softmax(logits.float(), dim=-1))
+        if targets is None:
+            return logits
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX)
+        return logits, self.hook_loss(loss)
+
+
+def init_weights(model: Transformer) -> None:
+    """GPT-style init: linears and embeddings N(0, 0.02), biases 0, norms gamma 1 beta 0.
+
+    DeepNorm re-initialises each block's v, o and FFN weights with Xavier-normal gain beta.
+    """
+    for module in model.modules():
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+    if model.config.residual == "deepnorm":
+        beta = deepnorm_beta(model.config.n_layers)
+        for block in model.blocks:
+            for linear in (block.attn.q, block.attn.k):
+                nn.init.xavier_normal_(linear.weight, gain=1.0)
+            branch = [block.attn.v, block.attn.o, block.ffn.w1, block.ffn.w2]
+            for linear in branch + ([block.ffn.w3] if block.ffn.w3 is not None else []):
+                nn.init.xavier_normal_(linear.weight, gain=beta)
+
+
+def count_model_parameters(model: nn.Module) -> int:
+    """sum(p.numel()) over distinct parameters (a tied head counts once)."""
+    return sum(p.numel() for p in model.parameters())
+
+

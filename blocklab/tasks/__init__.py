@@ -1,0 +1,65 @@
+"""The built-in toy tasks (SPEC section 8), by name."""
+
+from __future__ import annotations
+
+import inspect
+
+from blocklab.tasks.base import IGNORE_INDEX, Task, TaskData, exact_match
+from blocklab.tasks.digits import CopyTask, DigitTask, ReverseTask, SortTask
+from blocklab.tasks.listops import ListOpsTask
+from blocklab.tasks.text import TextTask
+from blocklab.tasks.tiny_lm import TinyLMTask
+from blocklab.tasks.tokenizer import Tokenizer
+
+TASKS: dict[str, type[Task]] = {
+    "listops": ListOpsTask,
+    "tiny-lm": TinyLMTask,
+    "copy": CopyTask,
+    "reverse": ReverseTask,
+    "sort": SortTask,
+    "text": TextTask,
+}
+DEFAULT_TASK = "listops"
+
+
+def task_options(name: str) -> list[str]:
+    """The option names task `name` accepts (its constructor's keyword arguments)."""
+    return list(inspect.signature(get_task_class(name)).parameters)
+
+
+def get_task_class(name: str) -> type[Task]:
+    """The Task subclass registered as `name`; ValueError listing the known names."""
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(TASKS)}")
+    return TASKS[name]
+
+
+def get_task(name: str = DEFAULT_TASK, **options: object) -> Task:
+    """Build task `name` with `options`; ValueError for an unknown task or option."""
+    cls = get_task_class(name)
+    allowed = task_options(name)
+    unknown = [k for k in options if k not in allowed]
+    if unknown:
+        raise ValueError(f"task {name!r} has no option {unknown[0]!r}; its options are: {', '.join(allowed)}")
+    return cls(**options)
+
+
+__all__ = [
+    "DEFAULT_TASK",
+    "IGNORE_INDEX",
+    "TASKS",
+    "CopyTask",
+    "DigitTask",
+    "ListOpsTask",
+    "ReverseTask",
+    "SortTask",
+    "Task",
+    "TaskData",
+    "TextTask",
+    "TinyLMTask",
+    "Tokenizer",
+    "exact_match",
+    "get_task",
+    "get_task_class",
+    "task_options",
+]

@@ -1,0 +1,144 @@
+"""What every toy task provides: a tokenizer, seeded train/test splits, query encoding."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from blocklab.tasks.tokenizer import Tokenizer
+
+IGNORE_INDEX = -100  # PyTorch cross_entropy's default ignore_index: position not scored
+SPLITS = ("train", "test")
+
+
+@dataclass(frozen=True)
+class TaskData:
+    """One split: token ids and aligned targets (IGNORE_INDEX where not scored)."""
+
+    inputs: Tensor  # (N, T) long
+    targets: Tensor  # (N, T) long
+
+    def __post_init__(self) -> None:
+        for field in ("inputs", "targets"):
+            value = getattr(self, field)
+            if not isinstance(value, Tensor) or value.dim() != 2 or value.dtype != torch.long:
+                raise ValueError(f"TaskData.{field} must be a 2-D LongTensor (N, T)")
+        if self.inputs.shape != self.targets.shape:
+            raise ValueError(
+                f"TaskData.inputs {tuple(self.inputs.shape)} and targets "
+                f"{tuple(self.targets.shape)} must have the same shape"
+            )
+
+    def __len__(self) -> int:
+        return self.inputs.shape[0]
+
+
+def exact_match(logits: Tensor, targets: Tensor) -> Tensor:
+    """(N, T, V) logits, (N, T) targets -> (N,) bool: argmax right at every scored position."""
+    if logits.dim() != 3 or targets.shape != logits.shape[:2]:
+        raise ValueError(
+            f"exact_match needs logits (N, T, V) and targets (N, T); "
+            f"got {tuple(logits.shape)} and {tuple(targets.shape)}"
+        )
+    hit = logits.argmax(dim=-1) == targets  # (N, T)
+    return (hit | (targets == IGNORE_INDEX)).all(dim=1)  # (N,); no scored position -> True
+
+
+def check_int(task: str, option: str, value: object, low: int, high: int | None = None) -> int:
+    """Return `value` if it is an int in [low, high], else a ValueError naming the option."""
+    in_range = isinstance(value, int) and value >= low and (high is None or value <= high)
+    if isinstance(value, bool) or not in_range:
+        allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
+        raise ValueError(f"{task} option {option}={value!r} must be {allowed}")
+    return value
+
+
+def check_fraction(task: str, option: str, value: object) -> float:
+    """Return `value` if it is a number strictly between 0 and 1, else a ValueError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+        allowed = "a number strictly between 0 and 1"
+        raise ValueError(f"{task} option {option}={value!r} must be {allowed}")
+    return float(value)
+
+
+def held_out_count(total: int, fraction: float) -> int:
+    """How many of `total` items go to the held-out split: at least 1, leaving at least 1."""
+    return min(max(1, round(total * fraction)), total - 1)
+
+
+def generator(seed: int) -> torch.Generator:
+    """A CPU generator seeded with `seed`, so splits do not touch the global RNG."""
+    return torch.Generator().manual_seed(seed)
+
+
+class Task(ABC):
+    """A built-in toy task. Subclasses set `name` and `causal`, call `super().__init__`
+    with their validated options, set `tokenizer` and `seq_len`, and implement
+    `make_splits` and `encode_query`."""
+
+    name: ClassVar[str]
+    causal: ClassVar[bool]  # whether the model must use causal attention
+    tokenizer: Tokenizer
+    seq_len: int
+
+    def __init__(self, seed: int, **options: object) -> None:
+        self.seed = check_int(self.name, "seed", seed, 0)
+        self.options = {**options, "seed": seed}  # constructor kwargs, for to_dict
+        self._splits: dict[str, TaskData] | None = None
+
+    @abstractmethod
+    def make_splits(self) -> tuple[TaskData, TaskData]:
+        """Generate (train, test) from `self.seed`; called once, then cached."""
+
+    @abstractmethod
+    def encode_query(self, text: str) -> tuple[list[int], list[int]]:
+        """User input -> (input ids, positions whose argmax is the answer); ValueError if bad."""
+
+    def split(self, name: str) -> TaskData:
+        """The "train" or "test" split; deterministic from the seed. Do not modify in place."""
+        if name not in SPLITS:
+            raise ValueError(f"unknown split {name!r}; expected one of: {', '.join(SPLITS)}")
+        if self._splits is None:
+            self._splits = dict(zip(SPLITS, self.make_splits(), strict=True))
+        return self._splits[name]
+
+    def config_overrides(self) -> dict:
+        """The ModelConfig fields this task dictates."""
+        return {
+            "vocab_size": self.tokenizer.vocab_size,
+            "max_seq_len": self.seq_len,
+            "causal": self.causal,
+        }
+
+    def decode_answer(self, pred_ids: list[int]) -> str:
+        """Predicted ids at the answer positions -> answer text."""
+        return self.tokenizer.decode(pred_ids)
+
+    def example_texts(self, n: int) -> list[str]:
+        """The first `n` held-out inputs as text (padding dropped), valid for `encode_query`."""
+        rows = self.split("test").inputs[: max(n, 0)].tolist()
+        pad = self.tokenizer.pad_id
+        return [self.tokenizer.decode([i for i in row if i != pad]) for row in rows]
+
+    def to_dict(self) -> dict:
+        """The task name and its options (JSON-serialisable, for a run's config.json)."""
+        return {"name": self.name, **self.options}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Task:
+        """Inverse of `to_dict`: rebuild the task from its name and options."""
+        from blocklab.tasks import get_task  # the registry sits above this module
+
+        options = dict(d)
+        name = options.pop("name", None)
+        if name is None:
+            raise ValueError(f"task dict needs a 'name'; got keys {sorted(d)}")
+        return get_task(name, **options)
+
+    def __repr__(self) -> str:
+        options = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+        return f"{type(self).__name__}({options})"
