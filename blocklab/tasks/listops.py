@@ -16,7 +16,7 @@ from blocklab.tasks.base import (
 )
 from blocklab.tasks.tokenizer import Tokenizer
 
-OPS = {"Max": max, "Min": max, "First": lambda xs: xs[0], "Last": lambda xs: xs[-1]}
+OPS = {"Max": max, "Min": min, "First": lambda xs: xs[0], "Last": lambda xs: xs[-1]}
 DIGITS = [str(d) for d in range(10)]
 VOCAB = ["<PAD>", *DIGITS, *OPS, "(", ")", ","]
 SEQ_LEN = 8
