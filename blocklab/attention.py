@@ -54,20 +54,30 @@ class MultiHeadAttention(nn.Module):
         for stage in ("q", "k", "v", "scores", "weights", "out"):
             setattr(self, f"hook_{stage}", HookPoint())
 
-    def _project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """One matmul for q, k and v (their weights concatenated), split into heads."""
+    def _project_qkv(self, x: Tensor, separate: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+        """One matmul for q, k and v (their weights concatenated), split into heads.
+
+        ``separate``: three matmuls instead (decoding one token, where the concat would cost more
+        than the matmul it saves).
+        """
         B, T, _ = x.shape
+        if separate:
+            heads = lambda y: y.view(B, T, self.n_heads, self.d_k).transpose(1, 2)  # noqa: E731
+            return self.hook_q(heads(self.q(x))), self.hook_k(heads(self.k(x))), self.hook_v(heads(self.v(x)))
         w = torch.cat([self.q.weight, self.k.weight, self.v.weight])  # (3d, d)
         b = torch.cat([self.q.bias, self.k.bias, self.v.bias]) if self.q.bias is not None else None
         qkv = F.linear(x, w, b).view(B, T, 3, self.n_heads, self.d_k)  # (B, T, 3, h, d_k)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, h, T, d_k)
         return self.hook_q(q), self.hook_k(k), self.hook_v(v)
 
-    def _allowed(self, key_padding_mask: Tensor | None, T: int, device: torch.device) -> Tensor | None:
-        """Bool mask, True where query i may attend to key j: (B|1, 1, T|1, T), or None."""
+    def _allowed(
+        self, key_padding_mask: Tensor | None, T: int, device: torch.device, past: int = 0
+    ) -> Tensor | None:
+        """Bool mask, True where query i (at position past + i) may attend to key j:
+        (B|1, 1, T|1, past + T), or None. key_padding_mask covers all past + T keys."""
         allowed = None
         if self.causal:
-            allowed = torch.ones(T, T, dtype=torch.bool, device=device).tril()[None, None]
+            allowed = torch.ones(T, past + T, dtype=torch.bool, device=device).tril(past)[None, None]
         if key_padding_mask is not None:
             keys = ~key_padding_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
             allowed = keys if allowed is None else allowed & keys
@@ -82,26 +92,39 @@ class MultiHeadAttention(nn.Module):
         dropped = F.dropout(weights, self.dropout_p, self.training) if self.dropout_p else weights
         return dropped @ v, weights  # (B, h, T, d_k)
 
-    def _attend(self, x: Tensor, key_padding_mask: Tensor | None, explicit: bool) -> tuple[Tensor, Tensor | None]:
+    def _attend(
+        self, x: Tensor, key_padding_mask: Tensor | None, explicit: bool, kv_cache: KVCache | None = None
+    ) -> tuple[Tensor, Tensor | None]:
         B, T, _ = x.shape
-        q, k, v = self._project_qkv(x)
+        q, k, v = self._project_qkv(x, separate=kv_cache is not None and T == 1)
+        past = 0
+        if kv_cache is not None:  # attend over the cached keys/values too: (B, h, past + T, d_k)
+            past = kv_cache.length
+            k, v = kv_cache.append(k, v)
         weights = None
         if explicit:
-            allowed = self._allowed(key_padding_mask, T, x.device)
+            allowed = self._allowed(key_padding_mask, T, x.device, past)
             ctx, weights = self._explicit(q, k, v, allowed)
         else:
-            # is_causal alone lets SDPA skip building the mask; padding needs the full bool mask.
-            allowed = self._allowed(key_padding_mask, T, x.device) if key_padding_mask is not None else None
+            # is_causal alone lets SDPA skip building the mask; padding needs the full bool mask, and
+            # so do several new queries after a cached past (SDPA's is_causal aligns top-left).
+            # One new query after the past sees every key: no mask at all.
+            offset_causal = self.causal and past > 0 and T > 1
+            needs_mask = key_padding_mask is not None or offset_causal
+            allowed = self._allowed(key_padding_mask, T, x.device, past) if needs_mask else None
             ctx = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=allowed, dropout_p=self.dropout_p if self.training else 0.0,
-                is_causal=self.causal and allowed is None,
+                is_causal=self.causal and allowed is None and past == 0,
             )
         ctx = ctx.transpose(1, 2).reshape(B, T, self.d_model)  # concat heads: (B, T, d_model)
         return self.hook_out(self.resid_dropout(self.o(ctx))), weights
 
-    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:  # (B, T, d_model)
+    def forward(
+        self, x: Tensor, key_padding_mask: Tensor | None = None, kv_cache: KVCache | None = None
+    ) -> Tensor:  # (B, T, d_model)
+        """kv_cache: this layer's cache during generation; x is then only the new positions."""
         explicit = not self.use_fast_path or self.hook_scores.active or self.hook_weights.active
-        return self._attend(x, key_padding_mask, explicit)[0]
+        return self._attend(x, key_padding_mask, explicit, kv_cache)[0]
 
     def forward_with_weights(self, x: Tensor, key_padding_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """The explicit path: (output (B, T, d_model), attention weights (B, h, T, T))."""
@@ -111,6 +134,31 @@ class MultiHeadAttention(nn.Module):
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, n_heads={self.n_heads}, d_k={self.d_k}, causal={self.causal}"
+
+
+class KVCache:
+    """One attention layer's keys and values so far, preallocated: (B, h, max_len, d_k) each.
+
+    ``append`` writes the new positions after the first ``length`` and returns the filled part.
+    """
+
+    def __init__(
+        self, batch: int, n_heads: int, max_len: int, d_k: int,
+        dtype: torch.dtype | None = None, device: torch.device | str | None = None,
+    ) -> None:
+        self.k = torch.empty(batch, n_heads, max_len, d_k, dtype=dtype, device=device)
+        self.v = torch.empty_like(self.k)
+        self.length = 0
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store (B, h, T, d_k) keys/values at positions length..length+T; return all so far."""
+        end = self.length + k.shape[2]
+        if end > self.k.shape[2]:
+            raise ValueError(f"KVCache holds {self.k.shape[2]} positions; {end} needed")
+        self.k[:, :, self.length : end] = k
+        self.v[:, :, self.length : end] = v
+        self.length = end
+        return self.k[:, :, :end], self.v[:, :, :end]
 
 
 def attention_parameter_count(d_model: int, bias: bool) -> int:

@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention
+from .attention import KVCache, MultiHeadAttention
 from .config import ModelConfig
 from .feedforward import FeedForward
 from .hooks import HookedModule, HookPoint, name_hook_points
@@ -83,23 +83,25 @@ class TransformerBlock(HookedModule):
         self._forward = {"post": self._post, "pre": self._pre, "sandwich": self._sandwich}[c.norm_position]
         name_hook_points(self)
 
-    def _post(self, x: Tensor, mask: Tensor | None) -> Tensor:
+    def _post(self, x: Tensor, mask: Tensor | None, cache: KVCache | None = None) -> Tensor:
         x = self.hook_resid_pre(x)
-        x = self.hook_ln1(self.ln1(self.hook_resid_mid(self.res1(x, self.attn(x, mask)))))
+        x = self.hook_ln1(self.ln1(self.hook_resid_mid(self.res1(x, self.attn(x, mask, cache)))))
         return self.hook_ln2(self.ln2(self.hook_resid_post(self.res2(x, self.ffn(x)))))
 
-    def _pre(self, x: Tensor, mask: Tensor | None) -> Tensor:
+    def _pre(self, x: Tensor, mask: Tensor | None, cache: KVCache | None = None) -> Tensor:
         x = self.hook_resid_pre(x)
-        x = self.hook_resid_mid(self.res1(x, self.attn(self.hook_ln1(self.ln1(x)), mask)))
+        x = self.hook_resid_mid(self.res1(x, self.attn(self.hook_ln1(self.ln1(x)), mask, cache)))
         return self.hook_resid_post(self.res2(x, self.ffn(self.hook_ln2(self.ln2(x)))))
 
-    def _sandwich(self, x: Tensor, mask: Tensor | None) -> Tensor:
+    def _sandwich(self, x: Tensor, mask: Tensor | None, cache: KVCache | None = None) -> Tensor:
         x = self.hook_resid_pre(x)
-        attn = self.hook_ln1_out(self.ln1_out(self.attn(self.hook_ln1(self.ln1(x)), mask)))
+        attn = self.hook_ln1_out(self.ln1_out(self.attn(self.hook_ln1(self.ln1(x)), mask, cache)))
         x = self.hook_resid_mid(self.res1(x, attn))
         ffn = self.hook_ln2_out(self.ln2_out(self.ffn(self.hook_ln2(self.ln2(x)))))
         return self.hook_resid_post(self.res2(x, ffn))
 
-    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:  # (B, T, d_model)
-        """key_padding_mask: bool (B, T), True where the token is padding."""
-        return self._forward(x, key_padding_mask)
+    def forward(
+        self, x: Tensor, key_padding_mask: Tensor | None = None, kv_cache: KVCache | None = None
+    ) -> Tensor:  # (B, T, d_model)
+        """key_padding_mask: bool (B, T), True where the token is padding. kv_cache: generation only."""
+        return self._forward(x, key_padding_mask, kv_cache)

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .attention import KVCache
 from .block import TransformerBlock, deepnorm_beta
 from .config import ModelConfig
 from .hooks import HookedModule, HookPoint, name_hook_points
@@ -40,15 +41,15 @@ class SinusoidalPositions(nn.Module):
         super().__init__()
         self.register_buffer("pe", sinusoidal_table(max_seq_len, d_model), persistent=False)
 
-    def forward(self, seq_len: int) -> Tensor:  # (T, d_model)
-        return self.pe[:seq_len]
+    def forward(self, seq_len: int, start: int = 0) -> Tensor:  # (T, d_model), positions start..start+T
+        return self.pe[start : start + seq_len]
 
 
 class LearnedPositions(nn.Embedding):
     """Learned positional embedding; key ``pos.weight (max_seq_len, d_model)``."""
 
-    def forward(self, seq_len: int) -> Tensor:  # (T, d_model)
-        return self.weight[:seq_len]
+    def forward(self, seq_len: int, start: int = 0) -> Tensor:  # (T, d_model), positions start..start+T
+        return self.weight[start : start + seq_len]
 
 
 def build_positions(config: ModelConfig) -> nn.Module | None:
@@ -85,10 +86,10 @@ class Transformer(HookedModule):
         init_weights(self)
         name_hook_points(self)
 
-    def _check_tokens(self, tokens: Tensor) -> None:
+    def _check_tokens(self, tokens: Tensor, past: int = 0) -> None:
         if tokens.dim() != 2:
             raise ValueError(f"tokens must be (batch, seq) integers, got shape {tuple(tokens.shape)}")
-        T = tokens.shape[1]
+        T = past + tokens.shape[1]
         if T > self.config.max_seq_len:
             raise ValueError(f"sequence length {T} exceeds max_seq_len={self.config.max_seq_len}")
         if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.config.vocab_size):
@@ -98,24 +99,34 @@ class Transformer(HookedModule):
             )
 
     def encode(
-        self, tokens: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None
+        self,
+        tokens: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        kv_cache: list[KVCache] | None = None,
     ) -> Tensor:
         """Last hidden states (B, T, d_model), after the final norm where there is one.
 
         attention_mask: (B, T), 1 for real tokens and 0 for padding (Hugging Face convention).
+        kv_cache: one KVCache per block (generation): tokens are the positions after the cached ones.
         """
-        self._check_tokens(tokens)
+        past = kv_cache[0].length if kv_cache is not None else 0
+        self._check_tokens(tokens, past)
         T = tokens.shape[1]
         x = self.embed(tokens)  # (B, T, d_model)
         if self.pos is not None:
-            x = x + self.pos(T)
+            x = x + self.pos(T, past)
         if self.token_type is not None:
             types = token_type_ids if token_type_ids is not None else torch.zeros_like(tokens)
             x = x + self.token_type(types)
         x = self.hook_embed(self.drop(self.embed_ln(x)))
         key_padding_mask = attention_mask == 0 if attention_mask is not None else None
-        for block in self.blocks:
-            x = block(x, key_padding_mask)
+        if kv_cache is None:
+            for block in self.blocks:
+                x = block(x, key_padding_mask)
+        else:
+            for block, cache in zip(self.blocks, kv_cache, strict=True):
+                x = block(x, key_padding_mask, cache)
         return self.hook_ln_f(self.ln_f(x))
 
     def forward(
