@@ -12,7 +12,7 @@ from typing import Any
 
 from .activations import ACTIVATION_NAMES
 
-NORMS = ("standard", "eps_outside_sqrt", "rms", "none")
+NORMS = ("standard", "eps_outside_sqrt", "rms", "batch", "none")
 NORM_POSITIONS = ("post", "pre", "sandwich")
 RESIDUALS = ("add", "rezero", "deepnorm", "none")
 POS_ENCODINGS = ("sinusoidal", "learned", "none")

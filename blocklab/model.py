@@ -18,6 +18,7 @@ from .attention import KVCache
 from .block import TransformerBlock, deepnorm_beta
 from .config import ModelConfig
 from .hooks import HookedModule, HookPoint, name_hook_points
+from .batchnorm import set_padding_mask
 from .norms import build_norm
 
 IGNORE_INDEX = -100  # targets at padding / unscored positions
@@ -112,6 +113,8 @@ class Transformer(HookedModule):
         """
         past = kv_cache[0].length if kv_cache is not None else 0
         self._check_tokens(tokens, past)
+        if self.config.norm == "batch":  # BatchNorm leaves padded positions out of its statistics
+            set_padding_mask(self, attention_mask == 0 if attention_mask is not None else None)
         T = tokens.shape[1]
         x = self.embed(tokens)  # (B, T, d_model)
         if self.pos is not None:

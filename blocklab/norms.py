@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .batchnorm import BatchNorm
+
 NORM_VARIANTS: tuple[str, ...] = ("standard", "eps_outside_sqrt", "rms")
 
 
@@ -112,4 +114,6 @@ def build_norm(
     """The norm a config names: a LayerNorm variant, or ``nn.Identity`` for "none"."""
     if norm == "none":
         return nn.Identity()
+    if norm == "batch":  # BatchNorm over batch and positions (the LayerNorm-vs-BatchNorm claim)
+        return BatchNorm(d_model, eps=eps, bias=bias, device=device, dtype=dtype)
     return LayerNorm(d_model, eps=eps, variant=norm, bias=bias, device=device, dtype=dtype)
