@@ -1,0 +1,145 @@
+"""Hugging Face tokenizers, read from a model folder and stored inside blocklab checkpoints.
+
+A folder's tokenizer comes from ``tokenizer.json`` (the ``tokenizers`` library's own format), or,
+when there is none, from the vocabulary files: ``vocab.txt`` (BERT WordPiece) or ``vocab.json`` +
+``merges.txt`` (GPT-2 byte-level BPE). Either way it is kept as ``tokenizer.json`` text, so a
+checkpoint's spec is ``{"kind": "hf_tokenizers", "json": <tokenizer.json text>, "special_tokens": {...}}``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor
+
+KIND = "hf_tokenizers"
+SPECIAL_TOKENS = ("pad_token", "eos_token", "bos_token", "unk_token", "cls_token", "sep_token", "mask_token")
+
+
+class HFTokenizer:
+    """A ``tokenizers.Tokenizer`` with blocklab's tokenizer interface: ``encode``, ``decode``, ``tokens``,
+    ``vocab_size``, ``pad_id``. No padding and no truncation: ``encode`` returns every id of the text,
+    with the special tokens the tokenizer's post-processor adds (BERT: ``[CLS] ... [SEP]``).
+    """
+
+    def __init__(self, json_text: str, special_tokens: dict[str, str] | None = None) -> None:
+        from tokenizers import Tokenizer as _Tokenizer
+
+        try:
+            self._tok = _Tokenizer.from_str(json_text)
+        except Exception as error:  # the library raises its own Exception type
+            raise ValueError(f"not a valid tokenizer.json ({error})") from None
+        self._tok.no_padding()
+        self._tok.no_truncation()
+        self.json = json_text
+        self.special_tokens = dict(special_tokens or {})
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, added tokens included."""
+        return self._tok.get_vocab_size(with_added_tokens=True)
+
+    def token_id(self, token: str | None) -> int | None:
+        """The id of a token string, or None when it is not in the vocabulary."""
+        return None if token is None else self._tok.token_to_id(token)
+
+    @property
+    def pad_id(self) -> int:
+        """The pad token's id; without one (GPT-2) the end-of-text token's, else 0."""
+        for name in ("pad_token", "eos_token"):
+            found = self.token_id(self.special_tokens.get(name))
+            if found is not None:
+                return found
+        return 0
+
+    @property
+    def eos_id(self) -> int | None:
+        """The end-of-sequence token's id (GPT-2: ``<|endoftext|>``), or None."""
+        return self.token_id(self.special_tokens.get("eos_token"))
+
+    def encode(self, text: str) -> list[int]:
+        """Text -> ids (special tokens included); empty text is a ValueError."""
+        if not text.strip():
+            raise ValueError(f"empty input {text!r}: nothing to tokenize")
+        return self._tok.encode(text).ids
+
+    def _ids(self, ids: Sequence[int] | Tensor) -> list[int]:
+        ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
+        for i in ids:
+            if not isinstance(i, int) or not 0 <= i < self.vocab_size:
+                raise ValueError(f"token id {i!r} out of range for vocab_size={self.vocab_size}")
+        return ids
+
+    def tokens(self, ids: Sequence[int] | Tensor) -> list[str]:
+        """Ids -> token strings as the vocabulary spells them (``##ing``, ``Ġcat``)."""
+        return [self._tok.id_to_token(i) for i in self._ids(ids)]
+
+    def decode(self, ids: Sequence[int] | Tensor, skip_special_tokens: bool = True) -> str:
+        """Ids -> text."""
+        return self._tok.decode(self._ids(ids), skip_special_tokens=skip_special_tokens)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The checkpoint spec: ``{"kind": "hf_tokenizers", "json": ..., "special_tokens": ...}``."""
+        return {"kind": KIND, "json": self.json, "special_tokens": dict(self.special_tokens)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> HFTokenizer:
+        """Inverse of ``to_dict``."""
+        if d.get("kind") != KIND or not isinstance(d.get("json"), str):
+            keys = sorted(d)
+            raise ValueError(f"a Hugging Face tokenizer spec needs kind={KIND!r} and 'json'; got keys {keys}")
+        return cls(d["json"], d.get("special_tokens"))
+
+    def __repr__(self) -> str:
+        return f"HFTokenizer(vocab_size={self.vocab_size}, special_tokens={self.special_tokens})"
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not valid JSON ({error})") from None
+
+
+def _special_tokens(folder: Path) -> dict[str, str]:
+    """Special token strings from special_tokens_map.json / tokenizer_config.json."""
+    found: dict[str, str] = {}
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):  # the map wins
+        for key, value in _read_json(folder / name).items():
+            if key in SPECIAL_TOKENS:
+                text = value.get("content") if isinstance(value, dict) else value
+                if isinstance(text, str):
+                    found[key] = text
+    return found
+
+
+def _json_from_vocab_files(folder: Path) -> str | None:
+    """tokenizer.json text built from BERT's vocab.txt or GPT-2's vocab.json + merges.txt."""
+    if (folder / "vocab.txt").is_file():
+        from tokenizers.implementations import BertWordPieceTokenizer
+
+        lowercase = _read_json(folder / "tokenizer_config.json").get("do_lower_case", True)
+        return BertWordPieceTokenizer(str(folder / "vocab.txt"), lowercase=bool(lowercase)).to_str()
+    if (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file():
+        from tokenizers.implementations import ByteLevelBPETokenizer
+
+        return ByteLevelBPETokenizer(str(folder / "vocab.json"), str(folder / "merges.txt")).to_str()
+    return None
+
+
+def load_folder_tokenizer(folder: str | Path) -> HFTokenizer | None:
+    """The tokenizer saved in a Hugging Face model folder, or None when there is none."""
+    folder = Path(folder)
+    path = folder / "tokenizer.json"
+    json_text = path.read_text(encoding="utf-8") if path.is_file() else _json_from_vocab_files(folder)
+    if json_text is None:
+        return None
+    try:
+        return HFTokenizer(json_text, _special_tokens(folder))
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
