@@ -34,7 +34,9 @@ from .norms import layer_norm_stats
 _CONNECTIONS: dict[str, dict[str, tuple[str, str, str]]] = {
     "post": {"attn": ("resid_pre", "attn.out", "resid_mid"), "ffn": ("ln1", "ffn.out", "resid_post")},
     "pre": {"attn": ("resid_pre", "attn.out", "resid_mid"), "ffn": ("resid_mid", "ffn.out", "resid_post")},
-    "sandwich": {"attn": ("resid_pre", "ln1_out", "resid_mid"), "ffn": ("resid_mid", "ln2_out", "resid_post")},
+    "sandwich": {
+        "attn": ("resid_pre", "ln1_out", "resid_mid"), "ffn": ("resid_mid", "ln2_out", "resid_post"),
+    },
 }
 _RESIDUAL_MODULE = {"attn": "res1", "ffn": "res2"}
 # the stage holding a block's output (the next block's residual-stream input x_{l+1})
@@ -88,7 +90,7 @@ class Diagnostics:
         return asdict(self)
 
     def profile(self, key: str) -> list[float]:
-        """One scalar per layer: ``grad_resid``, ``resid_norm``, ``grad_params.ffn.w2``, ``ffn_frac_le0``..."""
+        """One scalar per layer: ``grad_resid``, ``resid_norm``, ``grad_params.ffn.w2``, ``ffn_dead``..."""
         if key.startswith("grad_params."):
             group = key.removeprefix("grad_params.")
             return [layer.grad_params.get(group, float("nan")) for layer in self.layers]
@@ -236,15 +238,16 @@ def _measure(
         params = {n: p for n, p in model.named_parameters() if n.startswith("blocks.") and p.requires_grad}
         wrt = [cache[n] for n in stages] + list(params.values())
         all_grads = torch.autograd.grad(loss, wrt, retain_graph=True, allow_unused=True)
-        grads = dict(zip(stages, all_grads[: len(stages)]))
-        param_grads = dict(zip(params, all_grads[len(stages):]))
+        grads = dict(zip(stages, all_grads[: len(stages)], strict=True))
+        param_grads = dict(zip(params, all_grads[len(stages):], strict=True))
         stats = _forward_stats(model, cache, _valid_positions(tokens, attention_mask))
         layers, kept = [], []
         for i in range(c.n_layers):
             prefix = f"blocks.{i}."
             mine = {n.removeprefix(prefix): g for n, g in param_grads.items() if n.startswith(prefix)}
             paths = {kind: path_tensors(model, cache, grads, i, kind) for kind in ("attn", "ffn")}
-            residual = {kind: PathGradient(**{k: _norm(t) for k, t in p.items()}) for kind, p in paths.items()}
+            residual = {kind: PathGradient(**{k: _norm(t) for k, t in p.items()})
+                        for kind, p in paths.items()}
             layers.append(LayerDiagnostics(
                 layer=i, grad_resid=_norm(grads[f"{prefix}resid_pre"]), grad_params=_group_norms(mine),
                 residual=residual, **stats[i],

@@ -113,7 +113,8 @@ def _model(**overrides):
 
 
 @pytest.mark.parametrize(
-    "norm_position,residual", [("post", "add"), ("pre", "add"), ("post", "none"), ("pre", "none"), ("post", "deepnorm")]
+    "norm_position,residual",
+    [("post", "add"), ("pre", "add"), ("post", "none"), ("pre", "none"), ("post", "deepnorm")],
 )
 def test_gradient_flow_equals_float64_autograd_on_hand_built_model(norm_position, residual):
     model = _model(norm_position=norm_position, residual=residual)
@@ -125,11 +126,11 @@ def test_gradient_flow_equals_float64_autograd_on_hand_built_model(norm_position
     assert diag.loss == pytest.approx(float(loss.detach()), rel=1e-6)
     block_params = {k: v for k, v in hand.p.items() if k.startswith("blocks.")}
     grads = torch.autograd.grad(loss, hand.xs + list(block_params.values()), retain_graph=True)
-    x_grads, p_grads = grads[: len(hand.xs)], dict(zip(block_params, grads[len(hand.xs):]))
+    x_grads, p_grads = grads[: len(hand.xs)], dict(zip(block_params, grads[len(hand.xs):], strict=True))
     for layer in diag.layers:
         assert layer.grad_resid == pytest.approx(float(x_grads[layer.layer].norm()), rel=1e-5)
-        for group, prefix in [("attn", "attn."), ("ffn.w1", "ffn.w1."), ("ffn.w2", "ffn.w2."), ("ln2", "ln2.")]:
-            full = f"blocks.{layer.layer}.{prefix}"
+        for group in ("attn", "ffn.w1", "ffn.w2", "ln2"):
+            full = f"blocks.{layer.layer}.{group}."
             expected = math.sqrt(sum(float(g.norm()) ** 2 for k, g in p_grads.items() if k.startswith(full)))
             assert layer.grad_params[group] == pytest.approx(expected, rel=1e-5), group
     assert diag.grad_resid_out == pytest.approx(float(x_grads[-1].norm()), rel=1e-5)
@@ -147,8 +148,8 @@ def test_gradient_flow_equals_float64_autograd_on_hand_built_model(norm_position
 
 
 def test_identity_plus_branch_sums_to_the_total_gradient():
-    for norm_position, residual in [("post", "add"), ("pre", "add"), ("sandwich", "add"), ("post", "deepnorm"),
-                                    ("pre", "none")]:
+    variants = [("post", "add"), ("pre", "add"), ("sandwich", "add"), ("post", "deepnorm"), ("pre", "none")]
+    for norm_position, residual in variants:
         model = _model(norm_position=norm_position, residual=residual)
         tokens, targets, _ = _batch(model.config, seed=1)
         paths = measure_paths(model, tokens, targets)
@@ -174,10 +175,11 @@ def test_forward_statistics_equal_hand_computation():
         x = hand.xs[i][valid]
         assert layer.resid_norm == pytest.approx(float(x.norm(dim=-1).mean()), rel=rel)
         assert layer.resid_var == pytest.approx(float(((x - x.mean()) ** 2).mean()), rel=rel)
-        for ln, z in zip(("ln1", "ln2"), hand.ln_in[2 * i: 2 * i + 2]):
+        for ln, z in zip(("ln1", "ln2"), hand.ln_in[2 * i: 2 * i + 2], strict=True):
             z = z[valid]
             assert layer.norm_inputs[ln]["mu"] == pytest.approx(float(z.mean(-1).mean()), rel=rel, abs=1e-12)
-            assert layer.norm_inputs[ln]["var"] == pytest.approx(float(z.var(-1, unbiased=False).mean()), rel=rel)
+            var = float(z.var(-1, unbiased=False).mean())
+            assert layer.norm_inputs[ln]["var"] == pytest.approx(var, rel=rel)
         h = hand.hidden[i][valid]  # (N_valid, d_ff)
         assert layer.ffn_frac_le0 == pytest.approx(float((h <= 0).double().mean()), abs=0)
         never_positive = [j for j in range(h.shape[1]) if all(float(v) <= 0 for v in h[:, j])]
