@@ -3,7 +3,8 @@
 A ``HookPoint`` is an identity module placed on each stage named in SPEC section 7
 (``self.hook_out(self.w2(a))``). Its stage name is its module path without the ``hook_``
 prefix: ``blocks.0.ffn.hook_out`` is the stage ``blocks.0.ffn.out``. With no hook attached it
-returns its input untouched, at the cost of one attribute check.
+returns its input untouched, at the cost of one Python call (``benchmarks/hooks_overhead.py``
+measures it against the same model with the calls removed).
 
 A hook function is ``fn(tensor, name) -> Tensor | None``: return a tensor to replace the
 stage's value (ablate, patch), or None to only read it.
@@ -11,14 +12,15 @@ stage's value (ablate, patch), or None to only read it.
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Callable, Iterable, Iterator, Mapping, Union
 
 from torch import Tensor, nn
 
-HookFn = Callable[[Tensor, str], Union[Tensor, None]]
-NameFilter = Union[None, str, Iterable[str], Callable[[str], bool]]
+HookFn = Callable[[Tensor, str], Tensor | None]
+NameFilter = None | str | Iterable[str] | Callable[[str], bool]
 
 
 class HookPoint(nn.Module):
@@ -58,19 +60,30 @@ def stage_name(module_path: str) -> str:
 
 
 def name_hook_points(root: nn.Module) -> None:
-    """Give every HookPoint below ``root`` its stage name (called once at construction)."""
+    """Give every HookPoint below ``root`` its stage name (called once at construction).
+
+    Each HookPoint is also put in its parent's instance ``__dict__``: ``self.hook_x`` then
+    resolves as a plain attribute instead of through ``nn.Module.__getattr__``, which is
+    most of what an unused hook would otherwise cost. Assigning a new module to the same
+    attribute goes through ``nn.Module.__setattr__``, which drops that entry again.
+    """
     for path, module in root.named_modules():
-        if isinstance(module, HookPoint):
-            module.name = stage_name(path)
+        for child_name, child in module.named_children():
+            if isinstance(child, HookPoint):
+                child.name = stage_name(f"{path}.{child_name}" if path else child_name)
+                module.__dict__[child_name] = child
 
 
 def hook_points(root: nn.Module) -> dict[str, HookPoint]:
-    """All hook points below ``root`` by stage name, in forward order of construction."""
-    return {m.name: m for m in root.modules() if isinstance(m, HookPoint)}
+    """All hook points below ``root`` by stage name relative to ``root``, in construction order."""
+    return {stage_name(path): m for path, m in root.named_modules() if isinstance(m, HookPoint)}
 
 
 def select_names(names: Iterable[str], wanted: NameFilter) -> list[str]:
-    """Stage names matching ``wanted``: None (all), a glob, a list of globs, or a predicate."""
+    """Stage names matching ``wanted``: None (all), a name or glob, a list of them, or a predicate.
+
+    A name or glob that matches nothing is a ValueError that suggests the closest names.
+    """
     names = list(names)
     if wanted is None:
         return names
@@ -80,23 +93,28 @@ def select_names(names: Iterable[str], wanted: NameFilter) -> list[str]:
     chosen = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
     unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(n, p) for n in names)]
     if unmatched:
-        raise ValueError(
-            f"no hook point matches {', '.join(map(repr, unmatched))}; "
-            f"names look like {', '.join(names[:6])}, ..."
-        )
+        close = difflib.get_close_matches(unmatched[0], names, n=3, cutoff=0.6)
+        hint = (f"did you mean {', '.join(close)}?" if close else
+                f"names look like {', '.join(names[:6])}, ...")
+        raise ValueError(f"no hook point matches {', '.join(map(repr, unmatched))}; {hint}")
     return chosen
 
 
 @contextmanager
 def hooks(root: nn.Module, fns: Mapping[str, HookFn]) -> Iterator[None]:
-    """Attach ``{name_or_glob: fn}`` to the hook points below ``root`` for the with-block."""
+    """Attach ``{name_or_glob: fn}`` to the hook points below ``root`` for the with-block.
+
+    Every name is checked before anything is attached; the hooks are removed on exit,
+    also when the block raises.
+    """
     points = hook_points(root)
+    plan = [(points[name], name, fn) for pattern, fn in fns.items() for name in select_names(points, pattern)]
     attached: list[tuple[HookPoint, HookFn]] = []
     try:
-        for pattern, fn in fns.items():
-            for name in select_names(points, pattern):
-                points[name].fns.append(fn)
-                attached.append((points[name], fn))
+        for point, name, fn in plan:
+            point.name = point.name or name  # a standalone component was never named by a model
+            point.fns.append(fn)
+            attached.append((point, fn))
         yield
     finally:
         for point, fn in attached:
@@ -106,14 +124,20 @@ def hooks(root: nn.Module, fns: Mapping[str, HookFn]) -> Iterator[None]:
 def run_with_cache(
     root: nn.Module, *args: object, names: NameFilter = None, detach: bool = True, **kwargs: object
 ) -> tuple[object, dict[str, Tensor]]:
-    """Run ``root(*args, **kwargs)`` and return (its output, {stage name: tensor})."""
+    """Run ``root(*args, **kwargs)`` and return (its output, {stage name: tensor}).
+
+    Names are relative to ``root`` and the cache is in the order the stages ran.
+    """
     cache: dict[str, Tensor] = {}
 
-    def save(x: Tensor, name: str) -> None:
-        cache[name] = x.detach() if detach else x
+    def saver(name: str) -> HookFn:
+        def save(x: Tensor, _: str) -> None:
+            cache[name] = x.detach() if detach else x
+
+        return save
 
     selected = select_names(hook_points(root), names)
-    with hooks(root, {name: save for name in selected}):
+    with hooks(root, {name: saver(name) for name in selected}):
         out = root(*args, **kwargs)
     return out, cache
 
