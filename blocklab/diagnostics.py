@@ -26,8 +26,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .config import ModelConfig
 from .model import Transformer
 from .norms import layer_norm_stats
+from .tasks import Task
 
 # Where each quantity lives, by norm position (the wiring of SPEC section 5).
 #   residual connection -> (stage of its input x, stage of its branch output F(x), stage of out)
@@ -264,3 +266,53 @@ def _measure(
         resid_norm_out=float(cache[last].detach()[valid].double().norm(dim=-1).mean()),
     )
     return diagnostics, kept
+
+
+# ---- at initialization, and during training ------------------------------------------------------
+
+
+def diagnose_at_init(config: ModelConfig, task: Task, batch_size: int = 64, seed: int = 0) -> Diagnostics:
+    """``measure`` a freshly initialized ``Transformer(config)`` (seeded) on the first training examples."""
+    torch.manual_seed(seed)
+    model = Transformer(config)
+    data = task.split("train")
+    return measure(model, data.inputs[:batch_size], data.targets[:batch_size])
+
+
+class DiagnosticsLogger:
+    """Training callback: every ``every`` steps, ``measure`` the step's batch; the compact per-layer
+    profile (``Diagnostics.summary``) goes into that step's metrics.jsonl line under ``"diag"``."""
+
+    def __init__(self, every: int) -> None:
+        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+            raise ValueError(f"--log-diagnostics={every!r} must be an integer >= 1 (every K steps)")
+        self.every = every
+
+    def __call__(self, ctx: Any) -> dict[str, Any] | None:  # ctx: train.StepContext
+        if ctx.step % self.every and ctx.step != 1:
+            return None
+        return {"diag": measure(ctx.model, ctx.inputs, ctx.targets).summary()}
+
+
+def diagnostics_table(diag: Diagnostics, title: str = "") -> Any:
+    """A rich Table: one row per layer (gradient flow, then forward statistics)."""
+    from rich.table import Table
+
+    table = Table(title=title or f"diagnostics (loss {diag.loss:.4f})")
+    columns = ["layer", "|dL/dx|", "attn id", "attn br", "ffn id", "ffn br", "g attn", "g w1", "g w2",
+               "g ln1", "g ln2", "|x|", "LN1 in var", "LN2 in var", "ffn<=0", "dead", "attn H"]
+    for col in columns:
+        table.add_column(col, justify="right")
+    fmt = lambda v: "-" if v is None else f"{v:.3g}"  # noqa: E731
+    for row in diag.layers:
+        table.add_row(
+            str(row.layer), fmt(row.grad_resid),
+            *(fmt(getattr(row.residual[k], p)) for k in ("attn", "ffn") for p in ("identity", "branch")),
+            *(fmt(row.grad_params.get(g)) for g in ("attn", "ffn.w1", "ffn.w2", "ln1", "ln2")),
+            fmt(row.resid_norm),
+            *(fmt(row.norm_inputs.get(ln, {}).get("var")) for ln in ("ln1", "ln2")),
+            f"{row.ffn_frac_le0:.1%}", f"{row.ffn_dead:.1%}",
+            fmt(sum(row.attn_entropy) / len(row.attn_entropy)),
+        )
+    table.add_row("out", fmt(diag.grad_resid_out), *[""] * 9, fmt(diag.resid_norm_out), *[""] * 5)
+    return table
