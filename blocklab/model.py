@@ -24,7 +24,7 @@ from .norms import build_norm
 IGNORE_INDEX = -100  # targets at padding / unscored positions
 
 
-def sinusoidal_table(max_seq_len: int, d_model: int) -> Tensor:
+def sinusoidal_table(max_seq_len: int, d_model: int, dtype: torch.dtype = torch.float32) -> Tensor:
     """PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(p / 10000^(2i/d)); (max_seq_len, d)."""
     pos = torch.arange(max_seq_len, dtype=torch.float64)[:, None]  # (P, 1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (ceil(d/2),)
@@ -32,7 +32,7 @@ def sinusoidal_table(max_seq_len: int, d_model: int) -> Tensor:
     pe = torch.zeros(max_seq_len, d_model, dtype=torch.float64)
     pe[:, 0::2] = torch.sin(angle)
     pe[:, 1::2] = torch.cos(angle[:, : d_model // 2])
-    return pe.float()
+    return pe.to(dtype)
 
 
 class SinusoidalPositions(nn.Module):
@@ -40,7 +40,14 @@ class SinusoidalPositions(nn.Module):
 
     def __init__(self, max_seq_len: int, d_model: int) -> None:
         super().__init__()
+        self.max_seq_len, self.d_model = max_seq_len, d_model
         self.register_buffer("pe", sinusoidal_table(max_seq_len, d_model), persistent=False)
+
+    def _apply(self, fn, recurse=True):  # noqa: ANN001, ANN202 - nn.Module's signature
+        # .double() etc. would cast the float32 table; rebuild it from float64 at the new dtype
+        super()._apply(fn, recurse)
+        self.pe = sinusoidal_table(self.max_seq_len, self.d_model, torch.float64).to(self.pe.device, self.pe.dtype)
+        return self
 
     def forward(self, seq_len: int, start: int = 0) -> Tensor:  # (T, d_model), positions start..start+T
         return self.pe[start : start + seq_len]
@@ -141,11 +148,12 @@ class Transformer(HookedModule):
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Logits (B, T, vocab); with targets (B, T), also the mean cross-entropy over targets != -100."""
         logits = self.hook_logits(self.head(self.encode(tokens, attention_mask, token_type_ids)))
+        full = logits if logits.dtype == torch.float64 else logits.float()  # softmax/CE never in bf16
         if self.hook_probs.active:  # softmax only when someone looks at it
-            self.hook_probs(torch.softmax(logits.float(), dim=-1))
+            self.hook_probs(torch.softmax(full, dim=-1))
         if targets is None:
             return logits
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX)
+        loss = F.cross_entropy(full.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
         return logits, self.hook_loss(loss)
 
 

@@ -1,0 +1,40 @@
+"""The `blocklab params` command, in process and as the installed console script."""
+
+import json
+import subprocess
+import sys
+
+from blocklab.cli import main
+
+
+def test_params_json_for_gpt2(capsys) -> None:
+    assert main(["params", "--preset", "gpt2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["total"] == 124_439_808
+    assert sum(out["components"].values()) == out["total"]
+
+
+def test_params_table_shows_components_and_published_total(capsys) -> None:
+    assert main(["params", "--preset", "gpt2"]) == 0
+    out = capsys.readouterr().out
+    assert "124,439,808" in out and "blocks.ffn" in out and "published total: 124,439,808 (equal)" in out
+
+
+def test_params_custom_shape_flags(capsys) -> None:
+    assert main(["params", "--d-model", "128", "--n_heads", "8", "--d-ff", "4x", "--activation", "swiglu",
+                 "--bias", "false", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["per_layer"]["ffn"] == 3 * 128 * 512
+    assert out["per_layer"]["attn"] == 4 * 128 * 128
+
+
+def test_invalid_config_is_one_line_and_exit_2(capsys) -> None:
+    assert main(["params", "--n-heads", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "blocklab: error: ModelConfig.n_heads=3 must divide d_model=64"
+
+
+def test_console_script_runs() -> None:
+    out = subprocess.run([sys.executable, "-m", "blocklab", "params", "--preset", "gpt2", "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    assert json.loads(out)["total"] == 124_439_808

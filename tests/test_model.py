@@ -1,0 +1,135 @@
+"""The stack: embeddings + positions + blocks + final norm + head + loss, against PyTorch's encoder."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from blocklab import ModelConfig, Transformer
+from blocklab.model import sinusoidal_table
+
+
+def test_sinusoidal_table_follows_spec_formula() -> None:
+    pe = sinusoidal_table(20, 10)
+    for p in range(20):
+        for i in range(5):
+            assert pe[p, 2 * i].item() == pytest.approx(math.sin(p / 10000 ** (2 * i / 10)), abs=1e-6)
+            assert pe[p, 2 * i + 1].item() == pytest.approx(math.cos(p / 10000 ** (2 * i / 10)), abs=1e-6)
+    assert sinusoidal_table(4, 7).shape == (4, 7)  # odd widths work too
+
+
+def torch_reference(model: Transformer) -> tuple[nn.TransformerEncoder, nn.Module]:
+    """nn.TransformerEncoder (+ final nn.LayerNorm for pre-norm) holding the same weights."""
+    c = model.config
+    layer = nn.TransformerEncoderLayer(c.d_model, c.n_heads, c.d_ff, dropout=0.0, activation=c.activation,
+                                       layer_norm_eps=c.eps, batch_first=True, norm_first=c.norm_position == "pre",
+                                       dtype=torch.float64)
+    encoder = nn.TransformerEncoder(layer, c.n_layers, enable_nested_tensor=False).eval()
+    final = nn.LayerNorm(c.d_model, eps=c.eps, dtype=torch.float64) if c.final_norm else nn.Identity()
+    with torch.no_grad():
+        for ours, theirs in zip(model.blocks, encoder.layers):
+            a = ours.attn
+            theirs.self_attn.in_proj_weight.copy_(torch.cat([a.q.weight, a.k.weight, a.v.weight]))
+            theirs.self_attn.in_proj_bias.copy_(torch.cat([a.q.bias, a.k.bias, a.v.bias]))
+            theirs.self_attn.out_proj.load_state_dict(a.o.state_dict())
+            theirs.linear1.load_state_dict(ours.ffn.w1.state_dict())
+            theirs.linear2.load_state_dict(ours.ffn.w2.state_dict())
+            theirs.norm1.load_state_dict(ours.ln1.state_dict())
+            theirs.norm2.load_state_dict(ours.ln2.state_dict())
+        if c.final_norm:
+            final.load_state_dict(model.ln_f.state_dict())
+    return encoder, final
+
+
+@pytest.mark.parametrize("position", ["post", "pre"])
+@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_stack_matches_torch_encoder_and_cross_entropy(position, pos_encoding, causal) -> None:
+    config = ModelConfig(vocab_size=11, max_seq_len=9, d_model=16, n_heads=4, n_layers=3, d_ff=40,
+                         norm_position=position, pos_encoding=pos_encoding, causal=causal, activation="gelu")
+    model = Transformer(config).double().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    encoder, final = torch_reference(model)
+    tokens = torch.randint(0, 11, (3, 9))
+    targets = torch.randint(0, 11, (3, 9))
+    targets[0, :4] = -100  # padding targets are ignored
+    if pos_encoding == "sinusoidal":
+        pe = torch.tensor([[math.sin(p / 10000 ** (2 * (j // 2) / 16)) if j % 2 == 0
+                            else math.cos(p / 10000 ** (2 * (j // 2) / 16)) for j in range(16)] for p in range(9)],
+                          dtype=torch.float64)
+    else:
+        pe = model.pos.weight
+    x0 = model.embed.weight[tokens] + pe
+    mask = nn.Transformer.generate_square_subsequent_mask(9, dtype=torch.float64) if causal else None
+    with torch.no_grad():
+        expected_logits = final(encoder(x0, mask=mask, is_causal=causal)) @ model.head.weight.T
+        logits, loss = model(tokens, targets)
+    torch.testing.assert_close(logits, expected_logits, rtol=0, atol=1e-10)
+    scored = targets != -100
+    expected_loss = -torch.log_softmax(expected_logits, -1)[scored].gather(1, targets[scored][:, None]).mean()
+    torch.testing.assert_close(loss, expected_loss, rtol=0, atol=1e-10)
+    assert torch.equal(model(tokens), logits)  # without targets: logits only
+
+
+def test_float32_stack_matches_float64() -> None:
+    model = Transformer(ModelConfig(norm_position="pre", activation="gelu"))
+    tokens = torch.randint(0, 18, (4, 8))
+    ref = Transformer(model.config).double()
+    ref.load_state_dict(model.state_dict())
+    torch.testing.assert_close(model(tokens).double(), ref(tokens), rtol=0, atol=1e-5)
+
+
+def test_bfloat16_forward_runs() -> None:
+    model = Transformer(ModelConfig(norm_position="pre"))
+    tokens = torch.randint(0, 18, (2, 8))
+    out = model.to(torch.bfloat16)(tokens)
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out.float()).all()
+
+
+def test_tied_head_shares_the_embedding() -> None:
+    model = Transformer(ModelConfig(tie_embeddings=True))
+    assert model.head.weight is model.embed.weight
+    untied = Transformer(ModelConfig())
+    n_tied = sum(p.numel() for p in model.parameters())
+    n_untied = sum(p.numel() for p in untied.parameters())
+    assert n_untied - n_tied == 18 * 64
+
+
+def test_state_dict_keys() -> None:
+    keys = set(Transformer(ModelConfig(pos_encoding="learned", norm_position="pre")).state_dict())
+    assert {"embed.weight", "pos.weight", "ln_f.weight", "ln_f.bias", "head.weight",
+            "blocks.0.attn.q.weight", "blocks.1.ffn.w2.bias", "blocks.1.ln2.weight"} <= keys
+    assert not any(k.startswith("pos") for k in Transformer(ModelConfig()).state_dict())  # sinusoidal: a buffer
+    assert not any(k.startswith("ln_f") for k in Transformer(ModelConfig()).state_dict())  # post-norm: no ln_f
+
+
+def test_padding_does_not_change_real_tokens() -> None:
+    model = Transformer(ModelConfig(norm_position="pre")).double()
+    tokens = torch.randint(1, 18, (1, 8))
+    mask = torch.tensor([[1] * 5 + [0] * 3])
+    padded = model.encode(tokens, attention_mask=mask)[:, :5]
+    short = model.encode(tokens[:, :5])
+    torch.testing.assert_close(padded, short, rtol=0, atol=1e-12)
+
+
+def test_loss_ignores_padding_targets() -> None:
+    model = Transformer(ModelConfig())
+    tokens = torch.randint(0, 18, (2, 8))
+    targets = torch.full((2, 8), -100)
+    targets[:, -1] = tokens[:, 0]
+    logits, loss = model(tokens, targets)
+    torch.testing.assert_close(loss, F.cross_entropy(logits[:, -1], tokens[:, 0]))
+
+
+def test_bad_inputs_give_clear_errors() -> None:
+    model = Transformer(ModelConfig())
+    with pytest.raises(ValueError, match="exceeds max_seq_len=8"):
+        model(torch.zeros(1, 9, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"\[0, 18\)"):
+        model(torch.tensor([[3, 18]]))
+    with pytest.raises(ValueError, match="batch, seq"):
+        model(torch.zeros(8, dtype=torch.long))
