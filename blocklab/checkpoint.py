@@ -55,9 +55,14 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    fsync_dir(path.parent)  # make the rename itself durable
+
+
+def fsync_dir(path: str | Path) -> None:
+    """Flush a directory's entries (new names, renames) to disk."""
+    dir_fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(dir_fd)  # make the rename itself durable
+        os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
 

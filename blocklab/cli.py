@@ -272,10 +272,76 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- blocklab train / eval / predict ----------------------------------------------------------
+
+
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    from .train_cli import add_task_flags, add_train_flags
+
+    p = sub.add_parser("train", help="train a model on a built-in task; writes a run folder with a report")
+    add_config_flags(p)
+    add_task_flags(p)
+    add_train_flags(p)
+    p.add_argument("--out", help="run folder (default runs/TASK): config.json, metrics.jsonl, "
+                                 "checkpoints/, report.html")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
+    p.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
+    p.add_argument("--log-diagnostics", "--log_diagnostics", dest="log_diagnostics", type=int, metavar="K",
+                   help="gradient flow and LayerNorm statistics every K steps (default: eval-every; 0: off)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    p.set_defaults(func=cmd_train)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """Train (single process, or one process of a torchrun job) and print the outcome."""
+    from .train_cli import train_command
+
+    return train_command(args, config_from_args)
+
+
+def _add_eval(sub: argparse._SubParsersAction) -> None:
+    from .train_cli import add_task_flags
+
+    p = sub.add_parser("eval", help="held-out loss and exact-match accuracy of a checkpoint")
+    p.add_argument("--checkpoint", required=True, help="model.safetensors, a checkpoint folder or a run folder")
+    p.add_argument("--split", default="test", choices=("test", "train"))
+    p.add_argument("--batch-size", "--batch_size", dest="batch_size", type=int, default=1024)
+    add_task_flags(p, default=None)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_eval)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Evaluate a checkpoint on its task."""
+    from .train_cli import eval_command
+
+    return eval_command(args)
+
+
+def _add_predict(sub: argparse._SubParsersAction) -> None:
+    from .train_cli import add_task_flags
+
+    p = sub.add_parser("predict", help='a checkpoint\'s answer, e.g. --input "Max ( 3 , 9 , 4 )"')
+    p.add_argument("--checkpoint", required=True, help="model.safetensors, a checkpoint folder or a run folder")
+    p.add_argument("--input", action="append", required=True, help="a query in the task's format (repeatable)")
+    add_task_flags(p, default=None)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_predict)
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    """Print the model's answer to each input."""
+    from .train_cli import predict_command
+
+    return predict_command(args)
+
+
 # ---- entry point -------------------------------------------------------------------------------
 
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_params, _add_import, _add_embed, _add_generate, _add_diagnose,
+    _add_train, _add_eval, _add_predict,
 ]
 
 

@@ -1,0 +1,666 @@
+"""The training loop: AdamW, linear warmup then cosine decay, gradient clipping, held-out
+evaluation, early stop, checkpoints and ``--resume``, single process or DDP (gloo, CPU).
+
+    result = train(model_config, TrainConfig(steps=600), get_task("listops"), "runs/listops")
+
+Deterministic: model init comes from ``torch.manual_seed(seed)`` and the data order is a pure
+function of (seed, step) (``batch_indices``), so the same seed gives the same losses bit for bit,
+and a resumed run (weights, AdamW moments, RNG state restored) continues exactly where the
+interrupted one was. Under ``torchrun`` every process builds the same data and takes its slice
+of each global batch; gradients are averaged by ``DistributedDataParallel``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
+
+from .checkpoint import load_checkpoint, save_checkpoint
+from .config import ModelConfig
+from .distributed import Processes
+from .model import Transformer
+from .runfolder import (
+    CHECKPOINTS,
+    CONFIG,
+    METRICS,
+    MODEL_FILE,
+    REPORT,
+    RunLock,
+    latest_checkpoint,
+    publish_checkpoint,
+    read_json,
+    read_metrics,
+    truncate_metrics,
+    write_json,
+)
+from .tasks import Task, TaskData, exact_match, get_task
+from .trainstate import (
+    OPTIMIZER_FILE,
+    STATE_FILE,
+    decode_rng,
+    encode_rng,
+    load_optimizer_state,
+    save_optimizer_state,
+)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation and bookkeeping of a run; validated (ValueError names field, value, rule).
+
+    The defaults train the listops-seed preset on listops to >= 99% held-out exact match.
+    """
+
+    steps: int = 600  # total optimizer steps; the cosine decays over all of them
+    batch_size: int = 64  # global batch: split across processes under torchrun
+    lr: float = 3e-3  # peak learning rate, reached after warmup
+    warmup: int = 50  # linear warmup steps, from lr/warmup to lr
+    min_lr_ratio: float = 0.1  # the cosine ends at lr * min_lr_ratio
+    weight_decay: float = 0.01  # AdamW decay on matrices and embeddings (not biases, not norms)
+    beta1: float = 0.9
+    beta2: float = 0.98
+    grad_clip: float = 1.0  # max global gradient norm; 0 turns clipping off
+    eval_every: int = 50  # held-out loss and exact match every K steps (and at the end)
+    eval_batch_size: int = 1024
+    log_every: int = 10  # a metrics.jsonl line (loss, lr, gradient norms, LN statistics)
+    checkpoint_every: int = 200  # 0: only the final checkpoint
+    keep_checkpoints: int = 2  # newest complete checkpoints kept on disk
+    seed: int = 0  # model init, data order, dropout
+    target_accuracy: float | None = 0.995  # stop at the first evaluation reaching it; None: never
+    threads: int = 1  # torch intra-op threads; 1 is fastest for small models (0: torch's default)
+
+    def __post_init__(self) -> None:
+        for error in _violations(self):
+            raise ValueError(error)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict of every field."""
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        """A copy with some fields changed (validated again)."""
+        return train_config_from_dict({**self.to_dict(), **changes})
+
+
+TRAIN_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(TrainConfig))
+
+
+def _violations(c: TrainConfig) -> list[str]:
+    def is_int(v: object) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    def is_num(v: object) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    rules = [
+        *[
+            (name, is_int(getattr(c, name)) and getattr(c, name) >= 1, "an integer >= 1")
+            for name in (
+                "steps",
+                "batch_size",
+                "eval_every",
+                "eval_batch_size",
+                "log_every",
+                "keep_checkpoints",
+            )
+        ],
+        *[
+            (name, is_int(getattr(c, name)) and getattr(c, name) >= 0, "an integer >= 0")
+            for name in ("warmup", "checkpoint_every", "seed", "threads")
+        ],
+        ("lr", is_num(c.lr) and c.lr > 0, "a number > 0"),
+        ("min_lr_ratio", is_num(c.min_lr_ratio) and 0 <= c.min_lr_ratio <= 1, "a number in [0, 1]"),
+        ("weight_decay", is_num(c.weight_decay) and c.weight_decay >= 0, "a number >= 0"),
+        ("beta1", is_num(c.beta1) and 0 <= c.beta1 < 1, "a number in [0, 1)"),
+        ("beta2", is_num(c.beta2) and 0 <= c.beta2 < 1, "a number in [0, 1)"),
+        ("grad_clip", is_num(c.grad_clip) and c.grad_clip >= 0, "a number >= 0 (0: no clipping)"),
+        (
+            "target_accuracy",
+            c.target_accuracy is None or (is_num(c.target_accuracy) and 0 < c.target_accuracy <= 1),
+            "a number in (0, 1], or None for no early stop",
+        ),
+    ]
+    errors = [f"TrainConfig.{name}={getattr(c, name)!r} must be {rule}" for name, ok, rule in rules if not ok]
+    if not errors and c.warmup > c.steps:
+        errors.append(f"TrainConfig.warmup={c.warmup} must be <= steps={c.steps}")
+    return errors
+
+
+def train_config_from_dict(d: dict[str, Any]) -> TrainConfig:
+    """Build a TrainConfig from a dict, rejecting unknown keys by name."""
+    unknown = sorted(set(d) - set(TRAIN_FIELDS))
+    if unknown:
+        raise ValueError(
+            f"TrainConfig has no field {', '.join(unknown)}; fields are: {', '.join(TRAIN_FIELDS)}"
+        )
+    return TrainConfig(**d)
+
+
+# ---- schedule, data order, evaluation ------------------------------------------------------------
+
+
+def lr_at(step: int, c: TrainConfig) -> float:
+    """Learning rate of update ``step`` (1-based): linear warmup to ``lr``, cosine to lr * min_lr_ratio."""
+    if step <= c.warmup:
+        return c.lr * step / c.warmup
+    progress = (step - c.warmup) / max(1, c.steps - c.warmup)
+    return c.lr * (c.min_lr_ratio + (1 - c.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
+
+
+@lru_cache(maxsize=8)
+def epoch_order(seed: int, epoch: int, n: int) -> Tensor:
+    """The permutation of the ``n`` training examples used in ``epoch``."""
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 2**32 + epoch))
+
+
+def batch_indices(step: int, n: int, batch_size: int, seed: int) -> Tensor:
+    """Training-example indices of global batch ``step`` (1-based): the next ``batch_size`` items of
+    the endless sequence epoch 0's permutation, epoch 1's, ... A pure function of its arguments."""
+    flat = torch.arange((step - 1) * batch_size, step * batch_size)
+    epochs, offsets = flat // n, flat % n
+    out = torch.empty(batch_size, dtype=torch.long)
+    for epoch in epochs.unique().tolist():
+        where = epochs == epoch
+        out[where] = epoch_order(seed, epoch, n)[offsets[where]]
+    return out
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, data: TaskData, batch_size: int = 1024) -> dict[str, float]:
+    """Held-out ``loss`` (mean cross-entropy over scored tokens), ``accuracy`` (exact match per example)."""
+    was_training = model.training
+    model.eval()
+    loss_sum, scored, correct = 0.0, 0, 0
+    try:
+        for start in range(0, len(data), batch_size):
+            x, y = data.inputs[start : start + batch_size], data.targets[start : start + batch_size]
+            logits = model(x)
+            n = int((y != -100).sum())
+            if n:
+                flat = torch.nn.functional.cross_entropy(
+                    logits.flatten(0, 1).float(), y.flatten(), ignore_index=-100, reduction="sum"
+                )
+                loss_sum += float(flat)
+                scored += n
+            correct += int(exact_match(logits, y).sum())
+    finally:
+        model.train(was_training)
+    return {"loss": loss_sum / max(scored, 1), "accuracy": correct / max(len(data), 1)}
+
+
+# ---- per-layer gradient norms, recorded at log steps ----------------------------------------------
+
+
+def layer_groups(model: Transformer) -> dict[str, list[nn.Parameter]]:
+    """Parameters by layer: ``embed`` (embeddings, positions), ``blocks.{i}``, ``head`` (ln_f, head)."""
+    groups: dict[str, list[nn.Parameter]] = {}
+    for name, p in model.named_parameters():
+        parts = name.split(".")
+        key = (
+            ".".join(parts[:2])
+            if parts[0] == "blocks"
+            else ("head" if parts[0] in ("ln_f", "head") else "embed")
+        )
+        groups.setdefault(key, []).append(p)
+    return groups
+
+
+def layer_grad_norms(model: Transformer) -> dict[str, float]:
+    """L2 norm of each layer's gradient (before clipping): ``grad_norm/blocks.0`` ..."""
+    norms = {}
+    for key, params in layer_groups(model).items():
+        grads = [p.grad.detach().float().norm() for p in params if p.grad is not None]
+        if grads:
+            norms[f"grad_norm/{key}"] = float(torch.stack(grads).norm())
+    return norms
+
+
+# ---- callbacks -------------------------------------------------------------------------------------
+
+
+@dataclass
+class StepContext:
+    """What a callback sees, after backward and before clipping and the optimizer step.
+
+    ``model.parameters()`` carry this step's gradients in ``.grad`` (averaged over processes
+    under DDP). A callback may run its own forward passes (the trainer restores the RNG state
+    and train/eval mode afterwards) but must not change parameters or ``.grad``: use
+    ``torch.autograd.grad`` for extra gradients, never ``.backward()``.
+    """
+
+    step: int  # the update about to be applied, 1-based
+    model: Transformer  # the plain model (not the DDP wrapper)
+    inputs: Tensor  # this process's batch (b, T)
+    targets: Tensor  # (b, T), -100 where not scored
+    loss: float  # the global batch's loss
+    lr: float
+    config: TrainConfig
+    task: Task
+    logged: bool  # whether this step writes a metrics line anyway (step % log_every == 0)
+
+
+Callback = Callable[[StepContext], "dict[str, Any] | None"]
+"""Called on rank 0 every step; a returned dict is merged into that step's metrics.jsonl line."""
+
+
+@dataclass
+class TrainResult:
+    """How a run ended."""
+
+    model: Transformer
+    step: int  # updates done
+    loss: float  # the last training batch's loss
+    eval: dict[str, float]  # the last held-out evaluation: loss, accuracy
+    stopped: str  # "target" (reached target_accuracy) or "steps"
+    seconds: float  # wall time of the loop (all sessions of a resumed run)
+    tokens_per_s: float  # training tokens per second (evaluation excluded)
+    history: list[dict[str, Any]] = field(default_factory=list)  # the metrics lines
+    out_dir: Path | None = None
+    checkpoint: Path | None = None  # the final checkpoint folder
+
+    @property
+    def accuracy(self) -> float:
+        """Held-out exact-match accuracy at the end."""
+        return self.eval.get("accuracy", float("nan"))
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss or the gradient became NaN/Inf; nothing was saved for that step."""
+
+
+def check_task_fits(config: ModelConfig, task: Task) -> None:
+    """ValueError when the model config cannot run the task (vocabulary, length, causality)."""
+    need = task.config_overrides()
+    problems = [
+        f"{k}={getattr(config, k)!r} but task {task.name!r} needs {v!r}"
+        for k, v in need.items()
+        if k != "max_seq_len" and getattr(config, k) != v
+    ]
+    if config.max_seq_len < need["max_seq_len"]:
+        problems.append(
+            f"max_seq_len={config.max_seq_len} but task {task.name!r} needs >= {need['max_seq_len']}"
+        )
+    if problems:
+        raise ValueError(f"ModelConfig.{problems[0]} (build the config with the task's config_overrides())")
+
+
+def make_optimizer(model: nn.Module, c: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices and embeddings only (biases and norm gains are not decayed)."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": c.weight_decay}, {"params": rest, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=c.lr, betas=(c.beta1, c.beta2), foreach=False)
+
+
+def train(
+    model_config: ModelConfig,
+    train_config: TrainConfig | None = None,
+    task: Task | None = None,
+    out_dir: str | Path | None = None,
+    callbacks: Sequence[Callback] = (),
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: bool = False,
+    report: bool = True,
+) -> TrainResult:
+    """Train a model of ``model_config`` on ``task`` (default listops); with ``out_dir``, write the
+    run folder there (config.json, metrics.jsonl, checkpoints, report.html).
+
+    ``resume`` continues from the newest checkpoint in ``out_dir`` (the configs must equal its
+    config.json); ``overwrite`` replaces a run already there. Raises TrainingDiverged when the loss
+    or the gradient turns NaN/Inf, RunLockedError when another live run holds ``out_dir``.
+    """
+    task = task if task is not None else get_task()
+    train_config = train_config if train_config is not None else TrainConfig()
+    check_task_fits(model_config, task)
+    procs = Processes.from_env()
+    threads = torch.get_num_threads()
+    if train_config.threads:
+        torch.set_num_threads(train_config.threads)
+    try:
+        with _Run(model_config, train_config, task, out_dir, list(callbacks), procs) as run:
+            run.setup(resume, overwrite)
+            return run.loop(progress and procs.main, report)
+    finally:
+        torch.set_num_threads(threads)
+        procs.close()
+
+
+class _Run:
+    """One training session's state; ``train`` is its interface."""
+
+    def __init__(
+        self,
+        mc: ModelConfig,
+        tc: TrainConfig,
+        task: Task,
+        out_dir: str | Path | None,
+        callbacks: list[Callback],
+        procs: Processes,
+    ) -> None:
+        if tc.batch_size % procs.world_size:
+            raise ValueError(
+                f"TrainConfig.batch_size={tc.batch_size} must be divisible by the "
+                f"{procs.world_size} processes"
+            )
+        self.mc, self.tc, self.task, self.callbacks, self.procs = mc, tc, task, callbacks, procs
+        self.folder = Path(out_dir) if out_dir is not None and procs.main else None
+        self.train_data, self.test_data = task.split("train"), task.split("test")
+        self.lock: RunLock | None = None
+        self.metrics_file: Any = None
+        self.history: list[dict[str, Any]] = []
+        self.step, self.seconds_before, self.train_seconds, self.tokens = 0, 0.0, 0.0, 0
+        self.session_start = time.perf_counter()
+        self.loss, self.eval, self.stopped, self.done = float("nan"), {}, "steps", False
+        self.checkpoint: Path | None = None
+
+    def __enter__(self) -> _Run:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.metrics_file is not None:
+            self.metrics_file.close()
+        if self.lock is not None:
+            self.lock.release()
+
+    # -- setup ----------------------------------------------------------------------------------
+
+    def setup(self, resume: bool, overwrite: bool) -> None:
+        """Build model and optimizer; claim the folder; restore the newest checkpoint if resuming."""
+        torch.manual_seed(self.tc.seed)
+        self.model = Transformer(self.mc)
+        self.optimizer = make_optimizer(self.model, self.tc)
+        failure, found = None, None
+        if self.folder is not None:
+            try:
+                found = self._claim_folder(resume, overwrite)
+            except Exception as error:  # noqa: BLE001 - re-raised below, after telling the other ranks
+                failure = error
+        message, found = self.procs.share((None if failure is None else str(failure), found))
+        if failure is not None:
+            raise failure
+        if message is not None:
+            raise RuntimeError(f"process 0 could not set up the run folder: {message}")
+        if found is not None:
+            self._restore(Path(found))
+        self.ddp: nn.Module = self.model
+        if self.procs.world_size > 1:
+            self.ddp = DistributedDataParallel(self.model, broadcast_buffers=False)
+        if self.folder is not None:
+            self.metrics_file = open(self.folder / METRICS, "a")  # noqa: SIM115 - closed in __exit__
+
+    def _claim_folder(self, resume: bool, overwrite: bool) -> str | None:
+        """Lock the folder, check or write config.json; the checkpoint to resume from, if any."""
+        folder = self.folder
+        assert folder is not None
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"--out {folder} is a file, not a folder")
+        self.lock = RunLock(folder).acquire()
+        config = run_config(self.mc, self.tc, self.task, self.procs.world_size)
+        held = [p for p in (CONFIG, METRICS, CHECKPOINTS, REPORT) if (folder / p).exists()]
+        if resume and (folder / CONFIG).exists():
+            saved = read_json(folder / CONFIG)
+            diffs = [
+                f"{part}: {saved.get(part)} != {config[part]}"
+                for part in ("model", "train", "task")
+                if saved.get(part) != config[part]
+            ]
+            if diffs:
+                raise ValueError(
+                    f"--resume: the run in {folder} was configured differently ({diffs[0]}); "
+                    "resume with its config.json or start a new run"
+                )
+            latest = latest_checkpoint(folder)
+            if latest is not None:
+                return str(latest)
+        elif held and not overwrite:
+            raise ValueError(
+                f"{folder} already holds a run ({', '.join(held)}); pass --resume to continue "
+                "it, --overwrite to start over, or choose another --out"
+            )
+        clear_run(folder)
+        write_json(folder / CONFIG, config)
+        return None
+
+    def _restore(self, ckpt: Path) -> None:
+        """Weights, AdamW moments, step, RNG state and metrics history from a checkpoint folder."""
+        loaded = load_checkpoint(ckpt / MODEL_FILE)
+        if loaded.config != self.mc:
+            raise ValueError(f"{ckpt}: the checkpoint's model config differs from the run's")
+        self.model.load_state_dict(loaded.model.state_dict())
+        load_optimizer_state(ckpt / OPTIMIZER_FILE, self.model, self.optimizer)
+        state = read_json(ckpt / STATE_FILE)
+        self.step, self.done, self.stopped = state["step"], state["done"], state["stopped"]
+        self.seconds_before, self.train_seconds, self.tokens = (
+            state["seconds"],
+            state["train_seconds"],
+            state["tokens"],
+        )
+        self.loss, self.eval = state["loss"], state["eval"]
+        rng = state["rng"]
+        torch.set_rng_state(decode_rng(rng[self.procs.rank % len(rng)]))
+        self.checkpoint = ckpt
+        if self.folder is not None:
+            truncate_metrics(self.folder / METRICS, self.step)  # drop what the killed run logged later
+            self.history = read_metrics(self.folder)
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def loop(self, show_progress: bool, report: bool) -> TrainResult:
+        """Train until ``steps`` or the target accuracy; checkpoint, log, report."""
+        c = self.tc
+        tokens_per_step = c.batch_size * self.train_data.inputs.shape[1]
+        self.session_start = time.perf_counter()
+        try:
+            with progress_context(show_progress) as bar:
+                bar_task = (
+                    bar.add_task("train", total=c.steps, completed=self.step, status="") if bar else None
+                )
+                window_tokens, window_seconds = 0, 0.0
+                while not self.done and self.step < c.steps:
+                    start = time.perf_counter()
+                    row = self._step(self.step + 1)
+                    spent = time.perf_counter() - start
+                    window_seconds += spent
+                    window_tokens += tokens_per_step
+                    self.train_seconds += spent
+                    self.tokens += tokens_per_step
+                    if row is not None and self.step % c.log_every == 0:
+                        row["tokens_per_s"] = window_tokens / max(window_seconds, 1e-9)
+                        window_tokens, window_seconds = 0, 0.0
+                    self._after_step(row)
+                    if bar is not None:
+                        bar.update(bar_task, completed=self.step, status=self._status())
+        except TrainingDiverged:
+            self._write_report(report)
+            raise
+        seconds = self.elapsed()
+        self._write_report(report)
+        return TrainResult(
+            model=self.model,
+            step=self.step,
+            loss=self.loss,
+            eval=dict(self.eval),
+            stopped=self.stopped,
+            seconds=seconds,
+            tokens_per_s=self.tokens / max(self.train_seconds, 1e-9),
+            history=self.history,
+            out_dir=Path(self.folder) if self.folder else None,
+            checkpoint=self.checkpoint,
+        )
+
+    def _step(self, step: int) -> dict[str, Any] | None:
+        """One update: forward, backward, callbacks, clip, AdamW. The metrics row, if one is due."""
+        c, procs = self.tc, self.procs
+        lr = lr_at(step, c)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        batch = batch_indices(step, len(self.train_data), c.batch_size, c.seed)
+        local = batch.chunk(procs.world_size)[procs.rank]
+        x, y = self.train_data.inputs[local], self.train_data.targets[local]
+        logged = step % c.log_every == 0 or step == c.steps
+        _, loss = self.ddp(x, y)
+        if procs.world_size == 1:
+            self.loss = loss.item()
+        else:  # the global batch's mean; each process's loss weighted so DDP's average is that mean
+            n_local, n_global = int((y != -100).sum()), int((self.train_data.targets[batch] != -100).sum())
+            self.loss = procs.sum(loss.item() * n_local) / max(n_global, 1)
+            if n_local * procs.world_size != n_global:
+                loss = loss * (n_local * procs.world_size / max(n_global, 1))
+        row: dict[str, Any] = {"step": step, "loss": self.loss, "lr": lr}
+        if not math.isfinite(self.loss):
+            raise self._diverged(row, f"the training loss is {self.loss}")
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        extra: dict[str, Any] = layer_grad_norms(self.model) if logged else {}
+        if procs.main and self.callbacks:
+            extra.update(
+                self._callbacks(StepContext(step, self.model, x, y, self.loss, lr, c, self.task, logged))
+            )
+        max_norm = c.grad_clip if c.grad_clip > 0 else math.inf
+        row["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
+        if not math.isfinite(row["grad_norm"]):
+            raise self._diverged(row, f"the gradient norm is {row['grad_norm']}")
+        self.optimizer.step()
+        self.step = step
+        return {**row, **extra} if logged or extra or step % c.eval_every == 0 else None
+
+    def _callbacks(self, ctx: StepContext) -> dict[str, Any]:
+        """Run the callbacks, restoring RNG state and train mode so they cannot change the run."""
+        merged: dict[str, Any] = {}
+        rng, mode = torch.get_rng_state(), self.model.training
+        for callback in self.callbacks:
+            out = callback(ctx)
+            torch.set_rng_state(rng)
+            self.model.train(mode)
+            merged.update(out or {})
+        return merged
+
+    def _after_step(self, row: dict[str, Any] | None) -> None:
+        """Evaluate, decide whether to stop, log, checkpoint."""
+        c, step = self.tc, self.step
+        if step % c.eval_every == 0 or step == c.steps:
+            self.eval = evaluate(self.model, self.test_data, c.eval_batch_size)
+            assert row is not None
+            row.update(eval_loss=self.eval["loss"], eval_accuracy=self.eval["accuracy"])
+            if c.target_accuracy is not None and self.eval["accuracy"] >= c.target_accuracy:
+                self.stopped = "target"
+        self.done = self.stopped == "target" or step == c.steps
+        if row is not None:
+            row["time"] = self.elapsed()
+            self._log(row)
+        if self.done or (c.checkpoint_every and step % c.checkpoint_every == 0):
+            self._save()
+
+    def elapsed(self) -> float:
+        """Wall seconds of the run so far, over every session of a resumed run."""
+        return self.seconds_before + time.perf_counter() - self.session_start
+
+    def _log(self, row: dict[str, Any]) -> None:
+        self.history.append(row)
+        if self.metrics_file is not None:
+            self.metrics_file.write(json.dumps(row) + "\n")
+            self.metrics_file.flush()  # a SIGKILL loses nothing written before a checkpoint
+
+    def _save(self) -> None:
+        """Write checkpoints/step-N (rank 0) with every process's RNG state."""
+        rng = self.procs.gather(encode_rng(torch.get_rng_state()))
+        if self.folder is None:
+            return
+        state = {
+            "step": self.step,
+            "done": self.done,
+            "stopped": self.stopped,
+            "seconds": self.elapsed(),
+            "train_seconds": self.train_seconds,
+            "tokens": self.tokens,
+            "loss": self.loss,
+            "eval": self.eval,
+            "rng": rng,
+            "world_size": self.procs.world_size,
+            "data_order": {
+                "scheme": "epoch permutations, train.batch_indices",
+                "seed": self.tc.seed,
+                "batch_size": self.tc.batch_size,
+                "next_example": self.step * self.tc.batch_size,
+            },
+        }
+        meta = {"task": self.task.to_dict(), "step": self.step, "eval": self.eval, "train": self.tc.to_dict()}
+
+        def write(tmp: Path) -> None:
+            save_checkpoint(tmp / MODEL_FILE, self.model, tokenizer=self.task.tokenizer.to_dict(), meta=meta)
+            save_optimizer_state(tmp / OPTIMIZER_FILE, self.model, self.optimizer)
+            write_json(tmp / STATE_FILE, state)
+
+        self.checkpoint = publish_checkpoint(self.folder, self.step, write, self.tc.keep_checkpoints)
+
+    def _diverged(self, row: dict[str, Any], what: str) -> TrainingDiverged:
+        """Log the bad step and build the error; nothing is saved for this step."""
+        self._log({**row, "time": self.elapsed()})
+        last = (
+            f"the last good checkpoint is {self.checkpoint}"
+            if self.checkpoint
+            else "no checkpoint was written"
+        )
+        return TrainingDiverged(
+            f"training stopped at step {row['step']}: {what}; nothing was saved for this step, {last}"
+        )
+
+    def _status(self) -> str:
+        acc = f"  acc {self.eval['accuracy']:.1%}" if self.eval else ""
+        tps = self.tokens / max(self.train_seconds, 1e-9)
+        return f"loss {self.loss:.4f}{acc}  {tps:,.0f} tok/s"
+
+    def _write_report(self, report: bool) -> None:
+        if report and self.folder is not None:
+            from .report import write_report
+
+            write_report(self.folder, model=self.model, task=self.task)
+
+
+def run_config(mc: ModelConfig, tc: TrainConfig, task: Task, world_size: int = 1) -> dict[str, Any]:
+    """config.json: everything needed to rebuild the run."""
+    import blocklab
+
+    return {
+        "model": mc.to_dict(),
+        "train": tc.to_dict(),
+        "task": task.to_dict(),
+        "world_size": world_size,
+        "versions": {"blocklab": blocklab.__version__, "torch": torch.__version__},
+    }
+
+
+def clear_run(folder: Path) -> None:
+    """Remove a previous run's files from ``folder`` (nothing else in it)."""
+    for name in (CONFIG, METRICS, REPORT):
+        (folder / name).unlink(missing_ok=True)
+    shutil.rmtree(folder / CHECKPOINTS, ignore_errors=True)
+
+
+def progress_context(enabled: bool) -> Any:
+    """A rich progress bar with loss, accuracy and tokens/s, or nothing."""
+    if not enabled:
+        return nullcontext(None)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("[bold]train"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[status]}"),
+    )
