@@ -1,0 +1,136 @@
+"""``blocklab trace``: pick the model and the input, collect, then print / write JSON / write HTML.
+
+The model is a preset built with a fixed seed (``listops-seed`` and ``tiny-lm`` bring their
+task's tokenizer) or a checkpoint (a blocklab file, a Hugging Face folder or an installed
+model package), which brings its own tokenizer when it has one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..model import Transformer
+from .collect import Trace, collect_trace, trace_to_dict
+
+PRESET_TASKS = {"listops-seed": "listops", "tiny-lm": "tiny-lm"}  # presets that come with a tokenizer
+
+
+@dataclass
+class Subject:
+    """The model to trace, its tokenizer (None: inputs are ids) and a line saying where it came from."""
+
+    model: Transformer
+    tokenizer: Any
+    source: str
+
+
+def preset_subject(name: str, seed: int, overrides: dict[str, Any]) -> Subject:
+    """A preset's model built with ``torch.manual_seed(seed)``; its task's tokenizer if it has one."""
+    from ..config import preset
+    from ..tasks import get_task
+
+    task = get_task(PRESET_TASKS[name]) if name in PRESET_TASKS else None
+    config = preset(name, **{**(task.config_overrides() if task else {}), **overrides})
+    torch.manual_seed(seed)
+    changed = "".join(f", {k}={v}" for k, v in overrides.items())
+    return Subject(Transformer(config).eval(), task.tokenizer if task else None,
+                   f"preset {name} (seed {seed}{changed})")
+
+
+def checkpoint_subject(path: str) -> Subject:
+    """A trained or imported model with the tokenizer stored alongside it."""
+    from ..interop.pretrained import load_model
+
+    model, tokenizer = load_model(path)
+    return Subject(model.eval(), tokenizer, f"checkpoint {path}")
+
+
+def parse_ids(text: str) -> list[int]:
+    """``"1,2,3"`` or ``"1 2 3"`` -> [1, 2, 3]; ValueError naming the bad piece."""
+    pieces = text.replace(",", " ").split()
+    if not pieces:
+        raise ValueError("--tokens is empty: give token ids like 1,2,3")
+    for piece in pieces:
+        if not piece.lstrip("-").isdigit():
+            raise ValueError(f"--tokens needs integer ids separated by commas or spaces; {piece!r} is not one")
+    return [int(p) for p in pieces]
+
+
+def vocabulary(tokenizer: Any, size: int) -> list[str] | None:
+    """Every token string of the model's vocabulary, or None when the tokenizer cannot name them all."""
+    try:
+        return list(tokenizer.tokens(list(range(size)))) if tokenizer is not None else None
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+def target_id(tokenizer: Any, token: str) -> int:
+    """The id of ``--target``: a token of the vocabulary, or an id when there is no tokenizer."""
+    table = getattr(tokenizer, "token_to_id", None)
+    found = table.get(token) if isinstance(table, dict) else (
+        tokenizer.token_id(token) if hasattr(tokenizer, "token_id") else None)
+    if found is not None:
+        return int(found)
+    if tokenizer is None and token.isdigit():
+        return int(token)
+    raise ValueError(f"--target {token!r} is not a token of the vocabulary"
+                     + (f"; {tokenizer.describe_vocab()}" if hasattr(tokenizer, "describe_vocab") else ""))
+
+
+def collect_for_args(args: argparse.Namespace, overrides: dict[str, Any]) -> Trace:
+    """The model and input the flags name, traced."""
+    if args.checkpoint:
+        if overrides:
+            raise ValueError(f"config flags ({', '.join(overrides)}) apply to --preset, not to --checkpoint")
+        subject = checkpoint_subject(args.checkpoint)
+    else:
+        subject = preset_subject(args.preset, args.seed, overrides)
+    tok = subject.tokenizer
+    if (args.input is None) == (args.tokens is None):
+        raise ValueError("give the input as text with --input or as ids with --tokens (one of them)")
+    if args.input is not None and tok is None:
+        raise ValueError(f"{subject.source} has no tokenizer: give token ids with --tokens 1,2,3")
+    ids = tok.encode(args.input) if args.input is not None else parse_ids(args.tokens)
+    V = subject.model.config.vocab_size
+    bad = [i for i in ids if not 0 <= i < V]
+    if bad:
+        raise ValueError(f"token id {bad[0]} is out of range: the model's vocabulary has ids 0..{V - 1}")
+    labels = tok.tokens(ids) if tok is not None else [str(i) for i in ids]
+    target = target_id(tok, args.target) if args.target is not None else None
+    return collect_trace(
+        subject.model, ids, labels, position=args.position, target=target, target_token=args.target,
+        vocab=vocabulary(tok, V), names=args.stages, source=subject.source, text=args.input,
+    )
+
+
+def run(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
+    """Trace, then print (unless --quiet) and write --json / --html."""
+    if args.decimals < 0 or args.decimals > 12:
+        raise ValueError(f"--decimals {args.decimals} must be between 0 and 12")
+    trace = collect_for_args(args, overrides)
+    if not args.quiet:
+        from rich.console import Console
+
+        from .text import render_text
+
+        console = Console(highlight=False)
+        if args.width:
+            console.width = args.width
+        elif not console.is_terminal:
+            console.width = 160
+        render_text(trace, console, decimals=args.decimals, max_features=args.max_features)
+    if args.json:
+        Path(args.json).write_text(json.dumps(trace_to_dict(trace)) + "\n", encoding="utf-8")
+        print(f"wrote {args.json}")
+    if args.html:
+        from .html import write_html
+
+        write_html(trace, args.html, decimals=args.decimals)
+        print(f"wrote {args.html}")
+    return 0

@@ -1,0 +1,311 @@
+"""The trace as one self-contained HTML page: no network, no external file.
+
+Stages are sections in forward order, each with its words, a heatmap (positions x features
+for the residual stream and every other vector stage; one query x key map per head for
+attention) and its per-position statistics. A small inline script draws the heatmaps on
+canvases from data embedded in the page and shows each cell's value on hover; when it has
+drawn them all it sets ``data-rendered`` on the root element (the browser test reads it).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from pathlib import Path
+
+from torch import Tensor
+
+from .collect import STAT_NAMES, Stage, Trace
+from .text import BLOCK_MATH, column_labels, fmt, norm_cells, norm_headers
+
+MAX_COLUMNS = 512  # a heatmap shows at most this many features (vocabularies can be 50k wide)
+STREAM_KINDS = ("embed", "resid_pre", "resid_mid", "resid_post", "norm")
+DIVERGING = "linear-gradient(90deg, #2166ac, #f7f7f7, #b2182b)"
+SEQUENTIAL = "linear-gradient(90deg, #f7fbff, #6baed6, #08306b)"
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _compact(t: Tensor) -> list:
+    """Rows of 5 significant digits (enough for colour and hover); non-finite -> null."""
+    return [[float(f"{v:.5g}") if math.isfinite(v) else None for v in row] for row in t.tolist()]
+
+
+class Page:
+    """Collects the heatmaps (data for the script) while the sections are written."""
+
+    def __init__(self, trace: Trace, decimals: int) -> None:
+        self.trace, self.decimals = trace, decimals
+        self.maps: list[dict] = []
+
+    def heatmap(self, rows: Tensor, row_labels: list[str], col_labels: list[str] | None, sequential: bool,
+                caption: str, group: int = 0, from_zero: bool = True) -> str:
+        """A canvas (drawn by the script) with its colour legend and caption.
+
+        ``group``: draw a separator every ``group`` columns (heads); ``from_zero``: a sequential
+        scale starts at 0 (probabilities) rather than at the smallest value.
+        """
+        F = rows.shape[1]
+        shown = rows[:, :MAX_COLUMNS]
+        finite = shown[shown.isfinite()]
+        lo = float(finite.min()) if finite.numel() else 0.0
+        hi = float(finite.max()) if finite.numel() else 0.0
+        if sequential:
+            vmin = min(lo, 0.0) if from_zero else lo
+            vmax = hi if hi > vmin else vmin + 1
+        else:
+            vmax = max(abs(lo), abs(hi)) or 1.0
+            vmin = -vmax
+        self.maps.append({
+            "rows": _compact(shown), "rowLabels": row_labels,
+            "colLabels": col_labels[:MAX_COLUMNS] if col_labels else None,
+            "vmin": vmin, "vmax": vmax, "sequential": sequential, "decimals": self.decimals, "group": group,
+        })
+        more = f" (first {MAX_COLUMNS} of {F} columns)" if F > MAX_COLUMNS else ""
+        d = self.decimals
+        return (
+            f'<figure><div class="scroll"><canvas class="heatmap" data-map="{len(self.maps) - 1}"></canvas></div>'
+            f'<figcaption><span class="legend"><span>{fmt(vmin, d)}</span>'
+            f'<i style="background:{SEQUENTIAL if sequential else DIVERGING}"></i>'
+            f"<span>{fmt(vmax, d)}</span></span> {_e(caption + more)}</figcaption></figure>"
+        )
+
+
+def _table(headers: list[str], rows: list[list[str]], caption: str = "") -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
+    cap = f"<caption>{_e(caption)}</caption>" if caption else ""
+    return f'<table class="stats">{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _stats_table(trace: Trace, stage: Stage, d: int) -> str:
+    headers = ["pos", "token", "mean", "var", "std", "min", "max", "L2"]
+    rows = []
+    for i, p in enumerate(stage.positions):
+        row = [str(p), trace.tokens[p], *(fmt(float(stage.stats[k][i]), d) for k in STAT_NAMES)]
+        if stage.frac_le_zero is not None:
+            row.append(f"{100 * float(stage.frac_le_zero[i]):.1f}%")
+        rows.append(row)
+    if stage.frac_le_zero is not None:
+        headers.append("<= 0")
+    return _table(headers, rows, "per position")
+
+
+def _norm_table(trace: Trace, stage: Stage, d: int) -> str:
+    n = stage.norm
+    rows = [[str(p), trace.tokens[p], *norm_cells(n, i, d)] for i, p in enumerate(stage.positions)]
+    return _table(["pos", "token", *norm_headers(n.variant)], rows,
+                  f"{stage.norm_module}, eps {n.eps:g}: the numbers it used")
+
+
+def _section(page: Page, stage: Stage) -> str:
+    t, d = page.trace, page.decimals
+    labels = [f"{p} {t.tokens[p]}" for p in stage.positions]
+    shape = "(" + ", ".join(map(str, stage.shape)) + ")"
+    parts = [f'<section class="stage kind-{_e(stage.kind.replace(".", "-"))}" id="{_e(stage.name)}">',
+             f"<h3>{_e(stage.name)} <span class=\"shape\">shape {shape}</span></h3>",
+             f'<p class="explain">{_e(stage.explanation)}</p>']
+    if stage.kind == "loss":
+        parts.append(f'<p class="loss">loss = {fmt(float(stage.rows[0, 0]), d)}</p></section>')
+        return "".join(parts)
+    if stage.heads is not None:
+        sequential = stage.kind == "attn.weights"
+        keys = [f"{k} {tok}" for k, tok in enumerate(t.tokens)]
+        maps = [page.heatmap(stage.heads[h], labels, keys, sequential, f"head {h}: query rows, key columns")
+                for h in range(stage.heads.shape[0])]
+        parts.append(f'<div class="heads">{"".join(maps)}</div>')
+    else:
+        cols = column_labels(stage, stage.rows.shape[1]) if stage.columns is not None else None
+        sequential = stage.kind == "probs"
+        what = "after gamma/beta" if stage.norm is not None else "values"
+        group = stage.shape[-1] if stage.kind in ("attn.q", "attn.k", "attn.v") else 0
+        parts.append(page.heatmap(stage.rows, labels, cols, sequential,
+                                  f"{what}: positions x {stage.rows.shape[1]} features", group))
+    parts.append(_stats_table(t, stage, d))
+    if stage.norm is not None:
+        parts.append(_norm_table(t, stage, d))
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _overview(page: Page) -> str:
+    """The residual stream's L2 norm per position through the whole model."""
+    t = page.trace
+    stream = [s for s in t.stages if s.kind in STREAM_KINDS and s.rows.shape[1] == t.config.d_model
+              and s.positions == t.positions]
+    if not stream:
+        return ""
+    import torch
+
+    rows = torch.stack([s.stats["l2"] for s in stream])  # (stages, P)
+    labels = [f"{p} {t.tokens[p]}" for p in t.positions]
+    figure = page.heatmap(rows, [s.name for s in stream], labels, True,
+                          "L2 norm of each position's vector (columns) at each stream stage (rows)", from_zero=False)
+    return f'<section class="overview" id="overview"><h2>The residual stream, stage by stage</h2>{figure}</section>'
+
+
+def render_html(trace: Trace, decimals: int = 4) -> str:
+    """The whole page as a string."""
+    page = Page(trace, decimals)
+    c = trace.config
+    overview = _overview(page)
+    body, toc, block = [], [], "start"
+    for stage in trace.stages:
+        if stage.block != block:
+            block = stage.block
+            title = (f"Block {block} · {BLOCK_MATH[c.norm_position]}" if block is not None
+                     else ("Input" if not body else "After the blocks"))
+            body.append(f'<h2 class="block" id="block-{block}">{_e(title)}</h2>')
+            toc.append(f'<li class="group"><a href="#block-{block}">{_e(title.split(" · ")[0])}</a></li>')
+        body.append(_section(page, stage))
+        toc.append(f'<li><a href="#{_e(stage.name)}">{_e(stage.short)}</a></li>')
+    chips = "".join(f'<span class="tok"><b>{i}</b>{_e(tok)}</span>' for i, tok in enumerate(trace.tokens))
+    model = (f"{c.n_layers} {c.norm_position}-norm blocks · d_model {c.d_model} · {c.n_heads} heads · "
+             f"d_ff {c.d_ff} · {c.activation} · norm {c.norm} · residual {c.residual} · vocab {c.vocab_size}")
+    target = (f"<p>target <b>{_e(trace.target['token'])}</b> at position {trace.target['position']}</p>"
+              if trace.target else "")
+    data = json.dumps(page.maps, separators=(",", ":")).replace("</", "<\\/")
+    return TEMPLATE.format(
+        title=_e(f"blocklab trace · {' '.join(trace.tokens)}"), css=CSS, script=SCRIPT, data=data,
+        source=_e(trace.source), model=_e(model), chips=chips, target=target, overview=overview,
+        toc="".join(toc), body="".join(body),
+    )
+
+
+def write_html(trace: Trace, path: str | Path, decimals: int = 4) -> None:
+    """Write the page to ``path``."""
+    Path(path).write_text(render_html(trace, decimals), encoding="utf-8")
+
+
+TEMPLATE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}</title>
+<style>{css}</style></head>
+<body>
+<nav id="toc"><div class="brand">blocklab trace</div><ul><li class="group"><a href="#overview">Overview</a></li>{toc}</ul></nav>
+<main>
+<header><h1>Every number of one forward pass</h1>
+<p class="source">{source}</p><p class="model">{model}</p>
+<div class="tokens">{chips}</div>{target}
+</header>
+{overview}
+{body}
+</main>
+<div id="tip" hidden></div>
+<script type="application/json" id="maps">{data}</script>
+<script>{script}</script>
+</body></html>
+"""
+
+CSS = """
+:root { --ink: #1d2433; --muted: #667085; --line: #e4e7ec; --card: #fff; --bg: #f5f6f8; --accent: #3056d3; }
+* { box-sizing: border-box; }
+body { margin: 0; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--ink);
+       background: var(--bg); }
+#toc { position: fixed; top: 0; bottom: 0; left: 0; width: 210px; overflow-y: auto; padding: 16px 12px;
+       background: #101828; color: #d0d5dd; font-size: 12.5px; }
+#toc .brand { font-weight: 700; color: #fff; font-size: 15px; margin-bottom: 10px; }
+#toc ul { list-style: none; margin: 0; padding: 0; }
+#toc li a { color: #d0d5dd; text-decoration: none; display: block; padding: 1px 6px; border-radius: 4px;
+            font-family: ui-monospace, SFMono-Regular, Menlo, monospace; }
+#toc li a:hover { background: #1d2939; color: #fff; }
+#toc li.group { margin-top: 10px; }
+#toc li.group a { font-family: inherit; font-weight: 600; color: #fff; }
+main { margin-left: 210px; padding: 20px 28px 60px; max-width: 1320px; }
+header h1 { margin: 0 0 4px; font-size: 22px; }
+.source, .model { margin: 2px 0; color: var(--muted); }
+.tokens { margin: 10px 0 4px; display: flex; flex-wrap: wrap; gap: 6px; }
+.tok { background: var(--card); border: 1px solid var(--line); border-radius: 6px; padding: 3px 9px;
+       font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 15px; }
+.tok b { color: var(--muted); font-weight: 500; font-size: 11px; margin-right: 6px; }
+h2.block { margin: 34px 0 10px; font-size: 17px; padding-bottom: 6px; border-bottom: 2px solid var(--accent); }
+section.stage, section.overview { background: var(--card); border: 1px solid var(--line); border-radius: 10px;
+       padding: 12px 16px 14px; margin: 12px 0; box-shadow: 0 1px 2px rgba(16,24,40,.04); }
+section.overview h2 { margin: 0 0 8px; font-size: 16px; }
+h3 { margin: 0 0 2px; font: 600 14.5px ui-monospace, SFMono-Regular, Menlo, monospace; color: var(--accent); }
+h3 .shape { color: var(--muted); font-weight: 400; font-size: 12.5px; margin-left: 8px; }
+.explain { margin: 2px 0 10px; font-style: italic; }
+.loss { font-size: 16px; font-weight: 600; }
+figure { margin: 6px 0 10px; }
+.scroll { overflow-x: auto; max-width: 100%; }
+canvas.heatmap { display: block; }
+figcaption { color: var(--muted); font-size: 12px; margin-top: 3px; display: flex; align-items: center; gap: 8px; }
+.legend { display: inline-flex; align-items: center; gap: 4px; font-family: ui-monospace, monospace; font-size: 11px; }
+.legend i { display: inline-block; width: 90px; height: 9px; border-radius: 2px; border: 1px solid var(--line); }
+.heads { display: flex; flex-wrap: wrap; gap: 6px 24px; }
+table.stats { border-collapse: collapse; font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; margin: 4px 0 8px; }
+table.stats caption { text-align: left; color: var(--muted); font: 12px system-ui, sans-serif; padding-bottom: 2px; }
+table.stats th { font-weight: 600; text-align: right; padding: 2px 10px; border-bottom: 1px solid var(--line);
+       background: #f9fafb; }
+table.stats td { text-align: right; padding: 1px 10px; border-bottom: 1px solid #f2f4f7; }
+table.stats td:nth-child(2), table.stats th:nth-child(2) { text-align: left; }
+#tip { position: fixed; pointer-events: none; background: #101828; color: #fff; padding: 4px 8px;
+       border-radius: 5px; font: 12px ui-monospace, monospace; z-index: 10; white-space: nowrap; }
+"""
+
+SCRIPT = r"""
+(function () {
+  "use strict";
+  var maps = JSON.parse(document.getElementById("maps").textContent);
+  var tip = document.getElementById("tip");
+  var DIV = [[33, 102, 172], [247, 247, 247], [178, 24, 43]];
+  var SEQ = [[247, 251, 255], [107, 174, 214], [8, 48, 107]];
+  function mix(stops, t) {
+    t = Math.max(0, Math.min(1, t));
+    var i = t < 0.5 ? 0 : 1, u = t < 0.5 ? t * 2 : (t - 0.5) * 2, a = stops[i], b = stops[i + 1];
+    return "rgb(" + [0, 1, 2].map(function (k) { return Math.round(a[k] + (b[k] - a[k]) * u); }).join(",") + ")";
+  }
+  function draw(canvas, m) {
+    var R = m.rows.length, C = m.rows[0].length;
+    var avail = Math.max(240, canvas.parentNode.parentNode.parentNode.clientWidth - 40);
+    var left = 12 + 7 * Math.max.apply(null, m.rowLabels.map(function (s) { return s.length; }));
+    var top = m.colLabels ? 8 + 6.5 * Math.min(14, Math.max.apply(null, m.colLabels.map(function (s) { return s.length; }))) : 6;
+    var cw = Math.max(2, Math.min(m.colLabels ? 44 : 26, Math.floor((avail - left) / C)));
+    var ch = R > 30 ? 10 : 17;
+    var W = left + C * cw + 2, H = top + R * ch + 2, dpr = window.devicePixelRatio || 1;
+    canvas.width = W * dpr; canvas.height = H * dpr;
+    canvas.style.width = W + "px"; canvas.style.height = H + "px";
+    var g = canvas.getContext("2d");
+    g.scale(dpr, dpr);
+    g.font = "11px ui-monospace, Menlo, monospace"; g.fillStyle = "#344054"; g.textBaseline = "middle";
+    for (var r = 0; r < R; r++) {
+      g.textAlign = "right"; g.fillStyle = "#344054";
+      g.fillText(m.rowLabels[r], left - 6, top + r * ch + ch / 2);
+      for (var c = 0; c < C; c++) {
+        var v = m.rows[r][c];
+        g.fillStyle = v === null ? "#d0d5dd" : mix(m.sequential ? SEQ : DIV, (v - m.vmin) / (m.vmax - m.vmin));
+        g.fillRect(left + c * cw, top + r * ch, cw, ch);
+      }
+    }
+    if (m.group) {
+      g.fillStyle = "#ffffff";
+      for (var s = m.group; s < C; s += m.group) { g.fillRect(left + s * cw - 1, top, 2, R * ch); }
+    }
+    if (m.colLabels) {
+      g.save(); g.fillStyle = "#344054"; g.textAlign = "left";
+      for (var k = 0; k < C; k++) {
+        g.save(); g.translate(left + k * cw + cw / 2 + 3, top - 4); g.rotate(-Math.PI / 2.6);
+        g.fillText(m.colLabels[k].slice(0, 14), 0, 0); g.restore();
+      }
+      g.restore();
+    }
+    canvas.addEventListener("mousemove", function (e) {
+      var box = canvas.getBoundingClientRect();
+      var c = Math.floor((e.clientX - box.left - left) / cw), r = Math.floor((e.clientY - box.top - top) / ch);
+      if (r < 0 || r >= R || c < 0 || c >= C) { tip.hidden = true; return; }
+      var v = m.rows[r][c];
+      tip.textContent = m.rowLabels[r] + "  \u00b7  " + (m.colLabels ? m.colLabels[c] : "feature " + c) +
+        "  =  " + (v === null ? "masked" : v.toFixed(m.decimals));
+      tip.hidden = false; tip.style.left = (e.clientX + 14) + "px"; tip.style.top = (e.clientY + 12) + "px";
+    });
+    canvas.addEventListener("mouseleave", function () { tip.hidden = true; });
+  }
+  var canvases = document.querySelectorAll("canvas.heatmap");
+  for (var i = 0; i < canvases.length; i++) { draw(canvases[i], maps[+canvases[i].dataset.map]); }
+  document.documentElement.setAttribute("data-rendered", String(canvases.length));
+})();
+"""
