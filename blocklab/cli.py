@@ -272,6 +272,39 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- blocklab trace ----------------------------------------------------------------------------
+
+
+def _add_trace(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("trace", help="walk one input through the model and print every stage's numbers")
+    add_config_flags(p)
+    p.add_argument("--seed", type=int, default=0, help="seed the preset's weights are drawn with (default 0)")
+    p.add_argument("--checkpoint", help="trace a trained or imported model instead of a preset: a blocklab "
+                                        "checkpoint file, a Hugging Face model folder, or a package name")
+    p.add_argument("--input", help='text in the model\'s vocabulary, e.g. "Max ( 1 , 6 , 2 )"')
+    p.add_argument("--tokens", help="token ids instead of text, e.g. 1,2,3")
+    p.add_argument("--target", help="the token the last position should predict (adds the loss stage)")
+    p.add_argument("--position", type=int, help="show only this position (-1 = last; default all)")
+    p.add_argument("--decimals", type=int, default=4, help="digits after the decimal point (default 4)")
+    p.add_argument("--max-features", "--max_features", dest="max_features", type=int, default=16,
+                   help="features of each vector printed (default 16; 0 = all)")
+    p.add_argument("--stages", action="append", help="only stages matching this glob (repeatable), "
+                                                     "e.g. 'blocks.0.*' or '*.ln1'")
+    p.add_argument("--width", type=int, help="terminal width for the tables (default: the terminal's, else 160)")
+    p.add_argument("--json", metavar="FILE", help="also write the trace as JSON (blocklab/trace/schema.json)")
+    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with heatmaps")
+    p.add_argument("-q", "--quiet", action="store_true", help="do not print the walk (with --json/--html)")
+    p.set_defaults(func=cmd_trace)
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    """Print (and optionally save) the stage-by-stage walk of one input."""
+    from .trace.command import run
+
+    overrides = {name: getattr(args, name) for name in FIELDS if getattr(args, name, None) is not None}
+    return run(args, overrides)
+
+
 # ---- blocklab train / eval / predict ----------------------------------------------------------
 
 
@@ -340,7 +373,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 # ---- entry point -------------------------------------------------------------------------------
 
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _add_params, _add_import, _add_embed, _add_generate, _add_diagnose,
+    _add_params, _add_import, _add_embed, _add_generate, _add_diagnose, _add_trace,
     _add_train, _add_eval, _add_predict,
 ]
 
