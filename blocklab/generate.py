@@ -16,12 +16,14 @@ from .model import Transformer
 
 def new_kv_cache(model: Transformer, batch: int, max_len: int) -> list[KVCache]:
     """One empty KVCache per block, for ``batch`` sequences of up to ``max_len`` positions."""
-    c = model.config
-    param = model.embed.weight
-    return [KVCache(batch, c.n_heads, max_len, c.d_head, param.dtype, param.device) for _ in range(c.n_layers)]
+    c, weight = model.config, model.embed.weight
+    shape = (batch, c.n_heads, max_len, c.d_head)
+    return [KVCache(*shape, weight.dtype, weight.device) for _ in range(c.n_layers)]
 
 
-def next_token(logits: Tensor, top_k: int | None, temperature: float, generator: torch.Generator | None) -> Tensor:
+def next_token(
+    logits: Tensor, top_k: int | None, temperature: float, generator: torch.Generator | None
+) -> Tensor:
     """(B, vocab) logits -> (B,) ids: argmax, or a sample from the top-k softmax(logits / temperature)."""
     if top_k is None:
         return logits.argmax(-1)
@@ -30,7 +32,9 @@ def next_token(logits: Tensor, top_k: int | None, temperature: float, generator:
     return indices.gather(-1, choice).squeeze(-1)
 
 
-def _check(model: Transformer, tokens: Tensor, max_new_tokens: int, top_k: int | None, temperature: float) -> None:
+def _check(
+    model: Transformer, tokens: Tensor, max_new_tokens: int, top_k: int | None, temperature: float
+) -> None:
     if not model.config.causal:
         raise ValueError("generate needs a causal model (ModelConfig.causal=true); this one sees the future")
     if tokens.dim() != 2 or tokens.shape[1] < 1:

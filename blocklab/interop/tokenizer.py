@@ -124,11 +124,12 @@ def _json_from_vocab_files(folder: Path) -> str | None:
         from tokenizers.implementations import BertWordPieceTokenizer
 
         lowercase = _read_json(folder / "tokenizer_config.json").get("do_lower_case", True)
-        return BertWordPieceTokenizer(str(folder / "vocab.txt"), lowercase=bool(lowercase)).to_str()
+        return BertWordPieceTokenizer.from_file(str(folder / "vocab.txt"), lowercase=bool(lowercase)).to_str()
     if (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file():
         from tokenizers.implementations import ByteLevelBPETokenizer
 
-        return ByteLevelBPETokenizer(str(folder / "vocab.json"), str(folder / "merges.txt")).to_str()
+        bpe = ByteLevelBPETokenizer.from_file(str(folder / "vocab.json"), str(folder / "merges.txt"))
+        return bpe.to_str()
     return None
 
 
