@@ -59,10 +59,14 @@ def add_config_flags(parser: argparse.ArgumentParser, with_preset: bool = True) 
                            help=f"default: the preset's, else {default!r}")
 
 
+def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The ModelConfig fields the user set with flags."""
+    return {name: getattr(args, name) for name in FIELDS if getattr(args, name, None) is not None}
+
+
 def config_from_args(args: argparse.Namespace, **task_overrides: Any) -> ModelConfig:
     """The preset, then the task's fields, then the user's flags: later wins."""
-    overrides = {name: getattr(args, name) for name in FIELDS if getattr(args, name, None) is not None}
-    return preset(getattr(args, "preset", "listops-seed"), **{**task_overrides, **overrides})
+    return preset(getattr(args, "preset", "listops-seed"), **{**task_overrides, **config_overrides(args)})
 
 
 # ---- blocklab params ---------------------------------------------------------------------------
@@ -290,7 +294,7 @@ def _add_trace(sub: argparse._SubParsersAction) -> None:
                    help="features of each vector printed (default 16; 0 = all)")
     p.add_argument("--stages", action="append", help="only stages matching this glob (repeatable), "
                                                      "e.g. 'blocks.0.*' or '*.ln1'")
-    p.add_argument("--width", type=int, help="terminal width for the tables (default: the terminal's, else 160)")
+    p.add_argument("--width", type=int, help="width of the tables (default: the terminal's, else 160)")
     p.add_argument("--json", metavar="FILE", help="also write the trace as JSON (blocklab/trace/schema.json)")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with heatmaps")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print the walk (with --json/--html)")
@@ -301,8 +305,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     """Print (and optionally save) the stage-by-stage walk of one input."""
     from .trace.command import run
 
-    overrides = {name: getattr(args, name) for name in FIELDS if getattr(args, name, None) is not None}
-    return run(args, overrides)
+    return run(args, config_overrides(args))
 
 
 # ---- blocklab train / eval / predict ----------------------------------------------------------
