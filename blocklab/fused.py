@@ -1,0 +1,391 @@
+"""Memory-lean autograd for the block: functions that save their inputs and recompute the rest.
+
+Autograd keeps, for every op, the tensors its backward needs. A plain pre-norm block keeps LN1's
+input *and* output, the FFN's pre-activation *and* activation, ...: about 17 d_model floats per
+token. The functions here save only what is costly to recompute and recompute the rest in backward:
+
+    NormLinear          h = LN(x) @ W.T + b                     saves x            (not LN(x))
+    ResidualNormLinear  s = alpha x + c @ Wo.T + bo             saves x, c         (not s, LN(s))
+                        z = LN(s),  h = z @ W.T + b
+    ActLinear           act(h) @ W.T + b                        saves h            (not act(h))
+    LayerNormFunction   LN(x)                                   saves x
+
+LayerNorm statistics (mean, rstd) are not saved either: the backward re-runs the norm's forward
+kernel on the saved input, which yields LN(x), mean and rstd in one pass. The bias b1 before the
+activation is added by the matmul itself (addmm), so "bias + activation" costs no extra pass and
+the activation, fused into the next linear, never stores its output.
+
+What the fused pre-norm block saves per token (d = d_model, H heads, d_ff = 4d):
+
+    x           d     the block input (LN1 and the residual are recomputed from it)
+    q, k, v     3d    SDPA's inputs: views of one qkv tensor
+    out         d     SDPA's output; the head concat c is a view of it (o's input)
+    lse         H     SDPA's log-sum-exp
+    h           4d    the FFN pre-activation: act(h) and act'(h) are recomputed from it
+    total       9d + H   (the unfused block: 16.8d; `blocklab bench` measures both)
+
+The residual stream y = x + c @ Wo.T + bo and LN2(y) are recomputed in backward from x and c,
+which the block keeps anyway: one extra (d x d) matmul per token buys d floats per token.
+
+Backward passes are written out below. The LayerNorm backward is SPEC section 2:
+
+    dL/dz = rstd * (gh - mean(gh) - z_hat * mean(gh * z_hat)),   gh = g * gamma
+    dL/dgamma = sum of g * z_hat,   dL/dbeta = sum of g
+
+``layer_norm_backward`` evaluates it with tensor ops; "rms" and "eps_outside_sqrt" use it. For
+"standard" the same formula is evaluated by ATen's one-pass kernel (``native_layer_norm_backward``,
+tested equal to ``layer_norm_backward``), about 10x faster on CPU than eight separate tensor ops.
+Activation derivatives likewise use ATen's kernels where they exist (the ones autograd itself
+uses for F.gelu, F.relu, F.silu).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .activations import GELU_SIGMOID_SCALE, get_activation, is_gated
+
+# ---- LayerNorm kernels: forward returning (out, mean, rstd), and the SPEC backward ----------------
+
+
+def layer_norm_backward(
+    g: Tensor, x: Tensor, mean: Tensor | None, rstd: Tensor, gamma: Tensor | None, k: Tensor | float = 1.0
+) -> tuple[Tensor, Tensor | None, Tensor]:
+    """SPEC section 2, written out: (dL/dx, dL/dgamma, dL/dbeta) for g = dL/dout.
+
+    ``mean`` is None for RMSNorm, which does not centre (so the mean(gh) term drops).
+    ``k`` scales the last term: 1, except eps_outside_sqrt, where z_hat = (x - mu) / (sigma + eps)
+    and k = (sigma + eps) / sigma = 1 / (1 - eps * rstd).
+    """
+    z_hat = x * rstd if mean is None else (x - mean) * rstd
+    gh = g if gamma is None else g * gamma
+    dz = gh - z_hat * (k * (gh * z_hat).mean(-1, keepdim=True))
+    if mean is not None:
+        dz = dz - gh.mean(-1, keepdim=True)
+    rows = tuple(range(g.dim() - 1))
+    dgamma = (g * z_hat).sum(rows) if gamma is not None else None
+    return rstd * dz, dgamma, g.sum(rows)
+
+
+def _standard_forward(x: Tensor, gamma: Tensor | None, beta: Tensor | None, eps: float):  # noqa: ANN202
+    return torch.native_layer_norm(x, x.shape[-1:], gamma, beta, eps)
+
+
+def _standard_backward(g, x, mean, rstd, gamma, beta, eps):  # noqa: ANN001, ANN202
+    mask = [True, gamma is not None, beta is not None]
+    return torch.ops.aten.native_layer_norm_backward(g, x, x.shape[-1:], mean, rstd, gamma, beta, mask)
+
+
+def _rms_forward(x: Tensor, gamma: Tensor | None, beta: Tensor | None, eps: float):  # noqa: ANN202
+    out, rstd = torch.ops.aten._fused_rms_norm(x, x.shape[-1:], gamma, eps)
+    return out, None, rstd
+
+
+def _rms_backward(g, x, mean, rstd, gamma, beta, eps):  # noqa: ANN001, ANN202
+    dx, dgamma, _ = layer_norm_backward(g, x, None, rstd, gamma)  # ATen has no CPU kernel for it
+    return dx, dgamma, None
+
+
+def _eps_outside_forward(x: Tensor, gamma: Tensor | None, beta: Tensor | None, eps: float):  # noqa: ANN202
+    mean = x.mean(-1, keepdim=True)
+    centred = x - mean
+    rstd = 1.0 / (centred.square().mean(-1, keepdim=True).sqrt() + eps)  # 1 / (sigma + eps)
+    out = centred * rstd
+    out = out if gamma is None else out * gamma
+    return (out if beta is None else out + beta), mean, rstd
+
+
+def _eps_outside_backward(g, x, mean, rstd, gamma, beta, eps):  # noqa: ANN001, ANN202
+    # sigma == 0 only for a constant row, where z_hat == 0: the clamp keeps 0 * k finite
+    k = 1.0 / (1.0 - eps * rstd).clamp_min(torch.finfo(rstd.dtype).tiny)
+    dx, dgamma, dbeta = layer_norm_backward(g, x, mean, rstd, gamma, k)
+    return dx, dgamma, (dbeta if beta is not None else None)
+
+
+class NormKernel(NamedTuple):
+    """One LayerNorm variant: ``forward(x, gamma, beta, eps) -> (out, mean | None, rstd)`` and
+    ``backward(g, x, mean, rstd, gamma, beta, eps) -> (dx, dgamma, dbeta)``."""
+
+    variant: str
+    eps: float
+    forward: Callable
+    backward: Callable
+
+    def __call__(self, x: Tensor, gamma: Tensor | None, beta: Tensor | None) -> tuple:
+        return self.forward(x, gamma, beta, self.eps)
+
+    def grad(self, g: Tensor, x: Tensor, stats: tuple, gamma: Tensor | None, beta: Tensor | None) -> tuple:
+        """(dx, dgamma, dbeta) given the (out, mean, rstd) this kernel returned for x."""
+        return self.backward(g, x, stats[1], stats[2], gamma, beta, self.eps)
+
+
+_NORM_KERNELS = {
+    "standard": (_standard_forward, _standard_backward),
+    "rms": (_rms_forward, _rms_backward),
+    "eps_outside_sqrt": (_eps_outside_forward, _eps_outside_backward),
+}
+
+
+def norm_kernel(variant: str, eps: float) -> NormKernel:
+    """The forward/backward pair of a LayerNorm variant ("standard", "rms", "eps_outside_sqrt")."""
+    if variant not in _NORM_KERNELS:
+        have = ", ".join(_NORM_KERNELS)
+        raise ValueError(f"no fused LayerNorm kernel for variant={variant!r}; have: {have}")
+    return NormKernel(variant, float(eps), *_NORM_KERNELS[variant])
+
+
+# ---- activation kernels: act(h) and the backward dL/dh = dL/da * act'(h) ------------------------
+
+
+class ActKernel(NamedTuple):
+    """``forward(h) -> a`` and ``backward(g, saved) -> dL/dh``, where ``saved`` is h, or a when
+    ``saves_output`` (ReLU: a > 0 exactly where h > 0, and a is what W2's gradient needs).
+
+    ``backward`` may write dL/dh over g (a temporary of the backward pass): one (N, d_ff) tensor
+    less at the FFN backward, which is where a block's backward peaks.
+    """
+
+    name: str
+    forward: Callable[[Tensor], Tensor]
+    backward: Callable[[Tensor, Tensor], Tensor]
+    saves_output: bool = False
+
+
+def _gelu_sigmoid_backward(g: Tensor, h: Tensor) -> Tensor:
+    s = torch.sigmoid(GELU_SIGMOID_SCALE * h)  # d/dh h s(c h) = s + c h s (1 - s)
+    return g.mul_(s + GELU_SIGMOID_SCALE * h * s * (1 - s))
+
+
+_aten = torch.ops.aten
+# ATen's kernels (the ones autograd uses for F.relu, F.gelu, F.silu), writing over g
+_ACT_BACKWARD: dict[str, tuple[Callable[[Tensor, Tensor], Tensor], bool]] = {
+    "relu": (lambda g, a: _aten.threshold_backward.grad_input(g, a, 0, grad_input=g), True),  # g * (a > 0)
+    "gelu": (lambda g, h: _aten.gelu_backward.grad_input(g, h, grad_input=g), False),  # g (Phi(h) + h phi(h))
+    "gelu_tanh": (lambda g, h: _aten.gelu_backward.grad_input(g, h, approximate="tanh", grad_input=g), False),
+    "gelu_sigmoid": (_gelu_sigmoid_backward, False),
+    "relu2": (lambda g, h: g.mul_(F.relu(h)).mul_(2), False),  # d/dh relu(h)^2 = 2 relu(h)
+    "swiglu": (lambda g, h: _aten.silu_backward.grad_input(g, h, grad_input=g), False),  # s (1 + h (1 - s))
+    "geglu": (lambda g, h: _aten.gelu_backward.grad_input(g, h, grad_input=g), False),  # gate: exact GELU
+}
+
+
+def _gated(name: str, gate: Callable[[Tensor], Tensor], gate_backward: Callable) -> ActKernel:
+    """a = gate(h1) * h3 for h = [h1 | h3] (w1 and w3 outputs side by side)."""
+
+    def forward(h: Tensor) -> Tensor:
+        h1, h3 = h.chunk(2, dim=-1)
+        return gate(h1) * h3
+
+    def backward(g: Tensor, h: Tensor) -> Tensor:
+        h1, h3 = h.chunk(2, dim=-1)
+        dh = torch.empty_like(h)
+        dh1, dh3 = dh.chunk(2, dim=-1)
+        torch.mul(g, gate(h1), out=dh3)  # dL/dh3 = g gate(h1)
+        gate_backward(torch.mul(g, h3, out=dh1), h1)  # dL/dh1 = g h3 gate'(h1), in place
+        return dh
+
+    return ActKernel(name, forward, backward)
+
+
+def act_kernel(activation: str) -> ActKernel:
+    """The forward/backward pair of an FFN activation (every name in ACTIVATION_NAMES)."""
+    forward = get_activation(activation)  # raises the usual error for an unknown name
+    backward, saves_output = _ACT_BACKWARD[activation]
+    if is_gated(activation):
+        return _gated(activation, forward, backward)
+    return ActKernel(activation, forward, backward, saves_output)
+
+
+# ---- linear backward shared by the functions ----------------------------------------------------
+
+
+def _weight_grads(g: Tensor, inp: Tensor, with_bias: bool) -> tuple[Tensor, Tensor | None]:
+    """For out = inp @ W.T + b: (dL/dW, dL/db) given g = dL/dout. (dL/dinp = g @ W.)"""
+    g2, inp2 = g.reshape(-1, g.shape[-1]), inp.reshape(-1, inp.shape[-1])
+    return g2.t() @ inp2, (g2.sum(0) if with_bias else None)
+
+
+def _concat(weights: Sequence[Tensor]) -> Tensor:
+    return weights[0] if len(weights) == 1 else torch.cat(list(weights))
+
+
+def _split(dw: Tensor, weights: Sequence[Tensor]) -> tuple[Tensor, ...]:
+    return tuple(dw.split([w.shape[0] for w in weights]))
+
+
+# ---- the autograd functions --------------------------------------------------------------------
+
+
+class NormLinear(torch.autograd.Function):
+    """h = LN(x) @ W.T + b with W the row-concatenation of ``weights`` (q, k, v in one matmul).
+
+    Saves x and the weights (parameters, not copies): neither LN(x) nor the concatenated W is kept;
+    both are rebuilt in backward. ``norm=None`` is a plain linear with the same saving property.
+    """
+
+    @staticmethod
+    def forward(ctx, x, norm, gamma, beta, bias, *weights):  # noqa: ANN001, ANN205
+        z = x if norm is None else norm(x, gamma, beta)[0]
+        ctx.norm, ctx.with_bias = norm, bias is not None
+        ctx.save_for_backward(x, gamma, beta, *weights)
+        return F.linear(z, _concat(weights), bias)
+
+    @staticmethod
+    def backward(ctx, gh):  # noqa: ANN001, ANN205
+        x, gamma, beta, *weights = ctx.saved_tensors
+        norm = ctx.norm
+        stats = None if norm is None else norm(x, gamma, beta)  # recompute (z, mean, rstd)
+        w = _concat(weights)
+        dw, db = _weight_grads(gh, x if stats is None else stats[0], ctx.with_bias)
+        dz = gh @ w
+        if norm is None:
+            return dz, None, None, None, db, *_split(dw, weights)
+        dx, dgamma, dbeta = norm.grad(dz, x, stats, gamma, beta)
+        return dx, None, dgamma, dbeta, db, *_split(dw, weights)
+
+
+class ResidualNormLinear(torch.autograd.Function):
+    """s = alpha x + c @ Wo.T + bo (the residual add), z = LN(s), h = z @ W.T + b: returns (s, z, h).
+
+    Saves x and c, which the block keeps anyway (x for LN1, c as SDPA's output): s, z and the
+    statistics are recomputed in backward, at the cost of one (d x d) matmul per token.
+    """
+
+    @staticmethod
+    def forward(ctx, x, c, wo, bo, alpha, norm, gamma, beta, bias, *weights):  # noqa: ANN001, ANN205
+        s = torch.add(F.linear(c, wo, bo), x, alpha=alpha)
+        z = norm(s, gamma, beta)[0]
+        ctx.alpha, ctx.norm, ctx.with_bias = alpha, norm, bias is not None
+        ctx.set_materialize_grads(False)  # an unused output (s or z) gets None, not zeros
+        ctx.save_for_backward(x, c, wo, bo, gamma, beta, *weights)
+        return s, z, F.linear(z, _concat(weights), bias)
+
+    @staticmethod
+    def backward(ctx, gs, gz, gh):  # noqa: ANN001, ANN205
+        x, c, wo, bo, gamma, beta, *weights = ctx.saved_tensors
+        s = torch.add(F.linear(c, wo, bo), x, alpha=ctx.alpha)  # recompute, bit for bit
+        stats = ctx.norm(s, gamma, beta)
+        dw, db = _weight_grads(gh, stats[0], ctx.with_bias)
+        dz = gh @ _concat(weights)
+        if gz is not None:
+            dz = dz + gz
+        ds, dgamma, dbeta = ctx.norm.grad(dz, s, stats, gamma, beta)
+        if gs is not None:
+            ds = ds + gs
+        dwo, dbo = _weight_grads(ds, c, bo is not None)
+        dc = ds @ wo
+        dx = ds if ctx.alpha == 1.0 else ds * ctx.alpha
+        return dx, dc, dwo, dbo, None, None, dgamma, dbeta, db, *_split(dw, weights)
+
+
+class ActLinear(torch.autograd.Function):
+    """act(h) @ W.T + b. Saves h (ReLU: act(h)); act(h) is recomputed for dW, act'(h) for dh."""
+
+    @staticmethod
+    def forward(ctx, h, act, weight, bias):  # noqa: ANN001, ANN205
+        a = act.forward(h)
+        ctx.act, ctx.with_bias = act, bias is not None
+        ctx.save_for_backward(a if act.saves_output else h, weight)
+        return F.linear(a, weight, bias)
+
+    @staticmethod
+    def backward(ctx, g):  # noqa: ANN001, ANN205
+        saved, weight = ctx.saved_tensors
+        act = ctx.act
+        dw, db = _weight_grads(g, saved if act.saves_output else act.forward(saved), ctx.with_bias)
+        return act.backward(g @ weight, saved), None, dw, db  # act(h) is already freed here
+
+
+class LayerNormFunction(torch.autograd.Function):
+    """LN(x) saving only x (the statistics are recomputed in backward)."""
+
+    @staticmethod
+    def forward(ctx, x, norm, gamma, beta):  # noqa: ANN001, ANN205
+        ctx.norm = norm
+        ctx.save_for_backward(x, gamma, beta)
+        return norm(x, gamma, beta)[0]
+
+    @staticmethod
+    def backward(ctx, g):  # noqa: ANN001, ANN205
+        x, gamma, beta = ctx.saved_tensors
+        dx, dgamma, dbeta = ctx.norm.grad(g, x, ctx.norm(x, gamma, beta), gamma, beta)
+        return dx, None, dgamma, dbeta
+
+
+# ---- functional wrappers ------------------------------------------------------------------------
+
+
+def norm_linear(
+    x: Tensor, norm: NormKernel | None, gamma: Tensor | None, beta: Tensor | None,
+    weights: Sequence[Tensor], bias: Tensor | None,
+) -> Tensor:
+    """LN(x) @ cat(weights).T + bias, saving only x (see NormLinear)."""
+    return NormLinear.apply(x, norm, gamma, beta, bias, *weights)
+
+
+def residual_norm_linear(
+    x: Tensor, c: Tensor, wo: Tensor, bo: Tensor | None, alpha: float,
+    norm: NormKernel, gamma: Tensor | None, beta: Tensor | None,
+    weights: Sequence[Tensor], bias: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(s, LN(s), LN(s) @ cat(weights).T + bias) for s = alpha x + c @ wo.T + bo, saving x and c."""
+    return ResidualNormLinear.apply(x, c, wo, bo, alpha, norm, gamma, beta, bias, *weights)
+
+
+def act_linear(h: Tensor, act: ActKernel, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """act(h) @ weight.T + bias, saving only h (see ActLinear)."""
+    return ActLinear.apply(h, act, weight, bias)
+
+
+def layer_norm(x: Tensor, norm: NormKernel, gamma: Tensor | None, beta: Tensor | None) -> Tensor:
+    """LN(x) saving only x (see LayerNormFunction)."""
+    return LayerNormFunction.apply(x, norm, gamma, beta)
+
+
+# ---- the fused block wirings (TransformerBlock picks one at construction) -----------------------
+
+
+def pre_norm_block(block: Any, x: Tensor, mask: Tensor | None) -> Tensor:  # (B, T, d_model)
+    """y = x + MHA(LN1(x)); z = y + FFN(LN2(y)), keeping 9d + H floats per token for backward."""
+    attn, ffn, ln1, ln2 = block.attn, block.ffn, block.ln1, block.ln2
+    qkv = norm_linear(x, ln1.kernel, ln1.weight, ln1.bias, attn.qkv_weights(), attn.qkv_bias())  # (B, T, 3d)
+    c = attn.context(*attn.split_heads(qkv), mask)[0]  # (B, T, d): heads concatenated, before o
+    y, _, h = residual_norm_linear(
+        x, c, attn.o.weight, attn.o.bias, block.res1.alpha, ln2.kernel, ln2.weight, ln2.bias,
+        ffn.in_weights(), ffn.in_bias(),
+    )  # y = x + o(c): resid_mid; h = W1 LN2(y) + b1: ffn.hidden
+    return block.res2(y, ffn.from_hidden(h))  # resid_post
+
+
+def post_norm_block(block: Any, x: Tensor, mask: Tensor | None) -> Tensor:  # (B, T, d_model)
+    """y = LN1(x + MHA(x)); z = LN2(y + FFN(y)), keeping 10d + H floats per token for backward."""
+    attn, ffn, ln1 = block.attn, block.ffn, block.ln1
+    qkv = norm_linear(x, None, None, None, attn.qkv_weights(), attn.qkv_bias())
+    c = attn.context(*attn.split_heads(qkv), mask)[0]
+    _, y, h = residual_norm_linear(
+        x, c, attn.o.weight, attn.o.bias, block.res1.alpha, ln1.kernel, ln1.weight, ln1.bias,
+        ffn.in_weights(), ffn.in_bias(),
+    )  # y = LN1(alpha x + o(c)); h = W1 y + b1
+    return block.ln2(block.res2(y, ffn.from_hidden(h)))  # LN2 keeps its input: d more
+
+
+_BLOCK_WIRINGS: dict[str, Callable[[Any, Tensor, Tensor | None], Tensor]] = {
+    "pre": pre_norm_block,
+    "post": post_norm_block,
+}
+
+
+def fused_block_forward(config: Any) -> Callable[[Any, Tensor, Tensor | None], Tensor] | None:
+    """The fused wiring for a block config, or None where there is none (the block then runs its
+    modules one by one, each of them lean on its own): sandwich, rezero / none residuals,
+    norm "none" / "batch", dropout > 0, or ``fused=False``."""
+    ok = (
+        config.fused and config.dropout == 0 and config.norm in _NORM_KERNELS
+        and config.residual in ("add", "deepnorm")
+    )
+    return _BLOCK_WIRINGS.get(config.norm_position) if ok else None
