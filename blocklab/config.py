@@ -70,6 +70,8 @@ class ModelConfig:
     dropout: float = 0.0
     type_vocab_size: int = 0  # BERT's token-type (segment) embeddings; 0 = none
     embed_norm: bool = False  # a LayerNorm on the embeddings (BERT)
+    fused: bool = True  # memory-lean fused autograd functions (blocklab/fused.py); same math
+    checkpoint_blocks: bool = False  # recompute each block in backward: memory flat in depth
 
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 - frozen
@@ -126,7 +128,8 @@ def _violations(c: ModelConfig) -> list[str]:
         value = getattr(c, name)
         need(value in allowed, f"{name}={value!r} is not one of: {', '.join(allowed)}")
     need(isinstance(c.eps, float) and c.eps > 0, f"eps={c.eps!r} must be a number > 0")
-    for name in ("bias", "causal", "tie_embeddings", "final_norm", "embed_norm"):
+    for name in ("bias", "causal", "tie_embeddings", "final_norm", "embed_norm",
+                 "fused", "checkpoint_blocks"):
         value = getattr(c, name)
         need(isinstance(value, bool), f"{name}={value!r} must be true or false")
     need(
