@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .fused import norm_linear
 from .hooks import HookPoint
 
 
@@ -38,6 +39,7 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        fused: bool = True,
     ) -> None:
         super().__init__()
         if n_heads < 1 or d_model % n_heads:
@@ -51,6 +53,7 @@ class MultiHeadAttention(nn.Module):
         self.dropout_p = dropout
         self.resid_dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.use_fast_path = True
+        self.fused = fused  # the qkv matmul keeps the parameters, not their concatenation, for backward
         for stage in ("q", "k", "v", "scores", "weights", "out"):
             setattr(self, f"hook_{stage}", HookPoint())
 
@@ -64,10 +67,24 @@ class MultiHeadAttention(nn.Module):
         if separate:
             heads = lambda y: y.view(B, T, self.n_heads, self.d_k).transpose(1, 2)  # noqa: E731
             return self.hook_q(heads(self.q(x))), self.hook_k(heads(self.k(x))), self.hook_v(heads(self.v(x)))
-        w = torch.cat([self.q.weight, self.k.weight, self.v.weight])  # (3d, d)
-        b = torch.cat([self.q.bias, self.k.bias, self.v.bias]) if self.q.bias is not None else None
-        qkv = F.linear(x, w, b).view(B, T, 3, self.n_heads, self.d_k)  # (B, T, 3, h, d_k)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, h, T, d_k)
+        if self.fused:
+            qkv = norm_linear(x, None, None, None, self.qkv_weights(), self.qkv_bias())
+        else:
+            qkv = F.linear(x, torch.cat(self.qkv_weights()), self.qkv_bias())  # (B, T, 3d)
+        return self.split_heads(qkv)
+
+    def qkv_weights(self) -> tuple[Tensor, Tensor, Tensor]:
+        """Wq, Wk, Wv: applied as one (3d, d) matmul whose output is [q | k | v]."""
+        return self.q.weight, self.k.weight, self.v.weight
+
+    def qkv_bias(self) -> Tensor | None:
+        """cat(bq, bk, bv), matching ``qkv_weights``."""
+        return torch.cat([self.q.bias, self.k.bias, self.v.bias]) if self.q.bias is not None else None
+
+    def split_heads(self, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(B, T, 3d) -> q, k, v, each (B, h, T, d_k): views, no copy."""
+        B, T, _ = qkv.shape
+        q, k, v = qkv.view(B, T, 3, self.n_heads, self.d_k).permute(2, 0, 3, 1, 4).unbind(0)
         return self.hook_q(q), self.hook_k(k), self.hook_v(v)
 
     def _allowed(
@@ -101,9 +118,18 @@ class MultiHeadAttention(nn.Module):
         if kv_cache is not None:  # attend over the cached keys/values too: (B, h, past + T, d_k)
             past = kv_cache.length
             k, v = kv_cache.append(k, v)
+        ctx, weights = self.context(q, k, v, key_padding_mask, explicit, past)
+        return self.hook_out(self.resid_dropout(self.o(ctx))), weights
+
+    def context(
+        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None,
+        explicit: bool = False, past: int = 0,
+    ) -> tuple[Tensor, Tensor | None]:
+        """concat(head_1..head_h) (B, T, d_model), before ``o``; and the weights on the explicit path."""
+        B, _, T, _ = q.shape
         weights = None
         if explicit:
-            allowed = self._allowed(key_padding_mask, T, x.device, past)
+            allowed = self._allowed(key_padding_mask, T, q.device, past)
             ctx, weights = self._explicit(q, k, v, allowed)
         else:
             # is_causal alone lets SDPA skip building the mask; padding needs the full bool mask, and
@@ -111,13 +137,14 @@ class MultiHeadAttention(nn.Module):
             # One new query after the past sees every key: no mask at all.
             offset_causal = self.causal and past > 0 and T > 1
             needs_mask = key_padding_mask is not None or offset_causal
-            allowed = self._allowed(key_padding_mask, T, x.device, past) if needs_mask else None
+            allowed = self._allowed(key_padding_mask, T, q.device, past) if needs_mask else None
             ctx = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=allowed, dropout_p=self.dropout_p if self.training else 0.0,
                 is_causal=self.causal and allowed is None and past == 0,
             )
-        ctx = ctx.transpose(1, 2).reshape(B, T, self.d_model)  # concat heads: (B, T, d_model)
-        return self.hook_out(self.resid_dropout(self.o(ctx))), weights
+        # SDPA's CPU kernel lays its output out as (B, T, h, d_k): this concat is then a view, so
+        # o's saved input and SDPA's saved output are one tensor
+        return ctx.transpose(1, 2).reshape(B, T, self.d_model), weights
 
     def forward(
         self, x: Tensor, key_padding_mask: Tensor | None = None, kv_cache: KVCache | None = None

@@ -16,11 +16,13 @@ from typing import Callable
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from .attention import KVCache, MultiHeadAttention
 from .config import ModelConfig
 from .feedforward import FeedForward
-from .hooks import HookedModule, HookPoint, name_hook_points
+from .fused import fused_block_forward
+from .hooks import HookedModule, HookPoint, hook_points, name_hook_points
 from .norms import build_norm
 
 
@@ -69,9 +71,11 @@ class TransformerBlock(HookedModule):
         super().__init__()
         c = config
         self.config = c
-        norm = lambda: build_norm(c.norm, c.d_model, c.eps, c.bias)  # noqa: E731
-        self.attn = MultiHeadAttention(c.d_model, c.n_heads, causal=c.causal, bias=c.bias, dropout=c.dropout)
-        self.ffn = FeedForward(c.d_model, c.d_ff, c.activation, bias=c.bias, dropout=c.dropout)
+        norm = lambda: build_norm(c.norm, c.d_model, c.eps, c.bias, fused=c.fused)  # noqa: E731
+        self.attn = MultiHeadAttention(
+            c.d_model, c.n_heads, causal=c.causal, bias=c.bias, dropout=c.dropout, fused=c.fused
+        )
+        self.ffn = FeedForward(c.d_model, c.d_ff, c.activation, bias=c.bias, dropout=c.dropout, fused=c.fused)
         self.ln1, self.ln2 = norm(), norm()
         if c.norm_position == "sandwich":
             self.ln1_out, self.ln2_out = norm(), norm()
@@ -81,7 +85,9 @@ class TransformerBlock(HookedModule):
         for stage in ("resid_pre", "resid_mid", "ln1", "resid_post", "ln2"):
             setattr(self, f"hook_{stage}", HookPoint())
         self._forward = {"post": self._post, "pre": self._pre, "sandwich": self._sandwich}[c.norm_position]
+        self._fused = fused_block_forward(c)  # memory-lean wiring (blocklab/fused.py), or None
         name_hook_points(self)
+        self._points = list(hook_points(self).values())
 
     def _post(self, x: Tensor, mask: Tensor | None, cache: KVCache | None = None) -> Tensor:
         x = self.hook_resid_pre(x)
@@ -104,4 +110,14 @@ class TransformerBlock(HookedModule):
         self, x: Tensor, key_padding_mask: Tensor | None = None, kv_cache: KVCache | None = None
     ) -> Tensor:  # (B, T, d_model)
         """key_padding_mask: bool (B, T), True where the token is padding. kv_cache: generation only."""
-        return self._forward(x, key_padding_mask, kv_cache)
+        if self.config.checkpoint_blocks and kv_cache is None and torch.is_grad_enabled():
+            # keep only x; the whole block is recomputed in backward (memory flat in depth)
+            return checkpoint(self._run, x, key_padding_mask, use_reentrant=False)
+        return self._run(x, key_padding_mask, kv_cache)
+
+    def _run(self, x: Tensor, mask: Tensor | None, cache: KVCache | None = None) -> Tensor:
+        # a hook needs its stage materialised, so any attached hook selects the module-by-module path
+        lean = self._fused is not None and cache is None and self.attn.use_fast_path
+        if lean and not any(point.fns for point in self._points):
+            return self._fused(self, x, mask)
+        return self._forward(x, mask, cache)

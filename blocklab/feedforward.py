@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from .activations import GATED_ACTIVATIONS, get_activation, is_gated
+from .fused import act_kernel, act_linear, norm_linear
 from .hooks import HookPoint
 
 
@@ -32,6 +33,7 @@ class FeedForward(nn.Module):
         dropout: float = 0.0,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        fused: bool = True,
     ) -> None:
         super().__init__()
         if d_ff < 1:
@@ -47,6 +49,22 @@ class FeedForward(nn.Module):
         self.hook_act = HookPoint()
         self.hook_out = HookPoint()
         self._activate = self._gated if activation in GATED_ACTIVATIONS else self._plain
+        self.fused = fused  # the lean path saves h only, not act(h) (blocklab/fused.py)
+        self.act_kernel = act_kernel(activation)
+
+    def in_weights(self) -> tuple[Tensor, ...]:
+        """W1 (and W3 when gated): x @ cat(W1, W3).T + cat(b1, b3) is h = [h1 | h3] in one matmul."""
+        return (self.w1.weight,) if self.w3 is None else (self.w1.weight, self.w3.weight)
+
+    def in_bias(self) -> Tensor | None:
+        """b1 (and b3), matching ``in_weights``."""
+        if self.w1.bias is None:
+            return None
+        return self.w1.bias if self.w3 is None else torch.cat([self.w1.bias, self.w3.bias])
+
+    def from_hidden(self, h: Tensor) -> Tensor:  # (B, T, d_ff), gated [h1 | h3] -> (B, T, d_model)
+        """act(h) @ W2.T + b2, keeping only h for backward."""
+        return act_linear(h, self.act_kernel, self.w2.weight, self.w2.bias)
 
     def _plain(self, x: Tensor, h: Tensor) -> Tensor:
         return self.act(h)
@@ -55,6 +73,9 @@ class FeedForward(nn.Module):
         return self.act(h) * self.w3(x)
 
     def forward(self, x: Tensor) -> Tensor:  # (B, T, d_model)
+        if self.fused and not (self.hook_hidden.active or self.hook_act.active):
+            h = norm_linear(x, None, None, None, self.in_weights(), self.in_bias())
+            return self.hook_out(self.dropout(self.from_hidden(h)))
         h = self.hook_hidden(self.w1(x))  # (B, T, d_ff)
         a = self.hook_act(self._activate(x, h))  # (B, T, d_ff)
         return self.hook_out(self.dropout(self.w2(a)))  # (B, T, d_model)

@@ -12,12 +12,14 @@ For each position's vector z of size d, statistics are over the feature dimensio
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .batchnorm import BatchNorm
+from .fused import NormKernel, layer_norm, norm_kernel
 
 NORM_VARIANTS: tuple[str, ...] = ("standard", "eps_outside_sqrt", "rms")
 
@@ -64,6 +66,10 @@ def _rms(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float) -> T
 _NORM_FUNCTIONS = {"standard": _standard, "eps_outside_sqrt": _eps_outside_sqrt, "rms": _rms}
 
 
+def _lean(kernel: NormKernel, x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float) -> Tensor:
+    return layer_norm(x, kernel, weight, bias)  # saves x only (blocklab/fused.py)
+
+
 class LayerNorm(nn.Module):
     """LayerNorm over the last dimension; keys ``weight`` (gamma) and ``bias`` (beta).
 
@@ -79,6 +85,7 @@ class LayerNorm(nn.Module):
         bias: bool = True,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        fused: bool = True,
     ) -> None:
         super().__init__()
         if variant not in _NORM_FUNCTIONS:
@@ -91,6 +98,9 @@ class LayerNorm(nn.Module):
         has_bias = bias and variant != "rms"
         self.bias = nn.Parameter(torch.zeros(d_model, **factory)) if has_bias else None
         self._fn = _NORM_FUNCTIONS[variant]
+        self.kernel = norm_kernel(variant, self.eps)  # forward + backward pair of the fused paths
+        if fused and variant != "standard":  # F.layer_norm already saves only x, mean and rstd
+            self._fn = partial(_lean, self.kernel)
 
     def forward(self, x: Tensor) -> Tensor:  # (..., d_model) -> (..., d_model)
         return self._fn(x, self.weight, self.bias, self.eps)
@@ -109,11 +119,11 @@ def norm_parameter_count(d_model: int, variant: str, bias: bool) -> int:
 
 
 def build_norm(
-    norm: str, d_model: int, eps: float, bias: bool, device=None, dtype=None  # noqa: ANN001
+    norm: str, d_model: int, eps: float, bias: bool, device=None, dtype=None, fused: bool = True  # noqa: ANN001
 ) -> nn.Module:
     """The norm a config names: a LayerNorm variant, or ``nn.Identity`` for "none"."""
     if norm == "none":
         return nn.Identity()
     if norm == "batch":  # BatchNorm over batch and positions (the LayerNorm-vs-BatchNorm claim)
         return BatchNorm(d_model, eps=eps, bias=bias, device=device, dtype=dtype)
-    return LayerNorm(d_model, eps=eps, variant=norm, bias=bias, device=device, dtype=dtype)
+    return LayerNorm(d_model, eps=eps, variant=norm, bias=bias, device=device, dtype=dtype, fused=fused)
