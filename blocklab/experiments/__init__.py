@@ -1,0 +1,1 @@
+"""The lab: ablation grids and named, reproducible claims about the block."""

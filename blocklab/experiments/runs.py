@@ -1,0 +1,166 @@
+"""Many training runs, described as data and run inline or in parallel worker processes.
+
+A ``RunSpec`` names everything a run needs (preset, ModelConfig and TrainConfig fields, task,
+seed, folder). ``run_one`` trains it with ``train.train`` and returns a JSON-ready result;
+``run_many`` runs a list of them, ``jobs`` at a time, each worker with one torch thread, and
+calls back as each finishes (for progress bars and resumable grids). Results are the same
+inline or in a worker: training is deterministic given the spec.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from multiprocessing import get_context
+from typing import Any
+
+import torch
+
+from ..config import preset
+from ..diagnostics import DiagnosticsLogger, measure
+from ..tasks import Task, get_task
+from ..train import TrainConfig, TrainingDiverged, train
+from .padded import PaddedListOpsTask
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run. ``model`` overrides the preset's fields; ``train`` sets TrainConfig fields."""
+
+    key: str  # unique within a batch of runs: "no-residual-depth/none/L10/s0"
+    model: dict[str, Any] = field(default_factory=dict)
+    train: dict[str, Any] = field(default_factory=dict)
+    task: dict[str, Any] = field(default_factory=lambda: {"name": "listops"})
+    preset: str = "listops-seed"
+    out_dir: str | None = None  # None: nothing written to disk
+    log_diagnostics: int = 0  # every K steps into metrics.jsonl ("diag"); 0: off
+    diagnose_after: bool = False  # measure diagnostics on held-out examples after training
+    report: bool = False  # write report.html into out_dir
+    resume: bool = False  # continue from out_dir's newest checkpoint
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict of every field."""
+        return asdict(self)
+
+
+# Tasks the lab adds for its own experiments (name -> factory); others come from blocklab.tasks.
+EXTRA_TASKS: dict[str, Callable[..., Task]] = {"listops-padded": PaddedListOpsTask}
+
+
+def build_task(spec: dict[str, Any]) -> Task:
+    """The task a spec's ``task`` dict names (``{"name": ..., **options}``)."""
+    options = dict(spec)
+    name = options.pop("name")
+    if name in EXTRA_TASKS:
+        return EXTRA_TASKS[name](**options)
+    return get_task(name, **options)
+
+
+def steps_to_target(history: list[dict[str, Any]], target: float) -> int | None:
+    """The first evaluated step whose held-out accuracy reached ``target`` (None: never)."""
+    for row in history:
+        if row.get("eval_accuracy", -1.0) >= target:
+            return int(row["step"])
+    return None
+
+
+def run_one(spec: RunSpec, target: float = 0.9) -> dict[str, Any]:
+    """Train ``spec``; a JSON-ready result: accuracy, losses, diverged, steps to ``target``, curve, timing.
+
+    A run whose loss or gradient turns NaN/Inf is ``diverged`` with accuracy 0 (its weights are unusable).
+    """
+    task = build_task(spec.task)
+    config = preset(spec.preset, **{**task.config_overrides(), **spec.model})
+    tc = TrainConfig(**spec.train)
+    callbacks = [DiagnosticsLogger(spec.log_diagnostics)] if spec.log_diagnostics else []
+    start = time.perf_counter()
+    result: dict[str, Any] = {"key": spec.key, "spec": spec.to_dict(), "diverged": False}
+    try:
+        run = train(
+            config,
+            tc,
+            task,
+            spec.out_dir,
+            callbacks=callbacks,
+            resume=spec.resume,
+            overwrite=not spec.resume,
+            report=spec.report,
+        )
+    except TrainingDiverged as error:
+        result.update(
+            diverged=True,
+            accuracy=0.0,
+            eval_loss=math.nan,
+            loss=math.nan,
+            steps=None,
+            error=str(error),
+            curve=[],
+            steps_to_target=None,
+            seconds=time.perf_counter() - start,
+        )
+        return result
+    curve = [
+        {k: row[k] for k in ("step", "loss", "eval_loss", "eval_accuracy") if k in row} for row in run.history
+    ]
+    result.update(
+        accuracy=run.accuracy,
+        eval_loss=run.eval.get("loss", math.nan),
+        loss=run.loss,
+        steps=run.step,
+        stopped=run.stopped,
+        seconds=time.perf_counter() - start,
+        tokens_per_s=run.tokens_per_s,
+        curve=curve,
+        steps_to_target=steps_to_target(run.history, target),
+        diag=[{"step": row["step"], **row["diag"]} for row in run.history if "diag" in row],
+    )
+    if spec.diagnose_after:
+        test = task.split("test")
+        run.model.eval()
+        result["diag_after"] = measure(run.model, test.inputs[:256], test.targets[:256]).summary()
+    return result
+
+
+def _worker_init() -> None:
+    torch.set_num_threads(1)  # one core per worker: jobs workers share the machine
+
+
+def run_many(
+    specs: Iterable[RunSpec],
+    jobs: int = 1,
+    on_done: Callable[[RunSpec, dict[str, Any]], None] | None = None,
+    target: float = 0.9,
+) -> dict[str, dict[str, Any]]:
+    """Run every spec (``jobs`` worker processes, 1: inline); results by key, in spec order."""
+    specs = list(specs)
+    keys = [s.key for s in specs]
+    if len(set(keys)) != len(keys):
+        raise ValueError("run keys must be unique")
+    results: dict[str, dict[str, Any]] = {}
+
+    def finish(spec: RunSpec, result: dict[str, Any]) -> None:
+        results[spec.key] = result
+        if on_done is not None:
+            on_done(spec, result)
+
+    if jobs <= 1 or len(specs) <= 1:
+        for spec in specs:
+            finish(spec, run_one(spec, target))
+    else:
+        context = get_context("spawn")  # fork after torch has started threads can deadlock
+        with ProcessPoolExecutor(min(jobs, len(specs)), mp_context=context, initializer=_worker_init) as pool:
+            pending = {pool.submit(run_one, spec, target): spec for spec in specs}
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    finish(pending.pop(future), future.result())
+    return {key: results[key] for key in keys}
+
+
+def default_jobs() -> int:
+    """Worker processes to use by default: the machine's cores."""
+    return max(1, os.cpu_count() or 1)
