@@ -373,11 +373,106 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return predict_command(args)
 
 
+def _add_ablate(sub: argparse._SubParsersAction) -> None:
+    from .train_cli import add_task_flags, add_train_flags
+
+    p = sub.add_parser("ablate", help="train a grid of configs x seeds; summary table, summary.json, report.html")
+    p.add_argument("--vary", action="append", default=[], metavar="FIELD=V1,V2",
+                   help="a ModelConfig or TrainConfig field and its values (repeatable: the grid is the product)")
+    p.add_argument("--seeds", type=int, default=1, help="seeds per cell (default 1)")
+    p.add_argument("--out", help="grid folder (default runs/ablate-TASK); rerun to resume")
+    p.add_argument("--jobs", type=int, default=1, help="parallel worker processes (default 1)")
+    p.add_argument("--target", type=float, default=0.9, help="accuracy for 'steps to target' (default 0.9)")
+    p.add_argument("--log-diagnostics", "--log_diagnostics", dest="log_diagnostics", type=int, default=50,
+                   metavar="K", help="gradient flow every K steps for the report (default 50; 0: off)")
+    p.add_argument("--json", action="store_true", help="print summary.json instead of the table")
+    add_config_flags(p)
+    add_task_flags(p)
+    add_train_flags(p)
+    p.set_defaults(func=cmd_ablate)
+
+
+def cmd_ablate(args: argparse.Namespace) -> int:
+    """Run (or resume) an ablation grid and print its summary."""
+    from .experiments.ablate import ablate, parse_vary, summary_table
+    from .train import TRAIN_FIELDS
+    from .train_cli import task_from_args
+
+    if args.jobs < 1:
+        raise UsageError(f"--jobs={args.jobs} must be >= 1")
+    vary = parse_vary(args.vary)
+    task = task_from_args(args)
+    model = {n: getattr(args, n) for n in FIELDS if getattr(args, n, None) is not None}
+    train = {n: getattr(args, n) for n in TRAIN_FIELDS if getattr(args, n, None) is not None}
+    out = args.out or f"runs/ablate-{task.name}"
+    done = [0]
+
+    def report(spec: Any, result: dict[str, Any], skipped: bool) -> None:
+        done[0] += 1
+        if not args.json:
+            state = "skipped (done before)" if skipped else f"{result['accuracy']:.1%} in {result['seconds']:.0f} s"
+            print(f"[{done[0]}] {spec.key}: {state}", flush=True)
+
+    summary = ablate(task.to_dict(), vary, out, seeds=args.seeds, preset_name=args.preset, model=model,
+                     train=train, jobs=args.jobs, target=args.target, log_diagnostics=args.log_diagnostics,
+                     on_done=report)
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    from rich.console import Console
+
+    Console().print(summary_table(summary))
+    print(f"wrote {out}/summary.json and {out}/report.html")
+    return 0
+
+
+def _add_claims(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("claims", help="test what the textbooks say about the block; table + HTML report")
+    p.add_argument("--quick", action="store_true", help="every claim at a reduced size (about 3 minutes)")
+    p.add_argument("--only", help="comma-separated claim names (default: all)")
+    p.add_argument("--json", metavar="FILE", help="write the report as JSON ('-' for stdout)")
+    p.add_argument("--html", metavar="FILE", help="write a self-contained HTML page with a plot per claim")
+    p.add_argument("--jobs", type=int, default=None, help="parallel worker processes (default: CPU count)")
+    p.add_argument("--list", action="store_true", help="list the claims and exit")
+    p.set_defaults(func=cmd_claims)
+
+
+def cmd_claims(args: argparse.Namespace) -> int:
+    """Run the claims and show the verdicts."""
+    from rich.console import Console
+
+    from .experiments.claims import CLAIMS, claims_html, claims_table, run_claims, select
+
+    console = Console(stderr=args.json == "-")
+    if args.list:
+        for claim in CLAIMS:
+            print(f"{claim.name:24} {claim.claim}")
+        return 0
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs={args.jobs} must be >= 1")
+    names = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
+    select(names)  # unknown names fail before anything runs
+    report = run_claims(names, quick=args.quick, jobs=args.jobs, progress=args.json != "-")
+    if args.json == "-":
+        print(json.dumps(report, allow_nan=False))
+    else:
+        console.print(claims_table(report))
+    if args.json and args.json != "-":
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1, allow_nan=False)
+        console.print(f"wrote {args.json}")
+    if args.html:
+        with open(args.html, "w") as f:
+            f.write(claims_html(report))
+        console.print(f"wrote {args.html}")
+    return 0
+
+
 # ---- entry point -------------------------------------------------------------------------------
 
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_params, _add_import, _add_embed, _add_generate, _add_diagnose, _add_trace,
-    _add_train, _add_eval, _add_predict,
+    _add_train, _add_eval, _add_predict, _add_ablate, _add_claims,
 ]
 
 
