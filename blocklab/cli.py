@@ -1,7 +1,8 @@
 """The ``blocklab`` command. Thin: it parses arguments, builds configs and calls the library.
 
 Every user mistake (bad flag value, invalid config, missing file, ...) prints one line
-``blocklab: error: ...`` to stderr and exits with status 2; ``--debug`` shows the traceback.
+``blocklab: error: ...`` to stderr and exits with status 2; ``--debug`` (anywhere on the line)
+shows the traceback. The statuses and messages are defined in errors.py.
 """
 
 from __future__ import annotations
@@ -9,16 +10,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from typing import Any, Callable, Sequence
 
 from .config import FIELDS, PRESET_NOTES, PRESETS, PUBLISHED_TOTALS, ModelConfig, preset
-
-EXIT_USAGE = 2
-
-
-class UsageError(Exception):
-    """A mistake in what the user asked for: reported in one line, exit status 2."""
+from .errors import EXIT_USAGE, UsageError, describe_error, split_debug_flag  # noqa: F401 - re-exported
 
 
 def parse_bool(text: str) -> bool:
@@ -479,7 +476,7 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with one subcommand per feature."""
     parser = argparse.ArgumentParser(prog="blocklab", description=__doc__.splitlines()[0])
-    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks (allowed anywhere on the line)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in COMMANDS:
         add(sub)
@@ -487,21 +484,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; user errors print one line to stderr and return 2."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run the CLI; a failure prints one line to stderr and returns its status (errors.py)."""
+    argv, debug = split_debug_flag(list(sys.argv[1:] if argv is None else argv))
+    args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (UsageError, ValueError, FileNotFoundError, IsADirectoryError, PermissionError) as error:
-        if args.debug:
+    except BrokenPipeError:  # stdout closed early (| head): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # silences the flush at exit
+        return 0
+    except Exception as error:
+        if debug:
             raise
-        message = str(error) if not isinstance(error, OSError) or not error.filename else (
-            f"{error.strerror}: {error.filename}")
-        print(f"blocklab: error: {message}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("blocklab: interrupted", file=sys.stderr)
-        return 130
+        message, status = describe_error(error)
+    except KeyboardInterrupt as error:
+        message, status = describe_error(error)
+    print(f"blocklab: {'error: ' if status == EXIT_USAGE else ''}{message}", file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":  # pragma: no cover

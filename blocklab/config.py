@@ -7,6 +7,7 @@ the keys of a run's ``config.json``. The shape fields default to the ``listops-s
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,16 +35,18 @@ def resolve_d_ff(d_ff: int | float | str, d_model: int) -> int:
         try:
             num, _, den = text.partition("/")
             ratio = float(num) / float(den) if den else float(num)
-        except ValueError:
+        except (ValueError, ZeroDivisionError):
             raise ValueError(
                 f"ModelConfig.d_ff={d_ff!r} must be an integer >= 1 or a ratio like 4.0 or '8/3x'"
             ) from None
-        if not den and "." not in num and not d_ff.strip().endswith("x"):
-            return int(num)  # "256" is an integer, "4x" a ratio
+        if not den and "." not in num and not d_ff.strip().endswith("x") and ratio.is_integer():
+            return int(ratio)  # "256" is an integer, "4x" a ratio
+    elif isinstance(d_ff, float):
+        ratio = d_ff
     else:
-        ratio = float(d_ff)
-    if not ratio > 0:
-        raise ValueError(f"ModelConfig.d_ff ratio {d_ff!r} must be > 0")
+        raise ValueError(f"ModelConfig.d_ff={d_ff!r} must be an integer >= 1 or a ratio like 4.0 or '8/3x'")
+    if not (ratio > 0 and math.isfinite(ratio * d_model)):
+        raise ValueError(f"ModelConfig.d_ff ratio {d_ff!r} must be a finite number > 0")
     return int(ratio * d_model + 0.5)
 
 
@@ -127,7 +130,8 @@ def _violations(c: ModelConfig) -> list[str]:
     ):
         value = getattr(c, name)
         need(value in allowed, f"{name}={value!r} is not one of: {', '.join(allowed)}")
-    need(isinstance(c.eps, float) and c.eps > 0, f"eps={c.eps!r} must be a number > 0")
+    need(isinstance(c.eps, float) and math.isfinite(c.eps) and c.eps > 0,
+         f"eps={c.eps!r} must be a finite number > 0")
     for name in ("bias", "causal", "tie_embeddings", "final_norm", "embed_norm",
                  "fused", "checkpoint_blocks"):
         value = getattr(c, name)
