@@ -29,7 +29,8 @@ from blocklab.model import Transformer
 
 
 class _StripHooks(ast.NodeTransformer):
-    """``self.hook_x(e)`` -> ``e``; ``self.hook_x.active`` -> ``False``."""
+    """``self.hook_x(e)`` -> ``e``; ``self.hook_x.active`` and ``any(... p.fns ...)`` (is a hook
+    attached anywhere?) -> ``False``."""
 
     @staticmethod
     def _is_hook(node: ast.AST) -> bool:
@@ -39,7 +40,14 @@ class _StripHooks(ast.NodeTransformer):
     def visit_Call(self, node: ast.Call) -> ast.AST:
         if self._is_hook(node.func) and len(node.args) == 1 and not node.keywords:
             return self.visit(node.args[0])
+        if self._asks_for_hooks(node):
+            return ast.copy_location(ast.Constant(False), node)
         return self.generic_visit(node)
+
+    @staticmethod
+    def _asks_for_hooks(node: ast.Call) -> bool:
+        return (isinstance(node.func, ast.Name) and node.func.id == "any"
+                and any(isinstance(n, ast.Attribute) and n.attr == "fns" for n in ast.walk(node)))
 
     def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
         if node.attr == "active" and self._is_hook(node.value):
@@ -51,9 +59,12 @@ def _without_hooks(cls: type) -> type:
     """A subclass of ``cls`` whose methods that call hook points are recompiled without them."""
     methods = {}
     for name, fn in vars(cls).items():
-        if not inspect.isfunction(fn) or name == "__init__" or "hook_" not in inspect.getsource(fn):
+        if not inspect.isfunction(fn) or name == "__init__":
             continue
-        tree = _StripHooks().visit(ast.parse(textwrap.dedent(inspect.getsource(fn))))
+        source = inspect.getsource(fn)
+        if "hook_" not in source and ".fns" not in source:
+            continue
+        tree = _StripHooks().visit(ast.parse(textwrap.dedent(source)))
         namespace: dict = {}
         exec(compile(ast.fix_missing_locations(tree), f"<{cls.__name__}.{name} without hooks>", "exec"),
              fn.__globals__, namespace)

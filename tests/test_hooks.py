@@ -201,9 +201,10 @@ def test_float32_cache_of_the_listops_model_matches_the_float64_oracle() -> None
 
 def test_every_spec_stage_has_a_hook_name() -> None:
     names = set(bl.Transformer(bl.ModelConfig(**SMALL)).hook_names())
-    block = ["resid_pre", "attn.q", "attn.k", "attn.v", "attn.scores", "attn.weights", "attn.out", "resid_mid",
-             "ln1", "ffn.hidden", "ffn.act", "ffn.out", "resid_post", "ln2"]
-    wanted = {"embed", "ln_f", "logits", "probs", "loss"} | {f"blocks.{i}.{s}" for i in range(2) for s in block}
+    block = ["resid_pre", "attn.q", "attn.k", "attn.v", "attn.scores", "attn.weights", "attn.out",
+             "resid_mid", "ln1", "ffn.hidden", "ffn.act", "ffn.out", "resid_post", "ln2"]
+    wanted = {"embed", "ln_f", "logits", "probs", "loss"}
+    wanted |= {f"blocks.{i}.{s}" for i in range(2) for s in block}
     assert wanted <= names, wanted - names
 
 
@@ -214,8 +215,10 @@ def zero(x: Tensor, name: str) -> Tensor:
     return torch.zeros_like(x)
 
 
-@pytest.mark.parametrize(("variant", "sublayer"), [("post", "blocks.0.attn"), ("pre", "blocks.1.ffn"),
-                                                    ("sandwich", "blocks.0.ffn"), ("rezero", "blocks.1.attn")])
+@pytest.mark.parametrize(("variant", "sublayer"), [
+    ("post", "blocks.0.attn"), ("pre", "blocks.1.ffn"),
+    ("sandwich", "blocks.0.ffn"), ("rezero", "blocks.1.attn"),
+])
 def test_zeroing_a_sublayer_equals_the_model_with_that_sublayer_ablated(variant: str, sublayer: str) -> None:
     model = small_model(**VARIANTS[variant])
     tokens, targets = tokens_and_targets()
@@ -269,7 +272,8 @@ def test_name_filters_select_exactly_the_matching_stages() -> None:
     _, cache = model.run_with_cache(tokens, names="blocks.*.ln1")
     assert list(cache) == ["blocks.0.ln1", "blocks.1.ln1"]
     _, cache = model.run_with_cache(tokens, names=["embed", "blocks.1.attn.*"])
-    assert list(cache) == ["embed"] + [f"blocks.1.attn.{s}" for s in ("q", "k", "v", "scores", "weights", "out")]
+    attn = [f"blocks.1.attn.{s}" for s in ("q", "k", "v", "scores", "weights", "out")]
+    assert list(cache) == ["embed", *attn]
     _, cache = model.run_with_cache(tokens, names=lambda n: n.endswith("resid_post"))
     assert list(cache) == ["blocks.0.resid_post", "blocks.1.resid_post"]
     _, cache = model.run_with_cache(tokens)
@@ -278,7 +282,8 @@ def test_name_filters_select_exactly_the_matching_stages() -> None:
 
 def test_unknown_hook_names_are_errors_that_suggest_the_closest_name() -> None:
     model = small_model()
-    with pytest.raises(ValueError, match=r"no hook point matches 'blocks\.0\.ln3'; did you mean .*blocks\.0\.ln1"):
+    suggestion = r"no hook point matches 'blocks\.0\.ln3'; did you mean .*blocks\.0\.ln1"
+    with pytest.raises(ValueError, match=suggestion):
         with model.hooks({"blocks.0.ln1": zero, "blocks.0.ln3": zero}):
             pass
     assert all(not p.fns for p in hook_points(model).values())  # nothing half-attached

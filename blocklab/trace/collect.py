@@ -204,7 +204,8 @@ def collect_trace(
         raise ValueError("the input has no tokens")
     tokens = list(tokens) if tokens is not None else [str(i) for i in ids]
     if position is not None and not -T <= position < T:
-        raise ValueError(f"--position {position} is outside the input's {T} positions (0..{T - 1}, or -1 for the last)")
+        raise ValueError(
+            f"--position {position} is outside the input's {T} positions (0..{T - 1}, or -1 for the last)")
     positions = list(range(T)) if position is None else [position % T]
     config: ModelConfig = model.config
     tokens_t = torch.tensor([ids])
@@ -263,7 +264,9 @@ def _numbers(t: Tensor) -> list:
     if t.dim() == 0:
         value = float(t)
         return value if math.isfinite(value) else None  # type: ignore[return-value]
-    return [_numbers(row) for row in t] if t.dim() > 1 else [v if math.isfinite(v) else None for v in t.tolist()]
+    if t.dim() > 1:
+        return [_numbers(row) for row in t]
+    return [v if math.isfinite(v) else None for v in t.tolist()]
 
 
 def stage_to_dict(stage: Stage) -> dict:

@@ -58,7 +58,8 @@ def parse_ids(text: str) -> list[int]:
         raise ValueError("--tokens is empty: give token ids like 1,2,3")
     for piece in pieces:
         if not piece.lstrip("-").isdigit():
-            raise ValueError(f"--tokens needs integer ids separated by commas or spaces; {piece!r} is not one")
+            raise ValueError(f"--tokens needs integer ids separated by commas or spaces; "
+                             f"{piece!r} is not one")
     return [int(p) for p in pieces]
 
 

@@ -139,10 +139,12 @@ def _residual(s: Stage, w: Walk) -> str:
     change = _change(_l2(x), _l2(s))
     kind = getattr(res, "kind", "add")
     if kind == "rezero":
-        return (f"residual (ReZero): x + a * the {branch} output with learned a = {_n(float(res.scale.detach()))} "
+        a = _n(float(res.scale.detach()))
+        return (f"residual (ReZero): x + a * the {branch} output with learned a = {a} "
                 f"(0 at init: the block starts as the identity); {change}")
     if kind == "deepnorm":
-        return f"residual (DeepNorm): alpha * x + the {branch} output, alpha = (2N)^(1/4) = {_n(res.alpha)}; {change}"
+        return (f"residual (DeepNorm): alpha * x + the {branch} output, "
+                f"alpha = (2N)^(1/4) = {_n(res.alpha)}; {change}")
     if kind == "none":
         return f"no residual: the stream is replaced by the {branch} output, nothing of x is kept; {change}"
     return f"residual: added the {branch} output ({f_name}) back to the stream ({x_name}); {change}"
@@ -157,14 +159,15 @@ def _norm(s: Stage, w: Walk) -> str:
         if not s.norm_module:
             return f"{where}none (final_norm off: the post-norm blocks already end in a LayerNorm); unchanged"
         if "Batch" in s.norm_module:
-            return (f"{where}{s.norm_module}: each feature normalized with statistics over batch and positions "
-                    "(running estimates in eval), not per position, so rows need not have mean 0, variance 1")
+            return (f"{where}{s.norm_module}: each feature normalized with statistics over batch and "
+                    "positions (running estimates in eval), not per position, so rows need not have mean 0, "
+                    "variance 1")
         return f"{where}{s.norm_module}: normalized; mean L2 norm {_n(_l2(s))}"
     span = _near_one(n.expected_var.tolist())
     eps = f"{n.eps:g}"
     if n.variant == "rms":
-        return (f"{where}RMSNorm: divided each position by sqrt(mean(z^2) + eps), no centring; mean(z_hat^2) = "
-                f"ms/(ms+eps) = {span}, under 1 only by eps = {eps}; then gamma * z_hat")
+        return (f"{where}RMSNorm: divided each position by sqrt(mean(z^2) + eps), no centring; "
+                f"mean(z_hat^2) = ms/(ms+eps) = {span}, under 1 only by eps = {eps}; then gamma * z_hat")
     if n.variant == "eps_outside_sqrt":
         return (f"{where}LayerNorm (eps outside the root): (z - mu) / (sqrt(var) + eps); z_hat has mean 0 "
                 f"and variance var/(sqrt(var)+eps)^2 = {span}, under 1 only because of eps = {eps}; "
@@ -208,14 +211,14 @@ def _top(s: Stage, w: Walk) -> tuple[str, str, float]:
 def _logits(s: Stage, w: Walk) -> str:
     tied = " (tied to the embedding)" if w.trace.config.tie_embeddings else ""
     where, token, value = _top(s, w)
-    return (f"logits: the final stream times the vocabulary matrix{tied}, {s.rows.shape[1]} scores per position; "
-            f"at {where} the top one is {token} ({_n(value)})")
+    return (f"logits: the final stream times the vocabulary matrix{tied}, {s.rows.shape[1]} scores per "
+            f"position; at {where} the top one is {token} ({_n(value)})")
 
 
 def _probs(s: Stage, w: Walk) -> str:
     where, token, p = _top(s, w)
-    return (f"probabilities: softmax of the logits over the vocabulary; at {where} the model predicts {token} "
-            f"with p = {_n(p)} (uniform would be {_n(1 / s.rows.shape[1])})")
+    return (f"probabilities: softmax of the logits over the vocabulary; at {where} the model predicts "
+            f"{token} with p = {_n(p)} (uniform would be {_n(1 / s.rows.shape[1])})")
 
 
 def _loss(s: Stage, w: Walk) -> str:
@@ -239,5 +242,6 @@ def explain_all(trace: Trace, model: nn.Module) -> None:
     walk = Walk(trace, model, {}, dict(model.named_modules()))
     for stage in trace.stages:
         explainer = EXPLAINERS.get(stage.kind)
-        stage.explanation = explainer(stage, walk) if explainer else f"{stage.name}: mean L2 norm {_n(_l2(stage))}"
+        words = explainer(stage, walk) if explainer else f"{stage.name}: mean L2 norm {_n(_l2(stage))}"
+        stage.explanation = words
         walk.seen[stage.name] = stage

@@ -20,7 +20,7 @@ from .collect import STAT_NAMES, Stage, Trace
 from .text import BLOCK_MATH, column_labels, fmt, norm_cells, norm_headers
 
 MAX_COLUMNS = 512  # a heatmap shows at most this many features (vocabularies can be 50k wide)
-STREAM_KINDS = ("embed", "resid_pre", "resid_mid", "resid_post", "norm")
+STREAM_KINDS = ("embed", "resid_pre", "resid_mid", "resid_post")
 DIVERGING = "linear-gradient(90deg, #2166ac, #f7f7f7, #b2182b)"
 SEQUENTIAL = "linear-gradient(90deg, #f7fbff, #6baed6, #08306b)"
 
@@ -67,7 +67,8 @@ class Page:
         more = f" (first {MAX_COLUMNS} of {F} columns)" if F > MAX_COLUMNS else ""
         d = self.decimals
         return (
-            f'<figure><div class="scroll"><canvas class="heatmap" data-map="{len(self.maps) - 1}"></canvas></div>'
+            f'<figure><div class="scroll"><canvas class="heatmap" data-map="{len(self.maps) - 1}">'
+            "</canvas></div>"
             f'<figcaption><span class="legend"><span>{fmt(vmin, d)}</span>'
             f'<i style="background:{SEQUENTIAL if sequential else DIVERGING}"></i>'
             f"<span>{fmt(vmax, d)}</span></span> {_e(caption + more)}</figcaption></figure>"
@@ -134,17 +135,19 @@ def _section(page: Page, stage: Stage) -> str:
 def _overview(page: Page) -> str:
     """The residual stream's L2 norm per position through the whole model."""
     t = page.trace
-    stream = [s for s in t.stages if s.kind in STREAM_KINDS and s.rows.shape[1] == t.config.d_model
-              and s.positions == t.positions]
+    # post-norm blocks normalize the stream itself; elsewhere a norm's output feeds a sublayer (or the head)
+    kinds = STREAM_KINDS + (("norm",) if t.config.norm_position == "post" else ())
+    stream = [s for s in t.stages if s.kind in kinds and s.name != "ln_f" and s.positions == t.positions]
     if not stream:
         return ""
     import torch
 
     rows = torch.stack([s.stats["l2"] for s in stream])  # (stages, P)
     labels = [f"{p} {t.tokens[p]}" for p in t.positions]
-    figure = page.heatmap(rows, [s.name for s in stream], labels, True,
-                          "L2 norm of each position's vector (columns) at each stream stage (rows)", from_zero=False)
-    return f'<section class="overview" id="overview"><h2>The residual stream, stage by stage</h2>{figure}</section>'
+    caption = "L2 norm of each position's vector (columns) at each stream stage (rows)"
+    figure = page.heatmap(rows, [s.name for s in stream], labels, True, caption, from_zero=False)
+    return (f'<section class="overview" id="overview"><h2>The residual stream, stage by stage</h2>{figure}'
+            "</section>")
 
 
 def render_html(trace: Trace, decimals: int = 4) -> str:
@@ -164,7 +167,8 @@ def render_html(trace: Trace, decimals: int = 4) -> str:
         toc.append(f'<li><a href="#{_e(stage.name)}">{_e(stage.short)}</a></li>')
     chips = "".join(f'<span class="tok"><b>{i}</b>{_e(tok)}</span>' for i, tok in enumerate(trace.tokens))
     model = (f"{c.n_layers} {c.norm_position}-norm blocks · d_model {c.d_model} · {c.n_heads} heads · "
-             f"d_ff {c.d_ff} · {c.activation} · norm {c.norm} · residual {c.residual} · vocab {c.vocab_size}")
+             f"d_ff {c.d_ff} · {c.activation} · norm {c.norm} · residual {c.residual} · "
+             f"vocab {c.vocab_size}")
     target = (f"<p>target <b>{_e(trace.target['token'])}</b> at position {trace.target['position']}</p>"
               if trace.target else "")
     data = json.dumps(page.maps, separators=(",", ":")).replace("</", "<\\/")
@@ -186,7 +190,8 @@ TEMPLATE = """<!doctype html>
 <title>{title}</title>
 <style>{css}</style></head>
 <body>
-<nav id="toc"><div class="brand">blocklab trace</div><ul><li class="group"><a href="#overview">Overview</a></li>{toc}</ul></nav>
+<nav id="toc"><div class="brand">blocklab trace</div>
+<ul><li class="group"><a href="#overview">Overview</a></li>{toc}</ul></nav>
 <main>
 <header><h1>Every number of one forward pass</h1>
 <p class="source">{source}</p><p class="model">{model}</p>
@@ -222,7 +227,8 @@ header h1 { margin: 0 0 4px; font-size: 22px; }
 .tok { background: var(--card); border: 1px solid var(--line); border-radius: 6px; padding: 3px 9px;
        font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 15px; }
 .tok b { color: var(--muted); font-weight: 500; font-size: 11px; margin-right: 6px; }
-h2.block { margin: 34px 0 10px; font-size: 17px; padding-bottom: 6px; border-bottom: 2px solid var(--accent); }
+h2.block { margin: 34px 0 10px; font-size: 17px; padding-bottom: 6px;
+           border-bottom: 2px solid var(--accent); }
 section.stage, section.overview { background: var(--card); border: 1px solid var(--line); border-radius: 10px;
        padding: 12px 16px 14px; margin: 12px 0; box-shadow: 0 1px 2px rgba(16,24,40,.04); }
 section.overview h2 { margin: 0 0 8px; font-size: 16px; }
@@ -233,12 +239,17 @@ h3 .shape { color: var(--muted); font-weight: 400; font-size: 12.5px; margin-lef
 figure { margin: 6px 0 10px; }
 .scroll { overflow-x: auto; max-width: 100%; }
 canvas.heatmap { display: block; }
-figcaption { color: var(--muted); font-size: 12px; margin-top: 3px; display: flex; align-items: center; gap: 8px; }
-.legend { display: inline-flex; align-items: center; gap: 4px; font-family: ui-monospace, monospace; font-size: 11px; }
-.legend i { display: inline-block; width: 90px; height: 9px; border-radius: 2px; border: 1px solid var(--line); }
+figcaption { color: var(--muted); font-size: 12px; margin-top: 3px; display: flex; align-items: center;
+             gap: 8px; }
+.legend { display: inline-flex; align-items: center; gap: 4px; font-family: ui-monospace, monospace;
+          font-size: 11px; }
+.legend i { display: inline-block; width: 90px; height: 9px; border-radius: 2px;
+            border: 1px solid var(--line); }
 .heads { display: flex; flex-wrap: wrap; gap: 6px 24px; }
-table.stats { border-collapse: collapse; font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; margin: 4px 0 8px; }
-table.stats caption { text-align: left; color: var(--muted); font: 12px system-ui, sans-serif; padding-bottom: 2px; }
+table.stats { border-collapse: collapse; font: 12px ui-monospace, SFMono-Regular, Menlo, monospace;
+              margin: 4px 0 8px; }
+table.stats caption { text-align: left; color: var(--muted); font: 12px system-ui, sans-serif;
+                      padding-bottom: 2px; }
 table.stats th { font-weight: 600; text-align: right; padding: 2px 10px; border-bottom: 1px solid var(--line);
        background: #f9fafb; }
 table.stats td { text-align: right; padding: 1px 10px; border-bottom: 1px solid #f2f4f7; }
@@ -257,13 +268,15 @@ SCRIPT = r"""
   function mix(stops, t) {
     t = Math.max(0, Math.min(1, t));
     var i = t < 0.5 ? 0 : 1, u = t < 0.5 ? t * 2 : (t - 0.5) * 2, a = stops[i], b = stops[i + 1];
-    return "rgb(" + [0, 1, 2].map(function (k) { return Math.round(a[k] + (b[k] - a[k]) * u); }).join(",") + ")";
+    var rgb = [0, 1, 2].map(function (k) { return Math.round(a[k] + (b[k] - a[k]) * u); });
+    return "rgb(" + rgb.join(",") + ")";
   }
   function draw(canvas, m) {
     var R = m.rows.length, C = m.rows[0].length;
     var avail = Math.max(240, canvas.parentNode.parentNode.parentNode.clientWidth - 40);
-    var left = 12 + 7 * Math.max.apply(null, m.rowLabels.map(function (s) { return s.length; }));
-    var top = m.colLabels ? 8 + 6.5 * Math.min(14, Math.max.apply(null, m.colLabels.map(function (s) { return s.length; }))) : 6;
+    function longest(labels) { return Math.max.apply(null, labels.map(function (s) { return s.length; })); }
+    var left = 12 + 7 * longest(m.rowLabels);
+    var top = m.colLabels ? 8 + 6.5 * Math.min(14, longest(m.colLabels)) : 6;
     var cw = Math.max(2, Math.min(m.colLabels ? 44 : 26, Math.floor((avail - left) / C)));
     var ch = R > 30 ? 10 : 17;
     var W = left + C * cw + 2, H = top + R * ch + 2, dpr = window.devicePixelRatio || 1;
@@ -277,13 +290,14 @@ SCRIPT = r"""
       g.fillText(m.rowLabels[r], left - 6, top + r * ch + ch / 2);
       for (var c = 0; c < C; c++) {
         var v = m.rows[r][c];
-        g.fillStyle = v === null ? "#d0d5dd" : mix(m.sequential ? SEQ : DIV, (v - m.vmin) / (m.vmax - m.vmin));
+        var t = (v - m.vmin) / (m.vmax - m.vmin);
+        g.fillStyle = v === null ? "#d0d5dd" : mix(m.sequential ? SEQ : DIV, t);  // null: masked
         g.fillRect(left + c * cw, top + r * ch, cw, ch);
       }
     }
     if (m.group) {
-      g.fillStyle = "#ffffff";
-      for (var s = m.group; s < C; s += m.group) { g.fillRect(left + s * cw - 1, top, 2, R * ch); }
+      g.fillStyle = "#1d2433";  // head boundaries
+      for (var s = m.group; s < C; s += m.group) { g.fillRect(left + s * cw - 1, top - 3, 2, R * ch + 6); }
     }
     if (m.colLabels) {
       g.save(); g.fillStyle = "#344054"; g.textAlign = "left";
@@ -295,7 +309,8 @@ SCRIPT = r"""
     }
     canvas.addEventListener("mousemove", function (e) {
       var box = canvas.getBoundingClientRect();
-      var c = Math.floor((e.clientX - box.left - left) / cw), r = Math.floor((e.clientY - box.top - top) / ch);
+      var c = Math.floor((e.clientX - box.left - left) / cw);
+      var r = Math.floor((e.clientY - box.top - top) / ch);
       if (r < 0 || r >= R || c < 0 || c >= C) { tip.hidden = true; return; }
       var v = m.rows[r][c];
       tip.textContent = m.rowLabels[r] + "  \u00b7  " + (m.colLabels ? m.colLabels[c] : "feature " + c) +

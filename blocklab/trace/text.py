@@ -50,7 +50,8 @@ def grid(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> G
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
 
     def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) if i == 1 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+        pairs = enumerate(zip(cells, widths, strict=True))
+        return "  ".join(c.ljust(w) if i == 1 else c.rjust(w) for i, (c, w) in pairs)
 
     head = line(headers)
     lines = [(title, "dim")] if title else []
@@ -74,7 +75,7 @@ def side_by_side(grids: Sequence[Grid], width: int, gap: int = 4) -> list[Grid]:
         lines = []
         for i in range(height):
             cells = [g.lines[i] if i < len(g.lines) else ("", "") for g in band]
-            text = (" " * gap).join(t.ljust(g.width) for (t, _), g in zip(cells, band)).rstrip()
+            text = (" " * gap).join(t.ljust(g.width) for (t, _), g in zip(cells, band, strict=True)).rstrip()
             lines.append((text, cells[0][1] or next((st for _, st in cells if st), "")))
         out.append(Grid(lines))
     return out
@@ -114,7 +115,7 @@ def norm_headers(variant: str) -> list[str]:
 
 
 def norm_cells(n: NormNumbers, i: int, decimals: int) -> list[str]:
-    """One position's LayerNorm numbers; the two variances, just under 1, get 4 more decimals to show how far."""
+    """One position's LayerNorm numbers; the two variances get 4 more decimals: they sit just under 1."""
     plain = [fmt(float(v[i]), decimals) for v in (n.mu, n.var, n.denom, n.z_hat_mean)]
     return plain + [fmt(float(v[i]), decimals + 4) for v in (n.z_hat_var, n.expected_var)]
 
@@ -123,8 +124,8 @@ def norm_grid(trace: Trace, stage: Stage, decimals: int) -> Grid:
     """The LayerNorm's own numbers per position: mu, var, the denominator; z_hat's mean and variance."""
     n = stage.norm
     rows = [_row_label(trace, p) + norm_cells(n, i, decimals) for i, p in enumerate(stage.positions)]
-    return grid(f"{stage.norm_module}, eps {n.eps:g}: the numbers it used", ["pos", "token", *norm_headers(n.variant)],
-                rows)
+    title = f"{stage.norm_module}, eps {n.eps:g}: the numbers it used"
+    return grid(title, ["pos", "token", *norm_headers(n.variant)], rows)
 
 
 def column_labels(stage: Stage, features: int) -> list[str]:
@@ -153,7 +154,8 @@ def vector_grids(
         f"{title}, {F} features")
     return [
         grid(note if start == 0 else "", ["pos", "token", *labels[start:start + per_chunk]],
-             [_row_label(trace, p) + cells[i][start:start + per_chunk] for i, p in enumerate(stage.positions)])
+             [_row_label(trace, p) + cells[i][start:start + per_chunk]
+              for i, p in enumerate(stage.positions)])
         for start in range(0, shown, per_chunk)
     ]
 
@@ -182,9 +184,9 @@ def render_stage(trace: Trace, stage: Stage, decimals: int, max_features: int, w
         grids += head_grids(trace, stage, decimals, width)
     elif stage.norm is not None:
         grids.append(norm_grid(trace, stage, decimals))
-        grids += vector_grids(trace, stage, stage.norm.z_hat, "z_hat = (z - mu) / denominator, before gamma/beta",
-                              decimals, max_features, width)
-        grids += vector_grids(trace, stage, stage.rows, "after gamma * z_hat + beta", decimals, max_features, width)
+        for rows, title in ((stage.norm.z_hat, "z_hat = (z - mu) / denominator, before gamma/beta"),
+                            (stage.rows, "after gamma * z_hat + beta")):
+            grids += vector_grids(trace, stage, rows, title, decimals, max_features, width)
     else:
         grids += vector_grids(trace, stage, stage.rows, "vector", decimals, max_features, width)
     for g in grids:
@@ -200,7 +202,8 @@ def header(trace: Trace) -> Group:
     lines = [
         Text.assemble(("blocklab trace", "bold"), f"  {trace.source}"),
         Text(f"model: {model}"),
-        Text(f"input: {' '.join(trace.tokens)}   ({len(trace.ids)} tokens; ids {' '.join(map(str, trace.ids))})"),
+        Text(f"input: {' '.join(trace.tokens)}   "
+             f"({len(trace.ids)} tokens; ids {' '.join(map(str, trace.ids))})"),
     ]
     if trace.target:
         t = trace.target
@@ -222,7 +225,8 @@ def render_text(
         if stage.block != block:
             block = stage.block
             if block is not None:
-                console.print(Rule(f"block {block}  ·  {BLOCK_MATH[trace.config.norm_position]}", style="blue"))
+                title = f"block {block}  ·  {BLOCK_MATH[trace.config.norm_position]}"
+                console.print(Rule(title, style="blue"))
             else:
                 console.print(Rule("after the blocks", style="blue"))
         console.print(render_stage(trace, stage, decimals, max_features, width))
