@@ -36,11 +36,12 @@ class HFTokenizer:
         self._tok.no_truncation()
         self.json = json_text
         self.special_tokens = dict(special_tokens or {})
+        self._vocab_size = self._tok.get_vocab_size(with_added_tokens=True)  # O(vocab) per call: ask once
 
     @property
     def vocab_size(self) -> int:
         """Number of ids, added tokens included."""
-        return self._tok.get_vocab_size(with_added_tokens=True)
+        return self._vocab_size
 
     def token_id(self, token: str | None) -> int | None:
         """The id of a token string, or None when it is not in the vocabulary."""
@@ -68,9 +69,10 @@ class HFTokenizer:
 
     def _ids(self, ids: Sequence[int] | Tensor) -> list[int]:
         ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
+        size = self._vocab_size
         for i in ids:
-            if not isinstance(i, int) or not 0 <= i < self.vocab_size:
-                raise ValueError(f"token id {i!r} out of range for vocab_size={self.vocab_size}")
+            if not isinstance(i, int) or not 0 <= i < size:
+                raise ValueError(f"token id {i!r} out of range for vocab_size={size}")
         return ids
 
     def tokens(self, ids: Sequence[int] | Tensor) -> list[str]:
