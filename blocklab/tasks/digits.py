@@ -82,6 +82,7 @@ class DigitTask(Task):
             raise ValueError(
                 f"{self.name} input is {self.length} digits 0-9 separated by spaces, e.g. "
                 f"{' '.join(str(i % 10) for i in range(self.length))!r}; got {text!r}"
+                f"{self.tokenizer.unknown_note(' '.join(tokens))}"
             )
         return self.tokenizer.encode(" ".join(tokens)), list(range(self.length))
 

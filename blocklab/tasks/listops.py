@@ -69,5 +69,5 @@ class ListOpsTask(Task):
             and tokens == expression(tokens[0], (tokens[2], tokens[4], tokens[6]))
         )
         if not ok:
-            raise ValueError(f"{FORMAT}; got {text!r}")
+            raise ValueError(f"{FORMAT}; got {text!r}{self.tokenizer.unknown_note(text)}")
         return self.tokenizer.encode(text), [ANSWER_POSITION]

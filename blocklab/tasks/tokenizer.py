@@ -72,6 +72,14 @@ class Tokenizer:
             ids.append(self.token_to_id[token])
         return ids
 
+    def unknown_note(self, text: str) -> str:
+        """For error messages: ``"; unknown token 'x' at position 2; vocabulary (...)"``, or ``""``."""
+        try:
+            self.encode(text)
+        except ValueError as error:
+            return f"; {error}" if str(error).startswith("unknown token") else ""
+        return ""
+
     def tokens(self, ids: Sequence[int] | Tensor) -> list[str]:
         """Token ids -> token strings, one per id (for labelling rows)."""
         ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
