@@ -261,7 +261,6 @@ class ResidualNormLinear(torch.autograd.Function):
         s = torch.add(F.linear(c, wo, bo), x, alpha=alpha)
         z = norm(s, gamma, beta)[0]
         ctx.alpha, ctx.norm, ctx.with_bias = alpha, norm, bias is not None
-        ctx.set_materialize_grads(False)  # an unused output (s or z) gets None, not zeros
         ctx.save_for_backward(x, c, wo, bo, gamma, beta, *weights)
         return s, z, F.linear(z, _concat(weights), bias)
 
@@ -271,12 +270,9 @@ class ResidualNormLinear(torch.autograd.Function):
         s = torch.add(F.linear(c, wo, bo), x, alpha=ctx.alpha)  # recompute, bit for bit
         stats = ctx.norm(s, gamma, beta)
         dw, db = _weight_grads(gh, stats[0], ctx.with_bias)
-        dz = gh @ _concat(weights)
-        if gz is not None:
-            dz = dz + gz
+        dz = (gh @ _concat(weights)).add_(gz)  # an unused output's gradient arrives as zeros
         ds, dgamma, dbeta = ctx.norm.grad(dz, s, stats, gamma, beta)
-        if gs is not None:
-            ds = ds + gs
+        ds = ds + gs
         dwo, dbo = _weight_grads(ds, c, bo is not None)
         dc = ds @ wo
         dx = ds if ctx.alpha == 1.0 else ds * ctx.alpha
