@@ -31,6 +31,7 @@ from safetensors.torch import save as safetensors_bytes
 from .config import ModelConfig, from_dict
 from .model import Transformer
 from .nonfinite import NonFiniteError, check_parameters
+from .resources import check_memory
 
 FORMAT = "blocklab-checkpoint"
 VERSION = "1"
@@ -220,6 +221,7 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> Checkpoint:
         raise _fail(path, f"damaged metadata ({error})") from None
     except ValueError as error:
         raise _fail(path, f"invalid config: {error}") from None
+    check_memory(config, batch_size=1, training=False, what=f"loading {path}")  # a header can claim anything
     model = Transformer(config)
     expected = state_tensors(model)
     try:

@@ -319,6 +319,11 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
                                  "checkpoints/, report.html")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
     p.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
+    p.add_argument("--detect-nonfinite", "--detect_nonfinite", dest="detect_nonfinite", action="store_true",
+                   help="stop at the first NaN/Inf, naming its stage, layer and position; keep the last good "
+                        "weights as a checkpoint")
+    p.add_argument("--force", action="store_true", help="train even when the memory estimate exceeds "
+                                                        "the available memory")
     p.add_argument("--log-diagnostics", "--log_diagnostics", dest="log_diagnostics", type=int, metavar="K",
                    help="gradient flow and LayerNorm statistics every K steps (default: eval-every; 0: off)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")

@@ -10,12 +10,14 @@ gradient flowing into each stage; the first one to fire is the stage nearest the
         loss.backward()
     event = find_first_nonfinite(model, tokens, targets)   # or None: localise after the fact
     check_parameters(model); check_gradients(model)        # weights and .grad, in module order
+    with watch_step(model, True, stop):                    # the trainer's --detect-nonfinite
+        ...one optimizer step...
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -202,3 +204,27 @@ def find_first_nonfinite(
             params = [p for p in model.parameters() if p.requires_grad]
             torch.autograd.grad(loss, params, allow_unused=True)  # fires the stage gradient hooks
     return detector.first
+
+
+@contextmanager
+def watch_step(
+    model: nn.Module, enabled: bool, stop: Callable[[NonFiniteError], BaseException]
+) -> Iterator[None]:
+    """One training step under ``--detect-nonfinite``: the first NaN/Inf in its forward or backward
+    pass, or in the weights after the update, ends it. The RNG state goes back to where the step
+    began and ``stop(error)`` is raised instead (a NaN found before the update leaves the weights
+    those of the last complete step).
+    """
+    if not enabled:
+        yield
+        return
+    rng = torch.get_rng_state()
+    try:
+        with detect_nonfinite(model):
+            yield
+        bad = check_parameters(model)
+        if bad:
+            raise NonFiniteError(bad, " (after the optimizer update)")
+    except NonFiniteError as error:
+        torch.set_rng_state(rng)
+        raise stop(error) from None

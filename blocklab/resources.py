@@ -21,6 +21,7 @@ real training step (forward, backward, AdamW step).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,6 +99,16 @@ def estimate_memory(
     return MemoryEstimate(params, 0, 0, BYTES_FLOAT32 * tokens * (per_layer + 2 * c.vocab_size))
 
 
+def estimate_training_memory(
+    config: ModelConfig, batch_size: int, eval_batch_size: int, seq_len: int | None = None
+) -> MemoryEstimate:
+    """A training run's peak: the training step, or a no-grad evaluation batch while the
+    gradients and AdamW state are still held, whichever needs more."""
+    step = estimate_memory(config, batch_size, seq_len, training=True)
+    evaluation = estimate_memory(config, eval_batch_size, seq_len, training=False)
+    return dataclasses.replace(step, activations=max(step.activations, evaluation.activations))
+
+
 def _read_int(path: str) -> int | None:
     try:
         text = Path(path).read_text().strip()
@@ -133,9 +144,16 @@ def check_memory(
     training: bool = True,
     force: bool = False,
     what: str = "this run",
+    eval_batch_size: int = 0,
 ) -> MemoryEstimate:
-    """The estimate; raises InsufficientMemoryError when it exceeds available memory (unless force)."""
-    estimate = estimate_memory(config, batch_size, seq_len, training)
+    """The estimate; raises InsufficientMemoryError when it exceeds available memory (unless force).
+
+    With ``eval_batch_size`` (training only) the estimate also covers the run's evaluations.
+    """
+    if training and eval_batch_size:
+        estimate = estimate_training_memory(config, batch_size, eval_batch_size, seq_len)
+    else:
+        estimate = estimate_memory(config, batch_size, seq_len, training)
     available = available_memory()
     if not force and available is not None and estimate.total > available[0]:
         T = config.max_seq_len if seq_len is None else seq_len

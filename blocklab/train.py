@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -32,6 +33,8 @@ from .checkpoint import load_checkpoint, save_checkpoint
 from .config import ModelConfig
 from .distributed import Processes
 from .model import Transformer
+from .nonfinite import NonFiniteError, check_parameters, watch_step
+from .resources import check_memory
 from .runfolder import (
     CHECKPOINTS,
     CONFIG,
@@ -315,6 +318,8 @@ def train(
     overwrite: bool = False,
     progress: bool = False,
     report: bool = True,
+    detect_nonfinite: bool = False,
+    force: bool = False,
 ) -> TrainResult:
     """Train a model of ``model_config`` on ``task`` (default listops); with ``out_dir``, write the
     run folder there (config.json, metrics.jsonl, checkpoints, report.html).
@@ -322,16 +327,25 @@ def train(
     ``resume`` continues from the newest checkpoint in ``out_dir`` (the configs must equal its
     config.json); ``overwrite`` replaces a run already there. Raises TrainingDiverged when the loss
     or the gradient turns NaN/Inf, RunLockedError when another live run holds ``out_dir``.
+    ``detect_nonfinite`` watches every stage: the first NaN/Inf stops the run naming its stage,
+    layer and position, and the last good weights are checkpointed. The memory guard refuses a
+    run whose estimate exceeds the available memory (InsufficientMemoryError) unless ``force``.
     """
     task = task if task is not None else get_task()
     train_config = train_config if train_config is not None else TrainConfig()
     check_task_fits(model_config, task)
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))  # before joining the process group
+    check_memory(model_config, max(1, train_config.batch_size // world_size), task.seq_len, force=force,
+                 what=f"training on {task.name}", eval_batch_size=train_config.eval_batch_size)
+    if detect_nonfinite and world_size > 1:
+        raise ValueError("--detect-nonfinite needs a single process (a stop on one would hang the others)")
     procs = Processes.from_env()
     threads = torch.get_num_threads()
     if train_config.threads:
         torch.set_num_threads(train_config.threads)
     try:
         with _Run(model_config, train_config, task, out_dir, list(callbacks), procs) as run:
+            run.detect_nonfinite = detect_nonfinite
             run.setup(resume, overwrite)
             return run.loop(progress and procs.main, report)
     finally:
@@ -366,6 +380,7 @@ class _Run:
         self.session_start = time.perf_counter()
         self.loss, self.eval, self.stopped, self.done = float("nan"), {}, "steps", False
         self.checkpoint: Path | None = None
+        self.detect_nonfinite = False
 
     def __enter__(self) -> _Run:
         return self
@@ -472,7 +487,8 @@ class _Run:
                 window_tokens, window_seconds = 0, 0.0
                 while not self.done and self.step < c.steps:
                     start = time.perf_counter()
-                    row = self._step(self.step + 1)
+                    with watch_step(self.model, self.detect_nonfinite, self._stop_nonfinite):
+                        row = self._step(self.step + 1)
                     spent = time.perf_counter() - start
                     window_seconds += spent
                     window_tokens += tokens_per_step
@@ -606,6 +622,13 @@ class _Run:
             write_json(tmp / STATE_FILE, state)
 
         self.checkpoint = publish_checkpoint(self.folder, self.step, write, self.tc.keep_checkpoints)
+
+    def _stop_nonfinite(self, error: NonFiniteError) -> TrainingDiverged:
+        """--detect-nonfinite: checkpoint the last good weights (if finite), then stop naming the stage."""
+        if self.folder is not None and check_parameters(self.model) is None:
+            self._save()
+        step = self.step if error.event.kind == "parameter" else self.step + 1  # weights: after the update
+        return self._diverged({"step": step, "nonfinite": error.event.describe()}, str(error))
 
     def _diverged(self, row: dict[str, Any], what: str) -> TrainingDiverged:
         """Log the bad step and build the error; nothing is saved for this step."""

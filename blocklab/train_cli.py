@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -117,9 +118,11 @@ def train_command(args: argparse.Namespace, config_from_args: Any) -> int:
             resume=args.resume,
             overwrite=args.overwrite,
             progress=not args.quiet,
+            detect_nonfinite=args.detect_nonfinite,
+            force=args.force,
         )
     except TrainingDiverged as error:
-        print(f"blocklab: error: {error}", flush=True)
+        print(f"blocklab: error: {error}", file=sys.stderr, flush=True)
         return 1
     if not _main_process():
         return 0

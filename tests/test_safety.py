@@ -358,3 +358,88 @@ def test_guard_refuses_what_cannot_fit_and_force_overrides() -> None:
     assert "needs about" in message and "parameters 650.5 GB" in message and "--force" in message
     assert check_memory(preset("gpt3-175b"), batch_size=8, force=True).total > available[0]
     assert check_memory(preset("listops-seed"), batch_size=256).total < 50 * 2**20
+
+
+def test_a_header_claiming_a_huge_config_is_refused_before_allocating(good: Path) -> None:
+    from safetensors import safe_open
+
+    with safe_open(str(good), "pt") as f:
+        metadata, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+    metadata["config"] = json.dumps(preset("gpt3-175b").to_dict())  # 650 GB of weights, claimed in 30 KB
+    save_file(tensors, good, metadata)
+    with pytest.raises(InsufficientMemoryError, match=f"not enough memory: loading {re.escape(str(good))}"):
+        load_checkpoint(good)
+
+
+# ---- the trainer under --detect-nonfinite --------------------------------------------------------
+
+
+def _train_tiny(out: Path, callbacks=(), **train_fields):  # noqa: ANN202 - TrainResult
+    from blocklab.tasks import get_task
+    from blocklab.train import TrainConfig, train
+
+    task = get_task("tiny-lm")
+    fields = {"steps": 6, "warmup": 0, "eval_every": 100, "target_accuracy": None, **train_fields}
+    config = TrainConfig(**fields)
+    return train(preset("tiny-lm", **task.config_overrides()), config, task, out, callbacks=callbacks,
+                 report=False, detect_nonfinite=True)
+
+
+def _checkpoint_steps(out: Path) -> list[int]:
+    from blocklab.runfolder import checkpoint_dirs
+
+    return [step for step, _ in checkpoint_dirs(out)]
+
+
+def test_nan_mid_training_stops_at_its_stage_and_checkpoints_the_last_good_weights(tmp_path: Path) -> None:
+    from blocklab.hooks import hook_points
+    from blocklab.runfolder import MODEL_FILE, latest_checkpoint, read_metrics
+    from blocklab.train import TrainingDiverged
+
+    def poison(x: torch.Tensor, name: str) -> torch.Tensor:
+        x = x.clone()
+        x[2, 1, 40] = float("nan")
+        return x
+
+    def inject_after_step_3(ctx) -> None:  # noqa: ANN001 - StepContext
+        if ctx.step == 3:  # from step 4 on, the FFN pre-activation of layer 1 carries a NaN
+            hook_points(ctx.model)["blocks.1.ffn.hidden"].fns.append(poison)
+
+    with pytest.raises(TrainingDiverged) as info:
+        _train_tiny(tmp_path, callbacks=[inject_after_step_3], checkpoint_every=100)
+    message = str(info.value)
+    assert "step 4: nan in activation blocks.1.ffn.hidden (layer 1, batch 2, token 1, feature 40)" in message
+    assert message.endswith(f"the last good checkpoint is {tmp_path / 'checkpoints' / 'step-000003'}")
+    assert _checkpoint_steps(tmp_path) == [3]  # written at the stop: checkpoint_every would not have
+    model = load_checkpoint(latest_checkpoint(tmp_path) / MODEL_FILE).model
+    _train_tiny(tmp_path / "reference", checkpoint_every=3)  # the same run without the NaN
+    reference = load_checkpoint(tmp_path / "reference" / "checkpoints" / "step-000003" / MODEL_FILE).model
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reference.state_dict().values(),
+                                                  strict=True))
+    assert read_metrics(tmp_path)[-1]["nonfinite"].startswith("nan in activation blocks.1.ffn.hidden")
+
+
+def test_nonfinite_weights_after_an_update_keep_the_previous_checkpoint(tmp_path: Path) -> None:
+    from blocklab.train import TrainingDiverged
+
+    def poison_weight(ctx) -> None:  # noqa: ANN001 - StepContext
+        if ctx.step == 3:
+            with torch.no_grad():
+                ctx.model.blocks[1].ffn.w2.weight[0, 5] = float("nan")
+
+    with pytest.raises(TrainingDiverged) as info:
+        _train_tiny(tmp_path, callbacks=[poison_weight], checkpoint_every=2)
+    message = str(info.value)
+    assert "step 3: nan in parameter blocks.1.ffn.w2.weight (layer 1, row 0, column 5) (after the" in message
+    assert message.endswith(f"the last good checkpoint is {tmp_path / 'checkpoints' / 'step-000002'}")
+    assert _checkpoint_steps(tmp_path) == [2]
+
+
+def test_overflow_from_a_huge_learning_rate_is_named_where_it_overflows(tmp_path: Path) -> None:
+    """After one AdamW step with lr 1e30 the weights are ~1e30: the embedding is still finite, and
+    the first product of two of them, q = x Wq^T in layer 0, exceeds float32's 3.4e38."""
+    from blocklab.train import TrainingDiverged
+
+    with pytest.raises(TrainingDiverged, match=r"step 2: inf in activation blocks\.0\.attn\.q \(layer 0"):
+        _train_tiny(tmp_path, lr=1e30, checkpoint_every=100)
+    assert _checkpoint_steps(tmp_path) == [1]
