@@ -387,6 +387,7 @@ def _add_ablate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target", type=float, default=0.9, help="accuracy for 'steps to target' (default 0.9)")
     p.add_argument("--log-diagnostics", "--log_diagnostics", dest="log_diagnostics", type=int, default=50,
                    metavar="K", help="gradient flow every K steps for the report (default 50; 0: off)")
+    p.add_argument("--run-reports", action="store_true", help="also write each run's own report.html")
     p.add_argument("--json", action="store_true", help="print summary.json instead of the table")
     add_config_flags(p)
     add_task_flags(p)
@@ -417,7 +418,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 
     summary = ablate(task.to_dict(), vary, out, seeds=args.seeds, preset_name=args.preset, model=model,
                      train=train, jobs=args.jobs, target=args.target, log_diagnostics=args.log_diagnostics,
-                     on_done=report)
+                     run_reports=args.run_reports, on_done=report)
     if args.json:
         print(json.dumps(summary))
         return 0
