@@ -7,7 +7,8 @@ such as lr, warmup, steps). Folder layout::
 
     OUT/summary.json                     per cell: accuracy / loss mean and std, steps to target, diverged
     OUT/report.html                      overlaid curves and gradient-flow profiles side by side
-    OUT/<cell>/seed-<k>/                 a normal run folder (config.json, metrics.jsonl, report.html)
+    OUT/<cell>/seed-<k>/                 a normal run folder (config.json, metrics.jsonl, checkpoints;
+                                         report.html with --run-reports)
     OUT/<cell>/seed-<k>/result.json      written when the run finished: its presence marks it done
 
 Resumable: rerunning the same command skips finished runs and resumes interrupted ones from their
@@ -78,6 +79,7 @@ def plan(
     seeds: int,
     out: Path,
     log_diagnostics: int = 0,
+    run_reports: bool = False,
 ) -> list[tuple[dict[str, Any], list[RunSpec]]]:
     """The cells and their runs; every configuration is validated before anything trains."""
     if seeds < 1:
@@ -99,7 +101,7 @@ def plan(
                 preset=preset_name,
                 out_dir=str(out / name / f"seed-{s}"),
                 log_diagnostics=log_diagnostics,
-                report=True,
+                report=run_reports,
             )
             for s in range(seeds)
         ]
@@ -142,14 +144,16 @@ def ablate(
     jobs: int = 1,
     target: float = 0.9,
     log_diagnostics: int = 0,
+    run_reports: bool = False,
     on_done: Callable[[RunSpec, dict[str, Any], bool], None] | None = None,
 ) -> dict[str, Any]:
     """Run the grid (finished runs are skipped); write summary.json and report.html; return the summary.
 
-    ``on_done(spec, result, skipped)`` is called for every run, finished earlier or now.
+    ``on_done(spec, result, skipped)`` is called for every run, finished earlier or now;
+    ``run_reports`` also writes each run's own report.html (a second or two per run).
     """
     out = Path(out)
-    cells = plan(task, preset_name, model or {}, train or {}, vary, seeds, out, log_diagnostics)
+    cells = plan(task, preset_name, model or {}, train or {}, vary, seeds, out, log_diagnostics, run_reports)
     results: dict[str, dict[str, Any]] = {}
     pending = []
     for _, runs in cells:
@@ -180,7 +184,7 @@ def ablate(
         "cells": [summarize(cell, [results[s.key] for s in runs]) for cell, runs in cells],
     }
     write_json(out / SUMMARY, summary)
-    (out / REPORT).write_text(ablate_html(summary, {k: results[k] for k in sorted(results)}))
+    (out / REPORT).write_text(ablate_html(summary, {k: results[k] for k in sorted(results)}, out))
     return summary
 
 
@@ -266,7 +270,7 @@ def _flow_figure(results: dict[str, dict[str, Any]], cells: list[str]) -> Figure
     return fig
 
 
-def ablate_html(summary: dict[str, Any], results: dict[str, dict[str, Any]]) -> str:
+def ablate_html(summary: dict[str, Any], results: dict[str, dict[str, Any]], out: Path) -> str:
     """The grid's self-contained report page."""
     from ..report import png
 
@@ -286,8 +290,12 @@ def ablate_html(summary: dict[str, Any], results: dict[str, dict[str, Any]]) -> 
         png(_curve_figure(results, cells)),
         "<h2>Gradient flow (residual stream, seed 0)</h2>",
         png(flow) if flow else "<p>not recorded: run with <code>--log-diagnostics K</code></p>",
-        "<p>Each run's own report: "
-        + " ".join(f"<a href='{esc(k)}/report.html'>{esc(k)}</a>" for k in results)
+        "<p>Run folders: "
+        + " ".join(
+            f"<a href='{esc(k)}/{'report.html' if (out / k / 'report.html').exists() else 'metrics.jsonl'}'>"
+            f"{esc(k)}</a>"
+            for k in results
+        )
         + "</p>",
     ]
     css = (
