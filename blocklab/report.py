@@ -107,6 +107,31 @@ def _layer_order(key: str) -> tuple[int, int]:
     return (0, 0) if name == "embed" else (2, 0)
 
 
+def gradient_flow_figure(rows: list[dict[str, Any]]) -> Figure | None:
+    """From ``--log-diagnostics``: |dL/dx_l| on the residual stream per layer over training, and the
+    identity-path vs branch-path share of the gradient at each residual connection (SPEC 1)."""
+    steps, layers = per_layer(rows, "grad_resid")
+    if not steps:
+        return None
+    fig = Figure(figsize=(12, 3.6))
+    flow_ax, path_ax = fig.subplots(1, 2)
+    for i, vals in enumerate(layers):
+        flow_ax.plot(steps, vals, "o-", ms=2, lw=1, label=f"x_{i}" if i < len(layers) - 1 else "top")
+    _log_axis(flow_ax, [v for layer in layers for v in layer])
+    flow_ax.set(title="|dL/dx_l| on the residual stream", xlabel="step")
+    flow_ax.legend(fontsize="small", ncol=min(len(layers), 4))
+    for kind, style in (("attn", "-"), ("ffn", "--")):
+        _, ident = per_layer(rows, f"{kind}_identity")
+        _, branch = per_layer(rows, f"{kind}_branch")
+        for i, (a, b) in enumerate(zip(ident, branch, strict=True)):
+            path_ax.plot(steps, [y / max(x, 1e-30) for x, y in zip(a, b, strict=True)], style, lw=1,
+                         label=f"{kind} {i}")
+    _log_axis(path_ax, [1e-6, 1.0])
+    path_ax.set(title="branch path / identity path (norms)", xlabel="step")
+    path_ax.legend(fontsize="small", ncol=4)
+    return fig
+
+
 def norm_input_figure(rows: list[dict[str, Any]]) -> Figure | None:
     """Mean and variance of each LayerNorm's input (per position, averaged) over training."""
     panels = [
@@ -219,6 +244,9 @@ def write_report(folder: str | Path, model: Transformer | None = None, task: Tas
     ]
     grad = grad_norm_figure(rows)
     parts += ["<h2>Gradient norm per layer</h2>", png(grad) if grad else "<p class=note>not recorded</p>"]
+    flow = gradient_flow_figure(rows)
+    if flow:
+        parts += ["<h2>Gradient flow: residual stream, identity vs branch path</h2>", png(flow)]
     norms = norm_input_figure(rows)
     parts.append("<h2>LayerNorm input statistics</h2>")
     parts.append(
