@@ -1,5 +1,6 @@
 """diagnostics.py against a hand-built float64 model written here with plain torch ops."""
 
+import json
 import math
 
 import pytest
@@ -203,3 +204,18 @@ def test_measure_leaves_grads_rng_and_batchnorm_running_stats_untouched():
     for k, v in model.state_dict().items():
         assert torch.equal(v, before[k]), k
     assert diag.layers[1].grad_params["ln1"] > 0
+
+
+def test_diagnose_cli_json_at_init(capsys):
+    from blocklab.cli import main
+
+    assert main(["diagnose", "--n-layers", "3", "--d-model", "16", "--n-heads", "2", "--d-ff", "32",
+                 "--norm-position", "pre", "--batch-size", "8", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["config"]["n_layers"] == 3 and len(out["layers"]) == 3
+    assert out["loss"] == pytest.approx(math.log(18), abs=0.05)  # N(0, 0.02) init: near-uniform predictions
+    for layer in out["layers"]:
+        assert set(layer["grad_params"]) >= {"attn", "ffn.w1", "ffn.w2", "ln1", "ln2"}
+        assert layer["residual"]["ffn"]["identity"] > layer["residual"]["ffn"]["branch"] > 0
+        assert 0.3 < layer["ffn_frac_le0"] < 0.7 and len(layer["attn_entropy"]) == 2
+    assert main(["diagnose", "--batch-size", "0"]) == 2
