@@ -311,6 +311,9 @@ def run_claims(
 
     worker = threading.Thread(target=train_all, daemon=True)
     out = []
+    threads = torch.get_num_threads()
+    if jobs > 1 and all_specs:
+        torch.set_num_threads(1)  # the workers have the other cores
     with bar if bar else _nothing():
         worker.start()  # training runs go to worker processes while this thread measures the rest
         measured: dict[str, dict[str, Any]] = {}
@@ -329,6 +332,7 @@ def run_claims(
                 time.perf_counter() - t0 + sum(results[s.key]["seconds"] for s in specs[claim.name])
             )
             advance(claim.name)
+    torch.set_num_threads(threads)
     for claim in chosen:
         m = clean(measured[claim.name])
         v = claim.verdict(m)
