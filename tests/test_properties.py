@@ -4,7 +4,9 @@ in a result or one error line, never a traceback."""
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 
 import pytest
 import torch
@@ -153,3 +155,79 @@ def test_random_params_command_lines_never_trace_back(argv, capsys) -> None:
     event(f"exit {status}")
     if status == 0:
         assert out and not err
+
+
+# ---- random queries to a model, and random training command lines ------------------------------
+
+OPS = ["Max", "Min", "First", "Last"]
+QUERY_TOKENS = [*OPS, "(", ")", ",", "<PAD>", *"0123456789", "banana", "12", "é", "\t"]
+DIGIT = st.sampled_from("0123456789")
+VALID_QUERY = st.builds(lambda op, a, b, c: f"{op} ( {a} , {b} , {c} )".split(), st.sampled_from(OPS), DIGIT,
+                        DIGIT, DIGIT)
+
+
+@pytest.fixture(scope="module")
+def listops_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from blocklab import preset
+    from blocklab.checkpoint import save_checkpoint
+    from blocklab.tasks import get_task
+
+    task = get_task("listops")
+    path = tmp_path_factory.mktemp("ckpt") / "listops.safetensors"
+    save_checkpoint(path, Transformer(preset("listops-seed", **task.config_overrides())),
+                    tokenizer=task.tokenizer.to_dict(), meta={"task": task.to_dict()})
+    return str(path)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(words=st.one_of(VALID_QUERY, st.lists(st.sampled_from(QUERY_TOKENS), max_size=12)),
+       command=st.sampled_from(["predict", "trace"]))
+def test_random_queries_get_an_answer_or_one_error_line(words, command, listops_checkpoint, capsys) -> None:
+    text = " ".join(words)
+    argv = ["predict", "--checkpoint", listops_checkpoint, "--input", text] if command == "predict" else [
+        "trace", "--checkpoint", listops_checkpoint, "--input", text, "-q", "--json", os.devnull]
+    status, out, err = run_cli(argv, capsys)
+    assert_clean_failure(status, err)
+    event(f"{command} exit {status}")
+    if status == 0 and command == "predict":
+        assert out.startswith(f"{text} -> ")
+
+
+TRAIN_VALUES = {
+    "--steps": st.sampled_from(["0", "1", "2", "-1", "x"]),
+    "--batch-size": st.sampled_from(["0", "1", "3", "-2"]),
+    "--lr": st.sampled_from(["3e-3", "0", "-1", "nan", "inf", "1e30"]),
+    "--warmup": st.sampled_from(["0", "1", "5", "-1"]),
+    "--eval-every": st.sampled_from(["0", "1", "2"]),
+    "--checkpoint-every": st.sampled_from(["0", "1", "-1"]),
+    "--target-accuracy": st.sampled_from(["none", "0.5", "150", "0", "x", "99%"]),
+    "--seed": st.sampled_from(["0", "-1", "7", str(2**64)]),
+    "--grad-clip": st.sampled_from(["0", "1", "-1", "nan"]),
+    "--task": st.sampled_from(["tiny-lm", "copy", "nope", "text"]),
+    "--task-option": st.sampled_from(["seq_len=0", "length=3", "length=x", "bogus=1", "path=/no/such.txt",
+                                      "n_train=5", "noequals"]),
+    "--d-model": st.sampled_from(["8", "0", "6"]),
+    "--n-heads": st.sampled_from(["2", "3", "0"]),
+    "--norm-position": st.sampled_from(["pre", "post", "middle"]),
+    "--log-diagnostics": st.sampled_from(["0", "1", "-1"]),
+    "--resume": st.none(),
+    "--overwrite": st.none(),
+    "--detect-nonfinite": st.none(),
+}
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(flags=st.lists(st.sampled_from(sorted(TRAIN_VALUES)), max_size=5), data=st.data())
+def test_random_train_command_lines_never_trace_back(flags, data, tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setattr("blocklab.report.write_report", lambda *a, **k: None)  # not what is tested here
+    out = tempfile.mkdtemp(dir=tmp_path)
+    argv = ["train", "--task", "tiny-lm", "--steps", "2", "--out", out, "-q"]
+    for flag in flags:
+        value = data.draw(TRAIN_VALUES[flag])
+        argv += [flag] if value is None else [flag, value]
+    status, _, err = run_cli(argv, capsys)
+    if status == 1:  # a diverged run: the trainer's own one-line report (exit 1)
+        assert err.startswith("blocklab: error: training stopped at step") and len(err.splitlines()) == 1, err
+    else:
+        assert_clean_failure(status, err)
+    event(f"train exit {status}")

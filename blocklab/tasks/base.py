@@ -86,7 +86,7 @@ class Task(ABC):
     seq_len: int
 
     def __init__(self, seed: int, **options: object) -> None:
-        self.seed = check_int(self.name, "seed", seed, 0)
+        self.seed = check_int(self.name, "seed", seed, 0, 2**64 - 1)  # torch generators take 64 bits
         self.options = {**options, "seed": seed}  # constructor kwargs, for to_dict
         self._splits: dict[str, TaskData] | None = None
 
