@@ -313,7 +313,8 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("train", help="train a model on a built-in task; writes a run folder with a report")
     add_config_flags(p)
-    add_task_flags(p)
+    p.set_defaults(preset=None)  # None: the task's own preset if it has one (tiny-lm), else listops-seed
+    add_task_flags(p, default=None, what="default listops")
     add_train_flags(p)
     p.add_argument("--out", help="run folder (default runs/TASK): config.json, metrics.jsonl, "
                                  "checkpoints/, report.html")
@@ -345,7 +346,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint", required=True, help="model.safetensors, a checkpoint folder or a run folder")
     p.add_argument("--split", default="test", choices=("test", "train"))
     p.add_argument("--batch-size", "--batch_size", dest="batch_size", type=int, default=1024)
-    add_task_flags(p, default=None)
+    add_task_flags(p, default=None, what="default: the checkpoint's")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_eval)
 
@@ -363,7 +364,7 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("predict", help='a checkpoint\'s answer, e.g. --input "Max ( 3 , 9 , 4 )"')
     p.add_argument("--checkpoint", required=True, help="model.safetensors, a checkpoint folder or a run folder")
     p.add_argument("--input", action="append", required=True, help="a query in the task's format (repeatable)")
-    add_task_flags(p, default=None)
+    add_task_flags(p, default=None, what="default: the checkpoint's")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_predict)
 

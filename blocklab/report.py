@@ -37,7 +37,7 @@ code { background: #f2f2f2; padding: 0 3px; }
 def png(fig: Figure) -> str:
     """A figure as an ``<img>`` tag with the PNG inline."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=90)
     return f'<img alt="plot" src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
 
 
@@ -65,7 +65,7 @@ def _log_axis(ax: Any, values: list[float]) -> None:
 
 def curves_figure(rows: list[dict[str, Any]]) -> Figure:
     """Training and held-out loss (log scale), held-out accuracy, learning rate."""
-    fig = Figure(figsize=(12, 3.6))
+    fig = Figure(figsize=(12, 3.6), layout="constrained")
     loss_ax, acc_ax, lr_ax = fig.subplots(1, 3)
     steps, loss = series(rows, "loss")
     loss_ax.plot(steps, loss, label="train (batch)", lw=1)
@@ -87,7 +87,7 @@ def grad_norm_figure(rows: list[dict[str, Any]]) -> Figure | None:
     keys = sorted({k for r in rows for k in r if k.startswith("grad_norm/")}, key=_layer_order)
     if not keys:
         return None
-    fig = Figure(figsize=(12, 3.6))
+    fig = Figure(figsize=(12, 3.6), layout="constrained")
     ax = fig.subplots()
     values: list[float] = []
     for key in keys:
@@ -113,7 +113,7 @@ def gradient_flow_figure(rows: list[dict[str, Any]]) -> Figure | None:
     steps, layers = per_layer(rows, "grad_resid")
     if not steps:
         return None
-    fig = Figure(figsize=(12, 3.6))
+    fig = Figure(figsize=(12, 3.6), layout="constrained")
     flow_ax, path_ax = fig.subplots(1, 2)
     for i, vals in enumerate(layers):
         flow_ax.plot(steps, vals, "o-", ms=2, lw=1, label=f"x_{i}" if i < len(layers) - 1 else "top")
@@ -124,8 +124,13 @@ def gradient_flow_figure(rows: list[dict[str, Any]]) -> Figure | None:
         _, ident = per_layer(rows, f"{kind}_identity")
         _, branch = per_layer(rows, f"{kind}_branch")
         for i, (a, b) in enumerate(zip(ident, branch, strict=True)):
-            path_ax.plot(steps, [y / max(x, 1e-30) for x, y in zip(a, b, strict=True)], style, lw=1,
-                         label=f"{kind} {i}")
+            path_ax.plot(
+                steps,
+                [y / max(x, 1e-30) for x, y in zip(a, b, strict=True)],
+                style,
+                lw=1,
+                label=f"{kind} {i}",
+            )
     _log_axis(path_ax, [1e-6, 1.0])
     path_ax.set(title="branch path / identity path (norms)", xlabel="step")
     path_ax.legend(fontsize="small", ncol=4)
@@ -146,7 +151,7 @@ def norm_input_figure(rows: list[dict[str, Any]]) -> Figure | None:
     ]
     if not panels:
         return None
-    fig = Figure(figsize=(12, 3.4 * math.ceil(len(panels) / 2)))
+    fig = Figure(figsize=(12, 3.4 * math.ceil(len(panels) / 2)), layout="constrained")
     axes = fig.subplots(math.ceil(len(panels) / 2), 2, squeeze=False).ravel()
     for ax, (key, title) in zip(axes, panels, strict=False):
         steps, layers = per_layer(rows, key)
@@ -164,7 +169,8 @@ def norm_input_figure(rows: list[dict[str, Any]]) -> Figure | None:
 def attention_figure(
     model: Transformer, task: Task, n: int = N_EXAMPLES
 ) -> tuple[Figure, list[dict[str, str]]]:
-    """Attention weights of every layer and head on the first ``n`` held-out examples, and the answers."""
+    """Attention weights of every layer (rows) and head (columns) on the first ``n`` held-out
+    examples, one mosaic per example, and the model's answers to them."""
     data = task.split("test")
     x, y = data.inputs[:n], data.targets[:n]
     was_training = model.training
@@ -173,21 +179,28 @@ def attention_figure(
         logits, cache = model.run_with_cache(x, names="*attn.weights")
     model.train(was_training)
     L, H = model.config.n_layers, model.config.n_heads
-    fig = Figure(figsize=(2.1 * H * len(x), 2.3 * L + 0.6))
-    axes = fig.subplots(L, H * len(x), squeeze=False)
+    fig = Figure(figsize=(min(3 + 1.8 * H, 16), len(x) * (0.8 + 1.6 * L)), layout="constrained")
+    axes = fig.subplots(len(x), 1, squeeze=False)[:, 0]
     pad = task.tokenizer.pad_id
     answers = []
-    for e in range(len(x)):
+    for e, ax in enumerate(axes):
         keep = [t for t, token in enumerate(x[e].tolist()) if token != pad] or [0]
+        T = len(keep)
         labels = task.tokenizer.tokens(x[e][keep])
+        mosaic = torch.full((L * (T + 1) - 1, H * (T + 1) - 1), float("nan"))  # one-cell gaps
         for layer in range(L):
-            weights = cache[f"blocks.{layer}.attn.weights"][e]  # (h, T, T)
+            weights = cache[f"blocks.{layer}.attn.weights"][e][:, keep][:, :, keep]  # (h, T, T)
             for head in range(H):
-                ax = axes[layer, e * H + head]
-                ax.imshow(weights[head][keep][:, keep].numpy(), cmap="viridis", vmin=0, vmax=1)
-                ax.set_xticks(range(len(keep)), labels, rotation=90, fontsize=6)
-                ax.set_yticks(range(len(keep)), labels if head == 0 else [], fontsize=6)
-                ax.set_title(f"ex {e + 1} L{layer} h{head}", fontsize=7)
+                mosaic[layer * (T + 1) : layer * (T + 1) + T, head * (T + 1) : head * (T + 1) + T] = weights[
+                    head
+                ]
+        ax.imshow(mosaic.numpy(), cmap="viridis", vmin=0, vmax=1)
+        ax.set_xticks(
+            [h * (T + 1) + t for h in range(H) for t in range(T)], labels * H, rotation=90, fontsize=6
+        )
+        ax.set_yticks([i * (T + 1) + t for i in range(L) for t in range(T)], labels * L, fontsize=6)
+        ax.set_title(f"example {e + 1}: layers top to bottom, heads left to right", fontsize=8)
+        ax.tick_params(length=0)
         scored = (y[e] != -100).nonzero().flatten().tolist()
         predicted = logits[e].argmax(-1)
         answers.append(

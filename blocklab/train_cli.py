@@ -14,11 +14,19 @@ from typing import Any
 import torch
 
 from .checkpoint import Checkpoint, load_checkpoint
-from .config import FIELDS, from_dict
+from .config import FIELDS, PRESETS, ModelConfig, from_dict
 from .runfolder import CONFIG, read_json, resolve_checkpoint
 from .tasks import DEFAULT_TASK, Task, get_task
 from .tasks.tokenizer import tokenizer_from_spec
-from .train import TRAIN_FIELDS, TrainConfig, TrainingDiverged, evaluate, train, train_config_from_dict
+from .train import (
+    TRAIN_FIELDS,
+    TrainConfig,
+    TrainingDiverged,
+    evaluate,
+    task_train_config,
+    train,
+    train_config_from_dict,
+)
 
 
 def parse_target(text: str) -> float | None:
@@ -35,13 +43,18 @@ def add_train_flags(parser: argparse.ArgumentParser) -> None:
     for f in dataclasses.fields(TrainConfig):
         kind = parse_target if f.name == "target_accuracy" else type(f.default)
         flags = [f"--{f.name.replace('_', '-')}"] + ([f"--{f.name}"] if "_" in f.name else [])
-        group.add_argument(*flags, dest=f.name, type=kind, default=None, help=f"default {f.default!r}")
+        group.add_argument(
+            *flags, dest=f.name, type=kind, default=argparse.SUPPRESS, help=f"default {f.default!r}"
+        )
 
 
-def add_task_flags(parser: argparse.ArgumentParser, default: str | None = DEFAULT_TASK) -> None:
+def add_task_flags(
+    parser: argparse.ArgumentParser, default: str | None = DEFAULT_TASK, what: str = ""
+) -> None:
     """``--task NAME`` and repeatable ``--task-option KEY=VALUE``."""
+    what = what or f"default {default}"
     parser.add_argument(
-        "--task", default=default, help=f"listops, tiny-lm, copy, reverse, sort, text (default {default})"
+        "--task", default=default, help=f"listops, tiny-lm, copy, reverse, sort, text ({what})"
     )
     parser.add_argument(
         "--task-option",
@@ -54,7 +67,8 @@ def add_task_flags(parser: argparse.ArgumentParser, default: str | None = DEFAUL
     )
 
 
-def _value(text: str) -> Any:
+def parse_value(text: str) -> Any:
+    """A flag value as int, float, None/true/false, or the text itself."""
     for kind in (int, float):
         try:
             return kind(text)
@@ -63,45 +77,83 @@ def _value(text: str) -> Any:
     return {"none": None, "true": True, "false": False}.get(text.lower(), text)
 
 
-def task_from_args(args: argparse.Namespace, seed: int | None = None) -> Task:
-    """The task named by ``--task`` with its ``--task-option``s; its seed defaults to ``seed``."""
+_value = parse_value  # the name blocklab.experiments.ablate imports
+
+
+def task_from_args(args: argparse.Namespace, seed: int | None = None, name: str | None = None) -> Task:
+    """Task ``name`` with the ``--task-option``s; its seed defaults to ``seed``."""
     options: dict[str, Any] = {} if seed is None else {"seed": seed}
     for item in args.task_options:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ValueError(f"--task-option {item!r} must look like KEY=VALUE, e.g. seq_len=32")
-        options[key.strip().replace("-", "_")] = _value(value.strip())
-    return get_task(args.task, **options)
-
-
-def _given(args: argparse.Namespace, names: tuple[str, ...]) -> list[str]:
-    return [n for n in names if getattr(args, n, None) is not None]
+        options[key.strip().replace("-", "_")] = parse_value(value.strip())
+    return get_task(name or args.task or DEFAULT_TASK, **options)
 
 
 def _main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def train_command(args: argparse.Namespace, config_from_args: Any) -> int:
-    """``blocklab train``: build the configs (or read them back with --resume), train, print the outcome."""
+def _first_difference(saved: dict[str, Any], asked: dict[str, Any]) -> str | None:
+    return next(
+        (
+            f"--{k.replace('_', '-')} {asked[k]!r} (the run has {saved.get(k)!r})"
+            for k in asked
+            if asked[k] != saved.get(k)
+        ),
+        None,
+    )
+
+
+def configs_from_args(
+    args: argparse.Namespace, config_from_args: Any
+) -> tuple[ModelConfig, TrainConfig, Task]:
+    """The run the flags describe: task defaults, the preset (default: the task's own, if it has
+    one), then the user's flags."""
+    name = args.task or DEFAULT_TASK
+    train_config = task_train_config(name, **{n: getattr(args, n) for n in TRAIN_FIELDS if hasattr(args, n)})
+    task = task_from_args(args, seed=train_config.seed, name=name)
+    if args.preset is None:
+        args.preset = name if name in PRESETS else "listops-seed"
+    return config_from_args(args, **task.config_overrides()), train_config, task
+
+
+def resumed_configs(args: argparse.Namespace, saved: Path) -> tuple[ModelConfig, TrainConfig, Task]:
+    """The run in config.json; any flag given with --resume must agree with it."""
     from .cli import UsageError
 
-    out = Path(args.out) if args.out else Path("runs") / args.task
-    saved = out / CONFIG
-    if args.resume and saved.exists():
-        extra = _given(args, FIELDS + TRAIN_FIELDS) + (["task_option"] if args.task_options else [])
-        if extra:
-            raise UsageError(
-                f"--resume continues {out} exactly as its config.json says; drop --"
-                f"{extra[0].replace('_', '-')} (or start a new run with another --out)"
-            )
-        run = read_json(saved)
-        model_config, train_config = from_dict(run["model"]), train_config_from_dict(run["train"])
-        task = Task.from_dict(run["task"])
+    run = read_json(saved)
+    model_config, train_config = from_dict(run["model"]), train_config_from_dict(run["train"])
+    task = Task.from_dict(run["task"])
+    asked_model = {n: getattr(args, n) for n in FIELDS if getattr(args, n, None) is not None}
+    asked_train = {n: getattr(args, n) for n in TRAIN_FIELDS if hasattr(args, n)}
+    problem = (
+        _first_difference(model_config.to_dict(), model_config.replace(**asked_model).to_dict())
+        or _first_difference(train_config.to_dict(), train_config.replace(**asked_train).to_dict())
+        or (f"--task {args.task}" if args.task and args.task != task.name else None)
+        or (
+            f"--task-option {args.task_options[0]}"
+            if args.task_options
+            and task_from_args(args, seed=task.seed, name=task.name).to_dict() != task.to_dict()
+            else None
+        )
+    )
+    if problem:
+        raise UsageError(
+            f"--resume continues the run in {saved.parent} as its config.json says, "
+            f"but {problem}; drop the flag or start a new run with another --out"
+        )
+    return model_config, train_config, task
+
+
+def train_command(args: argparse.Namespace, config_from_args: Any) -> int:
+    """``blocklab train``: build the configs (or read them back with --resume), train, print the outcome."""
+    out = Path(args.out) if args.out else Path("runs") / (args.task or DEFAULT_TASK)
+    if args.resume and (out / CONFIG).exists():
+        model_config, train_config, task = resumed_configs(args, out / CONFIG)
     else:
-        train_config = TrainConfig(**{n: getattr(args, n) for n in _given(args, TRAIN_FIELDS)})
-        task = task_from_args(args, seed=train_config.seed)
-        model_config = config_from_args(args, **task.config_overrides())
+        model_config, train_config, task = configs_from_args(args, config_from_args)
     callbacks = []
     every = train_config.eval_every if args.log_diagnostics is None else args.log_diagnostics
     if every:
