@@ -221,7 +221,8 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> Checkpoint:
         raise _fail(path, f"damaged metadata ({error})") from None
     except ValueError as error:
         raise _fail(path, f"invalid config: {error}") from None
-    check_memory(config, batch_size=1, training=False, what=f"loading {path}")  # a header can claim anything
+    # a header can claim any config: refuse one that cannot fit before building it
+    check_memory(config, 1, training=False, what=f"loading {path}", force_flag=False)
     model = Transformer(config)
     expected = state_tensors(model)
     try:

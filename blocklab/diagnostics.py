@@ -29,6 +29,7 @@ from torch import Tensor
 from .config import ModelConfig
 from .model import Transformer
 from .norms import layer_norm_stats
+from .resources import check_memory
 from .tasks import Task
 
 # Where each quantity lives, by norm position (the wiring of SPEC section 5).
@@ -273,6 +274,7 @@ def _measure(
 
 def diagnose_at_init(config: ModelConfig, task: Task, batch_size: int = 64, seed: int = 0) -> Diagnostics:
     """``measure`` a freshly initialized ``Transformer(config)`` (seeded) on the first training examples."""
+    check_memory(config, batch_size, task.seq_len, what=f"diagnosing {task.name}", force_flag=False)
     torch.manual_seed(seed)
     model = Transformer(config)
     data = task.split("train")

@@ -145,10 +145,12 @@ def check_memory(
     force: bool = False,
     what: str = "this run",
     eval_batch_size: int = 0,
+    force_flag: bool = True,
 ) -> MemoryEstimate:
     """The estimate; raises InsufficientMemoryError when it exceeds available memory (unless force).
 
-    With ``eval_batch_size`` (training only) the estimate also covers the run's evaluations.
+    With ``eval_batch_size`` (training only) the estimate also covers the run's evaluations;
+    ``force_flag`` says whether the message may suggest ``--force`` (the command has one).
     """
     if training and eval_batch_size:
         estimate = estimate_training_memory(config, batch_size, eval_batch_size, seq_len)
@@ -160,6 +162,7 @@ def check_memory(
         raise InsufficientMemoryError(
             f"not enough memory: {what} ({'training' if training else 'inference'}, batch {batch_size} x "
             f"{T} tokens) needs about {estimate.describe()} but {format_bytes(available[0])} is available "
-            f"({available[1]}); use a smaller config or batch, or pass --force to try anyway"
+            f"({available[1]}); use a smaller config or batch" + (", or pass --force to try anyway"
+                                                                  if force_flag else "")
         )
     return estimate

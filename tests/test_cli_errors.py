@@ -63,6 +63,8 @@ LISTOPS_VOCAB = "vocabulary (18 tokens): <PAD> 0 1 2 3 4 5 6 7 8 9 Max Min First
         (["params", "--eps", "inf"], "error: ModelConfig.eps=inf must be a finite number > 0"),
         (["train", "--lr", "nan", "--out", "unused"], "error: TrainConfig.lr=nan must be a number > 0"),
         (["train", "--task", "text", "--task-option", "path=/no/such.txt"], "no such file"),
+        (["trace", "--preset", "gpt3-175b"], "error: not enough memory: tracing preset gpt3-175b (inference"),
+        (["diagnose", "--preset", "gpt3-175b"], "error: not enough memory: diagnosing listops (training"),
     ],
 )
 def test_bad_names_and_values_are_one_line_naming_the_problem(argv, expected, capsys) -> None:

@@ -33,10 +33,12 @@ class Subject:
 def preset_subject(name: str, seed: int, overrides: dict[str, Any]) -> Subject:
     """A preset's model built with ``torch.manual_seed(seed)``; its task's tokenizer if it has one."""
     from ..config import preset
+    from ..resources import check_memory
     from ..tasks import get_task
 
     task = get_task(PRESET_TASKS[name]) if name in PRESET_TASKS else None
     config = preset(name, **{**(task.config_overrides() if task else {}), **overrides})
+    check_memory(config, 1, training=False, what=f"tracing preset {name}", force_flag=False)
     torch.manual_seed(seed)
     changed = "".join(f", {k}={v}" for k, v in overrides.items())
     return Subject(Transformer(config).eval(), task.tokenizer if task else None,
