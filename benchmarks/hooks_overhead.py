@@ -1,12 +1,12 @@
 """What hook points cost when no hook is attached: forward time vs the same model without them.
 
-The peer is built from the same model: every method that calls a hook point is recompiled
-from its source with ``self.hook_x(expr)`` replaced by ``expr`` and ``self.hook_x.active``
-by ``False`` (an AST rewrite), so both forwards run the same code minus the hooks. Both
-are timed interleaved in one run; the ratio is what to read (absolute times are noisy on
-a shared machine).
+The peer is built from the same model: every method that touches a hook point is recompiled
+from its source with ``self.hook_x(expr)`` replaced by ``expr`` and every "is a hook
+attached?" test by ``False`` (an AST rewrite), so both forwards run the same code minus the
+hooks. Both are timed interleaved in one run, with a third, identical copy of the hooked
+model as a control for the noise; the ratio is what to read.
 
-    .venv/bin/python benchmarks/hooks_overhead.py [--rounds 30]
+    .venv/bin/python benchmarks/hooks_overhead.py [--rounds 150]
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from blocklab.model import Transformer
 
 
 class _StripHooks(ast.NodeTransformer):
-    """``self.hook_x(e)`` -> ``e``; ``self.hook_x.active`` and ``any(... p.fns ...)`` (is a hook
-    attached anywhere?) -> ``False``."""
+    """``self.hook_x(e)`` -> ``e``; ``self.hook_x.active``, ``any_attached(...)`` and
+    ``any(... p.fns ...)`` (is a hook attached?) -> ``False``."""
 
     @staticmethod
     def _is_hook(node: ast.AST) -> bool:
@@ -46,8 +46,9 @@ class _StripHooks(ast.NodeTransformer):
 
     @staticmethod
     def _asks_for_hooks(node: ast.Call) -> bool:
-        return (isinstance(node.func, ast.Name) and node.func.id == "any"
-                and any(isinstance(n, ast.Attribute) and n.attr == "fns" for n in ast.walk(node)))
+        name = node.func.id if isinstance(node.func, ast.Name) else ""
+        reads_fns = any(isinstance(n, ast.Attribute) and n.attr == "fns" for n in ast.walk(node))
+        return name == "any_attached" or (name == "any" and reads_fns)
 
     def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
         if node.attr == "active" and self._is_hook(node.value):
@@ -62,7 +63,7 @@ def _without_hooks(cls: type) -> type:
         if not inspect.isfunction(fn) or name == "__init__":
             continue
         source = inspect.getsource(fn)
-        if "hook_" not in source and ".fns" not in source:
+        if not any(word in source for word in ("hook_", ".fns", "any_attached")):
             continue
         tree = _StripHooks().visit(ast.parse(textwrap.dedent(source)))
         namespace: dict = {}
@@ -87,29 +88,33 @@ def without_hooks(model: Transformer) -> Transformer:
 
 
 def _time(model: nn.Module, tokens: torch.Tensor, reps: int) -> float:
-    start = time.perf_counter()
+    # CPU time of this thread (torch runs on it alone, see --threads): time spent descheduled
+    # while other processes run does not count, which keeps a shared machine's noise out.
+    start = time.thread_time()
     for _ in range(reps):
         model(tokens)
-    return (time.perf_counter() - start) / reps
+    return (time.thread_time() - start) / reps
 
 
 def measure(config: bl.ModelConfig, batch: int, rounds: int, budget_s: float = 8.0) -> dict[str, float]:
     """Best-of-``rounds`` forward seconds of the hooked model, its hook-free peer and an
     identical copy of the hooked model (the control: its ratio shows the timing noise).
 
-    The three are timed in short, interleaved bursts, rotating the order each round; the
+    The three are timed in short (10 ms), interleaved bursts, rotating the order each round; the
     minimum over rounds is the estimate least disturbed by other processes. Large shapes get
     fewer rounds so that each shape takes about ``budget_s``.
     """
     torch.manual_seed(0)
-    hooked = Transformer(config).eval()
-    models = {"hooked": hooked, "plain": without_hooks(hooked).eval(), "copy": copy.deepcopy(hooked)}
+    original = Transformer(config).eval()
+    # all three are deep copies, so their tensors are allocated the same way
+    hooked = copy.deepcopy(original)
+    models = {"hooked": hooked, "plain": without_hooks(original), "copy": copy.deepcopy(original)}
     tokens = torch.randint(0, config.vocab_size, (batch, config.max_seq_len))
     best = dict.fromkeys(models, float("inf"))
     with torch.no_grad():
         assert torch.equal(hooked(tokens), models["plain"](tokens)), "the peer must compute the same logits"
         once = max(_time(hooked, tokens, 3), 1e-6)
-        reps = max(1, int(0.003 / once))  # bursts of about 3 ms
+        reps = max(1, int(0.01 / once))  # bursts of about 10 ms
         rounds = max(5, min(rounds, int(budget_s / (3 * reps * once))))
         names = list(models)
         for i in range(rounds):
@@ -130,7 +135,8 @@ SHAPES = [  # (label, config, batch)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=150, help="interleaved timing rounds per shape")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1 keeps the noise down)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (keep 1: the timer counts this thread's CPU time only)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"forward, no hooks attached: with hook points vs the same model without them "

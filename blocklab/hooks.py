@@ -23,13 +23,86 @@ HookFn = Callable[[Tensor, str], Tensor | None]
 NameFilter = None | str | Iterable[str] | Callable[[str], bool]
 
 
+class _HookFns(list):
+    """A hook point's functions; every live entry is counted in ``HookPoint.attached``."""
+
+    def __init__(self, fns: Iterable[HookFn] = ()) -> None:
+        super().__init__()
+        self.extend(fns)
+
+    def _count(self, change: int) -> None:
+        HookPoint.attached += change
+
+    def append(self, fn: HookFn) -> None:
+        super().append(fn)
+        self._count(1)
+
+    def insert(self, index: int, fn: HookFn) -> None:  # type: ignore[override]
+        super().insert(index, fn)
+        self._count(1)
+
+    def extend(self, fns: Iterable[HookFn]) -> None:
+        before = len(self)
+        super().extend(fns)
+        self._count(len(self) - before)
+
+    def __iadd__(self, fns: Iterable[HookFn]):  # noqa: ANN204
+        self.extend(fns)
+        return self
+
+    def __imul__(self, n: int):  # noqa: ANN204
+        before = len(self)
+        super().__imul__(n)
+        self._count(len(self) - before)
+        return self
+
+    def remove(self, fn: HookFn) -> None:
+        super().remove(fn)
+        self._count(-1)
+
+    def pop(self, index: int = -1) -> HookFn:  # type: ignore[override]
+        fn = super().pop(index)
+        self._count(-1)
+        return fn
+
+    def clear(self) -> None:
+        self._count(-len(self))
+        super().clear()
+
+    def __delitem__(self, index) -> None:  # noqa: ANN001
+        before = len(self)
+        super().__delitem__(index)
+        self._count(len(self) - before)
+
+    def __setitem__(self, index, value) -> None:  # noqa: ANN001
+        before = len(self)
+        super().__setitem__(index, value)
+        self._count(len(self) - before)
+
+    def __del__(self) -> None:  # a model dropped with hooks still on them: uncount them
+        if HookPoint is not None:  # None during interpreter shutdown
+            HookPoint.attached -= len(self)
+
+
 class HookPoint(nn.Module):
-    """Identity on a named stage; runs attached hook functions when there are any."""
+    """Identity on a named stage; runs attached hook functions when there are any.
+
+    ``HookPoint.attached`` counts the functions attached to all hook points in the process
+    (never fewer), so "is any hook attached?" costs one read while there are none
+    (``any_attached``).
+    """
+
+    attached = 0
 
     def __init__(self) -> None:
         super().__init__()
         self.name = ""
-        self.fns: list[HookFn] = []
+        self.fns = _HookFns()
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "fns" and not isinstance(value, _HookFns):  # a plain list assigned: count it too
+            value = _HookFns(value)  # type: ignore[arg-type]
+        super().__setattr__(name, value)
 
     @property
     def active(self) -> bool:
@@ -50,6 +123,11 @@ class HookPoint(nn.Module):
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}"
+
+
+def any_attached(points: Iterable[HookPoint]) -> bool:
+    """Whether a hook function is attached to any of ``points`` (free while none is attached anywhere)."""
+    return HookPoint.attached > 0 and any(p.fns for p in points)
 
 
 def stage_name(module_path: str) -> str:

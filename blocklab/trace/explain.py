@@ -74,7 +74,7 @@ def _near_one(values: list[float]) -> str:
 def _change(before: float, after: float) -> str:
     """``grew from 5.651 to 5.664``, with as many digits as it takes to show the change."""
     for digits in range(4, 9):
-        a, b = f"{before:.{digits}g}", f"{after:.{digits}g}"
+        a, b = f"{before:#.{digits}g}", f"{after:#.{digits}g}"  # '#' keeps trailing zeros: 5.660
         if a != b:
             verb = "grew" if after > before else "shrank"
             return f"mean L2 norm per position {verb} from {a} to {b}"
@@ -136,7 +136,8 @@ def _residual(s: Stage, w: Walk) -> str:
     res = getattr(block, "res1" if s.kind == "resid_mid" else "res2", None)
     x_name, f_name = RESIDUAL_OPERANDS[w.trace.config.norm_position][s.kind]
     x, branch = w.sibling(s, x_name), BRANCH_WORDS[s.kind]
-    change = _change(_l2(x), _l2(s))
+    # with --stages the stream before may not have been collected: then only the norm after
+    change = _change(_l2(x), _l2(s)) if x is not None else f"mean L2 norm per position {_n(_l2(s))}"
     kind = getattr(res, "kind", "add")
     if kind == "rezero":
         a = _n(float(res.scale.detach()))
