@@ -22,7 +22,7 @@ from .attention import KVCache, MultiHeadAttention
 from .config import ModelConfig
 from .feedforward import FeedForward
 from .fused import fused_block_forward
-from .hooks import HookedModule, HookPoint, hook_points, name_hook_points
+from .hooks import HookedModule, HookPoint, any_attached, hook_points, name_hook_points
 from .norms import build_norm
 
 
@@ -118,6 +118,6 @@ class TransformerBlock(HookedModule):
     def _run(self, x: Tensor, mask: Tensor | None, cache: KVCache | None = None) -> Tensor:
         # a hook needs its stage materialised, so any attached hook selects the module-by-module path
         lean = self._fused is not None and cache is None and self.attn.use_fast_path
-        if lean and not any(point.fns for point in self._points):
+        if lean and not any_attached(self._points):
             return self._fused(self, x, mask)
         return self._forward(x, mask, cache)
