@@ -307,3 +307,23 @@ def test_hook_points_are_plain_attributes_until_replaced() -> None:
     replacement = bl.HookPoint()
     block.hook_resid_mid = replacement  # nn.Module.__setattr__ drops the shortcut
     assert block.hook_resid_mid is replacement and "hook_resid_mid" not in block.__dict__
+
+
+def test_the_process_wide_count_of_attached_hooks_follows_every_change() -> None:
+    from blocklab.hooks import HookPoint, any_attached
+
+    model = small_model()
+    points = list(hook_points(model).values())
+    start = HookPoint.attached  # other tests may leave functions on their own modules
+    assert not any_attached(points)
+    with model.hooks({"blocks.*.ln1": zero, "embed": zero}):
+        assert HookPoint.attached == start + 3 and any_attached(points)
+    assert HookPoint.attached == start and not any_attached(points)
+    point = points[0]
+    point.fns = [zero, zero]  # a plain list assigned wholesale is counted too
+    point.fns.pop()
+    point.fns *= 3
+    assert HookPoint.attached == start + 3 and any_attached(points)
+    del point.fns[1:]
+    point.fns.clear()
+    assert HookPoint.attached == start and not any_attached(points)
