@@ -278,6 +278,10 @@ def test_cli_trace_of_a_checkpoint_uses_its_tokenizer_or_needs_ids(tmp_path: Pat
                  "--stages", "logits", "--width", "200"]) == 0
     printed = capsys.readouterr().out
     assert f"checkpoint {with_tok}" in printed and re.search(r"^\s+7  \)\s", printed, re.M)
+    run = tmp_path / "run"  # a training run's folder: its newest checkpoint is traced
+    (run / "checkpoints" / "step-000003").mkdir(parents=True)
+    save_checkpoint(run / "checkpoints" / "step-000003" / "model.safetensors", model, TOKENIZER.to_dict())
+    assert main(["trace", "--checkpoint", str(run), "--input", QUERY, "--stages", "embed", "-q"]) == 0
     assert main(["trace", "--checkpoint", str(without), "--input", QUERY]) == 2
     assert "has no tokenizer: give token ids with --tokens" in capsys.readouterr().err
     assert main(["trace", "--checkpoint", str(without), "--tokens", ",".join(map(str, IDS)),

@@ -46,10 +46,18 @@ def preset_subject(name: str, seed: int, overrides: dict[str, Any]) -> Subject:
 
 
 def checkpoint_subject(path: str) -> Subject:
-    """A trained or imported model with the tokenizer stored alongside it."""
+    """A trained or imported model with the tokenizer stored alongside it: a checkpoint file, a
+    training run's folder (its newest checkpoint), a checkpoint folder, a Hugging Face model
+    folder or an installed model package."""
+    from ..checkpoint import FORMAT, read_checkpoint_header
     from ..interop.pretrained import load_model
+    from ..runfolder import CHECKPOINTS, MODEL_FILE, resolve_checkpoint
 
-    model, tokenizer = load_model(path)
+    folder = Path(path)
+    weights = folder / MODEL_FILE
+    ours = folder.is_dir() and ((folder / CHECKPOINTS).is_dir() or (
+        weights.is_file() and read_checkpoint_header(weights)[0].get("format") == FORMAT))
+    model, tokenizer = load_model(resolve_checkpoint(folder) if ours else path)
     return Subject(model.eval(), tokenizer, f"checkpoint {path}")
 
 
