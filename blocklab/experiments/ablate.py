@@ -227,7 +227,7 @@ def summary_table(summary: dict[str, Any]) -> Any:
         f"target {summary['target_accuracy']:.0%})"
     )
     for col in SUMMARY_COLUMNS:
-        table.add_column(col, justify="left" if col == "cell" else "right")
+        table.add_column(col, justify="left" if col == "cell" else "right", overflow="fold")
     for row in summary_rows(summary):
         table.add_row(*row)
     return table

@@ -116,7 +116,12 @@ def measure_gelu_vs_relu(p: dict[str, Any], results: Results) -> dict[str, Any]:
 def runs_no_residual_depth(p: dict[str, Any]) -> list[RunSpec]:
     """residual add vs none at each depth."""
     return [
-        _spec("no-residual-depth", f"{res}/L{depth}", p, {"residual": res, "n_layers": depth})
+        _spec(
+            "no-residual-depth",
+            f"{res}/L{depth}",
+            p,
+            {"residual": res, "n_layers": depth, "norm_position": p["norm_position"]},
+        )
         for res in ("add", "none")
         for depth in p["depths"]
     ]
