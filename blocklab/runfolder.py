@@ -22,6 +22,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from .checkpoint import atomic_write_bytes, fsync_dir
 
 CONFIG = "config.json"
@@ -179,3 +181,27 @@ def resolve_checkpoint(path: str | Path) -> Path:
     if latest is None:
         raise ValueError(f"{path} holds no checkpoint (expected {MODEL_FILE} or {CHECKPOINTS}/step-N/)")
     return latest / MODEL_FILE
+
+
+def run_config(model_config: Any, train_config: Any, task: Any, world_size: int = 1) -> dict[str, Any]:
+    """config.json: everything needed to rebuild the run."""
+    import blocklab
+
+    return {
+        "model": model_config.to_dict(),
+        "train": train_config.to_dict(),
+        "task": task.to_dict(),
+        "world_size": world_size,
+        "versions": {"blocklab": blocklab.__version__, "torch": torch.__version__},
+    }
+
+
+def run_files(folder: Path) -> list[str]:
+    """The files of a run already in ``folder`` (config.json, metrics.jsonl, checkpoints, report.html)."""
+    return [name for name in (CONFIG, METRICS, CHECKPOINTS, REPORT) if (folder / name).exists()]
+
+
+def clear_run(folder: Path) -> None:
+    """Remove a previous run's files from ``folder`` (nothing else in it)."""
+    for name in run_files(folder):
+        shutil.rmtree(folder / name) if (folder / name).is_dir() else (folder / name).unlink()

@@ -12,12 +12,10 @@ of each global batch; gradients are averaged by ``DistributedDataParallel``.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import math
 import os
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -37,20 +35,29 @@ from .model import Transformer
 from .nonfinite import NonFiniteError, check_parameters, watch_step
 from .resources import check_memory
 from .runfolder import (
-    CHECKPOINTS,
     CONFIG,
     METRICS,
     MODEL_FILE,
-    REPORT,
     RunLock,
+    clear_run,
     latest_checkpoint,
     publish_checkpoint,
     read_json,
     read_metrics,
+    run_config,
+    run_files,
     truncate_metrics,
     write_json,
 )
 from .tasks import Task, TaskData, exact_match, get_task
+from .trainconfig import (  # noqa: F401 - re-exported: blocklab.train is where users look
+    TASK_DEFAULTS,
+    TRAIN_FIELDS,
+    TrainConfig,
+    lr_at,
+    task_train_config,
+    train_config_from_dict,
+)
 from .trainstate import (
     OPTIMIZER_FILE,
     STATE_FILE,
@@ -59,127 +66,6 @@ from .trainstate import (
     load_optimizer_state,
     save_optimizer_state,
 )
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Optimisation and bookkeeping of a run; validated (ValueError names field, value, rule).
-
-    The defaults train the listops-seed preset on listops to >= 99% held-out exact match.
-    """
-
-    steps: int = 600  # total optimizer steps; the cosine decays over all of them
-    batch_size: int = 64  # global batch: split across processes under torchrun
-    lr: float = 3e-3  # peak learning rate, reached after warmup
-    warmup: int = 50  # linear warmup steps, from lr/warmup to lr
-    min_lr_ratio: float = 0.1  # the cosine ends at lr * min_lr_ratio
-    weight_decay: float = 0.01  # AdamW decay on matrices and embeddings (not biases, not norms)
-    beta1: float = 0.9
-    beta2: float = 0.98
-    grad_clip: float = 1.0  # max global gradient norm; 0 turns clipping off
-    eval_every: int = 50  # held-out loss and exact match every K steps (and at the end)
-    eval_batch_size: int = 1024
-    log_every: int = 10  # a metrics.jsonl line (loss, lr, gradient norms, LN statistics)
-    checkpoint_every: int = 200  # 0: only the final checkpoint
-    keep_checkpoints: int = 2  # newest complete checkpoints kept on disk
-    seed: int = 0  # model init, data order, dropout
-    target_accuracy: float | None = 0.995  # stop at the first evaluation reaching it; None: never
-    threads: int = 1  # torch intra-op threads; 1 is fastest for small models (0: torch's default)
-
-    def __post_init__(self) -> None:
-        for error in _violations(self):
-            raise ValueError(error)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict of every field."""
-        return dataclasses.asdict(self)
-
-    def replace(self, **changes: Any) -> TrainConfig:
-        """A copy with some fields changed (validated again)."""
-        return train_config_from_dict({**self.to_dict(), **changes})
-
-
-TRAIN_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(TrainConfig))
-
-
-def _violations(c: TrainConfig) -> list[str]:
-    def is_int(v: object) -> bool:
-        return isinstance(v, int) and not isinstance(v, bool)
-
-    def is_num(v: object) -> bool:
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-    rules = [
-        *[
-            (name, is_int(getattr(c, name)) and getattr(c, name) >= 1, "an integer >= 1")
-            for name in (
-                "steps",
-                "batch_size",
-                "eval_every",
-                "eval_batch_size",
-                "log_every",
-                "keep_checkpoints",
-            )
-        ],
-        *[
-            (name, is_int(getattr(c, name)) and getattr(c, name) >= 0, "an integer >= 0")
-            for name in ("warmup", "checkpoint_every", "seed", "threads")
-        ],
-        ("lr", is_num(c.lr) and c.lr > 0, "a number > 0"),
-        ("min_lr_ratio", is_num(c.min_lr_ratio) and 0 <= c.min_lr_ratio <= 1, "a number in [0, 1]"),
-        ("weight_decay", is_num(c.weight_decay) and c.weight_decay >= 0, "a number >= 0"),
-        ("beta1", is_num(c.beta1) and 0 <= c.beta1 < 1, "a number in [0, 1)"),
-        ("beta2", is_num(c.beta2) and 0 <= c.beta2 < 1, "a number in [0, 1)"),
-        ("grad_clip", is_num(c.grad_clip) and c.grad_clip >= 0, "a number >= 0 (0: no clipping)"),
-        (
-            "target_accuracy",
-            c.target_accuracy is None or (is_num(c.target_accuracy) and 0 < c.target_accuracy <= 1),
-            "a number in (0, 1], or None for no early stop",
-        ),
-    ]
-    errors = [f"TrainConfig.{name}={getattr(c, name)!r} must be {rule}" for name, ok, rule in rules if not ok]
-    return errors
-
-
-def train_config_from_dict(d: dict[str, Any]) -> TrainConfig:
-    """Build a TrainConfig from a dict, rejecting unknown keys by name."""
-    unknown = sorted(set(d) - set(TRAIN_FIELDS))
-    if unknown:
-        raise ValueError(
-            f"TrainConfig has no field {', '.join(unknown)}; fields are: {', '.join(TRAIN_FIELDS)}"
-        )
-    return TrainConfig(**d)
-
-
-# Per-task departures from the TrainConfig defaults (which are tuned for listops). tiny-lm is
-# memorisation: it trains all its steps, since exact match reaches 100% long before the loss is small.
-TASK_DEFAULTS: dict[str, dict[str, Any]] = {
-    "tiny-lm": {
-        "steps": 400,
-        "warmup": 20,
-        "eval_every": 50,
-        "checkpoint_every": 100,
-        "target_accuracy": None,
-    },
-}
-
-
-def task_train_config(task_name: str, **overrides: Any) -> TrainConfig:
-    """The TrainConfig for a task: TrainConfig's defaults, the task's (TASK_DEFAULTS), then ``overrides``."""
-    return train_config_from_dict({**TASK_DEFAULTS.get(task_name, {}), **overrides})
-
-
-# ---- schedule, data order, evaluation ------------------------------------------------------------
-
-
-def lr_at(step: int, c: TrainConfig) -> float:
-    """Learning rate of update ``step`` (1-based): ``lr * step / warmup`` up to ``warmup``, then a
-    cosine from ``lr`` (step warmup + 1) to ``lr * min_lr_ratio`` (the last step). This is PyTorch's
-    LinearLR followed by CosineAnnealingLR(T_max = steps - warmup - 1) in a SequentialLR."""
-    if step <= c.warmup:
-        return c.lr * step / c.warmup
-    progress = (step - c.warmup - 1) / max(1, c.steps - c.warmup - 1)
-    return c.lr * (c.min_lr_ratio + (1 - c.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
 
 
 @lru_cache(maxsize=8)
@@ -452,7 +338,7 @@ class _Run:
             raise ValueError(f"--out {folder} is a file, not a folder")
         self.lock = RunLock(folder).acquire()
         config = run_config(self.mc, self.tc, self.task, self.procs.world_size)
-        held = [p for p in (CONFIG, METRICS, CHECKPOINTS, REPORT) if (folder / p).exists()]
+        held = run_files(folder)
         if resume and (folder / CONFIG).exists():
             saved = read_json(folder / CONFIG)
             diffs = [
@@ -679,26 +565,6 @@ class _Run:
             from .report import write_report
 
             write_report(self.folder, model=self.model, task=self.task)
-
-
-def run_config(mc: ModelConfig, tc: TrainConfig, task: Task, world_size: int = 1) -> dict[str, Any]:
-    """config.json: everything needed to rebuild the run."""
-    import blocklab
-
-    return {
-        "model": mc.to_dict(),
-        "train": tc.to_dict(),
-        "task": task.to_dict(),
-        "world_size": world_size,
-        "versions": {"blocklab": blocklab.__version__, "torch": torch.__version__},
-    }
-
-
-def clear_run(folder: Path) -> None:
-    """Remove a previous run's files from ``folder`` (nothing else in it)."""
-    for name in (CONFIG, METRICS, REPORT):
-        (folder / name).unlink(missing_ok=True)
-    shutil.rmtree(folder / CHECKPOINTS, ignore_errors=True)
 
 
 def progress_context(enabled: bool) -> Any:
