@@ -25,7 +25,7 @@ def tokens_of(expr: Expression) -> list[str]:
 
 class PaddedListOpsTask(Task):
     """``n_test`` distinct held-out expressions; ``n_train`` training expressions drawn from the rest
-    (with replacement). Arity uniform in 1..max_args; length 2 * arity + 3, padded to the longest."""
+    (with replacement). Arity uniform in 1..max_args; length 2 * arity + 2, padded to the longest."""
 
     name = "listops-padded"
     causal = False
@@ -36,7 +36,7 @@ class PaddedListOpsTask(Task):
         self.n_train = check_int(self.name, "n_train", n_train, 1)
         self.n_test = check_int(self.name, "n_test", n_test, 1, 1000)
         self.tokenizer = Tokenizer(VOCAB)
-        self.seq_len = 2 * self.max_args + 3
+        self.seq_len = 2 * self.max_args + 2
 
     def _sample(self, rng: random.Random) -> Expression:
         arity = rng.randint(1, self.max_args)
