@@ -6,7 +6,7 @@ attached?" test by ``False`` (an AST rewrite), so both forwards run the same cod
 hooks. Both are timed interleaved in one run, with a third, identical copy of the hooked
 model as a control for the noise; the ratio is what to read.
 
-    .venv/bin/python benchmarks/hooks_overhead.py [--rounds 150]
+    .venv/bin/python benchmarks/hooks_overhead.py [--rounds 400]
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ import argparse
 import ast
 import copy
 import inspect
+import statistics
 import textwrap
 import time
+import timeit
 
 import torch
 from torch import nn
@@ -25,6 +27,7 @@ import blocklab as bl
 from blocklab.attention import MultiHeadAttention
 from blocklab.block import TransformerBlock
 from blocklab.feedforward import FeedForward
+from blocklab.hooks import HookPoint, hook_points
 from blocklab.model import Transformer
 
 
@@ -97,30 +100,71 @@ def _time(model: nn.Module, tokens: torch.Tensor, reps: int) -> float:
 
 
 def measure(config: bl.ModelConfig, batch: int, rounds: int, budget_s: float = 8.0) -> dict[str, float]:
-    """Best-of-``rounds`` forward seconds of the hooked model, its hook-free peer and an
-    identical copy of the hooked model (the control: its ratio shows the timing noise).
+    """Forward seconds of the hooked model, its hook-free peer and an identical copy of the
+    hooked model (the control), and the medians over rounds of the paired ratios.
 
-    The three are timed in short (10 ms), interleaved bursts, rotating the order each round; the
-    minimum over rounds is the estimate least disturbed by other processes. Large shapes get
-    fewer rounds so that each shape takes about ``budget_s``.
+    Each round times the three in short (about 3 ms) bursts back to back, rotating the order;
+    a ratio within a round compares runs made moments apart, and the median over rounds drops
+    the rounds another process disturbed. Large shapes get fewer rounds (about ``budget_s``).
     """
     torch.manual_seed(0)
     original = Transformer(config).eval()
     # all three are deep copies, so their tensors are allocated the same way
-    hooked = copy.deepcopy(original)
-    models = {"hooked": hooked, "plain": without_hooks(original), "copy": copy.deepcopy(original)}
+    models = {"hooked": copy.deepcopy(original), "plain": without_hooks(original),
+              "copy": copy.deepcopy(original)}
     tokens = torch.randint(0, config.vocab_size, (batch, config.max_seq_len))
-    best = dict.fromkeys(models, float("inf"))
+    times: dict[str, list[float]] = {name: [] for name in models}
     with torch.no_grad():
-        assert torch.equal(hooked(tokens), models["plain"](tokens)), "the peer must compute the same logits"
-        once = max(_time(hooked, tokens, 3), 1e-6)
-        reps = max(1, int(0.01 / once))  # bursts of about 10 ms
-        rounds = max(5, min(rounds, int(budget_s / (3 * reps * once))))
+        assert torch.equal(models["hooked"](tokens), models["plain"](tokens)), "the peer must agree"
+        once = max(_time(models["hooked"], tokens, 3), 1e-6)
+        reps = max(1, int(0.003 / once))
+        rounds = max(7, min(rounds, int(budget_s / (3 * reps * once))))
         names = list(models)
         for i in range(rounds):
             for name in names[i % 3:] + names[: i % 3]:
-                best[name] = min(best[name], _time(models[name], tokens, reps))
-    return best
+                times[name].append(_time(models[name], tokens, reps))
+    h, p, c = (times[n] for n in names)
+    return {
+        "hooked": statistics.median(h), "plain": statistics.median(p),
+        "ratio": statistics.median(a / b for a, b in zip(h, p, strict=True)),
+        "control": statistics.median(a / b for a, b in zip(c, h, strict=True)),
+    }
+
+
+def hook_work_per_forward(config: bl.ModelConfig, batch: int) -> tuple[dict[str, int], dict[str, float]]:
+    """How often one unused forward calls a hook point, reads ``.active`` and asks ``any_attached``
+    (counted by wrapping them for one forward), and what each costs alone (timeit, seconds)."""
+    from blocklab import block as block_module
+
+    torch.manual_seed(0)
+    model = Transformer(config).eval()
+    tokens = torch.randint(0, config.vocab_size, (batch, config.max_seq_len))
+    counts = {"call": 0, "active": 0, "any_attached": 0}
+    call, active, asked = HookPoint.__call__, HookPoint.active, block_module.any_attached
+
+    def counted(name: str, fn):  # noqa: ANN001, ANN202
+        def wrapper(*args):  # noqa: ANN002, ANN202
+            counts[name] += 1
+            return fn(*args)
+        return wrapper
+
+    HookPoint.__call__ = counted("call", call)
+    HookPoint.active = property(counted("active", active.fget))
+    block_module.any_attached = counted("any_attached", asked)
+    try:
+        with torch.no_grad():
+            model(tokens)
+    finally:
+        HookPoint.__call__, HookPoint.active, block_module.any_attached = call, active, asked
+    point, x, points = HookPoint(), torch.zeros(1), list(hook_points(model.blocks[0]).values())
+    n = 200_000
+    cost = {
+        "call": timeit.timeit(lambda: point(x), number=n) / n,
+        "active": timeit.timeit(lambda: point.active, number=n) / n,
+        "any_attached": timeit.timeit(lambda: asked(points), number=n) / n,
+    }
+    empty = timeit.timeit(lambda: None, number=n) / n  # the lambda's own call
+    return counts, {k: max(v - empty, 0.0) for k, v in cost.items()}
 
 
 SHAPES = [  # (label, config, batch)
@@ -134,19 +178,28 @@ SHAPES = [  # (label, config, batch)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=150, help="interleaved timing rounds per shape")
+    parser.add_argument("--rounds", type=int, default=400, help="interleaved timing rounds per shape")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (keep 1: the timer counts this thread's CPU time only)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"forward, no hooks attached: with hook points vs the same model without them "
-          f"(best of up to {args.rounds} interleaved bursts, {args.threads} thread)")
+          f"(up to {args.rounds} interleaved rounds, {args.threads} thread, CPU time of the thread)")
     print(f"{'shape':46s} {'with hooks':>11s} {'without':>11s} {'ratio':>6s} {'control':>8s}")
+    estimates = []
     for label, config, batch in SHAPES:
         t = measure(config, batch, args.rounds)
         print(f"{label:46s} {t['hooked'] * 1e6:9.1f}us {t['plain'] * 1e6:9.1f}us "
-              f"{t['hooked'] / t['plain']:6.3f} {t['copy'] / t['hooked']:8.3f}")
-    print("ratio = with / without (1.000 = free); control = an identical copy / with hooks (noise)")
+              f"{t['ratio']:6.3f} {t['control']:8.3f}")
+        counts, cost = hook_work_per_forward(config, batch)
+        spent = sum(counts[k] * cost[k] for k in counts)
+        estimates.append(f"{label:46s} {counts['call']:3d} calls, {counts['active']:2d} .active, "
+                         f"{counts['any_attached']} any_attached = {spent * 1e6:5.2f}us "
+                         f"= {100 * spent / t['plain']:.2f}% of the forward")
+    print("ratio = with / without (1.000 = free); control = an identical copy / with hooks (the noise);")
+    print("both are medians of ratios within a round; times are medians")
+    print("\nthe hook work of one forward, counted, each kind timed alone:")
+    print("\n".join(estimates))
 
 
 if __name__ == "__main__":
