@@ -19,7 +19,13 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save as safetensors_bytes
 
-from .checkpoint import CheckpointError, atomic_write_bytes, read_checkpoint_header
+from .checkpoint import (
+    DIGEST_KEY,
+    CheckpointError,
+    atomic_write_bytes,
+    content_digest,
+    read_checkpoint_header,
+)
 
 OPTIMIZER_FILE = "optimizer.safetensors"
 STATE_FILE = "state.json"
@@ -43,6 +49,7 @@ def save_optimizer_state(path: str | Path, model: torch.nn.Module, optimizer: to
             tensors[f"{name}.{slot}"] = torch.as_tensor(value).detach().cpu().contiguous()
     groups = [{k: v for k, v in g.items() if k != "params"} for g in state["param_groups"]]
     metadata = {"format": OPTIMIZER_FORMAT, "version": OPTIMIZER_VERSION, "param_groups": json.dumps(groups)}
+    metadata[DIGEST_KEY] = content_digest(metadata, tensors)  # a flipped bit is caught on load
     atomic_write_bytes(path, safetensors_bytes(tensors, metadata=metadata))
 
 
@@ -57,11 +64,14 @@ def load_optimizer_state(path: str | Path, model: torch.nn.Module, optimizer: to
     by_param: dict[str, dict[str, torch.Tensor]] = {}
     try:
         with safe_open(str(path), framework="pt") as f:
-            for key in keys:
-                name, _, slot = key.rpartition(".")
-                by_param.setdefault(name, {})[slot] = f.get_tensor(key)
+            tensors = {key: f.get_tensor(key) for key in keys}
     except SafetensorError as error:
         raise CheckpointError(f"{path}: corrupt tensor data ({error})") from None
+    if DIGEST_KEY in metadata and content_digest(metadata, tensors) != metadata[DIGEST_KEY]:
+        raise CheckpointError(f"{path}: is corrupt: its content does not match its {DIGEST_KEY} digest")
+    for key, tensor in tensors.items():
+        name, _, slot = key.rpartition(".")
+        by_param.setdefault(name, {})[slot] = tensor
     unknown = sorted(set(by_param) - set(names))
     if unknown:
         raise CheckpointError(f"{path}: optimizer state for parameters the model lacks: {', '.join(unknown)}")

@@ -443,3 +443,21 @@ def test_overflow_from_a_huge_learning_rate_is_named_where_it_overflows(tmp_path
     with pytest.raises(TrainingDiverged, match=r"step 2: inf in activation blocks\.0\.attn\.q \(layer 0"):
         _train_tiny(tmp_path, lr=1e30, checkpoint_every=100)
     assert _checkpoint_steps(tmp_path) == [1]
+
+
+def test_flipped_bit_in_optimizer_state_is_caught(tmp_path: Path) -> None:
+    from blocklab.train import TrainConfig, make_optimizer
+    from blocklab.trainstate import load_optimizer_state, save_optimizer_state
+
+    model = Transformer(preset("tiny-lm"))
+    optimizer = make_optimizer(model, TrainConfig())
+    model(torch.randint(0, 6, (2, 4)), torch.randint(0, 6, (2, 4)))[1].backward()
+    optimizer.step()
+    path = tmp_path / "optimizer.safetensors"
+    save_optimizer_state(path, model, optimizer)
+    load_optimizer_state(path, model, make_optimizer(model, TrainConfig()))  # intact: loads
+    data = bytearray(path.read_bytes())
+    data[-7] ^= 0x10  # inside the last exp_avg_sq tensor
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=f"{re.escape(str(path))}: is corrupt: .* sha256"):
+        load_optimizer_state(path, model, make_optimizer(model, TrainConfig()))
