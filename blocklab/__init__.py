@@ -7,8 +7,10 @@ from .config import PRESETS, ModelConfig, preset
 from .feedforward import FeedForward
 from .hooks import HookPoint, hooks, run_with_cache
 from .model import IGNORE_INDEX, Transformer
+from .nonfinite import NonFiniteError, detect_nonfinite, find_first_nonfinite
 from .norms import LayerNorm, layer_norm_stats
 from .params import ParamCount, count_parameters
+from .resources import estimate_memory
 
 __version__ = "0.1.0"
 
@@ -21,11 +23,15 @@ __all__ = [
     "LayerNorm",
     "ModelConfig",
     "MultiHeadAttention",
+    "NonFiniteError",
     "ParamCount",
     "Residual",
     "Transformer",
     "TransformerBlock",
     "count_parameters",
+    "detect_nonfinite",
+    "estimate_memory",
+    "find_first_nonfinite",
     "get_activation",
     "hooks",
     "layer_norm_stats",
