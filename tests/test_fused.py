@@ -10,7 +10,6 @@ from torch.autograd import gradcheck
 
 from blocklab import ModelConfig, Transformer, TransformerBlock
 from blocklab.activations import ACTIVATION_NAMES, is_gated
-from blocklab.bench import LiveBytes, saved_activations
 from blocklab.fused import (
     act_kernel,
     act_linear,
@@ -21,6 +20,7 @@ from blocklab.fused import (
     norm_linear,
     residual_norm_linear,
 )
+from blocklab.measure import LiveBytes, saved_activations
 from blocklab.norms import NORM_VARIANTS, LayerNorm
 
 f64 = torch.float64

@@ -1,0 +1,484 @@
+"""`blocklab bench`: one transformer block against its peers, measured in one run on this machine.
+
+For blocklab and every installed peer, built with equal shapes (default: d_model 512, 8 heads,
+d_ff 2048, batch 8, seq 256, float32, biases, exact GELU):
+
+- step time: one forward + backward, in interleaved rounds (every block once per round, the order
+  rotating), so other load on the machine hits all blocks alike. Ratios are taken within a round;
+  every figure is the median over rounds.
+- saved activations: the bytes autograd keeps for backward after one forward, captured with
+  ``torch.autograd.graph.saved_tensors_hooks``. Each saved tensor is mapped to its storage and
+  every storage counts once, whole (a view keeps all of its storage alive). Storages of parameters
+  and buffers are excluded: they are not activations. The block's input counts: in a stack it is
+  the previous block's output, kept alive only because this block saved it.
+- peak: the most bytes held at once by tensors created during one step (activations, saved
+  tensors, temporaries, gradients), tracked op by op with a dispatch mode; parameters and the
+  input batch excluded.
+- FLOPs: model FLOPs counted analytically (``block_flops``), the same for every block, against the
+  machine's matmul rate, measured in the same rounds on the block's largest matmul.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .block import TransformerBlock
+from .config import ModelConfig
+from .measure import clear_grads, median_ratio, saved_activations, saved_by, step_memory, time_rounds
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One benchmark point: a block's widths and one batch."""
+
+    d_model: int = 512
+    n_heads: int = 8
+    d_ff: int = 2048
+    batch: int = 8
+    seq: int = 256
+    dtype: str = "float32"
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.seq
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+
+@dataclass
+class Candidate:
+    """A block under test: ``run(x)`` maps (B, T, d_model) to (B, T, d_model)."""
+
+    name: str
+    module: nn.Module
+    run: Callable[[Tensor], Tensor]
+    causal: bool = False
+    note: str = ""
+
+
+# ---- the blocks -------------------------------------------------------------------------------
+
+
+def blocklab_candidate(shape: Shape, name: str = "blocklab", **config: Any) -> Candidate:
+    """blocklab's pre-norm exact-GELU block at ``shape`` (ModelConfig fields override)."""
+    c = ModelConfig(**{
+        "d_model": shape.d_model, "n_heads": shape.n_heads, "d_ff": shape.d_ff, "max_seq_len": shape.seq,
+        "activation": "gelu", "norm_position": "pre", **config,
+    })
+    block = TransformerBlock(c)
+    note = "pre-norm" + ("" if c.fused else ", fused=False") + (", causal" if c.causal else "")
+    return Candidate(name, block, block, causal=c.causal, note=note)
+
+
+def _torch_layer(shape: Shape, norm_first: bool) -> Candidate:
+    layer = nn.TransformerEncoderLayer(
+        shape.d_model, shape.n_heads, shape.d_ff, dropout=0.0, activation="gelu",
+        batch_first=True, norm_first=norm_first,
+    )
+    name = "torch-pre" if norm_first else "torch-post"
+    return Candidate(name, layer, layer, note=f"nn.TransformerEncoderLayer(norm_first={norm_first})")
+
+
+def _first(out: Any) -> Tensor:
+    return out[0] if isinstance(out, tuple) else out
+
+
+def _hf_gpt2(shape: Shape) -> Candidate:
+    from transformers import GPT2Config
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Block
+
+    config = GPT2Config(
+        n_embd=shape.d_model, n_head=shape.n_heads, n_inner=shape.d_ff, n_positions=shape.seq,
+        activation_function="gelu", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        attn_implementation="sdpa",
+    )
+    block = GPT2Block(config, layer_idx=0)
+    return Candidate("hf-gpt2", block, lambda x: _first(block(x)), causal=True,
+                     note="transformers GPT2Block (pre-norm; always causal), sdpa")
+
+
+def _hf_bert(shape: Shape) -> Candidate:
+    from transformers import BertConfig
+    from transformers.models.bert.modeling_bert import BertLayer
+
+    config = BertConfig(
+        hidden_size=shape.d_model, num_attention_heads=shape.n_heads, intermediate_size=shape.d_ff,
+        hidden_act="gelu", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        attn_implementation="sdpa",
+    )
+    layer = BertLayer(config)
+    note = "transformers BertLayer (post-norm), sdpa"
+    return Candidate("hf-bert", layer, lambda x: _first(layer(x)), note=note)
+
+
+def _x_transformers(shape: Shape) -> Candidate:
+    from x_transformers import Encoder
+
+    encoder = Encoder(
+        dim=shape.d_model, depth=1, heads=shape.n_heads, attn_dim_head=shape.d_model // shape.n_heads,
+        ff_mult=shape.d_ff / shape.d_model, attn_flash=True,
+    )
+    note = "x_transformers.Encoder(depth=1, attn_flash=True): pre-norm, with its final norm"
+    return Candidate("x-transformers", encoder, encoder, note=note)
+
+
+PEERS: dict[str, Callable[[Shape], Candidate]] = {
+    "torch-pre": lambda s: _torch_layer(s, norm_first=True),
+    "torch-post": lambda s: _torch_layer(s, norm_first=False),
+    "hf-gpt2": _hf_gpt2,
+    "hf-bert": _hf_bert,
+    "x-transformers": _x_transformers,
+}
+
+
+def build_candidates(shape: Shape, peers: Sequence[str] = tuple(PEERS), seed: int = 0) -> tuple[list, dict]:
+    """(blocklab, its causal and unfused variants, every installed peer), {peer: why skipped}."""
+    torch.manual_seed(seed)
+    candidates = [
+        blocklab_candidate(shape),
+        blocklab_candidate(shape, "blocklab-causal", causal=True),  # the like-for-like match of GPT2Block
+        blocklab_candidate(shape, "blocklab-unfused", fused=False),
+    ]
+    skipped: dict[str, str] = {}
+    for name in peers:
+        try:
+            candidates.append(PEERS[name](shape))
+        except ImportError as error:  # an optional peer library is not installed
+            skipped[name] = f"not installed ({error.name})"
+    for c in candidates:
+        c.module.to(shape.torch_dtype).train()
+    return candidates, skipped
+
+
+# ---- what is counted --------------------------------------------------------------------------
+
+
+def block_flops(shape: Shape, causal: bool = False, gated: bool = False) -> float:
+    """Model FLOPs of one forward + backward step (a multiply-add is 2; backward = 2 x forward).
+
+    Per token, forward: 2 (4 d^2 + 2 d d_ff) for q, k, v, o, W1, W2 (3 d d_ff when gated), and
+    4 T d for QK^T and PV (half of it when causal). Norms, softmax and activations are not counted,
+    nor what a block recomputes: every block is credited the same work.
+    """
+    d, d_ff, T = shape.d_model, shape.d_ff, shape.seq
+    matmuls = 2 * (4 * d * d + (3 if gated else 2) * d * d_ff)
+    attention = 4 * T * d * (0.5 if causal else 1.0)
+    return 3.0 * shape.tokens * (matmuls + attention)
+
+
+def _input(shape: Shape, seed: int = 1) -> tuple[Tensor, Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape.batch, shape.seq, shape.d_model, generator=gen).to(shape.torch_dtype)
+    return x.requires_grad_(), torch.ones_like(x)
+
+
+def _step(candidate: Candidate, x: Tensor, g: Tensor) -> None:
+    candidate.run(x).backward(g)
+    clear_grads(candidate.module, x)
+
+
+def _matmul_probe(shape: Shape) -> tuple[Callable[[], None], float]:
+    """The block's largest matmul, (tokens, d) @ (d, d_ff), and its FLOPs."""
+    a = torch.randn(shape.tokens, shape.d_model, dtype=shape.torch_dtype)
+    b = torch.randn(shape.d_model, shape.d_ff, dtype=shape.torch_dtype)
+    return (lambda: torch.mm(a, b)), 2.0 * shape.tokens * shape.d_model * shape.d_ff
+
+
+# ---- the comparison at one shape ---------------------------------------------------------------
+
+
+def compare(
+    shape: Shape, rounds: int = 5, min_seconds: float = 0.3, peers: Sequence[str] = tuple(PEERS),
+    compile: bool = False, memory: bool = True,
+) -> dict[str, Any]:
+    """Every block at ``shape``: tokens/s, saved bytes, peak, FLOP rate, and blocklab's speedup over
+    each (against blocklab-causal for causal blocks: like for like)."""
+    candidates, skipped = build_candidates(shape, peers)
+    x, g = _input(shape)
+    rows: dict[str, dict[str, Any]] = {c.name: {"note": c.note, "causal": c.causal} for c in candidates}
+    for c in candidates if memory else ():
+        saved, _ = saved_activations(c.module, c.run, x)
+        held, peak = step_memory(c.module, c.run, x)
+        rows[c.name].update(
+            saved_bytes_per_token=saved.nbytes / shape.tokens,
+            saved_floats_per_token_per_d=saved.nbytes / shape.tokens / x.element_size() / shape.d_model,
+            held_bytes=held, peak_bytes=peak,
+        )
+    for c in candidates if compile else ():
+        c.run = torch.compile(c.run)
+        t0 = time.perf_counter()
+        _step(c, x, g)  # compiles forward and backward
+        rows[c.name]["compile_seconds"] = time.perf_counter() - t0
+    matmul, matmul_flops = _matmul_probe(shape)
+    steps: dict[str, Callable[[], None]] = {c.name: (lambda c=c: _step(c, x, g)) for c in candidates}
+    steps["matmul"] = matmul
+    times = time_rounds(steps, rounds, min_seconds, warmup=2 if compile else 1)
+    rate = [matmul_flops / t for t in times.pop("matmul")]
+    for c in candidates:
+        t, flops = times[c.name], block_flops(shape, c.causal)
+        rows[c.name].update(
+            step_ms=1e3 * statistics.median(t),
+            tokens_per_s=statistics.median(shape.tokens / s for s in t),
+            fraction_of_matmul=statistics.median(flops / s / r for s, r in zip(t, rate, strict=True)),
+            # > 1: blocklab is faster than this block
+            speedup=median_ratio(t, times["blocklab-causal" if c.causal else "blocklab"]),
+        )
+    return {
+        "shape": asdict(shape), "rounds": rounds, "compiled": compile,
+        "matmul_gflops": statistics.median(rate) / 1e9, "blocks": rows, "skipped": skipped,
+    }
+
+
+def accounting(shape: Shape, **config: Any) -> list[dict[str, Any]]:
+    """blocklab's saved tensors one by one: shape, floats per token, the autograd nodes saving it."""
+    c = blocklab_candidate(shape, **config)
+    c.module.to(shape.torch_dtype)
+    x, _ = _input(shape)
+    saved, out = saved_activations(c.module, c.run, x)
+    nodes = saved_by(out)
+    return [
+        {"shape": list(tensor_shape), "dtype": dtype, "saved_by": sorted(set(nodes.get(key, []))),
+         "floats_per_token": nbytes / x.element_size() / shape.tokens}
+        for key, (nbytes, tensor_shape, dtype) in saved.storages.items()
+    ]
+
+
+# ---- sweeps and depth -------------------------------------------------------------------------
+
+
+def _attention_core(shape: Shape) -> Callable[[], None]:
+    """SDPA alone, forward + backward, at ``shape``: what the T^2 term costs."""
+    h, dk = shape.n_heads, shape.d_model // shape.n_heads
+    q, k, v = (torch.randn(shape.batch, h, shape.seq, dk, dtype=shape.torch_dtype, requires_grad=True)
+               for _ in range(3))
+    g = torch.ones(shape.batch, h, shape.seq, dk, dtype=shape.torch_dtype)
+
+    def step() -> None:
+        torch.nn.functional.scaled_dot_product_attention(q, k, v).backward(g)
+        q.grad = k.grad = v.grad = None
+
+    return step
+
+
+def attention_flop_share(shape: Shape) -> float:
+    """Attention's share of the block's model FLOPs: 4T / (8d + 4 d_ff + 4T)."""
+    return 4 * shape.seq / (2 * (4 * shape.d_model + 2 * shape.d_ff) + 4 * shape.seq)
+
+
+def sweep(shapes: Sequence[Shape], rounds: int, min_seconds: float, peer: str = "torch-pre") -> list[dict]:
+    """Microseconds per token (forward + backward) of blocklab, one peer and SDPA alone, per shape."""
+    rows = []
+    for shape in shapes:
+        torch.manual_seed(0)
+        candidates = [blocklab_candidate(shape), PEERS[peer](shape)]
+        for c in candidates:
+            c.module.to(shape.torch_dtype)
+        x, g = _input(shape)
+        steps = {c.name: (lambda c=c: _step(c, x, g)) for c in candidates}
+        steps["attention"] = _attention_core(shape)
+        times = time_rounds(steps, rounds, min_seconds)
+        row = {"d_model": shape.d_model, "seq": shape.seq, "batch": shape.batch,
+               "attention_flop_share": attention_flop_share(shape)}
+        for name, t in times.items():
+            row[f"{name}_us_per_token"] = 1e6 * statistics.median(t) / shape.tokens
+        rows.append(row)
+    return rows
+
+
+def seq_shapes(base: Shape, seqs: Sequence[int], tokens: int) -> list[Shape]:
+    """``base`` at each sequence length, the batch chosen to keep ``tokens`` per step."""
+    return [replace(base, seq=t, batch=max(1, tokens // t)) for t in seqs]
+
+
+def width_shapes(base: Shape, widths: Sequence[int]) -> list[Shape]:
+    """``base`` at each d_model, with d_head 64 (one head below 64) and d_ff = 4 d_model."""
+    return [replace(base, d_model=d, n_heads=max(1, d // 64), d_ff=4 * d) for d in widths]
+
+
+def depth_memory(shape: Shape, depths: Sequence[int]) -> list[dict[str, Any]]:
+    """Bytes held after the forward and peak bytes of one step through a stack of pre-norm blocks,
+    plain and with ``checkpoint_blocks`` (which keeps only each block's input)."""
+    rows = []
+    for n in depths:
+        row: dict[str, Any] = {"depth": n}
+        for label, ckpt in (("plain", False), ("checkpointed", True)):
+            torch.manual_seed(0)
+            config = blocklab_candidate(shape, checkpoint_blocks=ckpt).module.config
+            stack = nn.Sequential(*(TransformerBlock(config) for _ in range(n))).to(shape.torch_dtype)
+            x, _ = _input(shape)
+            row[f"{label}_held_bytes"], row[f"{label}_peak_bytes"] = step_memory(stack, stack, x)
+        rows.append(row)
+    return rows
+
+
+# ---- the whole run ----------------------------------------------------------------------------
+
+TARGET_FLOATS_PER_D = 10.0  # issue 8: <= 10 d_model saved floats per token ...
+TARGET_SPEED = 0.95  # ... at >= 0.95x the fastest peer's step throughput
+
+
+def verdict(compared: dict[str, Any]) -> dict[str, Any]:
+    """The two targets, checked on one comparison: saved floats per token, and blocklab's speed
+    against the peer with the most tokens/s (like for like: causal against blocklab-causal)."""
+    peers = {k: v for k, v in compared["blocks"].items() if not k.startswith("blocklab")}
+    fastest = max(peers, key=lambda k: peers[k]["tokens_per_s"])
+    floats = compared["blocks"]["blocklab"].get("saved_floats_per_token_per_d")
+    speed = peers[fastest]["speedup"]
+    return {
+        "saved_floats_per_token_per_d": floats, "limit": TARGET_FLOATS_PER_D,
+        "fastest_peer": fastest, "speed_vs_fastest_peer": speed, "speed_limit": TARGET_SPEED,
+        "slowest_speedup": min(v["speedup"] for v in peers.values()),
+        "met": floats is not None and floats <= TARGET_FLOATS_PER_D and speed >= TARGET_SPEED,
+    }
+
+
+def run_bench(
+    quick: bool = False, compile: bool = False, dtype: str = "float32", plot: str | None = None
+) -> dict[str, Any]:
+    """Everything `blocklab bench` reports, as one JSON-ready dict."""
+    base = Shape(dtype=dtype)
+    report: dict[str, Any] = {
+        "machine": {"torch": torch.__version__, "threads": torch.get_num_threads(),
+                    "processor": platform.processor() or platform.machine()},
+        "quick": quick,
+    }
+    report["compare"] = compare(base, rounds=3 if quick else 7, min_seconds=0.0 if quick else 0.4)
+    report["verdict"] = verdict(report["compare"])
+    report["accounting"] = accounting(base)
+    if compile:
+        peers = ("torch-pre",) if quick else tuple(PEERS)
+        report["compile"] = compare(base, rounds=3, min_seconds=0.3, compile=True, memory=False, peers=peers)
+    small = Shape(d_model=256, n_heads=4, d_ff=1024, batch=4, seq=128, dtype=dtype)
+    report["depth"] = depth_memory(small, (1, 4) if quick else (1, 2, 4, 8))
+    seqs = (64, 256, 1024) if quick else (64, 128, 256, 512, 1024, 2048)
+    widths = (64, 256, 1024) if quick else (64, 128, 256, 512, 1024)
+    rounds, min_s = (2, 0.0) if quick else (3, 0.2)
+    report["sweep_seq"] = sweep(seq_shapes(base, seqs, 1024 if quick else 2048), rounds, min_s)
+    wide = width_shapes(replace(base, batch=2 if quick else 8), widths)
+    report["sweep_d_model"] = sweep(wide, rounds, min_s)
+    if plot:
+        plot_sweeps(report, plot)
+        report["plot"] = plot
+    return report
+
+
+def plot_sweeps(report: dict[str, Any], path: str) -> None:
+    """Two panels: microseconds per token against seq len and against d_model, with attention's
+    share of the FLOPs on a second axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, key, xkey, title in (
+        (axes[0], "sweep_seq", "seq", "cost per token vs sequence length (d_model 512)"),
+        (axes[1], "sweep_d_model", "d_model", "cost per token vs d_model (seq 256, d_ff 4 d_model)"),
+    ):
+        rows = report[key]
+        xs = [r[xkey] for r in rows]
+        for name, style, label in (("blocklab", "o-", "blocklab block"), ("torch-pre", "s--", "torch-pre"),
+                                   ("attention", "^:", "SDPA alone")):
+            ax.plot(xs, [r[f"{name}_us_per_token"] for r in rows], style, label=label)
+        share = ax.twinx()
+        share.plot(xs, [r["attention_flop_share"] for r in rows], color="grey", alpha=0.6)
+        share.set_ylim(0, 1)
+        share.set_ylabel("attention share of FLOPs: 4T / (8d + 4 d_ff + 4T)", color="grey", fontsize=8)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel(xkey)
+        ax.set_ylabel("microseconds per token, forward + backward")
+        ax.set_title(title, fontsize=10)
+        ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---- the report -------------------------------------------------------------------------------
+
+
+def _mb(n: float) -> str:
+    return f"{n / 2**20:.1f}"
+
+
+def print_report(report: dict[str, Any]) -> None:
+    """The report as terminal tables."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(100, Console().width))
+    for key, how in (("compare", "eager"), ("compile", "torch.compile")):
+        if key not in report:
+            continue
+        result, s = report[key], report[key]["shape"]
+        table = Table(title=f"one block, forward + backward, {how}: d_model {s['d_model']}, "
+                            f"{s['n_heads']} heads, d_ff {s['d_ff']}, batch {s['batch']}, seq {s['seq']}, "
+                            f"{s['dtype']}; median of {result['rounds']} interleaved rounds")
+        columns = ["block", "tokens/s", "blocklab is", "saved/token", "held MB", "peak MB", "of matmul"]
+        columns += ["compile s"] if result["compiled"] else []
+        for col in columns:
+            table.add_column(col, justify="left" if col == "block" else "right")
+        for name, row in result["blocks"].items():
+            cells = [name + (" (causal)" if row["causal"] else ""), f"{row['tokens_per_s']:,.0f}",
+                     f"{row['speedup']:.2f}x"]
+            if "saved_floats_per_token_per_d" in row:
+                cells += [f"{row['saved_floats_per_token_per_d']:.2f} d", _mb(row["held_bytes"]),
+                          _mb(row["peak_bytes"])]
+            else:
+                cells += ["", "", ""]
+            cells += [f"{100 * row['fraction_of_matmul']:.0f}%"]
+            cells += [f"{row['compile_seconds']:.1f}"] if result["compiled"] else []
+            table.add_row(*cells)
+        console.print(table)
+        for name, row in result["blocks"].items():
+            console.print(f"  {name}: {row['note']}", style="dim")
+        skipped = "; ".join(f"{k}: {v}" for k, v in result["skipped"].items())
+        console.print(f"matmul rate {result['matmul_gflops']:.1f} GFLOP/s: ({s['batch'] * s['seq']} x "
+                      f"{s['d_model']}) @ ({s['d_model']} x {s['d_ff']}), in the same rounds"
+                      + (f"; skipped {skipped}" if skipped else ""))
+    v = report["verdict"]
+    console.print(
+        f"target: blocklab keeps {v['saved_floats_per_token_per_d']:.2f} d floats/token "
+        f"(limit {v['limit']:.0f} d) at {v['speed_vs_fastest_peer']:.2f}x the fastest peer, "
+        f"{v['fastest_peer']} (limit {v['speed_limit']}x; against every peer >= "
+        f"{v['slowest_speedup']:.2f}x): {'met' if v['met'] else 'NOT met'}"
+    )
+    table = Table(title="what blocklab's block keeps for backward, one row per storage")
+    for col in ("shape", "dtype", "floats/token", "saved by (autograd nodes)"):
+        table.add_column(col, justify="right" if col == "floats/token" else "left")
+    for row in report["accounting"]:
+        table.add_row("x".join(map(str, row["shape"])), row["dtype"], f"{row['floats_per_token']:.0f}",
+                      ", ".join(name.removesuffix("Backward") for name in row["saved_by"]))
+    table.add_row("total", "", f"{sum(r['floats_per_token'] for r in report['accounting']):.0f}", "")
+    console.print(table)
+    table = Table(title="a stack of pre-norm blocks, d_model 256, seq 128, batch 4: MB after forward / peak")
+    for col in ("depth", "plain", "checkpoint_blocks"):
+        table.add_column(col, justify="right")
+    for row in report["depth"]:
+        table.add_row(str(row["depth"]), f"{_mb(row['plain_held_bytes'])} / {_mb(row['plain_peak_bytes'])}",
+                      f"{_mb(row['checkpointed_held_bytes'])} / {_mb(row['checkpointed_peak_bytes'])}")
+    console.print(table)
+    for key, label in (("sweep_seq", "seq"), ("sweep_d_model", "d_model")):
+        table = Table(title=f"microseconds per token, forward + backward, against {label}")
+        for col in (label, "batch", "blocklab", "torch-pre", "SDPA alone", "attention share of FLOPs"):
+            table.add_column(col, justify="right")
+        for row in report[key]:
+            table.add_row(str(row[label]), str(row["batch"]), f"{row['blocklab_us_per_token']:.1f}",
+                          f"{row['torch-pre_us_per_token']:.1f}", f"{row['attention_us_per_token']:.1f}",
+                          f"{100 * row['attention_flop_share']:.0f}%")
+        console.print(table)
+    if "plot" in report:
+        console.print(f"plot: {report['plot']}")
