@@ -472,11 +472,40 @@ def cmd_claims(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- blocklab bench ----------------------------------------------------------------------------
+
+
+def _add_bench(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="blocklab's block vs PyTorch, transformers and x-transformers blocks: "
+                                     "tokens/s, saved activations, peak memory, FLOP rate, sweeps")
+    p.add_argument("--quick", action="store_true", help="fewer rounds and sweep points (about a minute)")
+    p.add_argument("--compile", action="store_true",
+                   help="also torch.compile every block (compile time reported)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    p.add_argument("--json", metavar="FILE", help="write the full report as JSON")
+    p.add_argument("--plot", metavar="FILE", help="sweep plot (PNG); default: next to --json, else none")
+    p.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run the benchmark, print its tables, optionally write JSON and the sweep plot."""
+    from pathlib import Path
+
+    from .bench import print_report, run_bench
+
+    plot = args.plot or (str(Path(args.json).with_suffix(".png")) if args.json else None)
+    report = run_bench(quick=args.quick, compile=args.compile, dtype=args.dtype, plot=plot)
+    print_report(report)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+    return 0
+
+
 # ---- entry point -------------------------------------------------------------------------------
 
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_params, _add_import, _add_embed, _add_generate, _add_diagnose, _add_trace,
-    _add_train, _add_eval, _add_predict, _add_ablate, _add_claims,
+    _add_train, _add_eval, _add_predict, _add_ablate, _add_claims, _add_bench,
 ]
 
 
