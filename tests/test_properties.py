@@ -72,7 +72,7 @@ def config_kwargs(draw: st.DrawFn) -> dict[str, object]:
     return {k: v for k, v in kw.items() if k == broken or draw(st.integers(0, 5))}  # defaults too
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(config_kwargs(), st.integers(1, 3), st.data())
 def test_any_config_builds_and_counts_exactly_or_names_the_bad_field(kwargs, batch, data) -> None:
     try:

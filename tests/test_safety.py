@@ -461,3 +461,10 @@ def test_flipped_bit_in_optimizer_state_is_caught(tmp_path: Path) -> None:
     path.write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match=f"{re.escape(str(path))}: is corrupt: .* sha256"):
         load_optimizer_state(path, model, make_optimizer(model, TrainConfig()))
+
+
+def test_detect_nonfinite_is_refused_under_torchrun_before_joining(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun sets it; nothing may block waiting for rank 1
+    with pytest.raises(ValueError, match="--detect-nonfinite needs a single process"):
+        _train_tiny(tmp_path)
+    assert not (tmp_path / "config.json").exists()
