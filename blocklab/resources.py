@@ -14,7 +14,7 @@ statistic per head (h). Outside the blocks: the embedding, final norm and head i
 and the logits, their log-softmax and their gradient (3 V). Inference keeps no graph: one
 layer's activations plus the logits, a + 2 V per token. With ``checkpoint_blocks`` a block
 keeps only its input (d) and recomputes the rest in backward, so L a becomes L d + a.
-``tests/test_safety.py`` checks
+``tests/test_resources.py`` checks
 gradients + optimizer + activations against the peak bytes PyTorch's profiler records for a
 real training step (forward, backward, AdamW step).
 """
