@@ -13,9 +13,10 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $@
 
-# The main job: train the default model (listops-seed) on listops and write its report.
+# The main job: train the default model (listops-seed) on listops and write its report
+# (--overwrite: running it again replaces the previous run in $(RUN)).
 train: $(VENV)/.installed
-	$(VENV)/bin/blocklab train --out $(RUN)
+	$(VENV)/bin/blocklab train --out $(RUN) --overwrite
 
 # The whole test suite (also what .ci/run runs).
 test: $(VENV)/.installed
