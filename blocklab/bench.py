@@ -178,13 +178,15 @@ def block_flops(shape: Shape, causal: bool = False, gated: bool = False) -> floa
     return 3.0 * shape.tokens * (matmuls + attention)
 
 
-def _input(shape: Shape, seed: int = 1) -> tuple[Tensor, Tensor]:
+def make_input(shape: Shape, seed: int = 1) -> tuple[Tensor, Tensor]:
+    """(x, dL/dout): a seeded (B, T, d_model) batch that requires grad, and an all-ones gradient."""
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(shape.batch, shape.seq, shape.d_model, generator=gen).to(shape.torch_dtype)
     return x.requires_grad_(), torch.ones_like(x)
 
 
-def _step(candidate: Candidate, x: Tensor, g: Tensor) -> None:
+def train_step(candidate: Candidate, x: Tensor, g: Tensor) -> None:
+    """One forward + backward; the gradients are dropped so each step allocates its own."""
     candidate.run(x).backward(g)
     clear_grads(candidate.module, x)
 
@@ -206,7 +208,7 @@ def compare(
     """Every block at ``shape``: tokens/s, saved bytes, peak, FLOP rate, and blocklab's speedup over
     each (against blocklab-causal for causal blocks: like for like)."""
     candidates, skipped = build_candidates(shape, peers)
-    x, g = _input(shape)
+    x, g = make_input(shape)
     rows: dict[str, dict[str, Any]] = {c.name: {"note": c.note, "causal": c.causal} for c in candidates}
     for c in candidates if memory else ():
         saved, _ = saved_activations(c.module, c.run, x)
@@ -219,10 +221,10 @@ def compare(
     for c in candidates if compile else ():
         c.run = torch.compile(c.run)
         t0 = time.perf_counter()
-        _step(c, x, g)  # compiles forward and backward
+        train_step(c, x, g)  # compiles forward and backward
         rows[c.name]["compile_seconds"] = time.perf_counter() - t0
     matmul, matmul_flops = _matmul_probe(shape)
-    steps: dict[str, Callable[[], None]] = {c.name: (lambda c=c: _step(c, x, g)) for c in candidates}
+    steps: dict[str, Callable[[], None]] = {c.name: (lambda c=c: train_step(c, x, g)) for c in candidates}
     steps["matmul"] = matmul
     times = time_rounds(steps, rounds, min_seconds, warmup=2 if compile else 1)
     rate = [matmul_flops / t for t in times.pop("matmul")]
@@ -245,7 +247,7 @@ def accounting(shape: Shape, **config: Any) -> list[dict[str, Any]]:
     """blocklab's saved tensors one by one: shape, floats per token, the autograd nodes saving it."""
     c = blocklab_candidate(shape, **config)
     c.module.to(shape.torch_dtype)
-    x, _ = _input(shape)
+    x, _ = make_input(shape)
     saved, out = saved_activations(c.module, c.run, x)
     nodes = saved_by(out)
     return [
@@ -285,8 +287,8 @@ def sweep(shapes: Sequence[Shape], rounds: int, min_seconds: float, peer: str = 
         candidates = [blocklab_candidate(shape), PEERS[peer](shape)]
         for c in candidates:
             c.module.to(shape.torch_dtype)
-        x, g = _input(shape)
-        steps = {c.name: (lambda c=c: _step(c, x, g)) for c in candidates}
+        x, g = make_input(shape)
+        steps = {c.name: (lambda c=c: train_step(c, x, g)) for c in candidates}
         steps["attention"] = _attention_core(shape)
         times = time_rounds(steps, rounds, min_seconds)
         row = {"d_model": shape.d_model, "seq": shape.seq, "batch": shape.batch,
@@ -317,7 +319,7 @@ def depth_memory(shape: Shape, depths: Sequence[int]) -> list[dict[str, Any]]:
             torch.manual_seed(0)
             config = blocklab_candidate(shape, checkpoint_blocks=ckpt).module.config
             stack = nn.Sequential(*(TransformerBlock(config) for _ in range(n))).to(shape.torch_dtype)
-            x, _ = _input(shape)
+            x, _ = make_input(shape)
             row[f"{label}_held_bytes"], row[f"{label}_peak_bytes"] = step_memory(stack, stack, x)
         rows.append(row)
     return rows
