@@ -64,6 +64,14 @@ def _count(ok_all, ok_some):
     return {"items": items}
 
 
+def _nrd(add, none):
+    return {"depths": [2, 10, 20], "add": add, "none": none, "trains_at": 0.9, "fails_below": 0.5}
+
+
+def _nlr(standard, none):
+    return {"lrs": [1, 2, 3], "standard": standard, "none": none, "trains_at": 0.8}
+
+
 # (verdict function, {verdict: synthetic measurements that must give it})
 CASES = {
     "residual-gradient": (
@@ -125,27 +133,9 @@ CASES = {
     "no-residual-depth": (
         V.no_residual_depth,
         {
-            "holds": {
-                "depths": [2, 10, 20],
-                "add": [0.99, 0.98, 0.97],
-                "none": [0.95, 0.2, None],
-                "trains_at": 0.9,
-                "fails_below": 0.5,
-            },
-            "partly": {
-                "depths": [2, 10, 20],
-                "add": [0.99, 0.98, 0.97],
-                "none": [0.95, 0.9, 0.3],
-                "trains_at": 0.9,
-                "fails_below": 0.5,
-            },
-            "fails": {
-                "depths": [2, 10, 20],
-                "add": [0.5, 0.4, 0.3],
-                "none": [0.5, 0.9, 0.9],
-                "trains_at": 0.9,
-                "fails_below": 0.5,
-            },
+            "holds": _nrd([0.99, 0.98, 0.97], [0.95, 0.2, None]),
+            "partly": _nrd([0.99, 0.98, 0.97], [0.95, 0.9, 0.3]),
+            "fails": _nrd([0.5, 0.4, 0.3], [0.5, 0.9, 0.9]),
         },
     ),
     "pre-vs-post-warmup": (
@@ -159,24 +149,9 @@ CASES = {
     "norm-lr-robustness": (
         V.norm_lr_robustness,
         {
-            "holds": {
-                "lrs": [1, 2, 3],
-                "standard": [0.9, 0.95, 0.9],
-                "none": [0.2, 0.95, None],
-                "trains_at": 0.8,
-            },
-            "partly": {
-                "lrs": [1, 2, 3],
-                "standard": [0.9, 0.95, 0.3],
-                "none": [0.2, 0.95, 0.9],
-                "trains_at": 0.8,
-            },
-            "fails": {
-                "lrs": [1, 2, 3],
-                "standard": [0.9, 0.1, 0.3],
-                "none": [0.2, 0.95, 0.9],
-                "trains_at": 0.8,
-            },
+            "holds": _nlr([0.9, 0.95, 0.9], [0.2, 0.95, None]),
+            "partly": _nlr([0.9, 0.95, 0.3], [0.2, 0.95, 0.9]),
+            "fails": _nlr([0.9, 0.1, 0.3], [0.2, 0.95, 0.9]),
         },
     ),
     "pre-norm-depth": (
