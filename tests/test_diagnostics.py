@@ -219,3 +219,21 @@ def test_diagnose_cli_json_at_init(capsys):
         assert layer["residual"]["ffn"]["identity"] > layer["residual"]["ffn"]["branch"] > 0
         assert 0.3 < layer["ffn_frac_le0"] < 0.7 and len(layer["attn_entropy"]) == 2
     assert main(["diagnose", "--batch-size", "0"]) == 2
+
+
+def test_logging_diagnostics_during_training_does_not_change_the_run():
+    from blocklab.diagnostics import DiagnosticsLogger
+    from blocklab.tasks import get_task
+    from blocklab.train import TrainConfig, train
+
+    task = get_task("listops")
+    config = bl.preset("listops-seed", d_model=16, n_heads=2, d_ff=32, dropout=0.1, **task.config_overrides())
+    tc = TrainConfig(steps=4, batch_size=16, warmup=1, eval_every=4, log_every=1, target_accuracy=None)
+    plain = train(config, tc, task, None, report=False)
+    logged = train(config, tc, task, None, callbacks=[DiagnosticsLogger(2)], report=False)
+    assert [r["loss"] for r in logged.history] == [r["loss"] for r in plain.history]  # bit for bit
+    diag = {r["step"]: r["diag"] for r in logged.history if "diag" in r}
+    assert sorted(diag) == [1, 2, 4]
+    assert len(diag[2]["grad_resid"]) == 3 and len(diag[2]["ln1_in_var"]) == 2
+    with pytest.raises(ValueError, match="log-diagnostics"):
+        DiagnosticsLogger(0)
