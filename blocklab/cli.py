@@ -340,14 +340,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _add_eval(sub: argparse._SubParsersAction) -> None:
-    from .train_cli import add_task_flags
+    from .train_cli import add_checkpoint_flags
 
     p = sub.add_parser("eval", help="held-out loss and exact-match accuracy of a checkpoint")
-    p.add_argument("--checkpoint", required=True, help="model.safetensors, a checkpoint folder or a run folder")
+    add_checkpoint_flags(p)
     p.add_argument("--split", default="test", choices=("test", "train"))
     p.add_argument("--batch-size", "--batch_size", dest="batch_size", type=int, default=1024)
-    add_task_flags(p, default=None, what="default: the checkpoint's")
-    p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_eval)
 
 
@@ -359,13 +357,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _add_predict(sub: argparse._SubParsersAction) -> None:
-    from .train_cli import add_task_flags
+    from .train_cli import add_checkpoint_flags
 
     p = sub.add_parser("predict", help='a checkpoint\'s answer, e.g. --input "Max ( 3 , 9 , 4 )"')
-    p.add_argument("--checkpoint", required=True, help="model.safetensors, a checkpoint folder or a run folder")
+    add_checkpoint_flags(p)
     p.add_argument("--input", action="append", required=True, help="a query in the task's format (repeatable)")
-    add_task_flags(p, default=None, what="default: the checkpoint's")
-    p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_predict)
 
 

@@ -67,6 +67,16 @@ def add_task_flags(
     )
 
 
+def add_checkpoint_flags(parser: argparse.ArgumentParser) -> None:
+    """``--checkpoint`` (a file, a checkpoint folder or a run folder), ``--task`` (default: the one
+    the checkpoint records) and ``--json``."""
+    parser.add_argument(
+        "--checkpoint", required=True, help="model.safetensors, a checkpoint folder or a run folder"
+    )
+    add_task_flags(parser, default=None, what="default: the checkpoint's")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
 def parse_value(text: str) -> Any:
     """A flag value as int, float, None/true/false, or the text itself."""
     for kind in (int, float):
