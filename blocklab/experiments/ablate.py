@@ -302,6 +302,7 @@ def ablate_html(summary: dict[str, Any], results: dict[str, dict[str, Any]], out
         "body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px}"
         "table{border-collapse:collapse}"
         "td,th{padding:3px 10px;border-bottom:1px solid #eee;text-align:right}img{max-width:100%}"
+        "td:first-child,th:first-child{text-align:left}"
     )
     return (
         f"<!doctype html><html><head><meta charset=utf-8><title>blocklab ablation</title><style>{css}</style>"
