@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from .checkpoint import atomic_write_bytes, load_checkpoint
 from .model import Transformer
 from .runfolder import CONFIG, REPORT, read_json, read_metrics, resolve_checkpoint
-from .tasks import Task, exact_match
+from .tasks import IGNORE_INDEX, Task, exact_match
 
 N_EXAMPLES = 3  # held-out examples shown with attention maps
 
@@ -201,7 +201,7 @@ def attention_figure(
         ax.set_yticks([i * (T + 1) + t for i in range(L) for t in range(T)], labels * L, fontsize=6)
         ax.set_title(f"example {e + 1}: layers top to bottom, heads left to right", fontsize=8)
         ax.tick_params(length=0)
-        scored = (y[e] != -100).nonzero().flatten().tolist()
+        scored = (y[e] != IGNORE_INDEX).nonzero().flatten().tolist()
         predicted = logits[e].argmax(-1)
         answers.append(
             {

@@ -49,7 +49,7 @@ from .runfolder import (
     truncate_metrics,
     write_json,
 )
-from .tasks import Task, TaskData, exact_match, get_task
+from .tasks import IGNORE_INDEX, Task, TaskData, exact_match, get_task
 from .trainconfig import (  # noqa: F401 - re-exported: blocklab.train is where users look
     TASK_DEFAULTS,
     TRAIN_FIELDS,
@@ -98,10 +98,10 @@ def evaluate(model: nn.Module, data: TaskData, batch_size: int = 1024) -> dict[s
         for start in range(0, len(data), batch_size):
             x, y = data.inputs[start : start + batch_size], data.targets[start : start + batch_size]
             logits = model(x)
-            n = int((y != -100).sum())
+            n = int((y != IGNORE_INDEX).sum())
             if n:
                 flat = torch.nn.functional.cross_entropy(
-                    logits.flatten(0, 1).float(), y.flatten(), ignore_index=-100, reduction="sum"
+                    logits.flatten(0, 1).float(), y.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
                 )
                 loss_sum += float(flat)
                 scored += n
@@ -445,7 +445,10 @@ class _Run:
         if procs.world_size == 1:
             self.loss = loss.item()
         else:  # the global batch's mean; each process's loss weighted so DDP's average is that mean
-            n_local, n_global = int((y != -100).sum()), int((self.train_data.targets[batch] != -100).sum())
+            n_local, n_global = (
+                int((y != IGNORE_INDEX).sum()),
+                int((self.train_data.targets[batch] != IGNORE_INDEX).sum()),
+            )
             self.loss = procs.sum(loss.item() * n_local) / max(n_global, 1)
             if n_local * procs.world_size != n_global:
                 loss = loss * (n_local * procs.world_size / max(n_global, 1))

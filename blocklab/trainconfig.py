@@ -20,16 +20,16 @@ class TrainConfig:
     The defaults train the listops-seed preset on listops to >= 99% held-out exact match.
     """
 
-    steps: int = 600  # total optimizer steps; the cosine decays over all of them
-    batch_size: int = 64  # global batch: split across processes under torchrun
-    lr: float = 3e-3  # peak learning rate, reached after warmup
-    warmup: int = 50  # linear warmup steps, from lr/warmup to lr
+    steps: int = 1000  # total optimizer steps; the cosine decays over all of them
+    batch_size: int = 128  # global batch: split across processes under torchrun
+    lr: float = 5e-3  # peak learning rate, reached after warmup
+    warmup: int = 100  # linear warmup steps, from lr/warmup to lr
     min_lr_ratio: float = 0.1  # the cosine ends at lr * min_lr_ratio
     weight_decay: float = 0.01  # AdamW decay on matrices and embeddings (not biases, not norms)
     beta1: float = 0.9
     beta2: float = 0.98
     grad_clip: float = 1.0  # max global gradient norm; 0 turns clipping off
-    eval_every: int = 50  # held-out loss and exact match every K steps (and at the end)
+    eval_every: int = 25  # held-out loss and exact match every K steps (and at the end)
     eval_batch_size: int = 1024
     log_every: int = 10  # a metrics.jsonl line (loss, lr, gradient norms, LN statistics)
     checkpoint_every: int = 200  # 0: only the final checkpoint
@@ -108,6 +108,7 @@ def train_config_from_dict(d: dict[str, Any]) -> TrainConfig:
 TASK_DEFAULTS: dict[str, dict[str, Any]] = {
     "tiny-lm": {
         "steps": 400,
+        "batch_size": 16,  # copies of its one sentence: more would only cost time
         "warmup": 20,
         "eval_every": 50,
         "checkpoint_every": 100,

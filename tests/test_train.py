@@ -492,7 +492,7 @@ def test_predict_command_prints_the_argmax_answer_and_its_probability(
 def test_resume_flags_must_agree_with_config_json(trained_run: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["train", "--out", str(trained_run), "--resume", "--lr", "0.1"]) == 2
     err = capsys.readouterr().err
-    assert "--lr 0.1 (the run has 0.003)" in err and err.count("\n") == 1
+    assert "--lr 0.1 (the run has 0.005)" in err and err.count("\n") == 1
 
 
 def test_default_train_command_reaches_99_percent_held_out(tmp_path: Path) -> None:
@@ -504,3 +504,25 @@ def test_default_train_command_reaches_99_percent_held_out(tmp_path: Path) -> No
     with torch.no_grad():
         predicted = model(test.inputs)[:, 7].argmax(-1)
     assert float((predicted == test.targets[:, 7]).double().mean()) >= 0.99
+
+
+def test_predict_without_a_recorded_task_gives_the_next_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from blocklab.checkpoint import save_checkpoint
+
+    task = get_task("tiny-lm")
+    config = bl.preset("tiny-lm", **task.config_overrides())
+    torch.manual_seed(3)
+    model = bl.Transformer(config).eval()
+    save_checkpoint(tmp_path / "m.safetensors", model, tokenizer=task.tokenizer.to_dict())  # no task in meta
+    capsys.readouterr()
+    assert (
+        main(["predict", "--checkpoint", str(tmp_path / "m.safetensors"), "--input", "<BOS> I", "--json"])
+        == 0
+    )
+    out = json.loads(capsys.readouterr().out)
+    with torch.no_grad():
+        probs = torch.softmax(model(torch.tensor([[1, 3]]))[0, -1], -1)  # <BOS>=1, I=3
+    assert out["answer"] == task.tokenizer.vocab[int(probs.argmax())]
+    assert out["probability"] == pytest.approx(float(probs.max()), rel=1e-5)
