@@ -20,6 +20,7 @@ d_ff 2048, batch 8, seq 256, float32, biases, exact GELU):
 
 from __future__ import annotations
 
+import os
 import platform
 import statistics
 import time
@@ -143,14 +144,17 @@ PEERS: dict[str, Callable[[Shape], Candidate]] = {
 }
 
 
-def build_candidates(shape: Shape, peers: Sequence[str] = tuple(PEERS), seed: int = 0) -> tuple[list, dict]:
-    """(blocklab, its causal and unfused variants, every installed peer), {peer: why skipped}."""
+def build_candidates(
+    shape: Shape, peers: Sequence[str] = tuple(PEERS), variants: bool = True, seed: int = 0
+) -> tuple[list, dict]:
+    """(blocklab [, its causal and unfused variants], every installed peer), {peer: why skipped}."""
     torch.manual_seed(seed)
-    candidates = [
-        blocklab_candidate(shape),
-        blocklab_candidate(shape, "blocklab-causal", causal=True),  # the like-for-like match of GPT2Block
-        blocklab_candidate(shape, "blocklab-unfused", fused=False),
-    ]
+    candidates = [blocklab_candidate(shape)]
+    if variants:
+        candidates += [
+            blocklab_candidate(shape, "blocklab-causal", causal=True),  # like for like with GPT2Block
+            blocklab_candidate(shape, "blocklab-unfused", fused=False),
+        ]
     skipped: dict[str, str] = {}
     for name in peers:
         try:
@@ -203,11 +207,11 @@ def _matmul_probe(shape: Shape) -> tuple[Callable[[], None], float]:
 
 def compare(
     shape: Shape, rounds: int = 5, min_seconds: float = 0.3, peers: Sequence[str] = tuple(PEERS),
-    compile: bool = False, memory: bool = True,
+    compile: bool = False, memory: bool = True, variants: bool = True,
 ) -> dict[str, Any]:
     """Every block at ``shape``: tokens/s, saved bytes, peak, FLOP rate, and blocklab's speedup over
     each (against blocklab-causal for causal blocks: like for like)."""
-    candidates, skipped = build_candidates(shape, peers)
+    candidates, skipped = build_candidates(shape, peers, variants)
     x, g = make_input(shape)
     rows: dict[str, dict[str, Any]] = {c.name: {"note": c.note, "causal": c.causal} for c in candidates}
     for c in candidates if memory else ():
@@ -235,7 +239,7 @@ def compare(
             tokens_per_s=statistics.median(shape.tokens / s for s in t),
             fraction_of_matmul=statistics.median(flops / s / r for s, r in zip(t, rate, strict=True)),
             # > 1: blocklab is faster than this block
-            speedup=median_ratio(t, times["blocklab-causal" if c.causal else "blocklab"]),
+            speedup=median_ratio(t, times["blocklab-causal" if c.causal and variants else "blocklab"]),
         )
     return {
         "shape": asdict(shape), "rounds": rounds, "compiled": compile,
@@ -352,16 +356,18 @@ def run_bench(
     """Everything `blocklab bench` reports, as one JSON-ready dict."""
     base = Shape(dtype=dtype)
     report: dict[str, Any] = {
-        "machine": {"torch": torch.__version__, "threads": torch.get_num_threads(),
-                    "processor": platform.processor() or platform.machine()},
+        "machine": {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+                    "processor": platform.processor() or platform.machine(),
+                    "load_average_at_start": os.getloadavg()[0]},  # other processes competing for the CPUs
         "quick": quick,
     }
-    report["compare"] = compare(base, rounds=3 if quick else 7, min_seconds=0.0 if quick else 0.4)
+    report["compare"] = compare(base, rounds=3 if quick else 7, min_seconds=0.0 if quick else 1.0)
     report["verdict"] = verdict(report["compare"])
     report["accounting"] = accounting(base)
     if compile:
         peers = ("torch-pre",) if quick else tuple(PEERS)
-        report["compile"] = compare(base, rounds=3, min_seconds=0.3, compile=True, memory=False, peers=peers)
+        report["compile"] = compare(base, rounds=3, min_seconds=0.3, compile=True, memory=False, peers=peers,
+                                    variants=not quick)
     small = Shape(d_model=256, n_heads=4, d_ff=1024, batch=4, seq=128, dtype=dtype)
     report["depth"] = depth_memory(small, (1, 4) if quick else (1, 2, 4, 8))
     seqs = (64, 256, 1024) if quick else (64, 128, 256, 512, 1024, 2048)
@@ -370,6 +376,7 @@ def run_bench(
     report["sweep_seq"] = sweep(seq_shapes(base, seqs, 1024 if quick else 2048), rounds, min_s)
     wide = width_shapes(replace(base, batch=2 if quick else 8), widths)
     report["sweep_d_model"] = sweep(wide, rounds, min_s)
+    report["machine"]["load_average_at_end"] = os.getloadavg()[0]
     if plot:
         plot_sweeps(report, plot)
         report["plot"] = plot
@@ -482,5 +489,8 @@ def print_report(report: dict[str, Any]) -> None:
                           f"{row['torch-pre_us_per_token']:.1f}", f"{row['attention_us_per_token']:.1f}",
                           f"{100 * row['attention_flop_share']:.0f}%")
         console.print(table)
+    m = report["machine"]
+    console.print(f"torch {m['torch']}, {m['threads']} threads on {m['cpus']} CPUs; load average "
+                  f"{m['load_average_at_start']:.1f} at the start, {m['load_average_at_end']:.1f} at the end")
     if "plot" in report:
         console.print(f"plot: {report['plot']}")
