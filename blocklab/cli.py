@@ -328,6 +328,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-diagnostics", "--log_diagnostics", dest="log_diagnostics", type=int, metavar="K",
                    help="gradient flow and LayerNorm statistics every K steps (default: eval-every; 0: off)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--no-report", "--no_report", dest="report", action="store_false", help="skip report.html")
     p.add_argument("--json", action="store_true", help="print the outcome as JSON")
     p.set_defaults(func=cmd_train)
 

@@ -180,6 +180,7 @@ def train_command(args: argparse.Namespace, config_from_args: Any) -> int:
             resume=args.resume,
             overwrite=args.overwrite,
             progress=not args.quiet,
+            report=args.report,
             detect_nonfinite=args.detect_nonfinite,
             force=args.force,
         )

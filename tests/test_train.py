@@ -235,23 +235,11 @@ def test_resume_after_sigkill_reproduces_the_uninterrupted_losses(tmp_path: Path
     args = [
         "train",
         *TINY_FLAGS,
-        "--dropout",
-        "0.1",
-        "--steps",
-        "400",
-        "--batch-size",
-        "16",
-        "--log-every",
-        "1",
-        "--eval-every",
-        "100",
-        "--checkpoint-every",
-        "20",
-        "--target-accuracy",
-        "none",
-        "-q",
-        "--log-diagnostics",
-        "0",
+        *(
+            "--dropout 0.1 --steps 200 --batch-size 16 --log-every 1 --eval-every 100 "
+            "--checkpoint-every 20 --target-accuracy none -q --no-report "
+            "--log-diagnostics 0"
+        ).split(),
     ]
     full = run_cli(*args, "--out", str(tmp_path / "full"))
     assert full.returncode == 0, full.stderr
@@ -267,15 +255,15 @@ def test_resume_after_sigkill_reproduces_the_uninterrupted_losses(tmp_path: Path
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     steps_on_disk = [s for s, _ in checkpoint_dirs(killed)]
-    assert steps_on_disk and max(steps_on_disk) < 400, "the run was not interrupted"
+    assert steps_on_disk and max(steps_on_disk) < 200, "the run was not interrupted"
     assert (killed / ".lock").exists()  # left behind by the killed process: resume takes it over
     resumed = run_cli(*args, "--out", str(killed), "--resume")  # same flags: agreed with config.json
     assert resumed.returncode == 0, resumed.stderr
     a, b = read_metrics(tmp_path / "full"), read_metrics(killed)
-    assert [r["step"] for r in b] == list(range(1, 401))
+    assert [r["step"] for r in b] == list(range(1, 201))
     assert losses(a) == losses(b)  # bit for bit
-    final_a = load_checkpoint(tmp_path / "full" / "checkpoints" / "step-000400" / "model.safetensors")
-    final_b = load_checkpoint(killed / "checkpoints" / "step-000400" / "model.safetensors")
+    final_a = load_checkpoint(tmp_path / "full" / "checkpoints" / "step-000200" / "model.safetensors")
+    final_b = load_checkpoint(killed / "checkpoints" / "step-000200" / "model.safetensors")
     for key, value in final_a.model.state_dict().items():
         assert torch.equal(value, final_b.model.state_dict()[key]), key
 
@@ -284,19 +272,10 @@ def test_torchrun_two_processes_match_one_process(tmp_path: Path) -> None:
     args = [
         "train",
         *TINY_FLAGS,
-        "--steps",
-        "12",
-        "--batch-size",
-        "16",
-        "--log-every",
-        "1",
-        "--eval-every",
-        "6",
-        "--target-accuracy",
-        "none",
-        "-q",
-        "--log-diagnostics",
-        "0",
+        *(
+            "--steps 12 --batch-size 16 --log-every 1 --eval-every 6 --target-accuracy none "
+            "-q --no-report --log-diagnostics 0"
+        ).split(),
         "--out",
         str(tmp_path / "ddp"),
     ]
