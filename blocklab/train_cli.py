@@ -15,7 +15,7 @@ import torch
 
 from .checkpoint import Checkpoint, load_checkpoint
 from .config import FIELDS, PRESETS, ModelConfig, from_dict
-from .runfolder import CONFIG, read_json, resolve_checkpoint
+from .runfolder import CHECKPOINTS, CONFIG, read_json, resolve_checkpoint, run_files
 from .tasks import DEFAULT_TASK, Task, get_task
 from .tasks.tokenizer import tokenizer_from_spec
 from .train import (
@@ -209,9 +209,10 @@ def train_command(args: argparse.Namespace, config_from_args: Any) -> int:
         f"(loss {result.eval.get('loss', math.nan):.4f}) "
         f"at step {result.step} of {train_config.steps} ({why})"
     )
+    written = [name for name in run_files(out) if name != CHECKPOINTS]
+    written += [str(result.checkpoint.relative_to(out))] if result.checkpoint else []
     print(
-        f"{result.seconds:.1f} s, {result.tokens_per_s:,.0f} tokens/s; run folder {out}: config.json, "
-        f"metrics.jsonl, report.html, {result.checkpoint.relative_to(out) if result.checkpoint else '-'}"
+        f"{result.seconds:.1f} s, {result.tokens_per_s:,.0f} tokens/s; run folder {out}: {', '.join(written)}"
     )
     return 0
 
