@@ -108,7 +108,7 @@ def train_config_from_dict(d: dict[str, Any]) -> TrainConfig:
 TASK_DEFAULTS: dict[str, dict[str, Any]] = {
     "tiny-lm": {
         "steps": 400,
-        "batch_size": 16,  # copies of its one sentence: more would only cost time
+        "batch_size": 64,  # copies of its one sentence
         "warmup": 20,
         "eval_every": 50,
         "checkpoint_every": 100,
