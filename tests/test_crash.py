@@ -24,7 +24,10 @@ import pytest
 
 STEPS = 120  # training steps of the run; the kills land somewhere inside it
 TRIALS = 14  # kills per test run
-MAX_DELAY = 1.2  # seconds between a child's fork and its SIGKILL
+# Kill delays scale with the measured length of the uninterrupted run: drawn from
+# [0, 1.5 * reference_seconds / TRIALS], the kills use up about 3/4 of the run on average,
+# so on a fast, quiet machine as on a loaded one nearly every session dies before the end.
+DELAY_SPREAD = 1.5
 
 
 def _train_config(checkpoint_every: int):  # noqa: ANN202 - TrainConfig, imported lazily
@@ -94,12 +97,14 @@ def drive(root: Path, seed: int) -> dict[str, object]:
 
     rng = random.Random(seed)
     reference, crashed = root / "reference", root / "crashed"
+    started = time.perf_counter()
     pid = _fork(reference, checkpoint_every=0)  # never interrupted; only the final checkpoint
     assert os.waitpid(pid, 0)[1] == 0
+    max_delay = DELAY_SPREAD * (time.perf_counter() - started) / TRIALS
     trials = []
     for _ in range(TRIALS):
         pid = _fork(crashed, checkpoint_every=1)  # a checkpoint every step: most kills hit a write
-        delay = rng.uniform(0.0, MAX_DELAY)
+        delay = rng.uniform(0.0, max_delay)
         time.sleep(delay)
         os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)  # reaped: its PID is gone, its flock released
