@@ -63,15 +63,13 @@ class MultiHeadAttention(nn.Module):
         ``separate``: three matmuls instead (decoding one token, where the concat would cost more
         than the matmul it saves).
         """
-        B, T, _ = x.shape
         if separate:
-            heads = lambda y: y.view(B, T, self.n_heads, self.d_k).transpose(1, 2)  # noqa: E731
-            return self.hook_q(heads(self.q(x))), self.hook_k(heads(self.k(x))), self.hook_v(heads(self.v(x)))
-        if self.fused:
+            return self.split_heads(self.q(x), self.k(x), self.v(x))
+        if self.fused:  # q, k, v: views of one matmul's output, each with its own gradient
             qkv = norm_linear(x, None, None, None, self.qkv_weights(), self.qkv_bias())
         else:
-            qkv = F.linear(x, torch.cat(self.qkv_weights()), self.qkv_bias())  # (B, T, 3d)
-        return self.split_heads(qkv)
+            qkv = F.linear(x, torch.cat(self.qkv_weights()), self.qkv_bias()).split(self.d_model, dim=-1)
+        return self.split_heads(*qkv)
 
     def qkv_weights(self) -> tuple[Tensor, Tensor, Tensor]:
         """Wq, Wk, Wv: applied as one (3d, d) matmul whose output is [q | k | v]."""
@@ -81,11 +79,11 @@ class MultiHeadAttention(nn.Module):
         """cat(bq, bk, bv), matching ``qkv_weights``."""
         return torch.cat([self.q.bias, self.k.bias, self.v.bias]) if self.q.bias is not None else None
 
-    def split_heads(self, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """(B, T, 3d) -> q, k, v, each (B, h, T, d_k): views, no copy."""
-        B, T, _ = qkv.shape
-        q, k, v = qkv.view(B, T, 3, self.n_heads, self.d_k).permute(2, 0, 3, 1, 4).unbind(0)
-        return self.hook_q(q), self.hook_k(k), self.hook_v(v)
+    def split_heads(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(B, T, d_model) each -> (B, h, T, d_k) each: views, no copy."""
+        B, T, _ = q.shape
+        heads = lambda y: y.view(B, T, self.n_heads, self.d_k).transpose(1, 2)  # noqa: E731
+        return self.hook_q(heads(q)), self.hook_k(heads(k)), self.hook_v(heads(v))
 
     def _allowed(
         self, key_padding_mask: Tensor | None, T: int, device: torch.device, past: int = 0

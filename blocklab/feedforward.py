@@ -62,7 +62,7 @@ class FeedForward(nn.Module):
             return None
         return self.w1.bias if self.w3 is None else torch.cat([self.w1.bias, self.w3.bias])
 
-    def from_hidden(self, h: Tensor) -> Tensor:  # (B, T, d_ff), gated [h1 | h3] -> (B, T, d_model)
+    def from_hidden(self, *h: Tensor) -> Tensor:  # h, or gated h1, h3: (B, T, d_ff) each -> (B, T, d_model)
         """act(h) @ W2.T + b2, keeping only h for backward."""
         return act_linear(h, self.act_kernel, self.w2.weight, self.w2.bias)
 
@@ -74,8 +74,8 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:  # (B, T, d_model)
         if self.fused and not (self.hook_hidden.active or self.hook_act.active):
-            h = norm_linear(x, None, None, None, self.in_weights(), self.in_bias())
-            return self.hook_out(self.dropout(self.from_hidden(h)))
+            h = norm_linear(x, None, None, None, self.in_weights(), self.in_bias())  # (h,) or (h1, h3)
+            return self.hook_out(self.dropout(self.from_hidden(*h)))
         h = self.hook_hidden(self.w1(x))  # (B, T, d_ff)
         a = self.hook_act(self._activate(x, h))  # (B, T, d_ff)
         return self.hook_out(self.dropout(self.w2(a)))  # (B, T, d_model)

@@ -143,16 +143,17 @@ def norm_kernel(variant: str, eps: float) -> NormKernel:
 
 
 class ActKernel(NamedTuple):
-    """``forward(h) -> a`` and ``backward(g, saved) -> dL/dh``, where ``saved`` is h, or a when
-    ``saves_output`` (ReLU: a > 0 exactly where h > 0, and a is what W2's gradient needs).
+    """``forward(*h) -> a`` and ``backward(g, *saved) -> (dL/dh, ...)``: h is (h,), or (h1, h3) for
+    gated activations; ``saved`` is h, or (a,) when ``saves_output`` (ReLU: a > 0 exactly where
+    h > 0, and a is what W2's gradient needs).
 
-    ``backward`` may write dL/dh over g (a temporary of the backward pass): one (N, d_ff) tensor
-    less at the FFN backward, which is where a block's backward peaks.
+    ``backward`` may write over g (a temporary of the backward pass): one (N, d_ff) tensor less at
+    the FFN backward, which is where a block's backward peaks.
     """
 
     name: str
-    forward: Callable[[Tensor], Tensor]
-    backward: Callable[[Tensor, Tensor], Tensor]
+    forward: Callable[..., Tensor]
+    backward: Callable[..., tuple[Tensor, ...]]
     saves_output: bool = False
 
 
@@ -175,21 +176,13 @@ _ACT_BACKWARD: dict[str, tuple[Callable[[Tensor, Tensor], Tensor], bool]] = {
 
 
 def _gated(name: str, gate: Callable[[Tensor], Tensor], gate_backward: Callable) -> ActKernel:
-    """a = gate(h1) * h3 for h = [h1 | h3] (w1 and w3 outputs side by side)."""
+    """a = gate(h1) * h3, h1 = w1's output, h3 = w3's."""
 
-    def forward(h: Tensor) -> Tensor:
-        h1, h3 = h.chunk(2, dim=-1)
-        return gate(h1) * h3
+    def backward(g: Tensor, h1: Tensor, h3: Tensor) -> tuple[Tensor, Tensor]:
+        dh3 = g * gate(h1)  # dL/dh3 = g gate(h1)
+        return gate_backward(g.mul_(h3), h1), dh3  # dL/dh1 = g h3 gate'(h1), over g
 
-    def backward(g: Tensor, h: Tensor) -> Tensor:
-        h1, h3 = h.chunk(2, dim=-1)
-        dh = torch.empty_like(h)
-        dh1, dh3 = dh.chunk(2, dim=-1)
-        torch.mul(g, gate(h1), out=dh3)  # dL/dh3 = g gate(h1)
-        gate_backward(torch.mul(g, h3, out=dh1), h1)  # dL/dh1 = g h3 gate'(h1), in place
-        return dh
-
-    return ActKernel(name, forward, backward)
+    return ActKernel(name, lambda h1, h3: gate(h1) * h3, backward)
 
 
 def act_kernel(activation: str) -> ActKernel:
@@ -198,7 +191,7 @@ def act_kernel(activation: str) -> ActKernel:
     backward, saves_output = _ACT_BACKWARD[activation]
     if is_gated(activation):
         return _gated(activation, forward, backward)
-    return ActKernel(activation, forward, backward, saves_output)
+    return ActKernel(activation, forward, lambda g, h: (backward(g, h),), saves_output)
 
 
 # ---- linear backward shared by the functions ----------------------------------------------------
@@ -214,18 +207,36 @@ def _concat(weights: Sequence[Tensor]) -> Tensor:
     return weights[0] if len(weights) == 1 else torch.cat(list(weights))
 
 
-def _split(dw: Tensor, weights: Sequence[Tensor]) -> tuple[Tensor, ...]:
-    return tuple(dw.split([w.shape[0] for w in weights]))
+def _linear_forward(z: Tensor, weights: Sequence[Tensor], bias: Tensor | None) -> tuple[Tensor, ...]:
+    """(z @ W_1.T + b_1, ..., z @ W_k.T + b_k): one matmul over the concatenated weights, the
+    outputs views of its result."""
+    return F.linear(z, _concat(weights), bias).split([w.shape[0] for w in weights], dim=-1)
+
+
+def _linear_backward(
+    grads: Sequence[Tensor], z: Tensor, weights: Sequence[Tensor], with_bias: bool
+) -> tuple[Tensor, list[Tensor], Tensor | None]:
+    """(dL/dz, [dL/dW_i], dL/db) for ``_linear_forward``, each output with its own gradient: no
+    concatenation (q, k and v's gradients come back from SDPA as three tensors)."""
+    dz, dws, dbs = None, [], []
+    for g, w in zip(grads, weights, strict=True):
+        dw, db = _weight_grads(g, z, with_bias)
+        dws.append(dw)
+        dbs.append(db)
+        g2 = g.reshape(-1, g.shape[-1])
+        dz = g2 @ w if dz is None else dz.addmm_(g2, w)
+    db = (dbs[0] if len(dbs) == 1 else torch.cat(dbs)) if with_bias else None
+    return dz.view(z.shape), dws, db
 
 
 # ---- the autograd functions --------------------------------------------------------------------
 
 
 class NormLinear(torch.autograd.Function):
-    """h = LN(x) @ W.T + b with W the row-concatenation of ``weights`` (q, k, v in one matmul).
+    """(h_1, ..., h_k) = LN(x) @ W_i.T + b_i, in one matmul over the concatenated weights (q, k, v).
 
-    Saves x and the weights (parameters, not copies): neither LN(x) nor the concatenated W is kept;
-    both are rebuilt in backward. ``norm=None`` is a plain linear with the same saving property.
+    Saves x and the weights (parameters, not copies): LN(x) is recomputed in backward, and the
+    concatenated W is not needed there. ``norm=None`` is a plain linear with the same saving property.
     """
 
     @staticmethod
@@ -233,24 +244,29 @@ class NormLinear(torch.autograd.Function):
         z = x if norm is None else norm(x, gamma, beta)[0]
         ctx.norm, ctx.with_bias = norm, bias is not None
         ctx.save_for_backward(x, gamma, beta, *weights)
-        return F.linear(z, _concat(weights), bias)
+        return _linear_forward(z, weights, bias)
 
     @staticmethod
-    def backward(ctx, gh):  # noqa: ANN001, ANN205
+    def backward(ctx, *grads):  # noqa: ANN001, ANN205
         x, gamma, beta, *weights = ctx.saved_tensors
         norm = ctx.norm
         stats = None if norm is None else norm(x, gamma, beta)  # recompute (z, mean, rstd)
-        w = _concat(weights)
-        dw, db = _weight_grads(gh, x if stats is None else stats[0], ctx.with_bias)
-        dz = gh @ w
+        dz, dws, db = _linear_backward(grads, x if stats is None else stats[0], weights, ctx.with_bias)
         if norm is None:
-            return dz, None, None, None, db, *_split(dw, weights)
+            return dz, None, None, None, db, *dws
         dx, dgamma, dbeta = norm.grad(dz, x, stats, gamma, beta)
-        return dx, None, dgamma, dbeta, db, *_split(dw, weights)
+        return dx, None, dgamma, dbeta, db, *dws
+
+
+def _residual(x: Tensor, c: Tensor, wo: Tensor, bo: Tensor | None, alpha: float) -> Tensor:
+    """alpha x + c @ Wo.T + bo: one matmul accumulating onto alpha x, then the bias in place."""
+    s = torch.addmm(x.reshape(-1, x.shape[-1]), c.reshape(-1, c.shape[-1]), wo.t(), beta=alpha).view(x.shape)
+    return s if bo is None else s.add_(bo)
 
 
 class ResidualNormLinear(torch.autograd.Function):
-    """s = alpha x + c @ Wo.T + bo (the residual add), z = LN(s), h = z @ W.T + b: returns (s, z, h).
+    """s = alpha x + c @ Wo.T + bo (the residual add), z = LN(s), h_i = z @ W_i.T + b_i: returns
+    (s, z, h_1, ..., h_k).
 
     Saves x and c, which the block keeps anyway (x for LN1, c as SDPA's output): s, z and the
     statistics are recomputed in backward, at the cost of one (d x d) matmul per token.
@@ -258,22 +274,22 @@ class ResidualNormLinear(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, c, wo, bo, alpha, norm, gamma, beta, bias, *weights):  # noqa: ANN001, ANN205
-        s = torch.add(F.linear(c, wo, bo), x, alpha=alpha)
+        s = _residual(x, c, wo, bo, alpha)
         z = norm(s, gamma, beta)[0]
         ctx.alpha, ctx.norm, ctx.with_bias = alpha, norm, bias is not None
         ctx.set_materialize_grads(False)  # the unused output (pre-norm: z, post-norm: s) gets None
         ctx.save_for_backward(x, c, wo, bo, gamma, beta, *weights)
-        return s, z, F.linear(z, _concat(weights), bias)
+        return s, z, *_linear_forward(z, weights, bias)
 
     @staticmethod
-    def backward(ctx, gs, gz, gh):  # noqa: ANN001, ANN205
+    def backward(ctx, gs, gz, *ghs):  # noqa: ANN001, ANN205
         x, c, wo, bo, gamma, beta, *weights = ctx.saved_tensors
-        s = torch.add(F.linear(c, wo, bo), x, alpha=ctx.alpha)  # recompute, bit for bit
+        s = _residual(x, c, wo, bo, ctx.alpha)  # recompute, bit for bit
         stats = ctx.norm(s, gamma, beta)
-        if gh is None:  # h unused (only in tests): no gradient flows through W
-            gh = x.new_zeros(*x.shape[:-1], sum(w.shape[0] for w in weights))
-        dw, db = _weight_grads(gh, stats[0], ctx.with_bias)
-        dz = gh @ _concat(weights)
+        # an unused h (only in tests) gets no gradient: nothing flows through its W
+        ghs = [g if g is not None else x.new_zeros(*x.shape[:-1], w.shape[0])
+               for g, w in zip(ghs, weights, strict=True)]
+        dz, dws, db = _linear_backward(ghs, stats[0], weights, ctx.with_bias)
         if gz is not None:
             dz += gz
         ds, dgamma, dbeta = ctx.norm.grad(dz, s, stats, gamma, beta)
@@ -282,25 +298,29 @@ class ResidualNormLinear(torch.autograd.Function):
         dwo, dbo = _weight_grads(ds, c, bo is not None)
         dc = ds @ wo
         dx = ds if ctx.alpha == 1.0 else ds * ctx.alpha
-        return dx, dc, dwo, dbo, None, None, dgamma, dbeta, db, *_split(dw, weights)
+        return dx, dc, dwo, dbo, None, None, dgamma, dbeta, db, *dws
 
 
 class ActLinear(torch.autograd.Function):
-    """act(h) @ W.T + b. Saves h (ReLU: act(h)); act(h) is recomputed for dW, act'(h) for dh."""
+    """act(*h) @ W.T + b for h = (h,) or gated (h1, h3). Saves h (ReLU: act(h)); act(h) is
+    recomputed in backward for dW, act'(h) for dh."""
 
     @staticmethod
-    def forward(ctx, h, act, weight, bias):  # noqa: ANN001, ANN205
-        a = act.forward(h)
+    def forward(ctx, act, weight, bias, *h):  # noqa: ANN001, ANN205
+        a = act.forward(*h)
         ctx.act, ctx.with_bias = act, bias is not None
-        ctx.save_for_backward(a if act.saves_output else h, weight)
+        ctx.save_for_backward(weight, *((a,) if act.saves_output else h))
         return F.linear(a, weight, bias)
 
     @staticmethod
     def backward(ctx, g):  # noqa: ANN001, ANN205
-        saved, weight = ctx.saved_tensors
+        weight, *saved = ctx.saved_tensors
         act = ctx.act
-        dw, db = _weight_grads(g, saved if act.saves_output else act.forward(saved), ctx.with_bias)
-        return act.backward(g @ weight, saved), None, dw, db  # act(h) is already freed here
+        a = saved[0] if act.saves_output else act.forward(*saved)
+        dw, db = _weight_grads(g, a, ctx.with_bias)
+        # dL/da = g @ W, written over the recomputed act(h): one (N, d_ff) tensor less at the peak
+        da = g @ weight if act.saves_output else torch.matmul(g, weight, out=a)
+        return None, dw, db, *act.backward(da, *saved)
 
 
 class LayerNormFunction(torch.autograd.Function):
@@ -325,8 +345,8 @@ class LayerNormFunction(torch.autograd.Function):
 def norm_linear(
     x: Tensor, norm: NormKernel | None, gamma: Tensor | None, beta: Tensor | None,
     weights: Sequence[Tensor], bias: Tensor | None,
-) -> Tensor:
-    """LN(x) @ cat(weights).T + bias, saving only x (see NormLinear)."""
+) -> tuple[Tensor, ...]:
+    """(LN(x) @ W_i.T + b_i for each weight), ``bias`` the concatenated b_i; saves only x (see NormLinear)."""
     return NormLinear.apply(x, norm, gamma, beta, bias, *weights)
 
 
@@ -334,14 +354,14 @@ def residual_norm_linear(
     x: Tensor, c: Tensor, wo: Tensor, bo: Tensor | None, alpha: float,
     norm: NormKernel, gamma: Tensor | None, beta: Tensor | None,
     weights: Sequence[Tensor], bias: Tensor | None,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """(s, LN(s), LN(s) @ cat(weights).T + bias) for s = alpha x + c @ wo.T + bo, saving x and c."""
+) -> tuple[Tensor, ...]:
+    """(s, LN(s), LN(s) @ W_i.T + b_i for each weight) for s = alpha x + c @ wo.T + bo, saving x and c."""
     return ResidualNormLinear.apply(x, c, wo, bo, alpha, norm, gamma, beta, bias, *weights)
 
 
-def act_linear(h: Tensor, act: ActKernel, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """act(h) @ weight.T + bias, saving only h (see ActLinear)."""
-    return ActLinear.apply(h, act, weight, bias)
+def act_linear(h: Sequence[Tensor], act: ActKernel, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """act(*h) @ weight.T + bias, saving only h (see ActLinear); h = (h,), or (h1, h3) when gated."""
+    return ActLinear.apply(act, weight, bias, *h)
 
 
 def layer_norm(x: Tensor, norm: NormKernel, gamma: Tensor | None, beta: Tensor | None) -> Tensor:
@@ -355,25 +375,25 @@ def layer_norm(x: Tensor, norm: NormKernel, gamma: Tensor | None, beta: Tensor |
 def pre_norm_block(block: Any, x: Tensor, mask: Tensor | None) -> Tensor:  # (B, T, d_model)
     """y = x + MHA(LN1(x)); z = y + FFN(LN2(y)), keeping 9d + H floats per token for backward."""
     attn, ffn, ln1, ln2 = block.attn, block.ffn, block.ln1, block.ln2
-    qkv = norm_linear(x, ln1.kernel, ln1.weight, ln1.bias, attn.qkv_weights(), attn.qkv_bias())  # (B, T, 3d)
-    c = attn.context(*attn.split_heads(qkv), mask)[0]  # (B, T, d): heads concatenated, before o
-    y, _, h = residual_norm_linear(
+    qkv = norm_linear(x, ln1.kernel, ln1.weight, ln1.bias, attn.qkv_weights(), attn.qkv_bias())  # q, k, v
+    c = attn.context(*attn.split_heads(*qkv), mask)[0]  # (B, T, d): heads concatenated, before o
+    y, _, *h = residual_norm_linear(
         x, c, attn.o.weight, attn.o.bias, block.res1.alpha, ln2.kernel, ln2.weight, ln2.bias,
         ffn.in_weights(), ffn.in_bias(),
     )  # y = x + o(c): resid_mid; h = W1 LN2(y) + b1: ffn.hidden
-    return block.res2(y, ffn.from_hidden(h))  # resid_post
+    return block.res2(y, ffn.from_hidden(*h))  # resid_post
 
 
 def post_norm_block(block: Any, x: Tensor, mask: Tensor | None) -> Tensor:  # (B, T, d_model)
     """y = LN1(x + MHA(x)); z = LN2(y + FFN(y)), keeping 10d + H floats per token for backward."""
     attn, ffn, ln1 = block.attn, block.ffn, block.ln1
     qkv = norm_linear(x, None, None, None, attn.qkv_weights(), attn.qkv_bias())
-    c = attn.context(*attn.split_heads(qkv), mask)[0]
-    _, y, h = residual_norm_linear(
+    c = attn.context(*attn.split_heads(*qkv), mask)[0]
+    _, y, *h = residual_norm_linear(
         x, c, attn.o.weight, attn.o.bias, block.res1.alpha, ln1.kernel, ln1.weight, ln1.bias,
         ffn.in_weights(), ffn.in_bias(),
     )  # y = LN1(alpha x + o(c)); h = W1 y + b1
-    return block.ln2(block.res2(y, ffn.from_hidden(h)))  # LN2 keeps its input: d more
+    return block.ln2(block.res2(y, ffn.from_hidden(*h)))  # LN2 keeps its input: d more
 
 
 _BLOCK_WIRINGS: dict[str, Callable[[Any, Tensor, Tensor | None], Tensor]] = {

@@ -74,22 +74,23 @@ def test_residual_norm_linear_gradcheck(variant, alpha, used) -> None:
     kernel = norm_kernel(variant, 1e-3)
     projections = [rand(5, requires_grad=False), rand(5, requires_grad=False)]
 
-    def f(x, c, wo, bo, g, w, b):
-        s, z, h = residual_norm_linear(x, c, wo, bo, alpha, kernel, g, beta, [w], b)
+    def f(x, c, wo, bo, g, w1, w3, b):  # two weights, as for a gated FFN: two outputs h1, h3
+        s, z, h1, h3 = residual_norm_linear(x, c, wo, bo, alpha, kernel, g, beta, [w1, w3], b)
         kept = s * projections[0] if used == "s" else z * projections[1]
-        return kept.sum() + h.square().sum()
+        return kept.sum() + h1.square().sum() + h3.sin().sum()
 
-    assert gradcheck(f, (rand(2, 3, 5), rand(2, 3, 5), rand(5, 5), rand(5), gamma, rand(4, 5), rand(4)))
+    inputs = (rand(2, 3, 5), rand(2, 3, 5), rand(5, 5), rand(5), gamma, rand(4, 5), rand(3, 5), rand(7))
+    assert gradcheck(f, inputs)
 
 
 @pytest.mark.parametrize("activation", ACTIVATION_NAMES)
 def test_act_linear_gradcheck(activation) -> None:
-    width = 8 if is_gated(activation) else 4  # gated: h = [h1 | h3], each 4 wide
     kernel = act_kernel(activation)
-    h = rand(2, 3, width)
+    h = [rand(2, 3, 4) for _ in range(2 if is_gated(activation) else 1)]  # gated: h1, h3
     with torch.no_grad():  # keep relu/relu2 away from their kink at 0, where finite differences lie
-        h.add_(0.2 * torch.sign(h))
-    assert gradcheck(lambda h, w, b: act_linear(h, kernel, w, b), (h, rand(5, 4), rand(5)))
+        for t in h:
+            t.add_(0.2 * torch.sign(t))
+    assert gradcheck(lambda w, b, *h: act_linear(h, kernel, w, b), (rand(5, 4), rand(5), *h))
 
 
 # ---- the SPEC LayerNorm backward against independent oracles --------------------------------
