@@ -110,14 +110,14 @@ class TransformerBlock(HookedModule):
         self, x: Tensor, key_padding_mask: Tensor | None = None, kv_cache: KVCache | None = None
     ) -> Tensor:  # (B, T, d_model)
         """key_padding_mask: bool (B, T), True where the token is padding. kv_cache: generation only."""
-        if self.config.checkpoint_blocks and kv_cache is None and torch.is_grad_enabled():
-            # keep only x; the whole block is recomputed in backward (memory flat in depth)
-            return checkpoint(self._run, x, key_padding_mask, use_reentrant=False)
-        return self._run(x, key_padding_mask, kv_cache)
-
-    def _run(self, x: Tensor, mask: Tensor | None, cache: KVCache | None = None) -> Tensor:
         # a hook needs its stage materialised, so any attached hook selects the module-by-module path
-        lean = self._fused is not None and cache is None and self.attn.use_fast_path
-        if lean and not any_attached(self._points):
-            return self._fused(self, x, mask)
-        return self._forward(x, mask, cache)
+        hooked = any_attached(self._points)
+        lean = self._fused is not None and kv_cache is None and self.attn.use_fast_path and not hooked
+        if self.config.checkpoint_blocks and kv_cache is None and not hooked and torch.is_grad_enabled():
+            # keep only x; the block is recomputed in backward, on the path chosen now (never with
+            # hooks attached: they may change what is computed, and a recompute would run them again)
+            return checkpoint(self._run, x, key_padding_mask, None, lean, use_reentrant=False)
+        return self._run(x, key_padding_mask, kv_cache, lean)
+
+    def _run(self, x: Tensor, mask: Tensor | None, cache: KVCache | None, lean: bool) -> Tensor:
+        return self._fused(self, x, mask) if lean else self._forward(x, mask, cache)

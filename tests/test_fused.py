@@ -270,6 +270,23 @@ def test_checkpointed_blocks_give_the_same_gradients(fused) -> None:
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
 
 
+def test_checkpointed_blocks_with_hooks_attached_give_the_plain_gradients() -> None:
+    """Hooks (run_with_cache, diagnostics) turn checkpointing off for that call: a recompute without
+    them would take another path (SDPA instead of the explicit attention the hooks asked for)."""
+    config = ModelConfig(vocab_size=11, max_seq_len=6, d_model=16, n_heads=2, n_layers=2, d_ff=32,
+                         norm_position="pre", activation="gelu")
+    plain, ckpt = Transformer(config), Transformer(config.replace(checkpoint_blocks=True))
+    ckpt.load_state_dict(plain.state_dict())
+    tokens = torch.randint(0, 11, (2, 6))
+    names = ["blocks.0.attn.weights", "blocks.1.ffn.hidden"]
+    grads = []
+    for model in (plain, ckpt):
+        (_, loss), cache = model.run_with_cache(tokens, targets=tokens, names=names, detach=False)
+        grads.append(torch.autograd.grad(loss, [cache[n] for n in names] + list(model.parameters())))
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+
+
 @pytest.mark.parametrize("checkpoint_blocks", [False, True])
 def test_a_checkpointed_stack_holds_only_the_block_boundaries(checkpoint_blocks) -> None:
     d, H, B, T, n = 16, 2, 2, 6, 4
