@@ -469,9 +469,9 @@ def print_report(report: dict[str, Any]) -> None:
     v = report["verdict"]
     console.print(
         f"target: blocklab keeps {v['saved_floats_per_token_per_d']:.2f} d floats/token "
-        f"(limit {v['limit']:.0f} d) at {v['speed_vs_fastest_peer']:.2f}x the fastest peer, "
+        f"(limit {v['limit']:.0f} d) at {v['speed_vs_fastest_peer']:.3f}x the fastest peer, "
         f"{v['fastest_peer']} (limit {v['speed_limit']}x; against every peer >= "
-        f"{v['slowest_speedup']:.2f}x): {'met' if v['met'] else 'NOT met'}"
+        f"{v['slowest_speedup']:.3f}x): {'met' if v['met'] else 'NOT met'}"
     )
     table = Table(title="what blocklab's block keeps for backward, one row per storage")
     for col in ("shape", "dtype", "floats/token", "saved by (autograd nodes)"):
