@@ -15,12 +15,12 @@ from blocklab.bench import (
     blocklab_candidate,
     compare,
     depth_memory,
-    plot_sweeps,
     seq_shapes,
     sweep,
     verdict,
     width_shapes,
 )
+from blocklab.bench_report import plot_sweeps
 from blocklab.cli import main
 
 TINY = Shape(d_model=16, n_heads=2, d_ff=64, batch=2, seq=8)
