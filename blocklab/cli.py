@@ -488,7 +488,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """Run the benchmark, print its tables, optionally write JSON and the sweep plot."""
     from pathlib import Path
 
-    from .bench import print_report, run_bench
+    from .bench import run_bench
+    from .bench_report import print_report
 
     plot = args.plot or (str(Path(args.json).with_suffix(".png")) if args.json else None)
     report = run_bench(quick=args.quick, compile=args.compile, dtype=args.dtype, plot=plot)
