@@ -63,7 +63,14 @@ class Processes:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
-    def close(self) -> None:
-        """Leave the job if we joined it."""
+    def close(self, wait: bool = False) -> None:
+        """Leave the job if we joined it (idempotent).
+
+        ``wait=True`` (after a successful run) first waits for every rank: a rank tearing down
+        gloo while rank 0 still writes the run folder could abort with "terminate called without
+        an active exception". After an error we leave at once: a barrier could wait forever.
+        """
         if self.owns_group and dist.is_initialized():
+            if wait:
+                dist.barrier()
             dist.destroy_process_group()

@@ -260,7 +260,9 @@ def train(
         with _Run(model_config, train_config, task, out_dir, list(callbacks), procs) as run:
             run.detect_nonfinite = detect_nonfinite
             run.setup(resume, overwrite)
-            return run.loop(progress and procs.main, report)
+            result = run.loop(progress and procs.main, report)
+        procs.close(wait=True)
+        return result
     finally:
         torch.set_num_threads(threads)
         procs.close()
