@@ -203,27 +203,18 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_generate)
 
 
-def _parse_ids(text: str) -> list[int]:
-    try:
-        ids = [int(piece) for piece in text.replace(",", " ").split()]
-    except ValueError:
-        raise UsageError(f"--ids needs integers separated by spaces or commas, got {text!r}") from None
-    if not ids:
-        raise UsageError("--input is empty: nothing to continue")
-    return ids
-
-
 def cmd_generate(args: argparse.Namespace) -> int:
     """Print the prompt's continuation (and ids with --json)."""
     import torch
 
     from .generate import generate
     from .interop.pretrained import load_model
+    from .tasks.tokenizer import parse_token_ids
 
     model, tokenizer = load_model(args.checkpoint)
     if not args.ids and tokenizer is None:
         raise UsageError(f"{args.checkpoint} has no tokenizer: give token ids with --ids")
-    prompt = _parse_ids(args.input) if args.ids else tokenizer.encode(args.input)
+    prompt = parse_token_ids(args.input, "--input") if args.ids else tokenizer.encode(args.input)
     eos = args.eos_id if args.eos_id is not None else getattr(tokenizer, "eos_id", None)
     out = generate(model, torch.tensor([prompt]), args.max_new_tokens, top_k=args.top_k,
                    temperature=args.temperature, seed=args.seed, eos_id=eos,

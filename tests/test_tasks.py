@@ -351,3 +351,13 @@ def test_exact_match_ignores_unscored_positions_only() -> None:
     assert exact_match(logits, targets).tolist() == [True, False, True]
     with pytest.raises(ValueError, match=r"\(N, T, V\)"):
         exact_match(logits[0], targets)
+
+
+def test_parse_token_ids_accepts_commas_or_spaces_and_names_the_flag() -> None:
+    from blocklab.tasks.tokenizer import parse_token_ids
+
+    assert parse_token_ids("1,2, 3 4") == [1, 2, 3, 4]
+    with pytest.raises(ValueError, match=r"--input needs integer ids.*'x' is not one"):
+        parse_token_ids("1 x", "--input")
+    with pytest.raises(ValueError, match="--tokens is empty"):
+        parse_token_ids(" , ")

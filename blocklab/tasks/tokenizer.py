@@ -130,3 +130,14 @@ def tokenizer_from_spec(spec: dict) -> Tokenizer | HFTokenizer:
     if kind == "vocab":
         return Tokenizer.from_dict({k: v for k, v in spec.items() if k != "kind"})
     raise ValueError(f"unknown tokenizer kind {kind!r}; known: vocab, hf_tokenizers")
+
+
+def parse_token_ids(text: str, flag: str = "--tokens") -> list[int]:
+    """``"1,2,3"`` or ``"1 2 3"`` -> [1, 2, 3]; ValueError naming ``flag`` and the bad piece."""
+    pieces = text.replace(",", " ").split()
+    if not pieces:
+        raise ValueError(f"{flag} is empty: give token ids like 1,2,3")
+    for piece in pieces:
+        if not piece.lstrip("-").isdigit():
+            raise ValueError(f"{flag} needs integer ids separated by commas or spaces; {piece!r} is not one")
+    return [int(p) for p in pieces]

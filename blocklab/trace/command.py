@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ..model import Transformer
+from ..tasks.tokenizer import parse_token_ids
 from .collect import Trace, collect_trace, trace_to_dict
 
 PRESET_TASKS = {"listops-seed": "listops", "tiny-lm": "tiny-lm"}  # presets that come with a tokenizer
@@ -61,18 +62,6 @@ def checkpoint_subject(path: str) -> Subject:
     return Subject(model.eval(), tokenizer, f"checkpoint {path}")
 
 
-def parse_ids(text: str) -> list[int]:
-    """``"1,2,3"`` or ``"1 2 3"`` -> [1, 2, 3]; ValueError naming the bad piece."""
-    pieces = text.replace(",", " ").split()
-    if not pieces:
-        raise ValueError("--tokens is empty: give token ids like 1,2,3")
-    for piece in pieces:
-        if not piece.lstrip("-").isdigit():
-            raise ValueError(f"--tokens needs integer ids separated by commas or spaces; "
-                             f"{piece!r} is not one")
-    return [int(p) for p in pieces]
-
-
 def vocabulary(tokenizer: Any, size: int) -> list[str] | None:
     """Every token string of the model's vocabulary, or None when the tokenizer cannot name them all."""
     try:
@@ -107,7 +96,7 @@ def collect_for_args(args: argparse.Namespace, overrides: dict[str, Any]) -> Tra
         raise ValueError("give the input as text with --input or as ids with --tokens (one of them)")
     if args.input is not None and tok is None:
         raise ValueError(f"{subject.source} has no tokenizer: give token ids with --tokens 1,2,3")
-    ids = tok.encode(args.input) if args.input is not None else parse_ids(args.tokens)
+    ids = tok.encode(args.input) if args.input is not None else parse_token_ids(args.tokens)
     V = subject.model.config.vocab_size
     bad = [i for i in ids if not 0 <= i < V]
     if bad:
