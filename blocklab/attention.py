@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .fused import norm_linear
+from .kernels import norm_linear
 from .hooks import HookPoint
 
 

@@ -21,7 +21,7 @@ from torch.utils.checkpoint import checkpoint
 from .attention import KVCache, MultiHeadAttention
 from .config import ModelConfig
 from .feedforward import FeedForward
-from .fused import fused_block_forward
+from .kernels import fused_block_forward
 from .hooks import HookedModule, HookPoint, any_attached, hook_points, name_hook_points
 from .norms import build_norm
 
@@ -85,7 +85,7 @@ class TransformerBlock(HookedModule):
         for stage in ("resid_pre", "resid_mid", "ln1", "resid_post", "ln2"):
             setattr(self, f"hook_{stage}", HookPoint())
         self._forward = {"post": self._post, "pre": self._pre, "sandwich": self._sandwich}[c.norm_position]
-        self._fused = fused_block_forward(c)  # memory-lean wiring (blocklab/fused.py), or None
+        self._fused = fused_block_forward(c)  # memory-lean wiring (blocklab/kernels.py), or None
         name_hook_points(self)
         self._points = list(hook_points(self).values())
 

@@ -73,7 +73,7 @@ class ModelConfig:
     dropout: float = 0.0
     type_vocab_size: int = 0  # BERT's token-type (segment) embeddings; 0 = none
     embed_norm: bool = False  # a LayerNorm on the embeddings (BERT)
-    fused: bool = True  # memory-lean fused autograd functions (blocklab/fused.py); same math
+    fused: bool = True  # memory-lean fused autograd functions (blocklab/kernels.py); same math
     checkpoint_blocks: bool = False  # recompute each block in backward: memory flat in depth
 
     def __post_init__(self) -> None:

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from .activations import GATED_ACTIVATIONS, get_activation, is_gated
-from .fused import act_kernel, act_linear, norm_linear
+from .kernels import act_kernel, act_linear, norm_linear
 from .hooks import HookPoint
 
 
@@ -49,7 +49,7 @@ class FeedForward(nn.Module):
         self.hook_act = HookPoint()
         self.hook_out = HookPoint()
         self._activate = self._gated if activation in GATED_ACTIVATIONS else self._plain
-        self.fused = fused  # the lean path saves h only, not act(h) (blocklab/fused.py)
+        self.fused = fused  # the lean path saves h only, not act(h) (blocklab/kernels.py)
         self.act_kernel = act_kernel(activation)
 
     def in_weights(self) -> tuple[Tensor, ...]:

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .batchnorm import BatchNorm
-from .fused import NormKernel, layer_norm, norm_kernel
+from .kernels import NormKernel, layer_norm, norm_kernel
 
 NORM_VARIANTS: tuple[str, ...] = ("standard", "eps_outside_sqrt", "rms")
 
@@ -67,7 +67,7 @@ _NORM_FUNCTIONS = {"standard": _standard, "eps_outside_sqrt": _eps_outside_sqrt,
 
 
 def _lean(kernel: NormKernel, x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float) -> Tensor:
-    return layer_norm(x, kernel, weight, bias)  # saves x only (blocklab/fused.py)
+    return layer_norm(x, kernel, weight, bias)  # saves x only (blocklab/kernels.py)
 
 
 class LayerNorm(nn.Module):

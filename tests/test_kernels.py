@@ -1,4 +1,4 @@
-"""The memory-lean functions of blocklab/fused.py: gradcheck in float64, the SPEC LayerNorm backward
+"""The memory-lean functions of blocklab/kernels.py: gradcheck in float64, the SPEC LayerNorm backward
 against ATen's kernel and float64 autograd, fused vs unfused blocks for every activation and norm,
 gradients against nn.TransformerEncoderLayer, hooks, activation checkpointing, saved-tensor counts."""
 
@@ -10,7 +10,7 @@ from torch.autograd import gradcheck
 
 from blocklab import ModelConfig, Transformer, TransformerBlock
 from blocklab.activations import ACTIVATION_NAMES, is_gated
-from blocklab.fused import (
+from blocklab.kernels import (
     act_kernel,
     act_linear,
     fused_block_forward,
