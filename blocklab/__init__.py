@@ -11,8 +11,7 @@ from .nonfinite import NonFiniteError, detect_nonfinite, find_first_nonfinite
 from .norms import LayerNorm, layer_norm_stats
 from .params import ParamCount, count_parameters
 from .resources import estimate_memory
-
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = [
     "ACTIVATION_NAMES",

@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from .checkpoint import atomic_write_bytes, load_checkpoint
 from .model import Transformer
 from .runfolder import CONFIG, REPORT, read_json, read_metrics, resolve_checkpoint
-from .tasks import IGNORE_INDEX, Task, exact_match
+from .tasks import IGNORE_INDEX, Task, exact_match, task_from_dict
 
 N_EXAMPLES = 3  # held-out examples shown with attention maps
 
@@ -233,7 +233,7 @@ def write_report(folder: str | Path, model: Transformer | None = None, task: Tas
     folder = Path(folder)
     config = read_json(folder / CONFIG)
     rows = read_metrics(folder)
-    task = task if task is not None else Task.from_dict(config["task"])
+    task = task if task is not None else task_from_dict(config["task"])
     if model is None:
         model = load_checkpoint(resolve_checkpoint(folder)).model
     evals = [r for r in rows if "eval_accuracy" in r]

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from .checkpoint import atomic_write_bytes, fsync_dir
+from .version import __version__
 
 CONFIG = "config.json"
 METRICS = "metrics.jsonl"
@@ -185,14 +186,12 @@ def resolve_checkpoint(path: str | Path) -> Path:
 
 def run_config(model_config: Any, train_config: Any, task: Any, world_size: int = 1) -> dict[str, Any]:
     """config.json: everything needed to rebuild the run."""
-    import blocklab
-
     return {
         "model": model_config.to_dict(),
         "train": train_config.to_dict(),
         "task": task.to_dict(),
         "world_size": world_size,
-        "versions": {"blocklab": blocklab.__version__, "torch": torch.__version__},
+        "versions": {"blocklab": __version__, "torch": torch.__version__},
     }
 
 

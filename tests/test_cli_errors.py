@@ -143,7 +143,7 @@ def test_memory_guard_refuses_before_allocating_and_force_passes(tmp_path: Path,
         seen.update(kwargs)
         raise ValueError("stop here")
 
-    monkeypatch.setattr("blocklab.train_cli.train", fake_train)
+    monkeypatch.setattr("blocklab.cli.training.train", fake_train)
     one_error([*argv, "--force", "--detect-nonfinite"], capsys)
     assert seen["force"] is True and seen["detect_nonfinite"] is True
 

@@ -31,7 +31,7 @@ from blocklab.interop import (  # noqa: E402
     resolve_model_dir,
     save_pretrained,
 )
-from blocklab.tasks.tokenizer import tokenizer_from_spec  # noqa: E402
+from blocklab.interop.tokenizer import tokenizer_from_spec  # noqa: E402
 
 transformers = pytest.importorskip("transformers")
 

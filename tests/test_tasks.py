@@ -11,7 +11,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blocklab.tasks import IGNORE_INDEX, TASKS, Task, TaskData, Tokenizer, exact_match, get_task
+from blocklab.tasks import (
+    IGNORE_INDEX,
+    TASKS,
+    Task,
+    TaskData,
+    Tokenizer,
+    exact_match,
+    get_task,
+    task_from_dict,
+)
 
 SMALL = {"copy": {"n_train": 500, "n_test": 100}, "reverse": {"n_train": 500, "n_test": 100},
          "sort": {"n_train": 500, "n_test": 100}}  # fmt: skip
@@ -161,7 +170,7 @@ def test_example_texts_encode_to_the_held_out_rows(name: str, text_file: Path) -
 @pytest.mark.parametrize("name", sorted(TASKS))
 def test_to_dict_survives_json_and_rebuilds_the_same_task(name: str, text_file: Path) -> None:
     task = make(name, text_file, seed=5)
-    again = Task.from_dict(json.loads(json.dumps(task.to_dict())))
+    again = task_from_dict(json.loads(json.dumps(task.to_dict())))
     assert type(again) is type(task) and again.to_dict() == task.to_dict()
     assert torch.equal(again.split("test").inputs, task.split("test").inputs)
 
@@ -351,13 +360,3 @@ def test_exact_match_ignores_unscored_positions_only() -> None:
     assert exact_match(logits, targets).tolist() == [True, False, True]
     with pytest.raises(ValueError, match=r"\(N, T, V\)"):
         exact_match(logits[0], targets)
-
-
-def test_parse_token_ids_accepts_commas_or_spaces_and_names_the_flag() -> None:
-    from blocklab.tasks.tokenizer import parse_token_ids
-
-    assert parse_token_ids("1,2, 3 4") == [1, 2, 3, 4]
-    with pytest.raises(ValueError, match=r"--input needs integer ids.*'x' is not one"):
-        parse_token_ids("1 x", "--input")
-    with pytest.raises(ValueError, match="--tokens is empty"):
-        parse_token_ids(" , ")

@@ -31,33 +31,11 @@ from matplotlib.figure import Figure
 from ..config import FIELDS, preset
 from ..runfolder import read_json, write_json
 from ..train import TRAIN_FIELDS, TrainConfig
-from ..train_cli import _value as parse_value
 from .runs import RunSpec, build_task, run_many
 
 RESULT = "result.json"
 SUMMARY = "summary.json"
 REPORT = "report.html"
-
-
-def parse_vary(items: list[str]) -> dict[str, list[Any]]:
-    """``["n_layers=2,6", "lr=1e-3,3e-3"]`` -> ``{"n_layers": [2, 6], "lr": [0.001, 0.003]}``."""
-    grid: dict[str, list[Any]] = {}
-    for item in items:
-        name, sep, values = item.partition("=")
-        name = name.strip().replace("-", "_")
-        if not sep or not values.strip():
-            raise ValueError(f"--vary {item!r} must look like FIELD=V1,V2 (e.g. norm_position=post,pre)")
-        if name not in FIELDS and name not in TRAIN_FIELDS:
-            raise ValueError(
-                f"--vary {name!r} is neither a ModelConfig field ({', '.join(FIELDS)}) "
-                f"nor a TrainConfig field ({', '.join(TRAIN_FIELDS)})"
-            )
-        if name == "seed":
-            raise ValueError("--vary seed: use --seeds N instead")
-        if name in grid:
-            raise ValueError(f"--vary {name} given twice")
-        grid[name] = [parse_value(v.strip()) for v in values.split(",")]
-    return grid
 
 
 def grid_cells(vary: dict[str, list[Any]]) -> list[dict[str, Any]]:

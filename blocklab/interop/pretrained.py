@@ -23,10 +23,9 @@ from torch import Tensor
 
 from ..checkpoint import atomic_write_bytes, load_checkpoint, save_checkpoint, state_tensors
 from ..model import Transformer
-from ..tasks.tokenizer import tokenizer_from_spec
 from . import hf_bert, hf_gpt2
 from .layout import Family, PretrainedError, from_hf, is_ignored, to_hf
-from .tokenizer import HFTokenizer, load_folder_tokenizer
+from .tokenizer import HFTokenizer, load_folder_tokenizer, tokenizer_from_spec
 
 FAMILIES: dict[str, Family] = {"bert": hf_bert, "gpt2": hf_gpt2}  # type: ignore[dict-item]
 EXPORT_FAMILY = {"post": "bert", "pre": "gpt2"}  # by norm_position

@@ -15,6 +15,8 @@ from typing import Any
 
 from torch import Tensor
 
+from ..tasks.tokenizer import Tokenizer
+
 KIND = "hf_tokenizers"
 SPECIAL_TOKENS = ("pad_token", "eos_token", "bos_token", "unk_token", "cls_token", "sep_token", "mask_token")
 
@@ -146,3 +148,14 @@ def load_folder_tokenizer(folder: str | Path) -> HFTokenizer | None:
         return HFTokenizer(json_text, _special_tokens(folder))
     except ValueError as error:
         raise ValueError(f"{path}: {error}") from None
+
+
+def tokenizer_from_spec(spec: dict) -> Tokenizer | HFTokenizer:
+    """The tokenizer a checkpoint's spec describes: ``Tokenizer.to_dict()`` output (no ``kind``, or
+    ``kind="vocab"``), or a Hugging Face tokenizer (``kind="hf_tokenizers"``)."""
+    kind = spec.get("kind", "vocab")
+    if kind == "hf_tokenizers":
+        return HFTokenizer.from_dict(spec)
+    if kind == "vocab":
+        return Tokenizer.from_dict({k: v for k, v in spec.items() if k != "kind"})
+    raise ValueError(f"unknown tokenizer kind {kind!r}; known: vocab, hf_tokenizers")

@@ -34,6 +34,15 @@ def get_task_class(name: str) -> type[Task]:
     return TASKS[name]
 
 
+def task_from_dict(d: dict) -> Task:
+    """Inverse of ``Task.to_dict``: rebuild a task from its name and options."""
+    options = dict(d)
+    name = options.pop("name", None)
+    if name is None:
+        raise ValueError(f"task dict needs a 'name'; got keys {sorted(d)}")
+    return get_task(name, **options)
+
+
 def get_task(name: str = DEFAULT_TASK, **options: object) -> Task:
     """Build task `name` with `options`; ValueError for an unknown task or option."""
     cls = get_task_class(name)
@@ -61,5 +70,6 @@ __all__ = [
     "exact_match",
     "get_task",
     "get_task_class",
+    "task_from_dict",
     "task_options",
 ]

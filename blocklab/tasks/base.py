@@ -128,17 +128,6 @@ class Task(ABC):
         """The task name and its options (JSON-serialisable, for a run's config.json)."""
         return {"name": self.name, **self.options}
 
-    @classmethod
-    def from_dict(cls, d: dict) -> Task:
-        """Inverse of `to_dict`: rebuild the task from its name and options."""
-        from blocklab.tasks import get_task  # the registry sits above this module
-
-        options = dict(d)
-        name = options.pop("name", None)
-        if name is None:
-            raise ValueError(f"task dict needs a 'name'; got keys {sorted(d)}")
-        return get_task(name, **options)
-
     def __repr__(self) -> str:
         options = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
         return f"{type(self).__name__}({options})"

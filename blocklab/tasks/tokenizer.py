@@ -4,12 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from torch import Tensor
-
-if TYPE_CHECKING:
-    from blocklab.interop.tokenizer import HFTokenizer
 
 LEVELS = ("word", "char")
 MAX_LISTED = 40  # vocabulary entries shown in an error message before truncating
@@ -117,27 +113,3 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"Tokenizer(vocab_size={self.vocab_size}, level={self.level!r})"
-
-
-def tokenizer_from_spec(spec: dict) -> Tokenizer | HFTokenizer:
-    """The tokenizer a checkpoint's spec describes: ``Tokenizer.to_dict()`` output (no ``kind``, or
-    ``kind="vocab"``), or a Hugging Face tokenizer (``kind="hf_tokenizers"``, see blocklab.interop)."""
-    kind = spec.get("kind", "vocab")
-    if kind == "hf_tokenizers":
-        from blocklab.interop.tokenizer import HFTokenizer
-
-        return HFTokenizer.from_dict(spec)
-    if kind == "vocab":
-        return Tokenizer.from_dict({k: v for k, v in spec.items() if k != "kind"})
-    raise ValueError(f"unknown tokenizer kind {kind!r}; known: vocab, hf_tokenizers")
-
-
-def parse_token_ids(text: str, flag: str = "--tokens") -> list[int]:
-    """``"1,2,3"`` or ``"1 2 3"`` -> [1, 2, 3]; ValueError naming ``flag`` and the bad piece."""
-    pieces = text.replace(",", " ").split()
-    if not pieces:
-        raise ValueError(f"{flag} is empty: give token ids like 1,2,3")
-    for piece in pieces:
-        if not piece.lstrip("-").isdigit():
-            raise ValueError(f"{flag} needs integer ids separated by commas or spaces; {piece!r} is not one")
-    return [int(p) for p in pieces]

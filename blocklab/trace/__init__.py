@@ -6,8 +6,9 @@ JSON (schema: ``schema.json``, ``SCHEMA_PATH``), ``write_html`` the self-contain
 
 from pathlib import Path
 
-from .collect import TRACE_VERSION, NormNumbers, Stage, Trace, collect_trace, trace_to_dict
+from .collect import TRACE_VERSION, collect_trace, trace_to_dict
 from .html import render_html, write_html
+from .record import NormNumbers, Stage, Trace
 from .text import render_text
 
 SCHEMA_PATH = Path(__file__).with_name("schema.json")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from .collect import Stage, Trace
+from .record import Stage, Trace
 
 # Which stage is the residual's x, and which its branch F(x), per block layout (SPEC 5).
 RESIDUAL_OPERANDS: dict[str, dict[str, tuple[str, str]]] = {

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from torch import Tensor
 
-from .collect import STAT_NAMES, Stage, Trace
+from .record import STAT_NAMES, Stage, Trace
 from .text import BLOCK_MATH, column_labels, fmt, norm_cells, norm_headers
 
 MAX_COLUMNS = 512  # a heatmap shows at most this many features (vocabularies can be 50k wide)

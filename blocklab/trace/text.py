@@ -17,7 +17,7 @@ from rich.rule import Rule
 from rich.text import Text
 from torch import Tensor
 
-from .collect import STAT_NAMES, NormNumbers, Stage, Trace
+from .record import STAT_NAMES, NormNumbers, Stage, Trace
 
 STAT_HEADERS = {"mean": "mean", "var": "var", "std": "std", "min": "min", "max": "max", "l2": "L2"}
 BLOCK_MATH = {

@@ -1,9 +1,8 @@
-"""The ``train``, ``eval`` and ``predict`` commands: argument handling behind the thin parsers in cli.py."""
+"""``blocklab train``, ``eval``, ``predict``: train a model on a task, score it, ask it."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import os
@@ -13,92 +12,77 @@ from typing import Any
 
 import torch
 
-from .checkpoint import Checkpoint, load_checkpoint
-from .config import FIELDS, PRESETS, ModelConfig, from_dict
-from .runfolder import CHECKPOINTS, CONFIG, read_json, resolve_checkpoint, run_files
-from .tasks import DEFAULT_TASK, Task, get_task
-from .tasks.tokenizer import tokenizer_from_spec
-from .train import (
-    TRAIN_FIELDS,
-    TrainConfig,
-    TrainingDiverged,
-    evaluate,
-    task_train_config,
-    train,
-    train_config_from_dict,
+from ..checkpoint import Checkpoint, load_checkpoint
+from ..config import FIELDS, PRESETS, ModelConfig, from_dict
+from ..errors import UsageError
+from ..interop.tokenizer import tokenizer_from_spec
+from ..runfolder import CHECKPOINTS, CONFIG, read_json, resolve_checkpoint, run_files
+from ..tasks import DEFAULT_TASK, Task, task_from_dict
+from ..train import TrainingDiverged, evaluate, train
+from ..trainconfig import TRAIN_FIELDS, TrainConfig, task_train_config, train_config_from_dict
+from .args import (
+    add_checkpoint_flags,
+    add_config_flags,
+    add_task_flags,
+    add_train_flags,
+    config_from_args,
+    set_fields,
+    task_from_args,
 )
 
 
-def parse_target(text: str) -> float | None:
-    """``--target-accuracy``: a number in (0, 1] (or a percentage like 99.5), or ``none``."""
-    if text.strip().lower() in ("none", "off", "0"):
-        return None
-    value = float(text.rstrip("%"))
-    return value / 100 if value > 1 or text.endswith("%") else value
-
-
-def add_train_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per TrainConfig field (``--batch-size`` or ``--batch_size``), default: TrainConfig's."""
-    group = parser.add_argument_group("training (TrainConfig fields)")
-    for f in dataclasses.fields(TrainConfig):
-        kind = parse_target if f.name == "target_accuracy" else type(f.default)
-        flags = [f"--{f.name.replace('_', '-')}"] + ([f"--{f.name}"] if "_" in f.name else [])
-        group.add_argument(
-            *flags, dest=f.name, type=kind, default=argparse.SUPPRESS, help=f"default {f.default!r}"
-        )
-
-
-def add_task_flags(
-    parser: argparse.ArgumentParser, default: str | None = DEFAULT_TASK, what: str = ""
-) -> None:
-    """``--task NAME`` and repeatable ``--task-option KEY=VALUE``."""
-    what = what or f"default {default}"
-    parser.add_argument(
-        "--task", default=default, help=f"listops, tiny-lm, copy, reverse, sort, text ({what})"
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Register ``train``, ``eval`` and ``predict``."""
+    p = sub.add_parser("train", help="train a model on a built-in task; writes a run folder with a report")
+    add_config_flags(p)
+    p.set_defaults(preset=None)  # None: the task's own preset if it has one (tiny-lm), else listops-seed
+    add_task_flags(p, default=None, what="default listops")
+    add_train_flags(p)
+    p.add_argument(
+        "--out", help="run folder (default runs/TASK): config.json, metrics.jsonl, checkpoints/, report.html"
     )
-    parser.add_argument(
-        "--task-option",
-        "--task_option",
-        dest="task_options",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a task option, e.g. path=corpus.txt seq_len=32 (repeatable)",
+    p.add_argument(
+        "--resume", action="store_true", help="continue the run in --out from its newest checkpoint"
     )
-
-
-def add_checkpoint_flags(parser: argparse.ArgumentParser) -> None:
-    """``--checkpoint`` (a file, a checkpoint folder or a run folder), ``--task`` (default: the one
-    the checkpoint records) and ``--json``."""
-    parser.add_argument(
-        "--checkpoint", required=True, help="model.safetensors, a checkpoint folder or a run folder"
+    p.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
+    p.add_argument(
+        "--detect-nonfinite",
+        "--detect_nonfinite",
+        dest="detect_nonfinite",
+        action="store_true",
+        help="stop at the first NaN/Inf, naming its stage, layer and position; keep the last good "
+        "weights as a checkpoint",
     )
-    add_task_flags(parser, default=None, what="default: the checkpoint's")
-    parser.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="train even when the memory estimate exceeds the available memory",
+    )
+    p.add_argument(
+        "--log-diagnostics",
+        "--log_diagnostics",
+        dest="log_diagnostics",
+        type=int,
+        metavar="K",
+        help="gradient flow and LayerNorm statistics every K steps (default: eval-every; 0: off)",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--no-report", "--no_report", dest="report", action="store_false", help="skip report.html")
+    p.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    p.set_defaults(func=train_command)
 
+    p = sub.add_parser("eval", help="held-out loss and exact-match accuracy of a checkpoint")
+    add_checkpoint_flags(p)
+    p.add_argument("--split", default="test", choices=("test", "train"))
+    p.add_argument("--batch-size", "--batch_size", dest="batch_size", type=int, default=1024)
+    p.set_defaults(func=eval_command)
 
-def parse_value(text: str) -> Any:
-    """A flag value as int, float, None/true/false, or the text itself."""
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return {"none": None, "true": True, "false": False}.get(text.lower(), text)
-
-
-_value = parse_value  # the name blocklab.experiments.ablate imports
-
-
-def task_from_args(args: argparse.Namespace, seed: int | None = None, name: str | None = None) -> Task:
-    """Task ``name`` with the ``--task-option``s; its seed defaults to ``seed``."""
-    options: dict[str, Any] = {} if seed is None else {"seed": seed}
-    for item in args.task_options:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--task-option {item!r} must look like KEY=VALUE, e.g. seq_len=32")
-        options[key.strip().replace("-", "_")] = parse_value(value.strip())
-    return get_task(name or args.task or DEFAULT_TASK, **options)
+    p = sub.add_parser("predict", help='a checkpoint\'s answer, e.g. --input "Max ( 3 , 9 , 4 )"')
+    add_checkpoint_flags(p)
+    p.add_argument(
+        "--input", action="append", required=True, help="a query in the task's format (repeatable)"
+    )
+    p.set_defaults(func=predict_command)
 
 
 def _main_process() -> bool:
@@ -116,13 +100,11 @@ def _first_difference(saved: dict[str, Any], asked: dict[str, Any]) -> str | Non
     )
 
 
-def configs_from_args(
-    args: argparse.Namespace, config_from_args: Any
-) -> tuple[ModelConfig, TrainConfig, Task]:
+def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfig, Task]:
     """The run the flags describe: task defaults, the preset (default: the task's own, if it has
     one), then the user's flags."""
     name = args.task or DEFAULT_TASK
-    train_config = task_train_config(name, **{n: getattr(args, n) for n in TRAIN_FIELDS if hasattr(args, n)})
+    train_config = task_train_config(name, **set_fields(args, TRAIN_FIELDS))
     task = task_from_args(args, seed=train_config.seed, name=name)
     if args.preset is None:
         args.preset = name if name in PRESETS else "listops-seed"
@@ -131,13 +113,10 @@ def configs_from_args(
 
 def resumed_configs(args: argparse.Namespace, saved: Path) -> tuple[ModelConfig, TrainConfig, Task]:
     """The run in config.json; any flag given with --resume must agree with it."""
-    from .cli import UsageError
-
     run = read_json(saved)
     model_config, train_config = from_dict(run["model"]), train_config_from_dict(run["train"])
-    task = Task.from_dict(run["task"])
-    asked_model = {n: getattr(args, n) for n in FIELDS if getattr(args, n, None) is not None}
-    asked_train = {n: getattr(args, n) for n in TRAIN_FIELDS if hasattr(args, n)}
+    task = task_from_dict(run["task"])
+    asked_model, asked_train = set_fields(args, FIELDS), set_fields(args, TRAIN_FIELDS)
     problem = (
         _first_difference(model_config.to_dict(), model_config.replace(**asked_model).to_dict())
         or _first_difference(train_config.to_dict(), train_config.replace(**asked_train).to_dict())
@@ -157,17 +136,17 @@ def resumed_configs(args: argparse.Namespace, saved: Path) -> tuple[ModelConfig,
     return model_config, train_config, task
 
 
-def train_command(args: argparse.Namespace, config_from_args: Any) -> int:
+def train_command(args: argparse.Namespace) -> int:
     """``blocklab train``: build the configs (or read them back with --resume), train, print the outcome."""
     out = Path(args.out) if args.out else Path("runs") / (args.task or DEFAULT_TASK)
     if args.resume and (out / CONFIG).exists():
         model_config, train_config, task = resumed_configs(args, out / CONFIG)
     else:
-        model_config, train_config, task = configs_from_args(args, config_from_args)
+        model_config, train_config, task = configs_from_args(args)
     callbacks = []
     every = train_config.eval_every if args.log_diagnostics is None else args.log_diagnostics
     if every:
-        from .diagnostics import DiagnosticsLogger
+        from ..diagnostics import DiagnosticsLogger
 
         callbacks.append(DiagnosticsLogger(every))
     try:
@@ -229,7 +208,7 @@ def checkpoint_task(ckpt: Checkpoint, args: argparse.Namespace, file: Path) -> T
         return task_from_args(args)
     if "task" not in ckpt.meta:
         raise ValueError(f"{file} does not record a task (not trained by blocklab train?); pass --task NAME")
-    return Task.from_dict(ckpt.meta["task"])
+    return task_from_dict(ckpt.meta["task"])
 
 
 def eval_command(args: argparse.Namespace) -> int:

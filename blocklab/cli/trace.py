@@ -15,9 +15,47 @@ from typing import Any
 
 import torch
 
+from ..config import FIELDS
 from ..model import Transformer
-from ..tasks.tokenizer import parse_token_ids
-from .collect import Trace, collect_trace, trace_to_dict
+from ..trace.collect import collect_trace, trace_to_dict
+from ..trace.record import Trace
+from .args import add_config_flags, parse_token_ids, set_fields
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Register ``trace``."""
+    p = sub.add_parser("trace", help="walk one input through the model and print every stage's numbers")
+    add_config_flags(p)
+    p.add_argument("--seed", type=int, default=0, help="seed the preset's weights are drawn with (default 0)")
+    p.add_argument(
+        "--checkpoint",
+        help="trace a trained or imported model instead of a preset: a blocklab "
+        "checkpoint file, a Hugging Face model folder, or a package name",
+    )
+    p.add_argument("--input", help='text in the model\'s vocabulary, e.g. "Max ( 1 , 6 , 2 )"')
+    p.add_argument("--tokens", help="token ids instead of text, e.g. 1,2,3")
+    p.add_argument("--target", help="the token the last position should predict (adds the loss stage)")
+    p.add_argument("--position", type=int, help="show only this position (-1 = last; default all)")
+    p.add_argument("--decimals", type=int, default=4, help="digits after the decimal point (default 4)")
+    p.add_argument(
+        "--max-features",
+        "--max_features",
+        dest="max_features",
+        type=int,
+        default=16,
+        help="features of each vector printed (default 16; 0 = all)",
+    )
+    p.add_argument(
+        "--stages",
+        action="append",
+        help="only stages matching this glob (repeatable), e.g. 'blocks.0.*' or '*.ln1'",
+    )
+    p.add_argument("--width", type=int, help="width of the tables (default: the terminal's, else 160)")
+    p.add_argument("--json", metavar="FILE", help="also write the trace as JSON (blocklab/trace/schema.json)")
+    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with heatmaps")
+    p.add_argument("-q", "--quiet", action="store_true", help="do not print the walk (with --json/--html)")
+    p.set_defaults(func=cmd_trace)
+
 
 PRESET_TASKS = {"listops-seed": "listops", "tiny-lm": "tiny-lm"}  # presets that come with a tokenizer
 
@@ -42,8 +80,9 @@ def preset_subject(name: str, seed: int, overrides: dict[str, Any]) -> Subject:
     check_memory(config, 1, training=False, what=f"tracing preset {name}", force_flag=False)
     torch.manual_seed(seed)
     changed = "".join(f", {k}={v}" for k, v in overrides.items())
-    return Subject(Transformer(config).eval(), task.tokenizer if task else None,
-                   f"preset {name} (seed {seed}{changed})")
+    return Subject(
+        Transformer(config).eval(), task.tokenizer if task else None, f"preset {name} (seed {seed}{changed})"
+    )
 
 
 def checkpoint_subject(path: str) -> Subject:
@@ -56,8 +95,10 @@ def checkpoint_subject(path: str) -> Subject:
 
     folder = Path(path)
     weights = folder / MODEL_FILE
-    ours = folder.is_dir() and ((folder / CHECKPOINTS).is_dir() or (
-        weights.is_file() and read_checkpoint_header(weights)[0].get("format") == FORMAT))
+    ours = folder.is_dir() and (
+        (folder / CHECKPOINTS).is_dir()
+        or (weights.is_file() and read_checkpoint_header(weights)[0].get("format") == FORMAT)
+    )
     model, tokenizer = load_model(resolve_checkpoint(folder) if ours else path)
     return Subject(model.eval(), tokenizer, f"checkpoint {path}")
 
@@ -73,14 +114,19 @@ def vocabulary(tokenizer: Any, size: int) -> list[str] | None:
 def target_id(tokenizer: Any, token: str) -> int:
     """The id of ``--target``: a token of the vocabulary, or an id when there is no tokenizer."""
     table = getattr(tokenizer, "token_to_id", None)
-    found = table.get(token) if isinstance(table, dict) else (
-        tokenizer.token_id(token) if hasattr(tokenizer, "token_id") else None)
+    found = (
+        table.get(token)
+        if isinstance(table, dict)
+        else (tokenizer.token_id(token) if hasattr(tokenizer, "token_id") else None)
+    )
     if found is not None:
         return int(found)
     if tokenizer is None and token.isdigit():
         return int(token)
-    raise ValueError(f"--target {token!r} is not a token of the vocabulary"
-                     + (f"; {tokenizer.describe_vocab()}" if hasattr(tokenizer, "describe_vocab") else ""))
+    raise ValueError(
+        f"--target {token!r} is not a token of the vocabulary"
+        + (f"; {tokenizer.describe_vocab()}" if hasattr(tokenizer, "describe_vocab") else "")
+    )
 
 
 def collect_for_args(args: argparse.Namespace, overrides: dict[str, Any]) -> Trace:
@@ -104,23 +150,31 @@ def collect_for_args(args: argparse.Namespace, overrides: dict[str, Any]) -> Tra
     labels = tok.tokens(ids) if tok is not None else [str(i) for i in ids]
     target = target_id(tok, args.target) if args.target is not None else None
     return collect_trace(
-        subject.model, ids, labels, position=args.position, target=target, target_token=args.target,
-        vocab=vocabulary(tok, V), names=args.stages, source=subject.source, text=args.input,
+        subject.model,
+        ids,
+        labels,
+        position=args.position,
+        target=target,
+        target_token=args.target,
+        vocab=vocabulary(tok, V),
+        names=args.stages,
+        source=subject.source,
+        text=args.input,
     )
 
 
-def run(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
+def cmd_trace(args: argparse.Namespace) -> int:
     """Trace, then print (unless --quiet) and write --json / --html."""
     if args.decimals < 0 or args.decimals > 12:
         raise ValueError(f"--decimals {args.decimals} must be between 0 and 12")
     # One short sequence: the matmuls are too small for a second thread to pay off, and on a busy
     # machine waiting for it costs more than the work (0.5 s instead of 0.03 s for listops-seed).
     torch.set_num_threads(1)
-    trace = collect_for_args(args, overrides)
+    trace = collect_for_args(args, set_fields(args, FIELDS))
     if not args.quiet:
         from rich.console import Console
 
-        from .text import render_text
+        from ..trace.text import render_text
 
         console = Console(highlight=False)
         if args.width:
@@ -132,7 +186,7 @@ def run(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
         Path(args.json).write_text(json.dumps(trace_to_dict(trace)) + "\n", encoding="utf-8")
         print(f"wrote {args.json}")
     if args.html:
-        from .html import write_html
+        from ..trace.html import write_html
 
         write_html(trace, args.html, decimals=args.decimals)
         print(f"wrote {args.html}")

@@ -1,0 +1,10 @@
+"""The ``blocklab`` command-line interface: ``main`` is the console script's entry point.
+
+cli/main.py      the parser, the command table, error handling
+cli/args.py      every flag builder and argument parser
+cli/<group>.py   one module per command group (model, weights, lab, trace, training, bench)
+"""
+
+from .main import build_parser, main
+
+__all__ = ["build_parser", "main"]

@@ -1,0 +1,77 @@
+"""``blocklab params``: the analytic parameter count of a preset plus overrides."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..config import PRESET_NOTES, PUBLISHED_TOTALS, ModelConfig, preset
+from .args import add_config_flags, config_from_args
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Register ``params``."""
+    p = sub.add_parser("params", help="analytic parameter count with a per-component breakdown")
+    add_config_flags(p)
+    p.add_argument("--json", action="store_true", help='print {"total": int, "components": {...}}')
+    p.set_defaults(func=cmd_params)
+
+
+def cmd_params(args: argparse.Namespace) -> int:
+    """Print the parameter table (or JSON) for a preset plus overrides."""
+    from ..params import count_parameters
+
+    config = config_from_args(args)
+    count = count_parameters(config)
+    if args.json:
+        print(json.dumps(count.to_dict()))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    c = config
+    table = Table(
+        title=f"parameters: {args.preset} (d_model {c.d_model}, {c.n_layers} layers, "
+        f"{c.n_heads} heads, d_ff {c.d_ff}, vocab {c.vocab_size})"
+    )
+    table.add_column("component")
+    table.add_column("parameters", justify="right")
+    table.add_column("share", justify="right")
+    table.add_column("how", style="dim")
+    formulas = _formulas(c)
+    for name, n in count.components.items():
+        table.add_row(name, f"{n:,}", f"{100 * n / count.total:.1f}%", formulas.get(name, ""))
+    table.add_section()
+    table.add_row("total", f"{count.total:,}", "100%", "")
+    console = Console()
+    console.print(table)
+    per_layer = ", ".join(f"{k} {v:,}" for k, v in count.per_layer.items())
+    console.print(f"per block: {per_layer}")
+    if args.preset in PUBLISHED_TOTALS and config == preset(args.preset):
+        published = PUBLISHED_TOTALS[args.preset]
+        verdict = "equal" if published == count.total else f"differs by {count.total - published:+,}"
+        console.print(f"published total: {published:,} ({verdict})")
+    if args.preset in PRESET_NOTES:
+        console.print(f"note: {PRESET_NOTES[args.preset]}")
+    return 0
+
+
+def _formulas(c: ModelConfig) -> dict[str, str]:
+    """One-line 'how it is counted' for each component of the table."""
+    from ..activations import is_gated
+
+    d, L = c.d_model, c.n_layers
+    b = " + 4d" if c.bias else ""
+    n_in = "3" if is_gated(c.activation) else "2"
+    ln = "2d" if c.bias and c.norm != "rms" else "d"
+    return {
+        "embed": f"vocab {c.vocab_size} x d {d}",
+        "pos": f"max_seq_len {c.max_seq_len} x d {d}",
+        "token_type": f"{c.type_vocab_size} x d {d}",
+        "blocks.attn": f"L {L} x (4d^2{b})",
+        "blocks.ffn": f"L {L} x ({n_in} d d_ff{' + biases' if c.bias else ''}), d_ff {c.d_ff}",
+        "blocks.ln1": f"L {L} x {ln}",
+        "blocks.ln2": f"L {L} x {ln}",
+        "ln_f": ln,
+        "head": "tied to embed (shared)" if c.tie_embeddings else f"d {d} x vocab {c.vocab_size}",
+    }
