@@ -24,7 +24,7 @@ test: $(VENV)/.installed
 	$(PY) -m pytest $(PYTEST_ARGS) -q
 
 lint: $(VENV)/.installed
-	$(VENV)/bin/ruff check blocklab tests benchmarks
+	$(VENV)/bin/ruff check blocklab tests benchmarks scripts
 
 bench: $(VENV)/.installed
 	$(VENV)/bin/blocklab bench --quick

@@ -6,7 +6,7 @@ function applied to the gate branch ``w1 x``; the FFN multiplies it by the linea
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .kernels import norm_linear
 from .hooks import HookPoint
+from .kernels import norm_linear
 
 
 class MultiHeadAttention(nn.Module):
@@ -151,7 +151,9 @@ class MultiHeadAttention(nn.Module):
         explicit = not self.use_fast_path or self.hook_scores.active or self.hook_weights.active
         return self._attend(x, key_padding_mask, explicit, kv_cache)[0]
 
-    def forward_with_weights(self, x: Tensor, key_padding_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def forward_with_weights(
+        self, x: Tensor, key_padding_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         """The explicit path: (output (B, T, d_model), attention weights (B, h, T, T))."""
         out, weights = self._attend(x, key_padding_mask, explicit=True)
         assert weights is not None

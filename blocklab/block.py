@@ -12,7 +12,7 @@ at construction; ``forward`` never branches on a string.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -21,8 +21,8 @@ from torch.utils.checkpoint import checkpoint
 from .attention import KVCache, MultiHeadAttention
 from .config import ModelConfig
 from .feedforward import FeedForward
-from .kernels import fused_block_forward
 from .hooks import HookedModule, HookPoint, any_attached, hook_points, name_hook_points
+from .kernels import fused_block_forward
 from .norms import build_norm
 
 

@@ -145,9 +145,10 @@ def _violations(c: ModelConfig) -> list[str]:
     if c.residual == "rezero":
         need(c.norm == "none", f"residual='rezero' uses no LayerNorm, so norm={c.norm!r} must be 'none'")
     if c.residual == "deepnorm":
-        need(c.norm_position == "post",
-             f"residual='deepnorm' is a post-norm scheme, so norm_position={c.norm_position!r} must be 'post'")
-        need(c.norm != "none", "residual='deepnorm' normalizes after each residual, so norm='none' is not allowed")
+        need(c.norm_position == "post", "residual='deepnorm' is a post-norm scheme, "
+             f"so norm_position={c.norm_position!r} must be 'post'")
+        need(c.norm != "none",
+             "residual='deepnorm' normalizes after each residual, so norm='none' is not allowed")
     return errors
 
 
@@ -177,7 +178,8 @@ def _gpt(n_layers: int, d_model: int, n_heads: int, n_ctx: int) -> dict[str, Any
 PRESET_NOTES: dict[str, str] = {
     "gpt3-xl": "paper lists 24 heads of 128 for d_model 2048 (inconsistent); 16 heads of 128 used",
     "gpt3-13b": "paper lists 40 heads of 128 for d_model 5140 (inconsistent); 20 heads of 257 used",
-    "bert-base": "published 109,482,240 includes BERT's pooler (768*768 + 768 = 590,592), which blocklab does not build",
+    "bert-base": "published 109,482,240 includes BERT's pooler (768*768 + 768 = 590,592), "
+                 "which blocklab does not build",
 }
 
 # Published totals, where exact figures exist (GPT-2: the released checkpoints; BERT-base: BertModel).

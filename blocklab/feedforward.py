@@ -13,8 +13,8 @@ import torch
 from torch import Tensor, nn
 
 from .activations import GATED_ACTIVATIONS, get_activation, is_gated
-from .kernels import act_kernel, act_linear, norm_linear
 from .hooks import HookPoint
+from .kernels import act_kernel, act_linear, norm_linear
 
 
 class FeedForward(nn.Module):

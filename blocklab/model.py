@@ -8,17 +8,15 @@
 
 from __future__ import annotations
 
-
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import KVCache
+from .batchnorm import set_padding_mask
 from .block import TransformerBlock, deepnorm_beta
 from .config import ModelConfig
 from .hooks import HookedModule, HookPoint, name_hook_points
-from .batchnorm import set_padding_mask
 from .norms import build_norm
 
 IGNORE_INDEX = -100  # targets at padding / unscored positions
@@ -46,7 +44,8 @@ class SinusoidalPositions(nn.Module):
     def _apply(self, fn, recurse=True):  # noqa: ANN001, ANN202 - nn.Module's signature
         # .double() etc. would cast the float32 table; rebuild it from float64 at the new dtype
         super()._apply(fn, recurse)
-        self.pe = sinusoidal_table(self.max_seq_len, self.d_model, torch.float64).to(self.pe.device, self.pe.dtype)
+        table = sinusoidal_table(self.max_seq_len, self.d_model, torch.float64)
+        self.pe = table.to(self.pe.device, self.pe.dtype)
         return self
 
     def forward(self, seq_len: int, start: int = 0) -> Tensor:  # (T, d_model), positions start..start+T

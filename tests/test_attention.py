@@ -13,8 +13,9 @@ TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 
 def torch_mha(ours: MultiHeadAttention) -> nn.MultiheadAttention:
     """nn.MultiheadAttention with the same weights: in_proj = [q; k; v], out_proj = o."""
-    ref = nn.MultiheadAttention(ours.d_model, ours.n_heads, bias=ours.q.bias is not None, batch_first=True,
-                                dtype=ours.q.weight.dtype)
+    ref = nn.MultiheadAttention(
+        ours.d_model, ours.n_heads, bias=ours.q.bias is not None, batch_first=True, dtype=ours.q.weight.dtype
+    )
     with torch.no_grad():
         ref.in_proj_weight.copy_(torch.cat([ours.q.weight, ours.k.weight, ours.v.weight]))
         ref.out_proj.weight.copy_(ours.o.weight)
@@ -98,7 +99,9 @@ def test_gradcheck_both_paths() -> None:
 def test_parameter_count_layout_and_errors() -> None:
     assert sum(p.numel() for p in MultiHeadAttention(64, 4, bias=False).parameters()) == 16_384
     assert sum(p.numel() for p in MultiHeadAttention(64, 4).parameters()) == 16_640
-    assert set(MultiHeadAttention(8, 2).state_dict()) == {f"{n}.{w}" for n in "qkvo" for w in ("weight", "bias")}
+    assert set(MultiHeadAttention(8, 2).state_dict()) == {
+        f"{n}.{w}" for n in "qkvo" for w in ("weight", "bias")
+    }
     with pytest.raises(ValueError, match="n_heads=3 must divide d_model=64"):
         MultiHeadAttention(64, 3)
 

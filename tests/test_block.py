@@ -17,21 +17,43 @@ TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 def randomize(module: nn.Module, std: float = 0.2) -> None:
     with torch.no_grad():
         for name, p in module.named_parameters():
-            p.copy_(torch.randn_like(p) * std + (1.0 if name.endswith("ln1.weight") or name.endswith("ln2.weight") else 0.0))
+            p.copy_(
+                torch.randn_like(p) * std
+                + (1.0 if name.endswith("ln1.weight") or name.endswith("ln2.weight") else 0.0)
+            )
 
 
-def encoder_layer_from(block: TransformerBlock, norm_first: bool, activation: str) -> nn.TransformerEncoderLayer:
+def encoder_layer_from(
+    block: TransformerBlock, norm_first: bool, activation: str
+) -> nn.TransformerEncoderLayer:
     c = block.config
-    layer = nn.TransformerEncoderLayer(c.d_model, c.n_heads, c.d_ff, dropout=0.0, activation=activation,
-                                       layer_norm_eps=c.eps, batch_first=True, norm_first=norm_first,
-                                       dtype=block.attn.q.weight.dtype)
+    layer = nn.TransformerEncoderLayer(
+        c.d_model,
+        c.n_heads,
+        c.d_ff,
+        dropout=0.0,
+        activation=activation,
+        layer_norm_eps=c.eps,
+        batch_first=True,
+        norm_first=norm_first,
+        dtype=block.attn.q.weight.dtype,
+    )
     sd = block.state_dict()
     with torch.no_grad():
-        layer.self_attn.in_proj_weight.copy_(torch.cat([sd["attn.q.weight"], sd["attn.k.weight"], sd["attn.v.weight"]]))
-        layer.self_attn.in_proj_bias.copy_(torch.cat([sd["attn.q.bias"], sd["attn.k.bias"], sd["attn.v.bias"]]))
+        layer.self_attn.in_proj_weight.copy_(
+            torch.cat([sd["attn.q.weight"], sd["attn.k.weight"], sd["attn.v.weight"]])
+        )
+        layer.self_attn.in_proj_bias.copy_(
+            torch.cat([sd["attn.q.bias"], sd["attn.k.bias"], sd["attn.v.bias"]])
+        )
         layer.self_attn.out_proj.weight.copy_(sd["attn.o.weight"])
         layer.self_attn.out_proj.bias.copy_(sd["attn.o.bias"])
-        for ours, theirs in (("ffn.w1", "linear1"), ("ffn.w2", "linear2"), ("ln1", "norm1"), ("ln2", "norm2")):
+        for ours, theirs in (
+            ("ffn.w1", "linear1"),
+            ("ffn.w2", "linear2"),
+            ("ln1", "norm1"),
+            ("ln2", "norm2"),
+        ):
             getattr(layer, theirs).weight.copy_(sd[f"{ours}.weight"])
             getattr(layer, theirs).bias.copy_(sd[f"{ours}.bias"])
     return layer.eval()
@@ -81,19 +103,35 @@ def test_post_norm_block_matches_transformers_bert_layer(dtype) -> None:
     from transformers import BertConfig
     from transformers.models.bert.modeling_bert import BertLayer
 
-    hf_config = BertConfig(hidden_size=32, num_attention_heads=4, intermediate_size=64, hidden_act="gelu",
-                           layer_norm_eps=1e-12, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                           attn_implementation="eager")
+    hf_config = BertConfig(
+        hidden_size=32,
+        num_attention_heads=4,
+        intermediate_size=64,
+        hidden_act="gelu",
+        layer_norm_eps=1e-12,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        attn_implementation="eager",
+    )
     bert = BertLayer(hf_config).to(dtype).eval()
     randomize(bert)
-    block = TransformerBlock(ModelConfig(d_model=32, n_heads=4, d_ff=64, activation="gelu", eps=1e-12)).to(dtype)
+    block = TransformerBlock(ModelConfig(d_model=32, n_heads=4, d_ff=64, activation="gelu", eps=1e-12)).to(
+        dtype
+    )
     mapping = {
-        "attn.q": "attention.self.query", "attn.k": "attention.self.key", "attn.v": "attention.self.value",
-        "attn.o": "attention.output.dense", "ln1": "attention.output.LayerNorm",
-        "ffn.w1": "intermediate.dense", "ffn.w2": "output.dense", "ln2": "output.LayerNorm",
+        "attn.q": "attention.self.query",
+        "attn.k": "attention.self.key",
+        "attn.v": "attention.self.value",
+        "attn.o": "attention.output.dense",
+        "ln1": "attention.output.LayerNorm",
+        "ffn.w1": "intermediate.dense",
+        "ffn.w2": "output.dense",
+        "ln2": "output.LayerNorm",
     }
     hf = bert.state_dict()
-    block.load_state_dict({f"{ours}.{w}": hf[f"{theirs}.{w}"] for ours, theirs in mapping.items() for w in ("weight", "bias")})
+    block.load_state_dict(
+        {f"{ours}.{w}": hf[f"{theirs}.{w}"] for ours, theirs in mapping.items() for w in ("weight", "bias")}
+    )
     x = torch.randn(2, 6, 32, dtype=dtype)
     lengths = torch.tensor([6, 4])
     keep = torch.arange(6)[None] < lengths[:, None]  # (B, T)
@@ -109,24 +147,45 @@ def test_pre_norm_causal_block_matches_transformers_gpt2_block(dtype) -> None:
     from transformers import GPT2Config
     from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 
-    hf_config = GPT2Config(n_embd=32, n_head=4, n_inner=128, activation_function="gelu_new", resid_pdrop=0.0,
-                           attn_pdrop=0.0, embd_pdrop=0.0, layer_norm_epsilon=1e-5, attn_implementation="eager")
+    hf_config = GPT2Config(
+        n_embd=32,
+        n_head=4,
+        n_inner=128,
+        activation_function="gelu_new",
+        resid_pdrop=0.0,
+        attn_pdrop=0.0,
+        embd_pdrop=0.0,
+        layer_norm_epsilon=1e-5,
+        attn_implementation="eager",
+    )
     gpt = GPT2Block(hf_config, layer_idx=0).to(dtype).eval()
     randomize(gpt)
-    block = TransformerBlock(ModelConfig(d_model=32, n_heads=4, d_ff=128, activation="gelu_tanh",
-                                         norm_position="pre", causal=True)).to(dtype)
+    block = TransformerBlock(
+        ModelConfig(d_model=32, n_heads=4, d_ff=128, activation="gelu_tanh", norm_position="pre", causal=True)
+    ).to(dtype)
     hf = gpt.state_dict()
     qw, kw, vw = hf["attn.c_attn.weight"].T.chunk(3)  # Conv1D stores (in, out): transpose to nn.Linear
     qb, kb, vb = hf["attn.c_attn.bias"].chunk(3)
-    block.load_state_dict({
-        "attn.q.weight": qw, "attn.k.weight": kw, "attn.v.weight": vw,
-        "attn.q.bias": qb, "attn.k.bias": kb, "attn.v.bias": vb,
-        "attn.o.weight": hf["attn.c_proj.weight"].T, "attn.o.bias": hf["attn.c_proj.bias"],
-        "ffn.w1.weight": hf["mlp.c_fc.weight"].T, "ffn.w1.bias": hf["mlp.c_fc.bias"],
-        "ffn.w2.weight": hf["mlp.c_proj.weight"].T, "ffn.w2.bias": hf["mlp.c_proj.bias"],
-        "ln1.weight": hf["ln_1.weight"], "ln1.bias": hf["ln_1.bias"],
-        "ln2.weight": hf["ln_2.weight"], "ln2.bias": hf["ln_2.bias"],
-    })
+    block.load_state_dict(
+        {
+            "attn.q.weight": qw,
+            "attn.k.weight": kw,
+            "attn.v.weight": vw,
+            "attn.q.bias": qb,
+            "attn.k.bias": kb,
+            "attn.v.bias": vb,
+            "attn.o.weight": hf["attn.c_proj.weight"].T,
+            "attn.o.bias": hf["attn.c_proj.bias"],
+            "ffn.w1.weight": hf["mlp.c_fc.weight"].T,
+            "ffn.w1.bias": hf["mlp.c_fc.bias"],
+            "ffn.w2.weight": hf["mlp.c_proj.weight"].T,
+            "ffn.w2.bias": hf["mlp.c_proj.bias"],
+            "ln1.weight": hf["ln_1.weight"],
+            "ln1.bias": hf["ln_1.bias"],
+            "ln2.weight": hf["ln_2.weight"],
+            "ln2.bias": hf["ln_2.bias"],
+        }
+    )
     x = torch.randn(2, 7, 32, dtype=dtype)
     causal = torch.full((7, 7), torch.finfo(dtype).min, dtype=dtype).triu(1)[None, None]
     with torch.no_grad():
@@ -178,18 +237,35 @@ def reference_block(x, block, position, residual):
 
 @pytest.mark.parametrize(
     ("position", "residual", "norm"),
-    [("sandwich", "add", "standard"), ("post", "deepnorm", "standard"), ("pre", "rezero", "none"),
-     ("post", "rezero", "none"), ("post", "none", "standard"), ("pre", "none", "standard"),
-     ("pre", "add", "none"), ("sandwich", "none", "standard")],
+    [
+        ("sandwich", "add", "standard"),
+        ("post", "deepnorm", "standard"),
+        ("pre", "rezero", "none"),
+        ("post", "rezero", "none"),
+        ("post", "none", "standard"),
+        ("pre", "none", "standard"),
+        ("pre", "add", "none"),
+        ("sandwich", "none", "standard"),
+    ],
 )
 def test_variants_match_float64_formula(position, residual, norm) -> None:
-    config = ModelConfig(d_model=16, n_heads=2, d_ff=32, norm_position=position, residual=residual, norm=norm,
-                         n_layers=6, causal=True)
+    config = ModelConfig(
+        d_model=16,
+        n_heads=2,
+        d_ff=32,
+        norm_position=position,
+        residual=residual,
+        norm=norm,
+        n_layers=6,
+        causal=True,
+    )
     block = TransformerBlock(config).double()
     randomize(block)
     x = torch.randn(2, 5, 16, dtype=torch.float64)
     with torch.no_grad():
-        torch.testing.assert_close(block(x), reference_block(x, block, position, residual), rtol=0, atol=1e-10)
+        torch.testing.assert_close(
+            block(x), reference_block(x, block, position, residual), rtol=0, atol=1e-10
+        )
 
 
 def test_rezero_block_is_the_identity_at_init() -> None:
@@ -205,8 +281,9 @@ def test_deepnorm_alpha() -> None:
 
 @pytest.mark.parametrize("position", ["post", "pre", "sandwich"])
 def test_gradcheck_block(position) -> None:
-    block = TransformerBlock(ModelConfig(d_model=8, n_heads=2, d_ff=12, norm_position=position,
-                                         activation="gelu")).double()
+    block = TransformerBlock(
+        ModelConfig(d_model=8, n_heads=2, d_ff=12, norm_position=position, activation="gelu")
+    ).double()
     randomize(block)
     x = torch.randn(1, 3, 8, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda x, *p: block(x), (x, *block.parameters()), fast_mode=True)

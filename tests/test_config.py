@@ -9,7 +9,14 @@ from blocklab.config import FIELDS, PRESETS, from_dict, resolve_d_ff
 def test_defaults_are_the_listops_seed_preset() -> None:
     assert ModelConfig() == preset("listops-seed")
     c = ModelConfig()
-    assert (c.d_model, c.n_heads, c.n_layers, c.d_ff, c.activation, c.norm_position) == (64, 4, 2, 256, "relu", "post")
+    assert (c.d_model, c.n_heads, c.n_layers, c.d_ff, c.activation, c.norm_position) == (
+        64,
+        4,
+        2,
+        256,
+        "relu",
+        "post",
+    )
 
 
 def test_final_norm_defaults_on_for_pre_norm_and_off_for_post_norm() -> None:
@@ -21,7 +28,15 @@ def test_final_norm_defaults_on_for_pre_norm_and_off_for_post_norm() -> None:
 
 @pytest.mark.parametrize(
     ("d_ff", "d_model", "expected"),
-    [(256, 64, 256), (4.0, 64, 256), ("4x", 64, 256), ("8/3x", 384, 1024), ("8/3x", 64, 171), (2.5, 10, 25), ("300", 64, 300)],
+    [
+        (256, 64, 256),
+        (4.0, 64, 256),
+        ("4x", 64, 256),
+        ("8/3x", 384, 1024),
+        ("8/3x", 64, 171),
+        (2.5, 10, 25),
+        ("300", 64, 300),
+    ],
 )
 def test_d_ff_ratio_rounds_half_up(d_ff, d_model, expected) -> None:
     assert resolve_d_ff(d_ff, d_model) == expected

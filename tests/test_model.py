@@ -23,13 +23,21 @@ def test_sinusoidal_table_follows_spec_formula() -> None:
 def torch_reference(model: Transformer) -> tuple[nn.TransformerEncoder, nn.Module]:
     """nn.TransformerEncoder (+ final nn.LayerNorm for pre-norm) holding the same weights."""
     c = model.config
-    layer = nn.TransformerEncoderLayer(c.d_model, c.n_heads, c.d_ff, dropout=0.0, activation=c.activation,
-                                       layer_norm_eps=c.eps, batch_first=True, norm_first=c.norm_position == "pre",
-                                       dtype=torch.float64)
+    layer = nn.TransformerEncoderLayer(
+        c.d_model,
+        c.n_heads,
+        c.d_ff,
+        dropout=0.0,
+        activation=c.activation,
+        layer_norm_eps=c.eps,
+        batch_first=True,
+        norm_first=c.norm_position == "pre",
+        dtype=torch.float64,
+    )
     encoder = nn.TransformerEncoder(layer, c.n_layers, enable_nested_tensor=False).eval()
     final = nn.LayerNorm(c.d_model, eps=c.eps, dtype=torch.float64) if c.final_norm else nn.Identity()
     with torch.no_grad():
-        for ours, theirs in zip(model.blocks, encoder.layers):
+        for ours, theirs in zip(model.blocks, encoder.layers, strict=True):
             a = ours.attn
             theirs.self_attn.in_proj_weight.copy_(torch.cat([a.q.weight, a.k.weight, a.v.weight]))
             theirs.self_attn.in_proj_bias.copy_(torch.cat([a.q.bias, a.k.bias, a.v.bias]))
@@ -47,8 +55,18 @@ def torch_reference(model: Transformer) -> tuple[nn.TransformerEncoder, nn.Modul
 @pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_stack_matches_torch_encoder_and_cross_entropy(position, pos_encoding, causal) -> None:
-    config = ModelConfig(vocab_size=11, max_seq_len=9, d_model=16, n_heads=4, n_layers=3, d_ff=40,
-                         norm_position=position, pos_encoding=pos_encoding, causal=causal, activation="gelu")
+    config = ModelConfig(
+        vocab_size=11,
+        max_seq_len=9,
+        d_model=16,
+        n_heads=4,
+        n_layers=3,
+        d_ff=40,
+        norm_position=position,
+        pos_encoding=pos_encoding,
+        causal=causal,
+        activation="gelu",
+    )
     model = Transformer(config).double().eval()
     with torch.no_grad():
         for p in model.parameters():
@@ -58,9 +76,18 @@ def test_stack_matches_torch_encoder_and_cross_entropy(position, pos_encoding, c
     targets = torch.randint(0, 11, (3, 9))
     targets[0, :4] = -100  # padding targets are ignored
     if pos_encoding == "sinusoidal":
-        pe = torch.tensor([[math.sin(p / 10000 ** (2 * (j // 2) / 16)) if j % 2 == 0
-                            else math.cos(p / 10000 ** (2 * (j // 2) / 16)) for j in range(16)] for p in range(9)],
-                          dtype=torch.float64)
+        pe = torch.tensor(
+            [
+                [
+                    math.sin(p / 10000 ** (2 * (j // 2) / 16))
+                    if j % 2 == 0
+                    else math.cos(p / 10000 ** (2 * (j // 2) / 16))
+                    for j in range(16)
+                ]
+                for p in range(9)
+            ],
+            dtype=torch.float64,
+        )
     else:
         pe = model.pos.weight
     x0 = model.embed.weight[tokens] + pe
@@ -101,10 +128,22 @@ def test_tied_head_shares_the_embedding() -> None:
 
 def test_state_dict_keys() -> None:
     keys = set(Transformer(ModelConfig(pos_encoding="learned", norm_position="pre")).state_dict())
-    assert {"embed.weight", "pos.weight", "ln_f.weight", "ln_f.bias", "head.weight",
-            "blocks.0.attn.q.weight", "blocks.1.ffn.w2.bias", "blocks.1.ln2.weight"} <= keys
-    assert not any(k.startswith("pos") for k in Transformer(ModelConfig()).state_dict())  # sinusoidal: a buffer
-    assert not any(k.startswith("ln_f") for k in Transformer(ModelConfig()).state_dict())  # post-norm: no ln_f
+    assert {
+        "embed.weight",
+        "pos.weight",
+        "ln_f.weight",
+        "ln_f.bias",
+        "head.weight",
+        "blocks.0.attn.q.weight",
+        "blocks.1.ffn.w2.bias",
+        "blocks.1.ln2.weight",
+    } <= keys
+    assert not any(
+        k.startswith("pos") for k in Transformer(ModelConfig()).state_dict()
+    )  # sinusoidal: a buffer
+    assert not any(
+        k.startswith("ln_f") for k in Transformer(ModelConfig()).state_dict()
+    )  # post-norm: no ln_f
 
 
 def test_padding_does_not_change_real_tokens() -> None:

@@ -55,8 +55,12 @@ def test_worked_example_from_spec() -> None:
     z = torch.tensor([4.0, 2.0, 0.0, -2.0], dtype=torch.float64)
     stats = ln.stats(z)
     assert stats.mu.item() == 1.0 and stats.var.item() == 5.0
-    torch.testing.assert_close(ln(z), torch.tensor([1.341639, 0.447213, -0.447213, -1.341639], dtype=torch.float64),
-                               rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        ln(z),
+        torch.tensor([1.341639, 0.447213, -0.447213, -1.341639], dtype=torch.float64),
+        rtol=0,
+        atol=1e-6,
+    )
 
 
 def test_output_variance_is_var_over_var_plus_eps() -> None:
@@ -94,7 +98,9 @@ def test_backward_equals_spec_formula_with_the_last_term() -> None:
         var = ((z - mu) ** 2).mean(-1, keepdim=True)
         z_hat = (z - mu) / torch.sqrt(var + 1e-5)
         gh = g * ln.weight
-        dz = (gh - gh.mean(-1, keepdim=True) - z_hat * (gh * z_hat).mean(-1, keepdim=True)) / torch.sqrt(var + 1e-5)
+        dz = (gh - gh.mean(-1, keepdim=True) - z_hat * (gh * z_hat).mean(-1, keepdim=True)) / torch.sqrt(
+            var + 1e-5
+        )
         dz_without_last_term = (gh - gh.mean(-1, keepdim=True)) / torch.sqrt(var + 1e-5)
     torch.testing.assert_close(z.grad, dz, rtol=0, atol=1e-12)
     torch.testing.assert_close(ln.weight.grad, (g * z_hat).sum(0), rtol=0, atol=1e-12)

@@ -15,12 +15,29 @@ def built(config: ModelConfig) -> int:
 
 
 VARIANTS = [
-    dict(zip(("norm_position", "residual", "norm", "activation", "bias", "tie_embeddings", "pos_encoding"), combo))
+    dict(
+        zip(
+            ("norm_position", "residual", "norm", "activation", "bias", "tie_embeddings", "pos_encoding"),
+            combo,
+            strict=True,
+        )
+    )
     for combo in itertools.product(
-        ["post", "pre", "sandwich"], ["add", "none"], ["standard", "rms", "none"], ["relu", "swiglu"],
-        [True, False], [True, False], ["sinusoidal", "learned"])
-] + [dict(residual="rezero", norm="none"), dict(residual="deepnorm"), dict(type_vocab_size=2, embed_norm=True),
-     dict(final_norm=True), dict(norm_position="pre", final_norm=False)]
+        ["post", "pre", "sandwich"],
+        ["add", "none"],
+        ["standard", "rms", "none"],
+        ["relu", "swiglu"],
+        [True, False],
+        [True, False],
+        ["sinusoidal", "learned"],
+    )
+] + [
+    dict(residual="rezero", norm="none"),
+    dict(residual="deepnorm"),
+    dict(type_vocab_size=2, embed_norm=True),
+    dict(final_norm=True),
+    dict(norm_position="pre", final_norm=False),
+]
 
 
 @pytest.mark.parametrize("changes", VARIANTS, ids=lambda d: ",".join(f"{k}={v}" for k, v in d.items()))
@@ -52,8 +69,13 @@ def test_gpt2_family_equals_transformers(name) -> None:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     c = preset(name)
-    hf = GPT2Config(n_embd=c.d_model, n_layer=c.n_layers, n_head=c.n_heads, n_positions=c.max_seq_len,
-                    vocab_size=c.vocab_size)
+    hf = GPT2Config(
+        n_embd=c.d_model,
+        n_layer=c.n_layers,
+        n_head=c.n_heads,
+        n_positions=c.max_seq_len,
+        vocab_size=c.vocab_size,
+    )
     with torch.device("meta"):
         total = sum(p.numel() for p in GPT2LMHeadModel(hf).parameters())  # tied head counted once
     assert count_parameters(c).total == total == PUBLISHED_TOTALS[name]
@@ -71,8 +93,16 @@ def test_bert_base_equals_transformers_bert_model_without_pooler() -> None:
 
 @pytest.mark.parametrize(
     ("name", "paper"),
-    [("gpt3-small", 125e6), ("gpt3-medium", 350e6), ("gpt3-large", 760e6), ("gpt3-xl", 1.3e9),
-     ("gpt3-2.7b", 2.7e9), ("gpt3-6.7b", 6.7e9), ("gpt3-13b", 13.0e9), ("gpt3-175b", 175.0e9)],
+    [
+        ("gpt3-small", 125e6),
+        ("gpt3-medium", 350e6),
+        ("gpt3-large", 760e6),
+        ("gpt3-xl", 1.3e9),
+        ("gpt3-2.7b", 2.7e9),
+        ("gpt3-6.7b", 6.7e9),
+        ("gpt3-13b", 13.0e9),
+        ("gpt3-175b", 175.0e9),
+    ],
 )
 def test_gpt3_family_matches_paper_table(name, paper) -> None:
     # Brown et al. 2020 Table 2.1 gives rounded totals, and some do not follow from its own shapes:
