@@ -278,7 +278,8 @@ def diagnose_at_init(config: ModelConfig, task: Task, batch_size: int = 64, seed
     torch.manual_seed(seed)
     model = Transformer(config)
     data = task.split("train")
-    return measure(model, data.inputs[:batch_size], data.targets[:batch_size])
+    mask = None if data.attention_mask is None else data.attention_mask[:batch_size]
+    return measure(model, data.inputs[:batch_size], data.targets[:batch_size], mask)
 
 
 class DiagnosticsLogger:
@@ -293,7 +294,7 @@ class DiagnosticsLogger:
     def __call__(self, ctx: Any) -> dict[str, Any] | None:  # ctx: train.StepContext
         if ctx.step % self.every and ctx.step != 1:
             return None
-        return {"diag": measure(ctx.model, ctx.inputs, ctx.targets).summary()}
+        return {"diag": measure(ctx.model, ctx.inputs, ctx.targets, ctx.attention_mask).summary()}
 
 
 def diagnostics_table(diag: Diagnostics, title: str = "") -> Any:

@@ -90,14 +90,18 @@ def batch_indices(step: int, n: int, batch_size: int, seed: int) -> Tensor:
 
 @torch.no_grad()
 def evaluate(model: nn.Module, data: TaskData, batch_size: int = 1024) -> dict[str, float]:
-    """Held-out ``loss`` (mean cross-entropy over scored tokens), ``accuracy`` (exact match per example)."""
+    """Held-out ``loss`` (mean cross-entropy over scored tokens), ``accuracy`` (exact match per example).
+
+    A split that carries an attention mask (a task that pads) is evaluated with it.
+    """
     was_training = model.training
     model.eval()
     loss_sum, scored, correct = 0.0, 0, 0
     try:
         for start in range(0, len(data), batch_size):
             x, y = data.inputs[start : start + batch_size], data.targets[start : start + batch_size]
-            logits = model(x)
+            mask = data.attention_mask
+            logits = model(x) if mask is None else model(x, attention_mask=mask[start : start + batch_size])
             n = int((y != IGNORE_INDEX).sum())
             if n:
                 flat = torch.nn.functional.cross_entropy(
@@ -160,6 +164,7 @@ class StepContext:
     config: TrainConfig
     task: Task
     logged: bool  # whether this step writes a metrics line anyway (step % log_every == 0)
+    attention_mask: Tensor | None = None  # (b, T), 0 at padding, for a task that pads
 
 
 Callback = Callable[[StepContext], "dict[str, Any] | None"]
@@ -442,8 +447,10 @@ class _Run:
         batch = batch_indices(step, len(self.train_data), c.batch_size, c.seed)
         local = batch.chunk(procs.world_size)[procs.rank]
         x, y = self.train_data.inputs[local], self.train_data.targets[local]
+        mask = self.train_data.attention_mask  # a task that pads: pads are masked, not seen as tokens
+        mask = None if mask is None else mask[local]  # (b, T)
         logged = step % c.log_every == 0 or step == c.steps
-        _, loss = self.ddp(x, y)
+        _, loss = self.ddp(x, y, attention_mask=mask)
         if procs.world_size == 1:
             self.loss = loss.item()
         else:  # the global batch's mean; each process's loss weighted so DDP's average is that mean
@@ -461,9 +468,8 @@ class _Run:
         loss.backward()
         extra: dict[str, Any] = layer_grad_norms(self.model) if logged else {}
         if procs.main and self.callbacks:
-            extra.update(
-                self._callbacks(StepContext(step, self.model, x, y, self.loss, lr, c, self.task, logged))
-            )
+            ctx = StepContext(step, self.model, x, y, self.loss, lr, c, self.task, logged, mask)
+            extra.update(self._callbacks(ctx))
         max_norm = c.grad_clip if c.grad_clip > 0 else math.inf
         row["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
         if not math.isfinite(row["grad_norm"]):

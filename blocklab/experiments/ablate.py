@@ -30,8 +30,9 @@ from matplotlib.figure import Figure
 
 from ..config import FIELDS, preset
 from ..runfolder import read_json, write_json
+from ..tasks import Task
 from ..train import TRAIN_FIELDS, TrainConfig
-from .runs import RunSpec, build_task, run_many
+from .runs import RunSpec, run_many
 
 RESULT = "result.json"
 SUMMARY = "summary.json"
@@ -62,7 +63,7 @@ def plan(
     """The cells and their runs; every configuration is validated before anything trains."""
     if seeds < 1:
         raise ValueError(f"--seeds={seeds} must be >= 1")
-    overrides = build_task(task).config_overrides()
+    overrides = Task.from_dict(task).config_overrides()
     cells = []
     for cell in grid_cells(vary):
         model_part = {**model, **{k: v for k, v in cell.items() if k in FIELDS}}

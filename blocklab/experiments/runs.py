@@ -22,9 +22,8 @@ import torch
 
 from ..config import preset
 from ..diagnostics import DiagnosticsLogger, measure
-from ..tasks import Task, get_task
+from ..tasks import Task
 from ..train import TrainConfig, TrainingDiverged, train
-from .padded import PaddedListOpsTask
 
 
 @dataclass(frozen=True)
@@ -47,19 +46,6 @@ class RunSpec:
         return asdict(self)
 
 
-# Tasks the lab adds for its own experiments (name -> factory); others come from blocklab.tasks.
-EXTRA_TASKS: dict[str, Callable[..., Task]] = {"listops-padded": PaddedListOpsTask}
-
-
-def build_task(spec: dict[str, Any]) -> Task:
-    """The task a spec's ``task`` dict names (``{"name": ..., **options}``)."""
-    options = dict(spec)
-    name = options.pop("name")
-    if name in EXTRA_TASKS:
-        return EXTRA_TASKS[name](**options)
-    return get_task(name, **options)
-
-
 def steps_to_target(history: list[dict[str, Any]], target: float) -> int | None:
     """The first evaluated step whose held-out accuracy reached ``target`` (None: never)."""
     for row in history:
@@ -73,7 +59,7 @@ def run_one(spec: RunSpec, target: float = 0.9) -> dict[str, Any]:
 
     A run whose loss or gradient turns NaN/Inf is ``diverged`` with accuracy 0 (its weights are unusable).
     """
-    task = build_task(spec.task)
+    task = Task.from_dict(spec.task)
     config = preset(spec.preset, **{**task.config_overrides(), **spec.model})
     tc = TrainConfig(**spec.train)
     callbacks = [DiagnosticsLogger(spec.log_diagnostics)] if spec.log_diagnostics else []
@@ -121,7 +107,8 @@ def run_one(spec: RunSpec, target: float = 0.9) -> dict[str, Any]:
     if spec.diagnose_after:
         test = task.split("test")
         run.model.eval()
-        result["diag_after"] = measure(run.model, test.inputs[:256], test.targets[:256]).summary()
+        mask = None if test.attention_mask is None else test.attention_mask[:256]
+        result["diag_after"] = measure(run.model, test.inputs[:256], test.targets[:256], mask).summary()
     return result
 
 

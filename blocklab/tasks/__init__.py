@@ -7,6 +7,7 @@ import inspect
 from blocklab.tasks.base import IGNORE_INDEX, Task, TaskData, exact_match
 from blocklab.tasks.digits import CopyTask, DigitTask, ReverseTask, SortTask
 from blocklab.tasks.listops import ListOpsTask
+from blocklab.tasks.listops_padded import PaddedListOpsTask
 from blocklab.tasks.text import TextTask
 from blocklab.tasks.tiny_lm import TinyLMTask
 from blocklab.tasks.tokenizer import Tokenizer
@@ -18,6 +19,7 @@ TASKS: dict[str, type[Task]] = {
     "reverse": ReverseTask,
     "sort": SortTask,
     "text": TextTask,
+    "listops-padded": PaddedListOpsTask,
 }
 DEFAULT_TASK = "listops"
 
@@ -60,6 +62,7 @@ __all__ = [
     "CopyTask",
     "DigitTask",
     "ListOpsTask",
+    "PaddedListOpsTask",
     "ReverseTask",
     "SortTask",
     "Task",

@@ -17,21 +17,25 @@ SPLITS = ("train", "test")
 
 @dataclass(frozen=True)
 class TaskData:
-    """One split: token ids and aligned targets (IGNORE_INDEX where not scored)."""
+    """One split: token ids and aligned targets (IGNORE_INDEX where not scored); for a task that
+    pads, the attention mask (1 at real tokens, 0 at padding; None: nothing is padding)."""
 
     inputs: Tensor  # (N, T) long
     targets: Tensor  # (N, T) long
+    attention_mask: Tensor | None = None  # (N, T) long
 
     def __post_init__(self) -> None:
-        for field in ("inputs", "targets"):
+        for field in ("inputs", "targets", "attention_mask"):
             value = getattr(self, field)
+            if field == "attention_mask" and value is None:
+                continue
             if not isinstance(value, Tensor) or value.dim() != 2 or value.dtype != torch.long:
                 raise ValueError(f"TaskData.{field} must be a 2-D LongTensor (N, T)")
-        if self.inputs.shape != self.targets.shape:
-            raise ValueError(
-                f"TaskData.inputs {tuple(self.inputs.shape)} and targets "
-                f"{tuple(self.targets.shape)} must have the same shape"
-            )
+            if value.shape != self.inputs.shape:
+                raise ValueError(
+                    f"TaskData.inputs {tuple(self.inputs.shape)} and {field} "
+                    f"{tuple(value.shape)} must have the same shape"
+                )
 
     def __len__(self) -> int:
         return self.inputs.shape[0]
@@ -76,12 +80,15 @@ def generator(seed: int) -> torch.Generator:
 
 
 class Task(ABC):
-    """A built-in toy task. Subclasses set `name` and `causal`, call `super().__init__`
-    with their validated options, set `tokenizer` and `seq_len`, and implement
-    `make_splits` and `encode_query`."""
+    """A built-in toy task. Subclasses set `name` and `causal` (and `pads` if their inputs hold
+    padding), call `super().__init__` with their validated options, set `tokenizer` and
+    `seq_len`, and implement `make_splits` and `encode_query`."""
 
     name: ClassVar[str]
     causal: ClassVar[bool]  # whether the model must use causal attention
+    # whether inputs hold padding (the tokenizer's pad id): then a split with pads carries the
+    # attention mask, and training and evaluation pass it to the model
+    pads: ClassVar[bool] = False
     tokenizer: Tokenizer
     seq_len: int
 
@@ -103,8 +110,16 @@ class Task(ABC):
         if name not in SPLITS:
             raise ValueError(f"unknown split {name!r}; expected one of: {', '.join(SPLITS)}")
         if self._splits is None:
-            self._splits = dict(zip(SPLITS, self.make_splits(), strict=True))
+            splits = [self._with_mask(data) for data in self.make_splits()]
+            self._splits = dict(zip(SPLITS, splits, strict=True))
         return self._splits[name]
+
+    def _with_mask(self, data: TaskData) -> TaskData:
+        """``data`` with its attention mask if this task pads and the split holds a pad."""
+        padding = data.inputs == self.tokenizer.pad_id  # (N, T)
+        if not self.pads or not bool(padding.any()):
+            return data  # nothing to mask: no mask, so unpadded tasks run exactly as before
+        return TaskData(data.inputs, data.targets, (~padding).long())
 
     def config_overrides(self) -> dict:
         """The ModelConfig fields this task dictates."""

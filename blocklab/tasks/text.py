@@ -46,6 +46,7 @@ class TextTask(Task):
 
     name = "text"
     causal = True
+    pads = True  # the last held-out window
 
     def __init__(
         self,

@@ -1,6 +1,9 @@
 """listops-padded: ListOps with 1 to ``max_args`` arguments, so sequences have different lengths
-and every batch is padded (``<PAD>`` after the closing ``)``). The lab uses it to compare
-LayerNorm and BatchNorm on padded variable-length batches; the answer is predicted at ``)``.
+and every batch is padded (``<PAD>`` after the closing ``)``); the answer is predicted at ``)``.
+
+The task pads (``pads = True``), so its splits carry an attention mask and the trainer passes it:
+attention never looks at a pad and BatchNorm leaves pads out of its statistics. The lab uses it
+to compare LayerNorm and BatchNorm on padded variable-length batches.
 """
 
 from __future__ import annotations
@@ -9,9 +12,9 @@ import random
 
 import torch
 
-from ..tasks.base import IGNORE_INDEX, Task, TaskData, check_int
-from ..tasks.listops import OPS, VOCAB
-from ..tasks.tokenizer import Tokenizer
+from blocklab.tasks.base import IGNORE_INDEX, Task, TaskData, check_int
+from blocklab.tasks.listops import OPS, VOCAB
+from blocklab.tasks.tokenizer import Tokenizer
 
 Expression = tuple[str, tuple[int, ...]]
 
@@ -29,6 +32,7 @@ class PaddedListOpsTask(Task):
 
     name = "listops-padded"
     causal = False
+    pads = True
 
     def __init__(self, max_args: int = 4, n_train: int = 4000, n_test: int = 400, seed: int = 0) -> None:
         super().__init__(seed, max_args=max_args, n_train=n_train, n_test=n_test)
@@ -66,7 +70,10 @@ class PaddedListOpsTask(Task):
         return self._data(train), self._data(list(test))
 
     def encode_query(self, text: str) -> tuple[list[int], list[int]]:
-        """Input like "Max ( 1 , 6 )" -> (ids padded to seq_len, [position of ")"])."""
+        """Input like "Max ( 1 , 6 )" -> (its ids, unpadded, [position of ")"]).
+
+        Unpadded: the model was trained with pads masked out, so a lone sequence needs none.
+        """
         tokens = self.tokenizer.split(text)
         args = tokens[2:-1:2]
         ok = (
@@ -83,4 +90,4 @@ class PaddedListOpsTask(Task):
                 f'listops-padded input is "OP ( a , b , ... )" with 1 to {self.max_args} digits; got {text!r}'
             )
         ids = self.tokenizer.encode(" ".join(tokens))
-        return ids + [self.tokenizer.pad_id] * (self.seq_len - len(ids)), [len(ids) - 1]
+        return ids, [len(ids) - 1]
