@@ -1,0 +1,31 @@
+"""``blocklab claims``: what papers and tutorials say about the block, measured on this machine.
+
+One module per claim (its statement, source, setups, measurement, verdict checks and plot);
+``base`` holds what a claim is made of, ``shared`` what the claims share, ``registry`` the list,
+``runner`` runs them, ``views`` shows a report.
+"""
+
+from .base import OVERALL, VERDICTS, Claim, Setup, Source, Verdict, combine, from_checks
+from .registry import CLAIMS, REGISTRY, claims_html, run_claims, select
+from .runner import SCHEMA_VERSION, schema
+from .views import claims_markdown, claims_table
+
+__all__ = [
+    "CLAIMS",
+    "OVERALL",
+    "REGISTRY",
+    "SCHEMA_VERSION",
+    "VERDICTS",
+    "Claim",
+    "Setup",
+    "Source",
+    "Verdict",
+    "claims_html",
+    "claims_markdown",
+    "claims_table",
+    "combine",
+    "from_checks",
+    "run_claims",
+    "schema",
+    "select",
+]

@@ -1,0 +1,59 @@
+"""The registry: every claim, in the order they are run and shown, built from the claim modules;
+the runner and the HTML page bound to it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import (
+    gelu_approximations,
+    gelu_vs_relu,
+    layernorm_moments,
+    layernorm_vs_batchnorm,
+    no_residual_depth,
+    norm_lr_robustness,
+    param_counts,
+    pre_norm_depth,
+    pre_vs_post_gradient,
+    pre_vs_post_warmup,
+    relu_sparsity,
+    residual_gradient,
+    runner,
+    views,
+)
+from .base import Claim
+
+MODULES = (
+    residual_gradient,
+    pre_vs_post_gradient,
+    layernorm_moments,
+    gelu_approximations,
+    param_counts,
+    relu_sparsity,
+    gelu_vs_relu,
+    no_residual_depth,
+    pre_vs_post_warmup,
+    norm_lr_robustness,
+    pre_norm_depth,
+    layernorm_vs_batchnorm,
+)
+CLAIMS: list[Claim] = [module.CLAIM for module in MODULES]
+REGISTRY: dict[str, Claim] = {c.name: c for c in CLAIMS}
+
+
+def select(names: list[str] | None) -> list[Claim]:
+    """The named claims (all for None), in registry order; ValueError naming unknown ones."""
+    return runner.select(CLAIMS, names)
+
+
+def run_claims(
+    names: list[str] | None = None, quick: bool = False, jobs: int | None = None, progress: bool = True
+) -> dict[str, Any]:
+    """Run every setup of the named claims (all for None); the JSON-ready report (``schema()``)."""
+    return runner.run_claims(select(names), quick, jobs, progress)
+
+
+def claims_html(report: dict[str, Any]) -> str:
+    """The report as a self-contained HTML page, a plot per setup."""
+    return views.claims_html(report, lambda name: REGISTRY[name].plot)

@@ -1,0 +1,56 @@
+"""A report shown as a table, Markdown and HTML: every setup's verdict and numbers appear."""
+
+import html
+
+import jsonschema
+
+from blocklab.experiments.claims import REGISTRY, claims_html, claims_markdown, combine, schema
+from blocklab.experiments.claims import gelu_approximations, pre_norm_depth
+
+
+def _setup(setup, m, verdict_fn, headline):
+    return {**setup.to_dict(), "runs": 0, "seconds": 0.0, "headline": headline(m), **verdict_fn(m).to_dict(),
+            "measurements": m}  # fmt: skip
+
+
+def _report():
+    depth = {"depths": [6, 48], "pre": [0.99, 0.98], "post": [0.99, 0.11], "trains_at": 0.5}
+    shallow = {**depth, "post": [0.99, 0.97]}
+    gelu = {"tanh": {"max_err": 4.7e-4, "at": 2.7}, "sigmoid": {"max_err": 2.03e-2, "at": -2.27}}
+    claims = []
+    for module, numbers in ((pre_norm_depth, [depth, shallow, depth]), (gelu_approximations, [gelu])):
+        c = module.CLAIM
+        setups = [_setup(s, m, c.verdict, c.headline) for s, m in zip(c.setups, numbers, strict=True)]
+        verdict, reason = combine({s["name"]: s["verdict"] for s in setups})
+        claims.append({
+            "name": c.name, "kind": c.kind, "statement": c.statement, "source": c.source.to_dict(),
+            "method": c.method, "notes": c.notes, "params": {}, "runs": 0, "seconds": 0.0, "verdict": verdict,
+            "reason": reason, "setups": setups,
+        })  # fmt: skip
+    return {
+        "schema_version": 2, "mode": "full", "jobs": 2, "seconds": 1.0,
+        "load_average": {"mean": 1.0, "min": 0.5, "max": 1.5},
+        "machine": {"python": "3.11", "torch": "2", "cpus": 2, "platform": "linux"}, "claims": claims,
+    }  # fmt: skip
+
+
+def test_a_synthetic_report_validates_and_a_disagreeing_claim_depends():
+    report = _report()
+    jsonschema.validate(report, schema())
+    depth = report["claims"][0]
+    assert [s["verdict"] for s in depth["setups"]] == ["holds", "partly", "holds"]
+    assert depth["verdict"] == "depends"
+
+
+def test_markdown_has_a_row_per_setup_with_its_numbers():
+    lines = claims_markdown(_report()).splitlines()
+    assert len(lines) == 2 + 3 + 1
+    assert lines[2].startswith("| `pre-norm-depth` | **depends** | default (source) | holds | depth 6 48: pre 99% 98%")
+    assert "learned-positions (confound) | partly" in lines[3] and "at depth 48 post-norm ends" in lines[3]
+    assert lines[5].startswith("| `gelu-approximations` | **partly** | exact (exact) | partly |")
+
+
+def test_html_has_a_plot_per_setup_and_the_source():
+    page = claims_html(_report())
+    assert page.count("<img") == 4 and "Wang et al. 2019" in page and "depends" in page
+    assert html.escape(REGISTRY["pre-norm-depth"].source.citation) in page
