@@ -110,7 +110,8 @@ def test_the_trainer_and_evaluate_pass_the_mask():
     batch = batch_indices(1, len(task.split("train")), tc.batch_size, tc.seed)
     data = task.split("train")
     with torch.no_grad():  # the first step's loss: each example alone, unpadded, then the mean
-        losses = [fresh(xi, yi)[1] for xi, yi in _unpadded_rows(task, data.inputs[batch], data.targets[batch])]
+        rows = _unpadded_rows(task, data.inputs[batch], data.targets[batch])
+        losses = [fresh(xi, yi)[1] for xi, yi in rows]
     assert run.history[0]["loss"] == pytest.approx(float(torch.stack(losses).mean()), rel=1e-5)
     test = task.split("test")
     got = evaluate(run.model, test)

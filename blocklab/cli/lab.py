@@ -151,7 +151,7 @@ def cmd_claims(args: argparse.Namespace) -> int:
     console = Console(stderr=args.json == "-")
     if args.list:
         for claim in CLAIMS:
-            print(f"{claim.name:24} {claim.claim}")
+            print(f"{claim.name:24} {claim.statement}")
         return 0
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs={args.jobs} must be >= 1")

@@ -20,7 +20,8 @@ def test_verdict_from_checks_and_its_reason():
 
 
 def test_setups_that_disagree_make_the_claim_depend_on_its_setup():
-    assert combine({"source": "holds", "learned": "holds"}) == ("holds", "holds in every setup (source, learned)")
+    both = combine({"source": "holds", "learned": "holds"})
+    assert both == ("holds", "holds in every setup (source, learned)")
     assert combine({"exact": "partly"}) == ("partly", "partly in its only setup")
     verdict, reason = combine({"source": "holds", "learned": "fails", "low-lr": "holds"})
     assert verdict == "depends"

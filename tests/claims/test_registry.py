@@ -95,7 +95,8 @@ def test_every_task_a_claim_trains_on_reopens_with_blocklab_eval(tmp_path, capsy
     for task in map(json.loads, sorted(tasks)):
         out = tmp_path / task["name"]
         args = ["train", "--task", task["name"], "--d-model", "16", "--n-heads", "2", "--d-ff", "32",
-                "--steps", "2", "--eval-every", "2", "--batch-size", "8", "--no-report", "-q", "--out", str(out)]  # fmt: skip
+                "--steps", "2", "--eval-every", "2", "--batch-size", "8", "--no-report", "-q",
+                "--out", str(out)]  # fmt: skip
         assert main(args) == 0
         capsys.readouterr()
         assert main(["eval", "--checkpoint", str(out), "--json"]) == 0

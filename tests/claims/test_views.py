@@ -4,8 +4,15 @@ import html
 
 import jsonschema
 
-from blocklab.experiments.claims import REGISTRY, claims_html, claims_markdown, combine, schema
-from blocklab.experiments.claims import gelu_approximations, pre_norm_depth
+from blocklab.experiments.claims import (
+    REGISTRY,
+    claims_html,
+    claims_markdown,
+    combine,
+    gelu_approximations,
+    pre_norm_depth,
+    schema,
+)
 
 
 def _setup(setup, m, verdict_fn, headline):
@@ -45,7 +52,8 @@ def test_a_synthetic_report_validates_and_a_disagreeing_claim_depends():
 def test_markdown_has_a_row_per_setup_with_its_numbers():
     lines = claims_markdown(_report()).splitlines()
     assert len(lines) == 2 + 3 + 1
-    assert lines[2].startswith("| `pre-norm-depth` | **depends** | default (source) | holds | depth 6 48: pre 99% 98%")
+    first = "| `pre-norm-depth` | **depends** | default (source) | holds | depth 6 48: pre 99% 98%"
+    assert lines[2].startswith(first)
     assert "learned-positions (confound) | partly" in lines[3] and "at depth 48 post-norm ends" in lines[3]
     assert lines[5].startswith("| `gelu-approximations` | **partly** | exact (exact) | partly |")
 
