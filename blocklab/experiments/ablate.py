@@ -30,7 +30,7 @@ from matplotlib.figure import Figure
 
 from ..config import FIELDS, preset
 from ..runfolder import read_json, write_json
-from ..tasks import Task
+from ..tasks import task_from_dict
 from ..train import TRAIN_FIELDS, TrainConfig
 from .runs import RunSpec, run_many
 
@@ -63,7 +63,7 @@ def plan(
     """The cells and their runs; every configuration is validated before anything trains."""
     if seeds < 1:
         raise ValueError(f"--seeds={seeds} must be >= 1")
-    overrides = Task.from_dict(task).config_overrides()
+    overrides = task_from_dict(task).config_overrides()
     cells = []
     for cell in grid_cells(vary):
         model_part = {**model, **{k: v for k, v in cell.items() if k in FIELDS}}

@@ -22,7 +22,7 @@ import torch
 
 from ..config import preset
 from ..diagnostics import DiagnosticsLogger, measure
-from ..tasks import Task
+from ..tasks import task_from_dict
 from ..train import TrainConfig, TrainingDiverged, train
 
 
@@ -59,7 +59,7 @@ def run_one(spec: RunSpec, target: float = 0.9) -> dict[str, Any]:
 
     A run whose loss or gradient turns NaN/Inf is ``diverged`` with accuracy 0 (its weights are unusable).
     """
-    task = Task.from_dict(spec.task)
+    task = task_from_dict(spec.task)
     config = preset(spec.preset, **{**task.config_overrides(), **spec.model})
     tc = TrainConfig(**spec.train)
     callbacks = [DiagnosticsLogger(spec.log_diagnostics)] if spec.log_diagnostics else []
