@@ -40,8 +40,8 @@ def _os_message(error: OSError) -> str:
 
 def describe_error(error: BaseException) -> tuple[str, int]:
     """(the one-line message, the exit status) for an exception that ended a command."""
-    if isinstance(error, KeyboardInterrupt):
-        return "interrupted", EXIT_INTERRUPTED
+    if isinstance(error, KeyboardInterrupt):  # train's TrainingInterrupted says where and how to resume
+        return one_line(str(error)) or "interrupted", EXIT_INTERRUPTED
     if isinstance(error, MemoryError) or (
         isinstance(error, RuntimeError) and any(s in str(error).lower() for s in _OUT_OF_MEMORY)
     ):

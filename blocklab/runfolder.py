@@ -1,39 +1,86 @@
-"""A training run's folder: lock, ``config.json``, ``metrics.jsonl``, checkpoints, ``report.html``.
+"""The folders blocklab writes, and the rule that it writes only into its own.
+
+A training run's folder (what its files hold: ``runfiles``)::
 
     runs/NAME/
+      blocklab-run.json          the marker: kind "run", run id, blocklab version, creation time
       .lock                      held (flock) by the live run; holds its PID
-      config.json                model config, train config, task: everything to rebuild the run
-      metrics.jsonl              one JSON object per logged step
-      checkpoints/step-000400/   model.safetensors, optimizer.safetensors, state.json
-      report.html
+      config.json, metrics.jsonl, checkpoints/step-N/, report.html
 
-A checkpoint folder is written under a temporary name and renamed into place once complete,
-so ``checkpoints/`` only ever shows whole checkpoints; older ones are pruned after that.
+Ownership (``claim_folder``): a command writes a folder only when it is new, empty (but for a
+stale ``.lock``), or carries a marker of the same kind (``KINDS``). Refused outright: ``/`` and any
+mount point, the home folder, the current directory and their parents, a path starting with ``~``
+(not expanded here), a folder inside a blocklab folder that may not hold it (``NESTS``), a
+non-empty folder without the marker (the message lists what is there), a folder of another kind,
+and one a live run holds (the lock). Folders written by blocklab before the marker existed are
+recognised by their contents (``legacy_kind``: a training run's config.json has blocklab's keys and
+``versions.blocklab``; an ablation grid's summary.json its keys, or only such run folders below
+it) and are adopted: the marker is written when the command proceeds. ``clear_run`` removes only
+the names a run writes (``OWNED``), never the folder or anything else in it. A single output
+file (``check_output_file``) is never one of the command's inputs, inside a folder the command
+reads, or inside a blocklab folder.
 """
 
 from __future__ import annotations
 
+import datetime
 import fcntl
 import json
 import os
 import re
 import shutil
 import socket
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from .checkpoint import atomic_write_bytes, fsync_dir
+from .checkpoint import atomic_write_bytes
+from .runfiles import (  # noqa: F401 - the layout's names, re-exported: runfolder is where callers look
+    CHECKPOINTS,
+    CONFIG,
+    METRICS,
+    MODEL_FILE,
+    REPORT,
+    RESULT,
+    SUMMARY,
+    SavedRun,
+    checkpoint_dirs,
+    checkpoint_step,
+    json_line,
+    json_safe,
+    latest_checkpoint,
+    publish_checkpoint,
+    read_json,
+    read_json_object,
+    read_metrics,
+    read_run_config,
+    remove_leftovers,
+    resolve_checkpoint,
+    run_config,
+    truncate_metrics,
+    write_json,
+)
 from .version import __version__
 
-CONFIG = "config.json"
-METRICS = "metrics.jsonl"
-REPORT = "report.html"
+MARKER = "blocklab-run.json"
 LOCK = ".lock"
-CHECKPOINTS = "checkpoints"
-MODEL_FILE = "model.safetensors"
-_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+# The kinds of folder blocklab writes, and what each holds besides the marker and the lock.
+KINDS: dict[str, str] = {
+    "run": "a training run",
+    "ablation": "an ablation grid",
+    "export": "a Hugging Face export",
+}
+OWNED: dict[str, tuple[str, ...]] = {
+    "run": (CONFIG, METRICS, CHECKPOINTS, REPORT, RESULT),
+    "ablation": (SUMMARY, REPORT),  # and one folder per cell, each holding seed-K run folders
+    "export": (MODEL_FILE, CONFIG, "tokenizer.json", "special_tokens_map.json"),
+}
+# Which kinds of folder may sit inside which (never inside one of the names the outer one owns, such
+# as a run's checkpoints/, which it prunes): a run may hold other folders, a grid holds runs.
+NESTS: dict[str, tuple[str, ...]] = {"run": tuple(KINDS), "ablation": ("run",), "export": ()}
 
 
 class RunLockedError(ValueError):
@@ -90,109 +137,10 @@ class RunLock:
 def lock_holder(folder: str | Path) -> dict[str, Any] | None:
     """The ``{"pid", "host"}`` recorded in a run folder's lock file, if any."""
     try:
-        return json.loads((Path(folder) / LOCK).read_text())
-    except (OSError, json.JSONDecodeError):
+        holder = json.loads((Path(folder) / LOCK).read_text())
+    except (OSError, ValueError):
         return None
-
-
-def write_json(path: str | Path, data: dict[str, Any]) -> None:
-    """Atomically write pretty JSON."""
-    atomic_write_bytes(path, (json.dumps(data, indent=2) + "\n").encode())
-
-
-def read_json(path: str | Path) -> dict[str, Any]:
-    """Read a JSON object; ValueError naming the file when it is not valid JSON."""
-    try:
-        return json.loads(Path(path).read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: not valid JSON ({error})") from None
-
-
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The metrics lines of a run (a folder or the metrics.jsonl file); a torn last line is skipped."""
-    path = Path(path)
-    path = path / METRICS if path.is_dir() else path
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a crash mid-write leaves at most one partial line
-    return rows
-
-
-def truncate_metrics(path: str | Path, last_step: int) -> None:
-    """Keep only the lines up to ``last_step`` (a resumed run rewrites what came after)."""
-    path = Path(path)
-    rows = [r for r in read_metrics(path) if r.get("step", 0) <= last_step]
-    atomic_write_bytes(path, "".join(json.dumps(r) + "\n" for r in rows).encode())
-
-
-def checkpoint_dirs(folder: str | Path) -> list[tuple[int, Path]]:
-    """The complete checkpoints of a run, ``(step, path)``, oldest first."""
-    root = Path(folder) / CHECKPOINTS
-    if not root.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()]
-    return sorted(found)
-
-
-def latest_checkpoint(folder: str | Path) -> Path | None:
-    """The newest complete checkpoint folder of a run, or None."""
-    dirs = checkpoint_dirs(folder)
-    return dirs[-1][1] if dirs else None
-
-
-def publish_checkpoint(folder: str | Path, step: int, write: Any, keep: int) -> Path:
-    """Create ``checkpoints/step-N`` atomically: ``write(tmp_dir)`` fills a temporary folder, which
-    is renamed into place; only then are checkpoints beyond the newest ``keep`` removed."""
-    root = Path(folder) / CHECKPOINTS
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step-{step:06d}"
-    tmp = root / f".tmp-step-{step:06d}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    write(tmp)
-    fsync_dir(tmp)
-    replaced = root / f".old-step-{step:06d}-{os.getpid()}"
-    if final.exists():  # re-saving a step: move the old one aside, never leave no checkpoint
-        os.rename(final, replaced)
-    os.rename(tmp, final)
-    fsync_dir(root)
-    shutil.rmtree(replaced, ignore_errors=True)
-    for _, old in checkpoint_dirs(folder)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-    for leftover in [*root.glob(".tmp-step-*"), *root.glob(".old-step-*")]:  # from a killed run
-        shutil.rmtree(leftover, ignore_errors=True)
-    return final
-
-
-def resolve_checkpoint(path: str | Path) -> Path:
-    """A model file from a file, a checkpoint folder or a run folder (its newest checkpoint)."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(2, "no such checkpoint", str(path))
-    if path.is_file():
-        return path
-    if (path / MODEL_FILE).is_file():
-        return path / MODEL_FILE
-    latest = latest_checkpoint(path)
-    if latest is None:
-        raise ValueError(f"{path} holds no checkpoint (expected {MODEL_FILE} or {CHECKPOINTS}/step-N/)")
-    return latest / MODEL_FILE
-
-
-def run_config(model_config: Any, train_config: Any, task: Any, world_size: int = 1) -> dict[str, Any]:
-    """config.json: everything needed to rebuild the run."""
-    return {
-        "model": model_config.to_dict(),
-        "train": train_config.to_dict(),
-        "task": task.to_dict(),
-        "world_size": world_size,
-        "versions": {"blocklab": __version__, "torch": torch.__version__},
-    }
+    return holder if isinstance(holder, dict) else None
 
 
 def run_files(folder: Path) -> list[str]:
@@ -201,6 +149,253 @@ def run_files(folder: Path) -> list[str]:
 
 
 def clear_run(folder: Path) -> None:
-    """Remove a previous run's files from ``folder`` (nothing else in it)."""
-    for name in run_files(folder):
-        shutil.rmtree(folder / name) if (folder / name).is_dir() else (folder / name).unlink()
+    """Remove a previous run's files from ``folder``: only the names a run writes (``OWNED``), and in
+    ``checkpoints/`` only ``step-N`` folders and unfinished saves. Anything else stays."""
+    for name in OWNED["run"]:
+        path = folder / name
+        if name == CHECKPOINTS and path.is_dir() and not path.is_symlink():
+            for _, step_dir in checkpoint_dirs(folder):
+                shutil.rmtree(step_dir)
+            remove_leftovers(path)
+            if not any(path.iterdir()):
+                path.rmdir()
+        elif path.is_file() or path.is_symlink():
+            path.unlink()
+
+
+# ---- ownership -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Marker:
+    """What ``blocklab-run.json`` says: the folder's kind, its id, who made it and when."""
+
+    kind: str
+    id: str
+    blocklab: str
+    created: str
+    legacy: bool = False  # recognised by its contents (written before markers existed), not yet marked
+
+    def to_dict(self) -> dict[str, Any]:
+        """The marker file's content."""
+        return {"format": "blocklab-folder", "kind": self.kind, "id": self.id, "blocklab": self.blocklab,
+                "created": self.created}
+
+
+def new_marker(kind: str) -> Marker:
+    """A fresh marker of ``kind``: a new id, this blocklab version, now (UTC)."""
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return Marker(kind, uuid.uuid4().hex, __version__, now)
+
+
+def read_marker(folder: str | Path) -> Marker | None:
+    """The folder's marker, or None when it has none; ValueError when the marker is damaged."""
+    path = Path(folder) / MARKER
+    if not path.is_file():
+        if path.exists() or path.is_symlink():
+            raise ValueError(f"{path} is not a file; blocklab's marker is a JSON file")
+        return None
+    data = read_json_object(path, "blocklab's folder marker")
+    fields = {name: data.get(name) for name in ("kind", "id", "blocklab", "created")}
+    if data.get("format") != "blocklab-folder" or not all(isinstance(v, str) for v in fields.values()):
+        raise ValueError(f"{path}: a damaged blocklab marker (expected format, kind, id, blocklab, created)")
+    if fields["kind"] not in KINDS:
+        raise ValueError(f"{path}: kind={fields['kind']!r} is not one of: {', '.join(KINDS)}")
+    return Marker(**fields)
+
+
+def write_marker(folder: str | Path, marker: Marker) -> None:
+    """Write (atomically) the folder's marker."""
+    write_json(Path(folder) / MARKER, marker.to_dict())
+
+
+def _entries(folder: Path) -> list[str]:
+    """What a folder holds, but blocklab's marker and lock."""
+    return sorted(p.name for p in folder.iterdir() if p.name not in (MARKER, LOCK))
+
+
+def is_run_config(data: Any) -> bool:
+    """Whether a parsed config.json is one blocklab train wrote (its keys, ``versions.blocklab``)."""
+    return (
+        isinstance(data, dict)
+        and all(isinstance(data.get(part), dict) for part in ("model", "train", "task", "versions"))
+        and isinstance(data["versions"].get("blocklab"), str)
+    )
+
+
+def _legacy_run(folder: Path) -> bool:
+    try:
+        return is_run_config(read_json(folder / CONFIG))
+    except (OSError, ValueError):
+        return False
+
+
+def legacy_kind(folder: Path) -> str | None:
+    """The kind of a folder blocklab wrote before markers existed, from its contents (else None).
+
+    A training run: its config.json has blocklab's keys and ``versions.blocklab``. An ablation grid:
+    its summary.json has the grid's keys, or it holds only cell folders of ``seed-K`` runs.
+    """
+    if (folder / CONFIG).is_file():
+        return "run" if _legacy_run(folder) else None
+    try:
+        summary = read_json(folder / SUMMARY) if (folder / SUMMARY).is_file() else None
+    except (OSError, ValueError):
+        return None
+    if isinstance(summary, dict) and {"task", "vary", "seeds", "cells"} <= set(summary):
+        return "ablation"
+    cells = [folder / name for name in _entries(folder) if name != REPORT]
+    runs = [run for cell in cells if cell.is_dir() for run in cell.iterdir()]
+    if cells and all(cell.is_dir() for cell in cells) and runs and all(
+        re.fullmatch(r"seed-\d+", run.name) and run.is_dir() and (_marked(run, "run") or _legacy_run(run))
+        for run in runs
+    ):
+        return "ablation"
+    return None
+
+
+def _marked(folder: Path, kind: str) -> bool:
+    try:
+        marker = read_marker(folder)
+    except (OSError, ValueError):
+        return False
+    return marker is not None and marker.kind == kind
+
+
+def _describe(folder: Path, names: list[str], limit: int = 6) -> str:
+    shown = [f"{n}/" if (folder / n).is_dir() else n for n in names[:limit]]
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    hint = ""
+    if CONFIG in names:
+        try:
+            config = read_json(folder / CONFIG)
+        except (OSError, ValueError):
+            config = None
+        if isinstance(config, dict) and "model_type" in config:
+            hint = f" (its config.json has model_type={config['model_type']!r}: a Hugging Face model folder?)"
+    return f"{', '.join(shown)}{more}{hint}"
+
+
+def _home() -> Path | None:
+    try:
+        return Path.home().resolve()
+    except (RuntimeError, KeyError):
+        return None
+
+
+def _resolved(path: str | Path, flag: str, what: str) -> Path:
+    """The absolute path; ValueError for an empty one or one starting with an unexpanded ``~``."""
+    text = str(path)
+    if not text.strip():
+        raise ValueError(f"{flag} is empty: name a {what}")
+    if text.startswith("~"):
+        raise ValueError(f"{flag} {text}: '~' is not expanded here; give the full path")
+    return Path(path).resolve()
+
+
+def refuse_dangerous(path: str | Path, flag: str = "--out") -> Path:
+    """The resolved path; ValueError when it is a filesystem root or mount point, the home folder,
+    the current directory or a folder holding one of them, or starts with an unexpanded ``~``."""
+    text = str(path)
+    resolved = _resolved(path, flag, "folder")
+    why = None
+    if resolved.parent == resolved or os.path.ismount(resolved):
+        why = "a filesystem root"
+    elif resolved == _home():
+        why = "your home folder"
+    elif (home := _home()) is not None and resolved in home.parents:
+        why = f"a folder holding your home folder {home}"
+    elif resolved == Path.cwd().resolve():
+        why = "the current directory"
+    elif resolved in Path.cwd().resolve().parents:
+        why = "a folder holding the current directory"
+    if why:
+        raise ValueError(f"{flag} {text} is {why}; blocklab writes its runs into a folder of their own "
+                         f"(for example {flag} runs/NAME)")
+    return resolved
+
+
+def _marked_ancestor(resolved: Path) -> tuple[Path, Marker] | None:
+    for parent in resolved.parents:
+        try:
+            marker = read_marker(parent)
+        except (OSError, ValueError):
+            continue  # a damaged marker above is not ours to judge here
+        if marker is not None:
+            return parent, marker
+    return None
+
+
+def inspect_folder(folder: str | Path, kind: str, flag: str = "--out") -> Marker | None:
+    """Check that ``kind`` may be written into ``folder`` (module docstring); return its marker
+    (a legacy folder gets one with ``legacy=True``), or None for a new or empty folder."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown folder kind {kind!r}; kinds are: {', '.join(KINDS)}")
+    path = Path(folder)
+    resolved = refuse_dangerous(path, flag)
+    above = _marked_ancestor(resolved)
+    if above is not None and (kind not in NESTS[above[1].kind]
+                              or resolved.relative_to(above[0]).parts[0] in OWNED[above[1].kind]):
+        raise ValueError(f"{flag} {path} is inside {above[0]}, {KINDS[above[1].kind]} ({MARKER}); "
+                         f"choose a folder outside it")
+    if not path.exists() and not path.is_symlink():
+        return None
+    if not path.is_dir():
+        raise ValueError(f"{flag} {path} is a file, not a folder")
+    marker = read_marker(path)
+    if marker is None:
+        found = legacy_kind(path)
+        if found is not None:
+            marker = Marker(found, "", "", "", legacy=True)
+    if marker is not None and marker.kind != kind:
+        raise ValueError(f"{flag} {path} is {KINDS[marker.kind]}, not {KINDS[kind]}; "
+                         "choose another folder")
+    if marker is None and _entries(path):
+        raise ValueError(
+            f"{flag} {path} is not empty and was not written by blocklab (no {MARKER}): it holds "
+            f"{_describe(path, _entries(path))}; blocklab writes only into a new or empty folder or one "
+            f"it made, so choose another {flag}"
+        )
+    return marker
+
+
+def claim_folder(folder: str | Path, kind: str, flag: str = "--out") -> tuple[RunLock, Marker | None]:
+    """Check ``folder`` (``inspect_folder``), create it, lock it (RunLockedError while a live
+    process holds it) and check again under the lock. Returns the held lock and the marker found;
+    the caller writes its marker (``write_marker``) once it decides to proceed."""
+    inspect_folder(folder, kind, flag)
+    lock = RunLock(folder).acquire()
+    try:
+        return lock, inspect_folder(folder, kind, flag)  # another process may have written meanwhile
+    except BaseException:
+        lock.release()
+        raise
+
+
+def check_output_file(path: str | Path, inputs: Iterable[str | Path] = (), flag: str = "--out") -> Path:
+    """Refuse (ValueError) an output file that is a folder, one of the command's ``inputs`` (files or
+    folders), inside an input folder, or inside a blocklab folder; return it resolved."""
+    resolved = _resolved(path, flag, "file")
+    if resolved.is_dir():
+        raise ValueError(f"{flag} {path} is a folder; name a file to write")
+    for given in inputs:
+        source = Path(given).resolve()
+        same = resolved.exists() and source.exists() and os.path.samefile(resolved, source)
+        if resolved == source or same:
+            raise ValueError(f"{flag} {path} is this command's input; write the output elsewhere")
+        if source.is_dir() and source in resolved.parents:
+            raise ValueError(f"{flag} {path} is inside {given}, which this command reads; write the output "
+                             "elsewhere")
+    above = _marked_ancestor(resolved)
+    if above is not None:
+        raise ValueError(f"{flag} {path} is inside {above[0]}, {KINDS[above[1].kind]} ({MARKER}); "
+                         "write the output elsewhere")
+    return resolved
+
+
+def write_output_file(path: str | Path, data: bytes, inputs: Iterable[str | Path] = (),
+                      flag: str = "--out") -> Path:
+    """``check_output_file``, then write ``data`` atomically."""
+    resolved = check_output_file(path, inputs, flag)
+    atomic_write_bytes(resolved, data)
+    return resolved

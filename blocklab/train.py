@@ -13,12 +13,13 @@ of each global batch; gradients are averaged by ``DistributedDataParallel``.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
+import signal
+import threading
 import time
-from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -28,27 +29,29 @@ import torch
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from .checkpoint import load_checkpoint, save_checkpoint
+from .checkpoint import atomic_write_bytes, load_checkpoint, save_checkpoint
 from .config import ModelConfig
 from .distributed import Processes
 from .model import Transformer
 from .nonfinite import NonFiniteError, check_parameters, watch_step
 from .resources import check_memory
-from .runfolder import (
+from .runfiles import (
     CONFIG,
     METRICS,
     MODEL_FILE,
-    RunLock,
-    clear_run,
+    SavedRun,
+    checkpoint_step,
+    json_line,
+    json_safe,
     latest_checkpoint,
     publish_checkpoint,
-    read_json,
     read_metrics,
+    read_run_config,
     run_config,
-    run_files,
     truncate_metrics,
     write_json,
 )
+from .runfolder import RunLock, claim_folder, clear_run, new_marker, run_files, write_marker
 from .tasks import IGNORE_INDEX, Task, TaskData, exact_match, get_task
 from .trainconfig import (  # noqa: F401 - re-exported: blocklab.train is where users look
     TASK_DEFAULTS,
@@ -59,12 +62,16 @@ from .trainconfig import (  # noqa: F401 - re-exported: blocklab.train is where 
     train_config_from_dict,
 )
 from .trainstate import (
+    OPTIMIZER_DIGEST,
     OPTIMIZER_FILE,
+    STATE_DIGEST,
     STATE_FILE,
     decode_rng,
     encode_rng,
     load_optimizer_state,
+    read_train_state,
     save_optimizer_state,
+    state_bytes,
 )
 
 
@@ -185,6 +192,7 @@ class TrainResult:
     history: list[dict[str, Any]] = field(default_factory=list)  # the metrics lines
     out_dir: Path | None = None
     checkpoint: Path | None = None  # the final checkpoint folder
+    resumed_step: int | None = None  # the step a resumed run continued from (None: a new run)
 
     @property
     def accuracy(self) -> float:
@@ -194,6 +202,43 @@ class TrainResult:
 
 class TrainingDiverged(RuntimeError):
     """The loss or the gradient became NaN/Inf; nothing was saved for that step."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped training. The message says where it stopped, the checkpoint to resume from
+    (``checkpoint``: the one saved at the interrupted ``step`` when the step could finish) and how."""
+
+    def __init__(self, message: str, step: int, checkpoint: Path | None, out_dir: Path | None) -> None:
+        super().__init__(message)
+        self.step, self.checkpoint, self.out_dir = step, checkpoint, out_dir
+
+
+# TrainConfig fields a resumed run may change: when to stop. Any other difference is another run.
+EXTENSIBLE = ("steps", "target_accuracy")
+
+
+@contextmanager
+def deferred_interrupt(enabled: bool = True) -> Iterator[list[bool]]:
+    """While active, a first Ctrl-C (SIGINT) only sets ``flag[0]``, so the step in progress finishes
+    and can be checkpointed; a second one interrupts at once. Only in the main thread, and only
+    when SIGINT has Python's default handler (a worker that ignores it keeps ignoring it)."""
+    flag = [False]
+    usable = enabled and threading.current_thread() is threading.main_thread() and (
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    if not usable:
+        yield flag
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        if flag[0]:
+            raise KeyboardInterrupt
+        flag[0] = True
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def check_task_fits(config: ModelConfig, task: Task) -> None:
@@ -236,9 +281,15 @@ def train(
     """Train a model of ``model_config`` on ``task`` (default listops); with ``out_dir``, write the
     run folder there (config.json, metrics.jsonl, checkpoints, report.html).
 
-    ``resume`` continues from the newest checkpoint in ``out_dir`` (the configs must equal its
-    config.json); ``overwrite`` replaces a run already there. Raises TrainingDiverged when the loss
-    or the gradient turns NaN/Inf, RunLockedError when another live run holds ``out_dir``.
+    ``out_dir`` must be new, empty, or a run folder blocklab made (runfolder.claim_folder: never
+    ``.``, the home folder or a filesystem root, never another tool's folder). ``resume`` continues
+    from the newest checkpoint in ``out_dir``: the configs must equal its config.json, but
+    ``steps`` and ``target_accuracy`` (EXTENSIBLE) may change to extend a finished or stopped run,
+    later steps taking the learning rate ``lr_at`` gives over the new total. ``overwrite``
+    replaces a run already there (removing only the files the run wrote). Raises TrainingDiverged
+    when the loss or the gradient turns NaN/Inf, RunLockedError when another live run holds
+    ``out_dir``, TrainingInterrupted on Ctrl-C: the step in progress finishes and is checkpointed,
+    and the error names the checkpoint (a second Ctrl-C stops at once).
     ``detect_nonfinite`` watches every stage: the first NaN/Inf stops the run naming its stage,
     layer and position, and the last good weights are checkpointed. The memory guard refuses a
     run whose estimate exceeds the available memory (InsufficientMemoryError) unless ``force``.
@@ -300,6 +351,7 @@ class _Run:
         self.session_start = time.perf_counter()
         self.loss, self.eval, self.stopped, self.done = float("nan"), {}, "steps", False
         self.checkpoint: Path | None = None
+        self.resumed_step: int | None = None
         self.detect_nonfinite = False
 
     def __enter__(self) -> _Run:
@@ -338,28 +390,21 @@ class _Run:
             self.metrics_file = open(self.folder / METRICS, "a")  # noqa: SIM115 - closed in __exit__
 
     def _claim_folder(self, resume: bool, overwrite: bool) -> str | None:
-        """Lock the folder, check or write config.json; the checkpoint to resume from, if any."""
+        """Claim and lock the folder (runfolder.claim_folder), check or write config.json; the
+        checkpoint to resume from, if any."""
         folder = self.folder
         assert folder is not None
-        if folder.exists() and not folder.is_dir():
-            raise ValueError(f"--out {folder} is a file, not a folder")
-        self.lock = RunLock(folder).acquire()
+        self.lock, marker = claim_folder(folder, "run")
         config = run_config(self.mc, self.tc, self.task, self.procs.world_size)
         held = run_files(folder)
         if resume and (folder / CONFIG).exists():
-            saved = read_json(folder / CONFIG)
-            diffs = [
-                f"{part}: {saved.get(part)} != {config[part]}"
-                for part in ("model", "train", "task")
-                if saved.get(part) != config[part]
-            ]
-            if diffs:
-                raise ValueError(
-                    f"--resume: the run in {folder} was configured differently ({diffs[0]}); "
-                    "resume with its config.json or start a new run"
-                )
+            saved = read_run_config(folder)
+            self._check_same_run(saved, config)
             latest = latest_checkpoint(folder)
             if latest is not None:
+                self._extend(saved, config, checkpoint_step(latest))
+                if marker is None or marker.legacy:
+                    write_marker(folder, new_marker("run"))
                 return str(latest)
         elif held and not overwrite:
             raise ValueError(
@@ -367,27 +412,85 @@ class _Run:
                 "it, --overwrite to start over, or choose another --out"
             )
         clear_run(folder)
+        write_marker(folder, new_marker("run"))  # a new run: a new id
         write_json(folder / CONFIG, config)
         return None
 
+    def _check_same_run(self, saved: SavedRun, config: dict[str, Any]) -> None:
+        """--resume: the model, task and training settings must be the run's, but the fields an
+        extension may change (EXTENSIBLE)."""
+        fixed = {k: v for k, v in config["train"].items() if k not in EXTENSIBLE}
+        saved_fixed = {k: v for k, v in saved.train.to_dict().items() if k not in EXTENSIBLE}
+        pairs = [("model", saved.model.to_dict(), config["model"]), ("task", saved.task, config["task"]),
+                 ("train", saved_fixed, fixed)]
+        diffs = [f"{part}: {old} != {new}" for part, old, new in pairs if old != new]
+        if diffs:
+            raise ValueError(
+                f"--resume: the run in {self.folder} was configured differently ({diffs[0]}); "
+                "resume with its config.json or start a new run"
+            )
+
+    def _extend(self, saved: SavedRun, config: dict[str, Any], at_step: int) -> None:
+        """--resume with other ``steps`` / ``target_accuracy``: check, and record it in config.json.
+
+        The schedule rule: the learning rate of every later step is ``lr_at(step)`` over the new
+        total, the rate a run configured with that many steps from the start has there (the
+        cosine is recomputed, so it steps up when a finished run is extended)."""
+        before = saved.train.to_dict()
+        changed = {k: before[k] for k in EXTENSIBLE if before[k] != config["train"][k]}
+        if not changed:
+            return
+        if self.tc.steps < at_step:
+            raise ValueError(
+                f"--resume: the run in {self.folder} is at step {at_step}; steps={self.tc.steps} would "
+                f"undo training, so it must be >= {at_step}"
+            )
+        record = {"at_step": at_step, **{f"{k}_before": v for k, v in changed.items()},
+                  **{k: config["train"][k] for k in changed}}
+        history = saved.data.get("extended") if isinstance(saved.data.get("extended"), list) else []
+        write_json(self.folder / CONFIG, {**config, "extended": [*history, record]})
+
     def _restore(self, ckpt: Path) -> None:
-        """Weights, AdamW moments, step, RNG state and metrics history from a checkpoint folder."""
+        """Weights, AdamW moments, step, RNG state and metrics history from a checkpoint folder;
+        every file is checked (types, steps, digests) before anything is used."""
         loaded = load_checkpoint(ckpt / MODEL_FILE)
         if loaded.config != self.mc:
             raise ValueError(f"{ckpt}: the checkpoint's model config differs from the run's")
+        if not isinstance(loaded.meta, dict):
+            raise ValueError(f"{ckpt / MODEL_FILE}: its metadata is not an object")
+        if "train" in loaded.meta:  # what the checkpoint was trained with (covered by its digest)
+            try:
+                recorded = train_config_from_dict(loaded.meta["train"]).to_dict()
+            except (ValueError, TypeError) as error:
+                raise ValueError(f"{ckpt / MODEL_FILE}: damaged train settings in its metadata ({error})") \
+                    from None
+            now = self.tc.to_dict()
+            edited = [k for k in now if k not in EXTENSIBLE and recorded[k] != now[k]]
+            if edited:
+                k = edited[0]
+                raise ValueError(
+                    f"{ckpt}: was trained with {k}={recorded[k]!r} but the run now says {k}={now[k]!r} "
+                    f"(config.json edited?); only {' and '.join(EXTENSIBLE)} may change when resuming"
+                )
+        state = read_train_state(ckpt, loaded.meta, self.procs.world_size)
         self.model.load_state_dict(loaded.model.state_dict())
-        load_optimizer_state(ckpt / OPTIMIZER_FILE, self.model, self.optimizer)
-        state = read_json(ckpt / STATE_FILE)
-        self.step, self.done, self.stopped = state["step"], state["done"], state["stopped"]
+        load_optimizer_state(
+            ckpt / OPTIMIZER_FILE, self.model, self.optimizer, loaded.meta.get(OPTIMIZER_DIGEST)
+        )
+        self.step, self.stopped = state["step"], state["stopped"]
         self.seconds_before, self.train_seconds, self.tokens = (
             state["seconds"],
             state["train_seconds"],
             state["tokens"],
         )
         self.loss, self.eval = state["loss"], state["eval"]
-        rng = state["rng"]
-        torch.set_rng_state(decode_rng(rng[self.procs.rank % len(rng)]))
-        self.checkpoint = ckpt
+        # done is decided by this session's settings: an extension (more steps, another target) trains on
+        target = self.tc.target_accuracy
+        reached = self.stopped == "target" and target is not None and self.eval.get("accuracy", 0.0) >= target
+        self.done = reached or self.step >= self.tc.steps
+        self.stopped = "target" if reached else "steps"
+        torch.set_rng_state(decode_rng(state["rng"][self.procs.rank]))
+        self.checkpoint, self.resumed_step = ckpt, self.step
         if self.folder is not None:
             truncate_metrics(self.folder / METRICS, self.step)  # drop what the killed run logged later
             self.history = read_metrics(self.folder)
@@ -400,26 +503,33 @@ class _Run:
         tokens_per_step = c.batch_size * self.train_data.inputs.shape[1]
         self.session_start = time.perf_counter()
         try:
-            with progress_context(show_progress) as bar:
+            # one process only: under DDP every rank would have to stop at the same step
+            with deferred_interrupt(self.procs.world_size == 1) as interrupted, \
+                    progress_context(show_progress) as bar:
                 bar_task = (
                     bar.add_task("train", total=c.steps, completed=self.step, status="") if bar else None
                 )
                 window_tokens, window_seconds = 0, 0.0
                 while not self.done and self.step < c.steps:
                     start = time.perf_counter()
-                    with watch_step(self.model, self.detect_nonfinite, self._stop_nonfinite):
-                        row = self._step(self.step + 1)
-                    spent = time.perf_counter() - start
-                    window_seconds += spent
-                    window_tokens += tokens_per_step
-                    self.train_seconds += spent
-                    self.tokens += tokens_per_step
-                    if row is not None and self.step % c.log_every == 0:
-                        row["tokens_per_s"] = window_tokens / max(window_seconds, 1e-9)
-                        window_tokens, window_seconds = 0, 0.0
-                    self._after_step(row)
+                    try:
+                        with watch_step(self.model, self.detect_nonfinite, self._stop_nonfinite):
+                            row = self._step(self.step + 1)
+                        spent = time.perf_counter() - start
+                        window_seconds += spent
+                        window_tokens += tokens_per_step
+                        self.train_seconds += spent
+                        self.tokens += tokens_per_step
+                        if row is not None and self.step % c.log_every == 0:
+                            row["tokens_per_s"] = window_tokens / max(window_seconds, 1e-9)
+                            window_tokens, window_seconds = 0, 0.0
+                        self._after_step(row)
+                    except KeyboardInterrupt as error:  # a second Ctrl-C: mid-step, nothing consistent
+                        raise self._interrupted(save=False) from error
                     if bar is not None:
                         bar.update(bar_task, completed=self.step, status=self._status())
+                    if interrupted[0] and not self.done:
+                        raise self._interrupted(save=True)
         except TrainingDiverged:
             self._write_report(report)
             raise
@@ -436,6 +546,7 @@ class _Run:
             history=self.history,
             out_dir=Path(self.folder) if self.folder else None,
             checkpoint=self.checkpoint,
+            resumed_step=self.resumed_step,
         )
 
     def _step(self, step: int) -> dict[str, Any] | None:
@@ -512,7 +623,7 @@ class _Run:
     def _log(self, row: dict[str, Any]) -> None:
         self.history.append(row)
         if self.metrics_file is not None:
-            self.metrics_file.write(json.dumps(row) + "\n")
+            self.metrics_file.write(json_line(row))  # strict JSON: NaN/Infinity become null
             self.metrics_file.flush()  # a SIGKILL loses nothing written before a checkpoint
 
     def _save(self) -> None:
@@ -541,11 +652,30 @@ class _Run:
         meta = {"task": self.task.to_dict(), "step": self.step, "eval": self.eval, "train": self.tc.to_dict()}
 
         def write(tmp: Path) -> None:
-            save_checkpoint(tmp / MODEL_FILE, self.model, tokenizer=self.task.tokenizer.to_dict(), meta=meta)
-            save_optimizer_state(tmp / OPTIMIZER_FILE, self.model, self.optimizer)
-            write_json(tmp / STATE_FILE, state)
+            data = state_bytes(state)
+            atomic_write_bytes(tmp / STATE_FILE, data)
+            meta[STATE_DIGEST] = hashlib.sha256(data).hexdigest()
+            meta[OPTIMIZER_DIGEST] = save_optimizer_state(tmp / OPTIMIZER_FILE, self.model, self.optimizer)
+            save_checkpoint(tmp / MODEL_FILE, self.model, tokenizer=self.task.tokenizer.to_dict(),
+                            meta=json_safe(meta))
 
         self.checkpoint = publish_checkpoint(self.folder, self.step, write, self.tc.keep_checkpoints)
+
+    def _interrupted(self, save: bool) -> TrainingInterrupted:
+        """Ctrl-C: checkpoint the finished step (``save``) and say how to continue."""
+        if save and self.folder is not None and self.step > 0 and (
+                self.checkpoint is None or self.checkpoint.name != f"step-{self.step:06d}"):
+            self._save()
+        where = f"training interrupted at step {self.step} of {self.tc.steps}"
+        if self.folder is None:
+            return TrainingInterrupted(f"{where}; nothing saved (no out_dir)", self.step, None, None)
+        if self.checkpoint is None:
+            return TrainingInterrupted(f"{where}; no checkpoint was written yet, so a new run starts over",
+                                       self.step, None, self.folder)
+        kept = "saved" if save else "the last checkpoint is"
+        return TrainingInterrupted(
+            f"{where}; {kept} {self.checkpoint}; continue with: blocklab train --resume --out {self.folder}",
+            self.step, self.checkpoint, self.folder)
 
     def _stop_nonfinite(self, error: NonFiniteError) -> TrainingDiverged:
         """--detect-nonfinite: checkpoint the last good weights (if finite), then stop naming the stage."""

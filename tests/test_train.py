@@ -4,6 +4,7 @@ determinism, callbacks, resume after SIGKILL, torchrun DDP, non-finite stops, lo
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -24,6 +25,7 @@ from blocklab.tasks import TaskData, get_task
 from blocklab.train import (
     TrainConfig,
     TrainingDiverged,
+    TrainingInterrupted,
     batch_indices,
     evaluate,
     lr_at,
@@ -505,3 +507,195 @@ def test_predict_without_a_recorded_task_gives_the_next_token(
         probs = torch.softmax(model(torch.tensor([[1, 3]]))[0, -1], -1)  # <BOS>=1, I=3
     assert out["answer"] == task.tokenizer.vocab[int(probs.argmax())]
     assert out["probability"] == pytest.approx(float(probs.max()), rel=1e-5)
+
+
+# ---- resume: extending a run, edited files, Ctrl-C, a full disk (issue 12, issue 15 item 5) ---------
+
+
+def _cosine(step: int, c: TrainConfig) -> float:
+    """The schedule written out (the oracle for lr_at): linear warmup, then cosine to lr * min_lr_ratio."""
+    if step <= c.warmup:
+        return c.lr * step / c.warmup
+    t = (step - c.warmup - 1) / (c.steps - c.warmup - 1)
+    return c.lr * (c.min_lr_ratio + (1 - c.min_lr_ratio) * (1 + math.cos(math.pi * t)) / 2)
+
+
+EXTEND = TrainConfig(steps=6, batch_size=8, warmup=2, log_every=1, eval_every=1000, checkpoint_every=3,
+                     target_accuracy=None)
+
+
+def test_resume_with_more_steps_extends_a_finished_run_on_the_recomputed_cosine(tmp_path: Path) -> None:
+    config, task = tiny("tiny-lm")
+    first = train(config, EXTEND, task, tmp_path, report=False)
+    before = read_metrics(tmp_path)
+    longer = EXTEND.replace(steps=10)
+    result = train(config, longer, task, tmp_path, resume=True, report=False)
+    assert (first.step, result.step, result.resumed_step) == (6, 10, 6)
+    rows = read_metrics(tmp_path)
+    assert [r["step"] for r in rows] == list(range(1, 11)) and rows[:6] == before
+    for r in rows[6:]:  # steps 7..10 follow the 10-step cosine, recomputed from the resumed step on
+        assert r["lr"] == pytest.approx(_cosine(r["step"], longer), rel=1e-12)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["train"]["steps"] == 10
+    assert saved["extended"] == [{"at_step": 6, "steps_before": 6, "steps": 10}]
+    again = train(config, longer, task, tmp_path, resume=True, report=False)  # finished: nothing to do
+    assert again.step == again.resumed_step == 10 and len(read_metrics(tmp_path)) == 10
+    with pytest.raises(ValueError, match="is at step 10; steps=8 would undo training, so it must be >= 10"):
+        train(config, EXTEND.replace(steps=8), task, tmp_path, resume=True, report=False)
+    with pytest.raises(ValueError, match="configured differently"):
+        train(config, longer.replace(lr=1e-4), task, tmp_path, resume=True, report=False)
+
+
+def test_an_extension_from_a_stopped_run_equals_the_same_extension_of_an_uninterrupted_one(
+    tmp_path: Path,
+) -> None:
+    """Extending is resuming: killed at step 3 of 6 then extended to 10 gives the losses of 6 extended to 10
+    for every step after 3 the two share a learning rate (the schedule is a function of the total)."""
+    config, task = tiny("tiny-lm", dropout=0.1)
+    longer = EXTEND.replace(steps=10)
+    train(config, EXTEND, task, tmp_path / "a", report=False)
+    extended = train(config, longer, task, tmp_path / "a", resume=True, report=False)
+    train(config, EXTEND.replace(steps=3), task, tmp_path / "b", report=False)  # "stopped" at 3
+    early = train(config, longer, task, tmp_path / "b", resume=True, report=False)
+    a, b = read_metrics(tmp_path / "a"), read_metrics(tmp_path / "b")
+    assert losses(a[:4]) == losses(b[:4])  # steps 1-3 identical, and step 4's batch before any update differs
+    fresh = train(config, longer, task)  # a 10-step run from the start: b's steps 4..10 have its schedule
+    assert [r["lr"] for r in b[3:]] == [r["lr"] for r in fresh.history[3:]]
+    assert extended.step == early.step == 10
+
+
+def test_raised_steps_in_config_json_train_on_instead_of_reporting_all_steps_done(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "run"
+    flags = [*TINY_FLAGS, "--task", "tiny-lm", "--steps", "4", "--batch-size", "8", "--eval-every", "2", "-q",
+             "--no-report", "--log-diagnostics", "0", "--out", str(out)]
+    assert main(["train", *flags]) == 0
+    saved = json.loads((out / "config.json").read_text())
+    saved["train"]["steps"] = 8  # the issue's reproduction: raise steps in config.json, then --resume
+    (out / "config.json").write_text(json.dumps(saved))
+    assert main(["train", "--resume", "--out", str(out), "-q", "--no-report", "--log-diagnostics", "0"]) == 0
+    assert "at step 8 of 8" in capsys.readouterr().out
+    assert [r["step"] for r in read_metrics(out) if "eval_accuracy" in r] == [2, 4, 6, 8]
+
+
+def test_a_run_stopped_at_its_target_extends_only_when_the_target_changes(tmp_path: Path) -> None:
+    config, task = tiny("tiny-lm")
+    c = EXTEND.replace(steps=400, lr=1e-2, eval_every=5, checkpoint_every=0, target_accuracy=0.5)
+    first = train(config, c, task, tmp_path, report=False)
+    assert first.stopped == "target" and first.step < 400
+    same = train(config, c.replace(steps=600), task, tmp_path, resume=True, report=False)
+    assert (same.step, same.stopped) == (first.step, "target")  # still at its target: nothing to train
+    on = train(config, c.replace(steps=first.step + 5, target_accuracy=None), task, tmp_path, resume=True,
+               report=False)
+    assert (on.step, on.stopped) == (first.step + 5, "steps")
+
+
+def test_an_edited_state_json_or_config_json_is_refused(tmp_path: Path) -> None:
+    config, task = tiny("tiny-lm")
+    train(config, EXTEND, task, tmp_path, report=False)
+    state_file = tmp_path / "checkpoints" / "step-000006" / "state.json"
+    state = json.loads(state_file.read_text())
+    state_file.write_text(json.dumps({**state, "step": 3}))  # "edited from 80 to 10"
+    with pytest.raises(ValueError, match="state.json: does not match the digest .* records"):
+        train(config, EXTEND, task, tmp_path, resume=True, report=False)
+    state_file.write_text(json.dumps(state, indent=2) + "\n")
+    run_config = json.loads((tmp_path / "config.json").read_text())
+    edited = {**run_config, "train": {**run_config["train"], "lr": 1}}
+    (tmp_path / "config.json").write_text(json.dumps(edited))
+    with pytest.raises(ValueError, match="with lr=0.005 but the run now says lr=1 .config.json edited"):
+        train(config, EXTEND.replace(lr=1), task, tmp_path, resume=True, report=False)
+
+
+def _interrupt_at(step: int, times: int = 1):
+    def callback(ctx: object) -> None:  # Ctrl-C arriving during a step
+        if ctx.step == step:
+            for _ in range(times):
+                os.kill(os.getpid(), signal.SIGINT)
+
+    return callback
+
+
+def test_ctrl_c_checkpoints_the_interrupted_step_and_resume_is_bit_identical(tmp_path: Path) -> None:
+    config, task = tiny("tiny-lm", dropout=0.1)
+    c = EXTEND.replace(steps=9, checkpoint_every=100)
+    with pytest.raises(TrainingInterrupted) as caught:
+        train(config, c, task, tmp_path / "run", callbacks=[_interrupt_at(5)], report=False)
+    error = caught.value
+    assert isinstance(error, KeyboardInterrupt) and error.step == 5
+    assert error.checkpoint == tmp_path / "run" / "checkpoints" / "step-000005"
+    assert str(error) == (f"training interrupted at step 5 of 9; saved {error.checkpoint}; continue with: "
+                          f"blocklab train --resume --out {tmp_path / 'run'}")
+    assert [s for s, _ in checkpoint_dirs(tmp_path / "run")] == [5]
+    resumed = train(config, c, task, tmp_path / "run", resume=True, report=False)
+    plain = train(config, c, task)
+    assert resumed.step == 9 and losses(read_metrics(tmp_path / "run")) == losses(plain.history)
+
+
+def test_a_second_ctrl_c_stops_at_once_naming_the_last_checkpoint(tmp_path: Path) -> None:
+    config, task = tiny("tiny-lm")
+    with pytest.raises(TrainingInterrupted, match=r"at step 4 of 6; the last checkpoint is .*step-000003; "
+                                                  "continue with: blocklab train --resume"):
+        train(config, EXTEND, task, tmp_path, callbacks=[_interrupt_at(5, times=2)], report=False)
+    assert [s for s, _ in checkpoint_dirs(tmp_path)] == [3]  # step 5 was cut short: nothing saved for it
+
+
+def test_ctrl_c_in_a_real_process_prints_the_resume_command(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "blocklab", "train", *TINY_FLAGS, "--steps", "100000", "--batch-size", "8",
+         "--checkpoint-every", "0", "--target-accuracy", "none", "--log-every", "1", "-q", "--no-report",
+         "--log-diagnostics", "0", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.time() + 120
+    while not (out / "metrics.jsonl").exists() or len((out / "metrics.jsonl").read_text().splitlines()) < 3:
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    step = checkpoint_dirs(out)[-1][0]
+    assert proc.returncode == 130 and err.count("\n") == 1, err
+    assert err == (f"blocklab: training interrupted at step {step} of 100000; saved "
+                   f"{out / 'checkpoints' / f'step-{step:06d}'}; continue with: blocklab train --resume "
+                   f"--out {out}\n")
+    assert read_metrics(out)[-1]["step"] == step
+
+
+def test_a_full_disk_during_a_checkpoint_leaves_no_temporary_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    import blocklab.train as train_module
+
+    config, task = tiny("tiny-lm")
+    real = train_module.save_optimizer_state
+
+    def fill_disk(path: Path, model: object, optimizer: object) -> str:
+        if "step-000006" in str(path):
+            real(path, model, optimizer)  # half of the checkpoint is on disk when the disk fills up
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, model, optimizer)
+
+    monkeypatch.setattr(train_module, "save_optimizer_state", fill_disk)
+    with pytest.raises(OSError, match="No space left on device"):
+        train(config, EXTEND, task, tmp_path, report=False)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-000003"]
+    assert load_checkpoint(tmp_path / "checkpoints" / "step-000003" / "model.safetensors").meta["step"] == 3
+
+
+def test_metrics_jsonl_is_strict_json_with_null_for_nonfinite_numbers(tmp_path: Path) -> None:
+    config, task = tiny()
+    c = TrainConfig(steps=9, batch_size=8, log_every=1, checkpoint_every=0, eval_every=100,
+                    target_accuracy=None)
+    with pytest.raises(TrainingDiverged):
+        train(config, c, task, tmp_path, callbacks=[_poison_weight(7)], report=False)
+
+    def refuse(name: str) -> None:
+        raise AssertionError(f"{name} in metrics.jsonl")
+
+    text = (tmp_path / "metrics.jsonl").read_text()
+    lines = [json.loads(line, parse_constant=refuse) for line in text.splitlines()]
+    assert lines[-1]["step"] == 8 and lines[-1]["loss"] is None  # the diverged step: NaN written as null
+    assert math.isnan(read_metrics(tmp_path)[-1]["loss"])  # read back as NaN

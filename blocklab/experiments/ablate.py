@@ -28,15 +28,12 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
+from ..checkpoint import atomic_write_bytes
 from ..config import FIELDS, preset
-from ..runfolder import read_json, write_json
+from ..runfolder import REPORT, RESULT, SUMMARY, claim_folder, new_marker, read_json, write_json, write_marker
 from ..tasks import task_from_dict
 from ..train import TRAIN_FIELDS, TrainConfig
 from .runs import RunSpec, run_many
-
-RESULT = "result.json"
-SUMMARY = "summary.json"
-REPORT = "report.html"
 
 
 def grid_cells(vary: dict[str, list[Any]]) -> list[dict[str, Any]]:
@@ -133,6 +130,29 @@ def ablate(
     """
     out = Path(out)
     cells = plan(task, preset_name, model or {}, train or {}, vary, seeds, out, log_diagnostics, run_reports)
+    lock, marker = claim_folder(out, "ablation")  # a grid of ours, not a training run, not held by another
+    try:
+        if marker is None or marker.legacy:
+            write_marker(out, new_marker("ablation"))
+        return _run_grid(cells, out, task, preset_name, model, train, vary, seeds, jobs, target, on_done)
+    finally:
+        lock.release()
+
+
+def _run_grid(
+    cells: list[tuple[dict[str, Any], list[RunSpec]]],
+    out: Path,
+    task: dict[str, Any],
+    preset_name: str,
+    model: dict[str, Any] | None,
+    train: dict[str, Any] | None,
+    vary: dict[str, list[Any]],
+    seeds: int,
+    jobs: int,
+    target: float,
+    on_done: Callable[[RunSpec, dict[str, Any], bool], None] | None,
+) -> dict[str, Any]:
+    """Run the grid's unfinished runs in ``out`` (claimed and locked by ``ablate``); write its summary."""
     results: dict[str, dict[str, Any]] = {}
     pending = []
     for _, runs in cells:
@@ -163,7 +183,8 @@ def ablate(
         "cells": [summarize(cell, [results[s.key] for s in runs]) for cell, runs in cells],
     }
     write_json(out / SUMMARY, summary)
-    (out / REPORT).write_text(ablate_html(summary, {k: results[k] for k in sorted(results)}, out))
+    page = ablate_html(summary, {k: results[k] for k in sorted(results)}, out)
+    atomic_write_bytes(out / REPORT, page.encode("utf-8"))
     return summary
 
 

@@ -23,6 +23,7 @@ from torch import Tensor
 
 from ..checkpoint import atomic_write_bytes, load_checkpoint, save_checkpoint, state_tensors
 from ..model import Transformer
+from ..runfolder import OWNED, check_output_file, claim_folder, new_marker, write_marker
 from . import hf_bert, hf_gpt2
 from .layout import Family, PretrainedError, from_hf, is_ignored, to_hf
 from .tokenizer import HFTokenizer, load_folder_tokenizer, tokenizer_from_spec
@@ -218,18 +219,30 @@ def save_pretrained(model: Transformer, path: str | Path, tokenizer: HFTokenizer
     hf_config = family.hf_config(model.config, tokenizer)
     hf_tensors = to_hf(state_tensors(model), family.weight_map(model.config))
     tensors = {family.export_key(k): v.cpu() for k, v in hf_tensors.items()}
-    folder = Path(path)
-    folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(folder / "model.safetensors", safetensors_bytes(tensors, metadata={"format": "pt"}))
-    atomic_write_bytes(folder / "config.json", json.dumps(hf_config, indent=2).encode())
+    files = {
+        "model.safetensors": safetensors_bytes(tensors, metadata={"format": "pt"}),
+        "config.json": json.dumps(hf_config, indent=2).encode(),
+    }
     if tokenizer is not None:
-        atomic_write_bytes(folder / "tokenizer.json", tokenizer.json.encode())
-        atomic_write_bytes(folder / "special_tokens_map.json", json.dumps(tokenizer.special_tokens).encode())
+        files["tokenizer.json"] = tokenizer.json.encode()
+        files["special_tokens_map.json"] = json.dumps(tokenizer.special_tokens).encode()
+    folder = Path(path)
+    lock, marker = claim_folder(folder, "export", flag="export folder")  # new, empty or an export of ours
+    try:
+        write_marker(folder, marker if marker is not None and not marker.legacy else new_marker("export"))
+        for name, data in files.items():
+            atomic_write_bytes(folder / name, data)
+        for stale in set(OWNED["export"]) - set(files):  # a previous export's tokenizer, say
+            (folder / stale).unlink(missing_ok=True)
+    finally:
+        lock.release()
     return folder
 
 
 def import_checkpoint(path: str | Path, out: str | Path) -> Pretrained:
-    """Convert a Hugging Face folder (or package) to one blocklab checkpoint file with its tokenizer."""
+    """Convert a Hugging Face folder (or package) to one blocklab checkpoint file with its tokenizer.
+    ``out`` may not be the folder, anything inside it, or inside a blocklab folder (checked first)."""
+    check_output_file(out, inputs=[resolve_model_dir(path)])
     loaded = read_pretrained(path)
     meta = {"source": str(loaded.folder), "hf_model_type": loaded.model_type,
             "weights_file": loaded.weights_file.name, "ignored_keys": loaded.ignored}
