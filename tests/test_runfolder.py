@@ -103,6 +103,21 @@ def test_train_refuses_another_tools_folder_from_python(
     assert snapshot(folder) == before
 
 
+def test_resume_on_a_hugging_face_folder_is_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = foreign_folder(tmp_path)
+    before = snapshot(folder)
+    status, err = cli(["train", "--resume", "--out", str(folder), "-q"], capsys)
+    assert status == 2 and err == (
+        f"blocklab: error: {folder / 'config.json'} is a Hugging Face model's config (model_type='gpt2'), "
+        "not a blocklab run's; --resume continues a run that blocklab train wrote\n")
+    (folder / "config.json").write_text(json.dumps({"train": {}, "task": {"name": "listops"}}))
+    status, err = cli(["train", "--resume", "--out", str(folder), "-q"], capsys)
+    assert status == 2 and "'model' must be an object (the run's model settings); it is missing" in err
+    assert snapshot(folder)["checkpoints/x/w"] == before["checkpoints/x/w"]
+
+
 def test_python_callers_are_protected_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config, task = tiny_model()
     empty = tmp_path / "cwd"
@@ -191,9 +206,10 @@ def test_import_never_writes_over_or_into_its_input(
 
 def _writers(folder: Path, gpt2: Path) -> list[list[str]]:
     train_argv = ["train", "--task", "tiny-lm", *QUICK, "--out", str(folder)]
-    return [  # train --resume reads config.json in the CLI first: see test_train_refuses_... (Python)
+    return [
         train_argv,
         [*train_argv, "--overwrite"],
+        [*train_argv, "--resume"],
         ["ablate", "--task", "tiny-lm", *SMALL, "--steps", "2", "--out", str(folder)],
         ["import", str(gpt2), "--out", str(folder)],
         ["trace", "--preset", "tiny-lm", "--input", "I like", "--json", str(folder), "-q"],

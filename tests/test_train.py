@@ -579,6 +579,26 @@ def test_raised_steps_in_config_json_train_on_instead_of_reporting_all_steps_don
     assert [r["step"] for r in read_metrics(out) if "eval_accuracy" in r] == [2, 4, 6, 8]
 
 
+def test_cli_resume_with_steps_extends_and_says_when_there_is_nothing_to_train(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "run"
+    quiet = ["-q", "--no-report", "--log-diagnostics", "0"]
+    flags = [*TINY_FLAGS, "--task", "tiny-lm", "--steps", "4", "--batch-size", "8", "--eval-every", "2",
+             *quiet]
+    assert main(["train", *flags, "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["train", "--resume", "--out", str(out), *quiet]) == 0
+    printed = capsys.readouterr().out
+    assert "at step 4 of 4 (all steps done before: nothing to train; pass --steps N (N > 4) to" in printed
+    assert main(["train", "--resume", "--steps", "6", "--out", str(out), *quiet]) == 0
+    assert "at step 6 of 6 (all steps done)" in capsys.readouterr().out
+    assert main(["train", "--resume", "--steps", "8", "--lr", "0.1", "--out", str(out), *quiet]) == 2
+    assert "--lr 0.1 (the run has 0.005)" in capsys.readouterr().err
+    assert json.loads((out / "config.json").read_text())["extended"] == [
+        {"at_step": 4, "steps_before": 4, "steps": 6}]
+
+
 def test_a_run_stopped_at_its_target_extends_only_when_the_target_changes(tmp_path: Path) -> None:
     config, task = tiny("tiny-lm")
     c = EXTEND.replace(steps=400, lr=1e-2, eval_every=5, checkpoint_every=0, target_accuracy=0.5)

@@ -13,13 +13,13 @@ from typing import Any
 import torch
 
 from ..checkpoint import Checkpoint, load_checkpoint
-from ..config import FIELDS, PRESETS, ModelConfig, from_dict
+from ..config import FIELDS, PRESETS, ModelConfig
 from ..errors import UsageError
 from ..interop.tokenizer import tokenizer_from_spec
-from ..runfolder import CHECKPOINTS, CONFIG, read_json, resolve_checkpoint, run_files
+from ..runfolder import CHECKPOINTS, CONFIG, read_run_config, resolve_checkpoint, run_files
 from ..tasks import DEFAULT_TASK, Task, task_from_dict
-from ..train import TrainingDiverged, evaluate, train
-from ..trainconfig import TRAIN_FIELDS, TrainConfig, task_train_config, train_config_from_dict
+from ..train import EXTENSIBLE, TrainingDiverged, evaluate, train
+from ..trainconfig import TRAIN_FIELDS, TrainConfig, task_train_config
 from .args import (
     add_checkpoint_flags,
     add_config_flags,
@@ -111,12 +111,15 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfi
     return config_from_args(args, **task.config_overrides()), train_config, task
 
 
-def resumed_configs(args: argparse.Namespace, saved: Path) -> tuple[ModelConfig, TrainConfig, Task]:
-    """The run in config.json; any flag given with --resume must agree with it."""
-    run = read_json(saved)
-    model_config, train_config = from_dict(run["model"]), train_config_from_dict(run["train"])
-    task = task_from_dict(run["task"])
+def resumed_configs(args: argparse.Namespace, folder: Path) -> tuple[ModelConfig, TrainConfig, Task]:
+    """The run in config.json (checked: runfiles.read_run_config); a flag given with --resume must
+    agree with it, but --steps and --target-accuracy (train.EXTENSIBLE), which extend the run."""
+    saved = read_run_config(folder)
+    model_config, train_config = saved.model, saved.train
+    task = task_from_dict(saved.task)
     asked_model, asked_train = set_fields(args, FIELDS), set_fields(args, TRAIN_FIELDS)
+    extension = {k: v for k, v in asked_train.items() if k in EXTENSIBLE}
+    asked_train = {k: v for k, v in asked_train.items() if k not in EXTENSIBLE}
     problem = (
         _first_difference(model_config.to_dict(), model_config.replace(**asked_model).to_dict())
         or _first_difference(train_config.to_dict(), train_config.replace(**asked_train).to_dict())
@@ -130,17 +133,17 @@ def resumed_configs(args: argparse.Namespace, saved: Path) -> tuple[ModelConfig,
     )
     if problem:
         raise UsageError(
-            f"--resume continues the run in {saved.parent} as its config.json says, "
+            f"--resume continues the run in {folder} as its config.json says, "
             f"but {problem}; drop the flag or start a new run with another --out"
         )
-    return model_config, train_config, task
+    return model_config, train_config.replace(**extension), task
 
 
 def train_command(args: argparse.Namespace) -> int:
     """``blocklab train``: build the configs (or read them back with --resume), train, print the outcome."""
     out = Path(args.out) if args.out else Path("runs") / (args.task or DEFAULT_TASK)
     if args.resume and (out / CONFIG).exists():
-        model_config, train_config, task = resumed_configs(args, out / CONFIG)
+        model_config, train_config, task = resumed_configs(args, out)
     else:
         model_config, train_config, task = configs_from_args(args)
     callbacks = []
@@ -183,6 +186,9 @@ def train_command(args: argparse.Namespace) -> int:
         print(json.dumps(summary))
         return 0
     why = "target accuracy reached" if result.stopped == "target" else "all steps done"
+    if result.resumed_step is not None and result.step == result.resumed_step:
+        more = "--target-accuracy none (or higher) and " if result.stopped == "target" else ""
+        why = f"{why} before: nothing to train; pass {more}--steps N (N > {result.step}) to extend it"
     print(
         f"{task.name}: held-out exact match {result.accuracy:.2%} "
         f"(loss {result.eval.get('loss', math.nan):.4f}) "
