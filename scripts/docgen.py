@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import hashlib
 import json
 import os
 import platform
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -100,14 +102,14 @@ def _normalise(text: str) -> str:
     return text.strip("\n")
 
 
-def run(command: str, status: int = 0) -> str:
+def run(command: str, status: int = 0, timeout: float = 1200) -> str:
     """Run one shell command in the scratch folder; its stdout and stderr, merged in the order printed.
     A command already run in this session is not run again (pages share runs/listops and the like)."""
     if (command, status) in _outputs:
         return _outputs[command, status]
     started = time.monotonic()
     proc = subprocess.run(["bash", "-c", command], cwd=work_dir(), env=_env(), stdin=subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1200)
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
     output = _normalise(proc.stdout)
     print(f"docgen: {time.monotonic() - started:5.1f} s  {command.splitlines()[0][:90]}", file=sys.stderr)
     if proc.returncode != status:
@@ -227,7 +229,7 @@ def py_above(status: int = 0, keep: Callable[[str], str] | None = None) -> None:
     """Run the ```python block just above this cog block in a fresh interpreter, in the scratch folder;
     show what it printed (nothing when it printed nothing)."""
     code = fence_above(_cog().inFile, _cog().firstLineNum)
-    script = work_dir() / "snippet.py"
+    script = work_dir() / f"snippet_{hashlib.sha1(code.encode()).hexdigest()[:12]}.py"  # one per snippet
     script.write_text(code)
     output = run(f"python {shlex.quote(script.name)}", status)
     if keep is not None:
@@ -256,13 +258,14 @@ def results_json(name: str) -> dict:
     return json.loads((RESULTS / name).read_text())
 
 
-def render(python: str, source: str) -> None:
-    """Show what a library renderer prints for a committed results file (`source`, under benchmarks/results):
-    the check compares it exactly, since nothing is re-measured."""
+def render(python: str, source: str, markdown: bool = False) -> None:
+    """Show what a library renderer prints for a committed results file (`source`, under benchmarks/results);
+    markdown: the renderer prints Markdown (a table), shown as is. The check compares it exactly, since
+    nothing is re-measured."""
     if not (RESULTS / source).is_file():
         raise RuntimeError(f"benchmarks/results/{source} is missing: run `make results`")
     output = run(f"python -c {shlex.quote(python)}")
-    emit(_fence("text", output), exact=True)
+    emit(output + "\n" if markdown else _fence("text", output), exact=True)
 
 
 # The long runs whose printed output the pages show from a record (benchmarks/results/NAME.txt) instead of
@@ -292,7 +295,7 @@ def recorded(name: str) -> None:
 def record(name: str) -> None:
     """Run a long command and keep what it printed as benchmarks/results/NAME.txt."""
     before = machine()
-    output = run(RECORDED[name])
+    output = run(RECORDED[name], timeout=4 * 3600)
     where = f"Recorded by `make results` on {time.strftime('%Y-%m-%d')}: {before} at the start."
     (RESULTS / f"{name}.txt").write_text(f"$ {RECORDED[name]}\n{output}\n{where}\n")
 
@@ -340,6 +343,11 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, tuple[str, argpar
     return {name: (helps.get(name, ""), p) for name, p in action.choices.items()}
 
 
+def _slug(heading: str) -> str:
+    """The anchor mkdocs (and GitHub) give a heading."""
+    return re.sub(r"[\s-]+", "-", re.sub(r"[^\w\s-]", "", heading.lower())).strip("-")
+
+
 def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
@@ -352,11 +360,11 @@ def _option_rows(parser: argparse.ArgumentParser, group: argparse._ArgumentGroup
             continue
         names = ", ".join(f"`{n}`" for n in action.option_strings) or f"`{action.dest}`"
         if action.choices is not None and not isinstance(action, argparse._SubParsersAction):
-            value = " ".join(f"`{c}`" for c in action.choices)
+            value = " ".join(f"`{c}`" for c in action.choices).replace("|", "\\|")
         elif action.nargs == 0:
             value = ""
         else:
-            value = f"`{formatter._metavar_formatter(action, action.dest.upper())(1)[0]}`"
+            value = f"`{formatter._metavar_formatter(action, action.dest.upper())(1)[0]}`".replace("|", "\\|")
             if action.nargs in ("?", "*"):
                 value = f"[{value}]"
         default = action.default
@@ -386,22 +394,22 @@ def cli_reference() -> None:
         for group in top:
             out += [r for r in _option_rows(parser, group) if "`--help`" not in r and "SubParsers" not in r]
         out.append("")
-    listed: dict[tuple[str, tuple[str, ...]], str] = {}
+    listed: dict[tuple[str, tuple[str, ...]], tuple[str, str]] = {}
     for name, (help_text, sub) in commands.items():
-        out.append(f"## `blocklab {name}` {{#blocklab-{name}}}\n")
+        out.append(f"## `blocklab {name}`\n")
         out.append(_cell(sub.description or help_text) + "\n")
         for group in sub._action_groups:
             rows = [r for r in _option_rows(sub, group) if not r.startswith("| `-h`")]
             if not rows:
                 continue
             title = group.title or "flags"
+            heading = f"`blocklab {name}`: {title}"
             key = (title, tuple(rows))
-            anchor = f"blocklab-{name}-{re.sub(r'[^a-z0-9]+', '-', title.lower()).strip('-')}"
             if key in listed:
                 out.append(f"**{title}**: the same flags as [{listed[key][0]}](#{listed[key][1]}).\n")
                 continue
-            listed[key] = (f"`blocklab {name}`", anchor)
-            out.append(f"**{title}** {{#{anchor}}}\n")
+            listed[key] = (f"`blocklab {name}`", _slug(heading))
+            out.append(f"### {heading}\n")
             out += ["| flag | value | default | meaning |", "|---|---|---|---|", *rows, ""]
     emit("\n".join(out) + "\n", exact=True)
 
@@ -545,7 +553,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=None,
                         help="pages generated in parallel, each group in its own session (default: 2 for "
                              "check; 1 for write, so measured times see no docs job beside them)")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still removes its scratch folder
     os.chdir(ROOT)
     if args.mode == "record":
         for name in args.names or list(RECORDED):
@@ -565,7 +574,9 @@ def main(argv: list[str] | None = None) -> int:
     sys.modules.setdefault("docgen", sys.modules[__name__])  # the pages' `from docgen import *` sees MODE
     from cogapp import Cog
 
-    status = Cog().main(_cog_args(args.mode, pages))
+    status = 0
+    for page in pages:  # one page at a time, so a failing page does not stop the others
+        status = max(status, Cog().main(_cog_args(args.mode, [page])))
     problems = check_commands(pages) + check_python_blocks(pages)
     for problem in problems:
         print(f"docgen: {problem}", file=sys.stderr)
