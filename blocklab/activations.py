@@ -1,4 +1,5 @@
-"""The FFN's nonlinearities (SPEC section 3): ReLU, GELU (exact, tanh, sigmoid), ReLU^2, gated pairs.
+"""The FFN's nonlinearities: ReLU, GELU (exact, tanh, sigmoid), ReLU^2, gated pairs
+(docs/concepts.md#feed-forward-network).
 
 Each activation is a plain function of a tensor. Gated variants (SwiGLU, GEGLU) name the
 function applied to the gate branch ``w1 x``; the FFN multiplies it by the linear branch ``w3 x``.

@@ -1,4 +1,4 @@
-"""Multi-head attention (SPEC section 4), the sublayer the block wraps.
+"""Multi-head attention (docs/concepts.md#multi-head-attention), the sublayer the block wraps.
 
     Q = x Wq^T, K = x Wk^T, V = x Wv^T        split into h heads of d_k = d / h
     head_i = softmax(Q_i K_i^T / sqrt(d_k) + mask) V_i

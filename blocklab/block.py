@@ -1,4 +1,5 @@
-"""The transformer block (SPEC sections 1 and 5): residual wiring around attention and the FFN.
+"""The transformer block: residual wiring around attention and the FFN
+(docs/concepts.md#residual-connection and #the-block).
 
 Post-norm (original, BERT):          Pre-norm (GPT-2):
     y = LN1(x + MHA(x))                  y = x + MHA(LN1(x))

@@ -1,7 +1,7 @@
 """Gradient flow and forward statistics of a Transformer, read through its hook points.
 
-Gradient flow (SPEC section 1). A residual connection computes ``out = combine(x, F(x))``
-(``x + F(x)`` for ``add``). With g = dL/dout its backward splits into two terms:
+Gradient flow (docs/concepts.md#residual-connection). A residual connection computes
+``out = combine(x, F(x))`` (``x + F(x)`` for ``add``). With g = dL/dout its backward splits into two terms:
 
     dL/dx = J_combine,x^T g  +  J_F(x)^T (dL/dF)      identity path + branch path
           = g                +  J_F(x)^T g            for combine = add
@@ -32,7 +32,7 @@ from .norms import layer_norm_stats
 from .resources import check_memory
 from .tasks import Task
 
-# Where each quantity lives, by norm position (the wiring of SPEC section 5).
+# Where each quantity lives, by norm position (the wiring of docs/concepts.md#the-block).
 #   residual connection -> (stage of its input x, stage of its branch output F(x), stage of out)
 _CONNECTIONS: dict[str, dict[str, tuple[str, str, str]]] = {
     "post": {"attn": ("resid_pre", "attn.out", "resid_mid"), "ffn": ("ln1", "ffn.out", "resid_post")},

@@ -1,4 +1,4 @@
-"""The position-wise feed-forward network (SPEC section 3).
+"""The position-wise feed-forward network (docs/concepts.md#feed-forward-network).
 
     FFN(x) = act(x @ W1.T + b1) @ W2.T + b2        W1: (d_ff, d), W2: (d, d_ff)
 

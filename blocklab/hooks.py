@@ -1,6 +1,6 @@
 """Hook points: a stable name on every stage of the block, an activation cache, hook contexts.
 
-A ``HookPoint`` is an identity module placed on each stage named in SPEC section 7
+A ``HookPoint`` is an identity module placed on each stage named in docs/concepts.md#tracer-stages
 (``self.hook_out(self.w2(a))``). Its stage name is its module path without the ``hook_``
 prefix: ``blocks.0.ffn.hook_out`` is the stage ``blocks.0.ffn.out``. With no hook attached it
 returns its input untouched, at the cost of one Python call (``benchmarks/hooks_overhead.py``

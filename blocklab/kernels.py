@@ -27,7 +27,7 @@ What the fused pre-norm block saves per token (d = d_model, H heads, d_ff = 4d):
 The residual stream y = x + c @ Wo.T + bo and LN2(y) are recomputed in backward from x and c,
 which the block keeps anyway: one extra (d x d) matmul per token buys d floats per token.
 
-Backward passes are written out below. The LayerNorm backward is SPEC section 2:
+Backward passes are written out below. The LayerNorm backward is docs/concepts.md#layer-normalization:
 
     dL/dz = rstd * (gh - mean(gh) - z_hat * mean(gh * z_hat)),   gh = g * gamma
     dL/dgamma = sum of g * z_hat,   dL/dbeta = sum of g
@@ -50,13 +50,14 @@ from torch import Tensor
 
 from .activations import GELU_SIGMOID_SCALE, get_activation, is_gated
 
-# ---- LayerNorm kernels: forward returning (out, mean, rstd), and the SPEC backward ----------------
+# ---- LayerNorm kernels: forward returning (out, mean, rstd), and the backward of
+# docs/concepts.md#layer-normalization ------------------------------------------------------------
 
 
 def layer_norm_backward(
     g: Tensor, x: Tensor, mean: Tensor | None, rstd: Tensor, gamma: Tensor | None, k: Tensor | float = 1.0
 ) -> tuple[Tensor, Tensor | None, Tensor]:
-    """SPEC section 2, written out: (dL/dx, dL/dgamma, dL/dbeta) for g = dL/dout.
+    """docs/concepts.md#layer-normalization, written out: (dL/dx, dL/dgamma, dL/dbeta) for g = dL/dout.
 
     ``mean`` is None for RMSNorm, which does not centre (so the mean(gh) term drops).
     ``k`` scales the last term: 1, except eps_outside_sqrt, where z_hat = (x - mu) / (sigma + eps)

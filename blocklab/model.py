@@ -1,4 +1,4 @@
-"""The stack (SPEC section 6): embeddings, positions, N blocks, final norm, LM head, loss.
+"""The stack (docs/concepts.md#the-stack): embeddings, positions, N blocks, final norm, LM head, loss.
 
     x0 = Embed(tokens) + PE                PE: sinusoidal (fixed) or learned
     x_{l+1} = Block_l(x_l)                 l = 0..N-1

@@ -1,4 +1,4 @@
-"""Layer normalization (SPEC section 2): standard, eps-outside-sqrt and RMS variants.
+"""Layer normalization (docs/concepts.md#layer-normalization): standard, eps-outside-sqrt and RMS variants.
 
 For each position's vector z of size d, statistics are over the feature dimension only:
 

@@ -1,4 +1,4 @@
-"""Analytic parameter counts (SPEC section 9), per component, without building the model.
+"""Analytic parameter counts (docs/concepts.md#parameter-counts), per component, without building the model.
 
 Worked examples: LayerNorm d=64 -> 128; FFN d=64, d_ff=256 -> 33,088; attention d=64 -> 16,384
 (without biases; 16,640 with). GPT-2 small with tied embeddings -> 124,439,808.

@@ -109,7 +109,8 @@ def _layer_order(key: str) -> tuple[int, int]:
 
 def gradient_flow_figure(rows: list[dict[str, Any]]) -> Figure | None:
     """From ``--log-diagnostics``: |dL/dx_l| on the residual stream per layer over training, and the
-    identity-path vs branch-path share of the gradient at each residual connection (SPEC 1)."""
+    identity-path vs branch-path share of the gradient at each residual connection
+    (docs/concepts.md#residual-connection)."""
     steps, layers = per_layer(rows, "grad_resid")
     if not steps:
         return None

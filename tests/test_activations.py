@@ -1,4 +1,5 @@
-"""Activations against their formulas (SPEC 3) and the worked approximation errors."""
+"""Activations against their formulas (docs/concepts.md#feed-forward-network) and the worked
+approximation errors."""
 
 import math
 
@@ -43,7 +44,7 @@ def test_gelu_sigmoid_and_relu2_match_formulas() -> None:
 def test_gelu_approximation_errors_match_spec(name, max_err, where) -> None:
     x = torch.linspace(-10, 10, 2_000_001, dtype=torch.float64)
     err = (get_activation(name)(x) - F.gelu(x)).abs()
-    assert float(f"{err.max().item():.3g}") == max_err  # SPEC gives three significant digits
+    assert float(f"{err.max().item():.3g}") == max_err  # docs/concepts.md gives three significant digits
     # the error is even in x (approx(-x) = approx(x) - x, as for the exact GELU): peaks at +-where
     assert abs(x[err.argmax()].abs().item() - where) < 0.005
 

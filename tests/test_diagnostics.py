@@ -30,7 +30,7 @@ def _ln(x, w, b, eps=1e-5):
 
 
 class Hand:
-    """The stack of SPEC sections 1-6 in plain float64 torch ops, keeping every intermediate."""
+    """The stack of docs/concepts.md in plain float64 torch ops, keeping every intermediate."""
 
     def __init__(self, model: bl.Transformer):
         self.c = model.config

@@ -1,7 +1,7 @@
 """Tests for blocklab.hooks: the activation cache against a float64 recomputation written by hand
 from the weights, hooks that replace values (ablations), name filters and errors.
 
-The oracle below re-derives every stage of SPEC sections 1-7 with plain torch ops in float64:
+The oracle below re-derives every stage of docs/concepts.md with plain torch ops in float64:
 it shares no code with blocklab beyond reading the weights by their state-dict keys.
 """
 

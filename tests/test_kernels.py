@@ -1,6 +1,7 @@
-"""The memory-lean functions of blocklab/kernels.py: gradcheck in float64, the SPEC LayerNorm backward
-against ATen's kernel and float64 autograd, fused vs unfused blocks for every activation and norm,
-gradients against nn.TransformerEncoderLayer, hooks, activation checkpointing, saved-tensor counts."""
+"""The memory-lean functions of blocklab/kernels.py: gradcheck in float64, the LayerNorm backward of
+docs/concepts.md#layer-normalization against ATen's kernel and float64 autograd, fused vs unfused blocks
+for every activation and norm, gradients against nn.TransformerEncoderLayer, hooks, activation
+checkpointing, saved-tensor counts."""
 
 import pytest
 import torch
@@ -93,7 +94,7 @@ def test_act_linear_gradcheck(activation) -> None:
     assert gradcheck(lambda w, b, *h: act_linear(h, kernel, w, b), (rand(5, 4), rand(5), *h))
 
 
-# ---- the SPEC LayerNorm backward against independent oracles --------------------------------
+# ---- the LayerNorm backward of docs/concepts.md#layer-normalization against independent oracles ----
 
 
 def test_layer_norm_backward_formula_equals_aten_kernel() -> None:

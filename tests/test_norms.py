@@ -1,4 +1,5 @@
-"""LayerNorm variants against nn.LayerNorm / nn.RMSNorm / the SPEC formulas, values and gradients."""
+"""LayerNorm variants against nn.LayerNorm / nn.RMSNorm / the formulas of docs/concepts.md, values and
+gradients."""
 
 import pytest
 import torch
@@ -64,8 +65,8 @@ def test_worked_example_from_spec() -> None:
 
 
 def test_output_variance_is_var_over_var_plus_eps() -> None:
-    # SPEC: var = 0.01186, eps = 1e-5 gives output variance 0.99916: the effect of eps,
-    # not of dividing by d instead of d-1 (both variances here divide by d).
+    # docs/concepts.md#layer-normalization: var = 0.01186, eps = 1e-5 gives output variance 0.99916,
+    # the effect of eps, not of dividing by d instead of d-1 (both variances here divide by d).
     d = 64
     z = torch.randn(d, dtype=torch.float64)
     z = (z - z.mean()) / z.std(unbiased=False) * 0.01186**0.5 + 3.0

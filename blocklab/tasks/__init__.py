@@ -1,4 +1,4 @@
-"""The built-in toy tasks (SPEC section 8), by name."""
+"""The built-in toy tasks (docs/concepts.md#toy-tasks), by name."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The tracer: walk one input through a model and show every stage's numbers (SPEC section 7).
+"""The tracer: walk one input through a model and show every stage's numbers (docs/concepts.md#tracer-stages).
 
 ``collect_trace`` gathers the numbers, ``render_text`` prints them, ``trace_to_dict`` is the
 JSON (schema: ``schema.json``, ``SCHEMA_PATH``), ``write_html`` the self-contained page.

@@ -1,6 +1,6 @@
 """The numbers of a trace: one input through the model, every stage in forward order.
 
-``collect_trace`` runs the model once with every hook point cached (SPEC section 7) and
+``collect_trace`` runs the model once with every hook point cached (docs/concepts.md#tracer-stages) and
 turns each stage into a ``Stage``: its shape, the vector at each selected position, and
 per-position mean, variance (biased, over the features), std, min, max and L2 norm. Stages
 that are LayerNorms also get the mu, var and denominator the norm used and the normalized

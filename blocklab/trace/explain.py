@@ -16,7 +16,7 @@ from torch import nn
 
 from .record import Stage, Trace
 
-# Which stage is the residual's x, and which its branch F(x), per block layout (SPEC 5).
+# Which stage is the residual's x, and which its branch F(x), per block layout (docs/concepts.md#the-block).
 RESIDUAL_OPERANDS: dict[str, dict[str, tuple[str, str]]] = {
     "post": {"resid_mid": ("resid_pre", "attn.out"), "resid_post": ("ln1", "ffn.out")},
     "pre": {"resid_mid": ("resid_pre", "attn.out"), "resid_post": ("resid_mid", "ffn.out")},

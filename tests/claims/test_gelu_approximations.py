@@ -1,4 +1,4 @@
-"""gelu-approximations' check, and the errors SPEC section 3 states."""
+"""gelu-approximations' check, and the errors docs/concepts.md#feed-forward-network states."""
 
 import pytest
 

@@ -1,4 +1,5 @@
-"""layernorm-moments' checks either side of their tolerances, and the measurement against SPEC."""
+"""layernorm-moments' checks either side of their tolerances, and the measurement against
+docs/concepts.md#layer-normalization."""
 
 import pytest
 
@@ -25,6 +26,7 @@ def test_measured_variance_is_spec_sections_worked_example():
     sizes = {"d_model": 64, "n": 64, "input_vars": [1.0, 0.01186, 1e-5]}
     m = claim.measure(sizes, claim.CLAIM.setups[0], {})
     by_var = {r["input_var"]: r for r in m["rows"]}
-    assert by_var[0.01186]["out_var"] == pytest.approx(0.99916, abs=1e-5)  # SPEC section 2
+    # docs/concepts.md#layer-normalization's example
+    assert by_var[0.01186]["out_var"] == pytest.approx(0.99916, abs=1e-5)
     assert by_var[1e-5]["out_var"] == pytest.approx(0.5, abs=1e-9)  # var = eps halves it
     assert claim.verdict(m).verdict == "partly"

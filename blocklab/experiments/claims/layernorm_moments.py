@@ -1,4 +1,4 @@
-"""layernorm-moments: LayerNorm's output has mean 0 and variance 1 (SPEC section 2).
+"""layernorm-moments: LayerNorm's output has mean 0 and variance 1 (docs/concepts.md#layer-normalization).
 
 Exact: blocklab's LayerNorm in float64 on positions of known variance. The output variance is
 var/(var+eps), not 1: the shortfall is eps's, visible when the input variance nears eps; dividing

@@ -1,4 +1,5 @@
-"""param-counts: the worked parameter counts of SPEC sections 2-4 and 9.
+"""param-counts: the worked parameter counts of docs/concepts.md (layer normalization, feed-forward
+network, multi-head attention, parameter counts).
 
 Exact: parameters of the built modules (GPT-2 built on the meta device) against the analytic
 count (blocklab.params) and the published figure.
@@ -77,8 +78,10 @@ CLAIM = Claim(
     statement="LayerNorm d=64 has 128 parameters, the FFN d=64/d_ff=256 33,088, attention d=64 16,384, "
     "and GPT-2 small (tied embeddings) 124,439,808.",
     source=Source(
-        "blocklab SPEC sections 2-4 and 9; Radford et al. 2019 (GPT-2), the released 'gpt2' checkpoint",
-        "SPEC's worked examples; GPT-2 small as released (the paper's Table 2 rounds it to 117M)",
+        "blocklab docs/concepts.md (layer normalization, feed-forward network, multi-head attention, "
+        "parameter counts); Radford et al. 2019 (GPT-2), the released 'gpt2' checkpoint",
+        "the worked examples of docs/concepts.md; GPT-2 small as released (the paper's Table 2 rounds it "
+        "to 117M)",
         "2d for LayerNorm, 2 d d_ff + d_ff + d for the FFN, 4 d^2 for attention without biases; "
         "GPT-2 small has 124,439,808 parameters with its head tied to the token embedding.",
     ),

@@ -1,4 +1,5 @@
-"""residual-gradient: residual connections keep gradients alive (the +1 term of SPEC section 1).
+"""residual-gradient: residual connections keep gradients alive (the +1 term of
+docs/concepts.md#residual-connection).
 
 At initialization, on a listops batch: |dL/dx_0| / |dL/dx_N| (the residual-stream gradient at the
 first block's input over the gradient entering the stack from above), with residual add and none,
@@ -149,7 +150,7 @@ CLAIM = Claim(
     method="At initialization, on a listops batch: |dL/dx_0| / |dL/dx_N| (residual-stream gradient at the "
     "first block's input over the gradient entering the stack from above), with residual add and none, for "
     "post-norm, pre-norm and norm-free stacks; plus the identity- and branch-path shares at each residual "
-    "connection (SPEC 1).",
+    "connection (docs/concepts.md#residual-connection).",
     setups=(
         XAVIER,
         XAVIER.but(
