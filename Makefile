@@ -49,10 +49,12 @@ docs-check: $(VENV)/.docs-installed
 	$(PY) scripts/docgen.py check
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
-# Re-run the long runs the docs show from their committed results (the full bench, the benchmark scripts, the
-# ablation example); then `make docs`. On a quiet machine, the release numbers: `make results docs`.
+# Re-run the long runs the docs show from their committed results (the full bench, the full claims run, the
+# benchmark scripts, the ablation example; an hour or more); then `make docs`. On a quiet machine, the release
+# numbers: `make results docs`.
 results: $(VENV)/.installed
 	$(VENV)/bin/blocklab bench --json benchmarks/results/bench.json
+	$(VENV)/bin/blocklab claims --json benchmarks/results/claims.json
 	$(PY) scripts/docgen.py record
 
 clean:

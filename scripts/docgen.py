@@ -68,6 +68,13 @@ __all__ = ["MACHINE_DEPENDENT", "api_reference", "cli_reference", "emit", "field
 MODE = os.environ.get("DOCGEN_MODE", "write")  # "write" or "check"; set by main()
 _work: Path | None = None
 _outputs: dict[tuple[str, int], str] = {}
+_running: list[subprocess.Popen] = []  # the command under way, stopped with its group if docgen is stopped
+
+
+def _stop(*_: object) -> None:
+    for proc in _running:
+        os.killpg(proc.pid, signal.SIGKILL)
+    sys.exit(143)
 
 
 # ---- running things --------------------------------------------------------------------------------
@@ -108,9 +115,20 @@ def run(command: str, status: int = 0, timeout: float = 1200) -> str:
     if (command, status) in _outputs:
         return _outputs[command, status]
     started = time.monotonic()
-    proc = subprocess.run(["bash", "-c", command], cwd=work_dir(), env=_env(), stdin=subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
-    output = _normalise(proc.stdout)
+    # Its own process group, so a timeout also stops what the command started (worker processes).
+    proc = subprocess.Popen(["bash", "-c", command], cwd=work_dir(), env=_env(), text=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    _running.append(proc)
+    try:
+        stdout, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise RuntimeError(f"`{command}` took more than {timeout:.0f} s") from None
+    finally:
+        _running.remove(proc)
+    output = _normalise(stdout)
     print(f"docgen: {time.monotonic() - started:5.1f} s  {command.splitlines()[0][:90]}", file=sys.stderr)
     if proc.returncode != status:
         raise RuntimeError(f"`{command}` exited with status {proc.returncode}, the page expects {status}:\n"
@@ -554,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="pages generated in parallel, each group in its own session (default: 2 for "
                              "check; 1 for write, so measured times see no docs job beside them)")
     args = parser.parse_intermixed_args(argv)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still removes its scratch folder
+    signal.signal(signal.SIGTERM, _stop)  # a stopped run stops its command and removes its scratch folder
     os.chdir(ROOT)
     if args.mode == "record":
         for name in args.names or list(RECORDED):
