@@ -1,11 +1,16 @@
 """`blocklab bench`: one transformer block against its peers, measured in one run on this machine.
 
-For blocklab and every installed peer, built with equal shapes (default: d_model 512, 8 heads,
-d_ff 2048, batch 8, seq 256, float32, biases, exact GELU):
+For blocklab's variants and every installed peer (``VARIANTS`` and ``PEERS``, in ``bench_blocks.py``),
+built with equal shapes (default: d_model 512, 8 heads, d_ff 2048, batch 8, seq 256, float32, biases,
+exact GELU):
 
 - step time: one forward + backward, in interleaved rounds (every block once per round, the order
-  rotating), so other load on the machine hits all blocks alike. Ratios are taken within a round;
-  every figure is the median over rounds.
+  rotating so no block always runs first), together with the block's largest matmul, whose rate in
+  each round shows how much the machine's speed moved. Other load hits all blocks of a round alike,
+  so speed is compared within a round: a variant's ratio to a block is the median over rounds of
+  (the block's step time / the variant's), with a percentile bootstrap interval of that median
+  (``measure.Bootstrap``: 95%, 10,000 resamples, seed 0). Each block's best round (other load only
+  ever adds time) is kept as a secondary figure.
 - saved activations: the bytes autograd keeps for backward after one forward, captured with
   ``torch.autograd.graph.saved_tensors_hooks``. Each saved tensor is mapped to its storage and
   every storage counts once, whole (a view keeps all of its storage alive). Storages of parameters
@@ -16,209 +21,78 @@ d_ff 2048, batch 8, seq 256, float32, biases, exact GELU):
   input batch excluded.
 - FLOPs: model FLOPs counted analytically (``block_flops``), the same for every block, against the
   machine's matmul rate, measured in the same rounds on the block's largest matmul.
+- verdict: each variant with a ``Target`` is checked against the fastest peer (the one its median
+  ratio is lowest against): ``met`` when it keeps at most the target's floats per token and the
+  whole speed interval is at or above the target, ``not met`` when it keeps more or the whole
+  interval is below, otherwise undecided (too few rounds, or the interval straddles the target).
+
+``run_bench`` returns the whole report as one JSON-ready dict, laid out as ``bench_schema.json``
+(``format`` "blocklab-bench", ``version`` 2) describes.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
+from importlib import resources
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
+from .bench_blocks import (
+    PEERS,
+    VARIANTS,
+    Candidate,
+    Shape,
+    Target,
+    Variant,
+    block_flops,
+    blocklab_candidate,
+    build_candidates,
+    make_input,
+    matmul_probe,
+    train_step,
+)
 from .block import TransformerBlock
-from .config import ModelConfig
-from .measure import clear_grads, median_ratio, saved_activations, saved_by, step_memory, time_rounds
+from .measure import (
+    NOT_MET,
+    Bootstrap,
+    decide,
+    saved_activations,
+    saved_by,
+    step_memory,
+    time_rounds,
+    within_round_ratios,
+)
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
-
-
-@dataclass(frozen=True)
-class Shape:
-    """One benchmark point: a block's widths and one batch."""
-
-    d_model: int = 512
-    n_heads: int = 8
-    d_ff: int = 2048
-    batch: int = 8
-    seq: int = 256
-    dtype: str = "float32"
-
-    @property
-    def tokens(self) -> int:
-        return self.batch * self.seq
-
-    @property
-    def torch_dtype(self) -> torch.dtype:
-        return DTYPES[self.dtype]
-
-
-@dataclass
-class Candidate:
-    """A block under test: ``run(x)`` maps (B, T, d_model) to (B, T, d_model)."""
-
-    name: str
-    module: nn.Module
-    run: Callable[[Tensor], Tensor]
-    causal: bool = False
-    note: str = ""
-
-
-# ---- the blocks -------------------------------------------------------------------------------
-
-
-def blocklab_candidate(shape: Shape, name: str = "blocklab", **config: Any) -> Candidate:
-    """blocklab's pre-norm exact-GELU block at ``shape`` (ModelConfig fields override)."""
-    c = ModelConfig(**{
-        "d_model": shape.d_model, "n_heads": shape.n_heads, "d_ff": shape.d_ff, "max_seq_len": shape.seq,
-        "activation": "gelu", "norm_position": "pre", **config,
-    })
-    block = TransformerBlock(c)
-    note = "pre-norm" + ("" if c.fused else ", fused=False") + (", causal" if c.causal else "")
-    return Candidate(name, block, block, causal=c.causal, note=note)
-
-
-def _torch_layer(shape: Shape, norm_first: bool) -> Candidate:
-    layer = nn.TransformerEncoderLayer(
-        shape.d_model, shape.n_heads, shape.d_ff, dropout=0.0, activation="gelu",
-        batch_first=True, norm_first=norm_first,
-    )
-    name = "torch-pre" if norm_first else "torch-post"
-    return Candidate(name, layer, layer, note=f"nn.TransformerEncoderLayer(norm_first={norm_first})")
-
-
-def _first(out: Any) -> Tensor:
-    return out[0] if isinstance(out, tuple) else out
-
-
-def _hf_gpt2(shape: Shape) -> Candidate:
-    from transformers import GPT2Config
-    from transformers.models.gpt2.modeling_gpt2 import GPT2Block
-
-    config = GPT2Config(
-        n_embd=shape.d_model, n_head=shape.n_heads, n_inner=shape.d_ff, n_positions=shape.seq,
-        activation_function="gelu", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-        attn_implementation="sdpa",
-    )
-    block = GPT2Block(config, layer_idx=0)
-    return Candidate("hf-gpt2", block, lambda x: _first(block(x)), causal=True,
-                     note="transformers GPT2Block (pre-norm; always causal), sdpa")
-
-
-def _hf_bert(shape: Shape) -> Candidate:
-    from transformers import BertConfig
-    from transformers.models.bert.modeling_bert import BertLayer
-
-    config = BertConfig(
-        hidden_size=shape.d_model, num_attention_heads=shape.n_heads, intermediate_size=shape.d_ff,
-        hidden_act="gelu", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-        attn_implementation="sdpa",
-    )
-    layer = BertLayer(config)
-    note = "transformers BertLayer (post-norm), sdpa"
-    return Candidate("hf-bert", layer, lambda x: _first(layer(x)), note=note)
-
-
-def _x_transformers(shape: Shape) -> Candidate:
-    from x_transformers import Encoder
-
-    encoder = Encoder(
-        dim=shape.d_model, depth=1, heads=shape.n_heads, attn_dim_head=shape.d_model // shape.n_heads,
-        ff_mult=shape.d_ff / shape.d_model, attn_flash=True,
-    )
-    note = "x_transformers.Encoder(depth=1, attn_flash=True): pre-norm, with its final norm"
-    return Candidate("x-transformers", encoder, encoder, note=note)
-
-
-PEERS: dict[str, Callable[[Shape], Candidate]] = {
-    "torch-pre": lambda s: _torch_layer(s, norm_first=True),
-    "torch-post": lambda s: _torch_layer(s, norm_first=False),
-    "hf-gpt2": _hf_gpt2,
-    "hf-bert": _hf_bert,
-    "x-transformers": _x_transformers,
-}
-
-
-def build_candidates(
-    shape: Shape, peers: Sequence[str] = tuple(PEERS), variants: bool = True, seed: int = 0
-) -> tuple[list, dict]:
-    """(blocklab [, its causal and unfused variants], every installed peer), {peer: why skipped}."""
-    torch.manual_seed(seed)
-    candidates = [blocklab_candidate(shape)]
-    if variants:
-        candidates += [
-            blocklab_candidate(shape, "blocklab-causal", causal=True),  # like for like with GPT2Block
-            blocklab_candidate(shape, "blocklab-unfused", fused=False),
-        ]
-    skipped: dict[str, str] = {}
-    for name in peers:
-        try:
-            candidates.append(PEERS[name](shape))
-        except ImportError as error:  # an optional peer library is not installed
-            skipped[name] = f"not installed ({error.name})"
-    for c in candidates:
-        c.module.to(shape.torch_dtype).train()
-    return candidates, skipped
-
-
-# ---- what is counted --------------------------------------------------------------------------
-
-
-def block_flops(shape: Shape, causal: bool = False, gated: bool = False) -> float:
-    """Model FLOPs of one forward + backward step (a multiply-add is 2; backward = 2 x forward).
-
-    Per token, forward: 2 (4 d^2 + 2 d d_ff) for q, k, v, o, W1, W2 (3 d d_ff when gated), and
-    4 T d for QK^T and PV (half of it when causal). Norms, softmax and activations are not counted,
-    nor what a block recomputes: every block is credited the same work.
-    """
-    d, d_ff, T = shape.d_model, shape.d_ff, shape.seq
-    matmuls = 2 * (4 * d * d + (3 if gated else 2) * d * d_ff)
-    attention = 4 * T * d * (0.5 if causal else 1.0)
-    return 3.0 * shape.tokens * (matmuls + attention)
-
-
-def make_input(shape: Shape, seed: int = 1) -> tuple[Tensor, Tensor]:
-    """(x, dL/dout): a seeded (B, T, d_model) batch that requires grad, and an all-ones gradient."""
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(shape.batch, shape.seq, shape.d_model, generator=gen).to(shape.torch_dtype)
-    return x.requires_grad_(), torch.ones_like(x)
-
-
-def train_step(candidate: Candidate, x: Tensor, g: Tensor) -> None:
-    """One forward + backward; the gradients are dropped so each step allocates its own."""
-    candidate.run(x).backward(g)
-    clear_grads(candidate.module, x)
-
-
-def _matmul_probe(shape: Shape) -> tuple[Callable[[], None], float]:
-    """The block's largest matmul, (tokens, d) @ (d, d_ff), and its FLOPs."""
-    a = torch.randn(shape.tokens, shape.d_model, dtype=shape.torch_dtype)
-    b = torch.randn(shape.d_model, shape.d_ff, dtype=shape.torch_dtype)
-    return (lambda: torch.mm(a, b)), 2.0 * shape.tokens * shape.d_model * shape.d_ff
-
+FORMAT, VERSION = "blocklab-bench", 2  # the JSON layout: bench_schema.json
+BOOTSTRAP = Bootstrap()  # 95%, 10,000 resamples, seed 0
 
 # ---- the comparison at one shape ---------------------------------------------------------------
 
 
 def compare(
-    shape: Shape, rounds: int = 5, min_seconds: float = 0.3, peers: Sequence[str] = tuple(PEERS),
-    compile: bool = False, memory: bool = True, variants: bool = True,
+    shape: Shape, rounds: int = 5, min_seconds: float = 0.0, peers: Sequence[str] = tuple(PEERS),
+    compile: bool = False, memory: bool = True, variants: Sequence[Variant] = VARIANTS,
+    bootstrap: Bootstrap = BOOTSTRAP,
 ) -> dict[str, Any]:
-    """Every block at ``shape``: tokens/s, saved bytes, peak, FLOP rate, and blocklab's speedup over
-    each (against blocklab-causal for causal blocks: like for like).
+    """Every block at ``shape``: tokens/s, saved bytes, peak, FLOP rate; each targeted variant's
+    speed ratio to every other block; the raw seconds of every round and the machine's noise.
 
-    Speed is read two ways: from each block's best round (other processes only ever add time, so
-    the best round is the closest to this machine unloaded: ``speedup``, ``tokens_per_s``) and as
-    the median over rounds of the within-round ratio (``speedup_median``, ``tokens_per_s_median``).
+    Tokens/s is given from each block's best round (``tokens_per_s``; other processes only ever
+    add time) and as the median over rounds (``tokens_per_s_median``).
     """
     candidates, skipped = build_candidates(shape, peers, variants)
     x, g = make_input(shape)
-    rows: dict[str, dict[str, Any]] = {c.name: {"note": c.note, "causal": c.causal} for c in candidates}
+    rows: dict[str, dict[str, Any]] = {
+        c.name: {"kind": c.kind, "note": c.note, "causal": c.causal} for c in candidates
+    }
     for c in candidates if memory else ():
         saved, _ = saved_activations(c.module, c.run, x)
         held, peak = step_memory(c.module, c.run, x)
@@ -232,26 +106,93 @@ def compare(
         t0 = time.perf_counter()
         train_step(c, x, g)  # compiles forward and backward
         rows[c.name]["compile_seconds"] = time.perf_counter() - t0
-    matmul, matmul_flops = _matmul_probe(shape)
+    matmul, matmul_flops = matmul_probe(shape)
     steps: dict[str, Callable[[], None]] = {c.name: (lambda c=c: train_step(c, x, g)) for c in candidates}
     steps["matmul"] = matmul
-    times = time_rounds(steps, rounds, min_seconds, warmup=2 if compile else 1)
+    load: list[float] = []
+    times = time_rounds(steps, rounds, min_seconds, warmup=2 if compile else 1,
+                        before_round=lambda: load.append(os.getloadavg()[0]))
     matmul_times = times.pop("matmul")
+    best_rate = matmul_flops / min(matmul_times)  # FLOP/s
     for c in candidates:
-        t, flops = times[c.name], block_flops(shape, c.causal)
-        base = times["blocklab-causal" if c.causal and variants else "blocklab"]
+        t = times[c.name]
         rows[c.name].update(
             step_ms=1e3 * min(t), step_ms_median=1e3 * statistics.median(t),
             tokens_per_s=shape.tokens / min(t),
             tokens_per_s_median=statistics.median(shape.tokens / s for s in t),
-            fraction_of_matmul=flops / min(t) / (matmul_flops / min(matmul_times)),
-            speedup=min(t) / min(base),  # > 1: blocklab is faster than this block
-            speedup_median=median_ratio(t, base),
+            fraction_of_matmul=block_flops(shape, c.causal) / min(t) / best_rate,
         )
     return {
         "shape": asdict(shape), "rounds": rounds, "compiled": compile,
-        "matmul_gflops": matmul_flops / min(matmul_times) / 1e9, "blocks": rows, "skipped": skipped,
+        "matmul_gflops": best_rate / 1e9,
+        "noise": {"load_average_per_round": load,
+                  "matmul_gflops_per_round": [matmul_flops / t / 1e9 for t in matmul_times]},
+        "blocks": rows, "ratios": speed_ratios(candidates, times, variants, bootstrap),
+        "seconds_per_round": {**times, "matmul": matmul_times}, "skipped": skipped,
     }
+
+
+def speed_ratios(
+    candidates: Sequence[Candidate], times: dict[str, list[float]], variants: Sequence[Variant],
+    bootstrap: Bootstrap,
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """{variant: {block: ratio}} for each variant with a target, against every block but its own:
+    the block's step time over the variant's within each round (> 1: the variant is faster),
+    against the variant's causal twin when the block is causal. A ratio has its median over rounds,
+    the bootstrap interval of that median (low, high) and the ratio of best rounds."""
+    ratios: dict[str, dict[str, dict[str, Any]]] = {}
+    for v in (v for v in variants if v.target):
+        own = {c.causal: c.name for c in candidates if c.variant == v.name}
+        ratios[v.name] = {}
+        for c in candidates:
+            if c.variant == v.name or c.kind == "causal twin":
+                continue
+            base = own[c.causal]
+            per_round = within_round_ratios(times[c.name], times[base])
+            low, high = bootstrap.interval(per_round)
+            ratios[v.name][c.name] = {
+                "against": base, "median": statistics.median(per_round), "low": low, "high": high,
+                "best_round": min(times[c.name]) / min(times[base]),
+            }
+    return ratios
+
+
+MIN_ROUNDS_FOR_VERDICT = 10
+TOO_FEW_ROUNDS = "too few rounds to decide"
+
+
+def target_verdict(floats_per_d: float, low: float, high: float, rounds: int, target: Target) -> str:
+    """``met`` / ``not met`` / why undecided, for a variant keeping ``floats_per_d`` whose speed
+    interval against the fastest peer is (low, high) over ``rounds`` rounds.
+
+    The floats are counted exactly: over the limit is ``not met`` whatever the speed. The speed is
+    decided only from at least ``MIN_ROUNDS_FOR_VERDICT`` rounds, and only when the whole interval
+    lies on one side of the target.
+    """
+    if floats_per_d > target.floats_per_d:
+        return NOT_MET
+    if rounds < MIN_ROUNDS_FOR_VERDICT:
+        return TOO_FEW_ROUNDS
+    return decide(low, high, target.speed)
+
+
+def verdicts(compared: dict[str, Any], variants: Sequence[Variant] = VARIANTS) -> list[dict[str, Any]]:
+    """Each variant's target checked on one comparison (with memory measured): what it keeps, and
+    its speed against the fastest peer, the one its median ratio is lowest against."""
+    out = []
+    for v in variants:
+        if v.target is None:
+            continue
+        ratios = compared["ratios"][v.name]
+        peers = {k: r for k, r in ratios.items() if compared["blocks"][k]["kind"] == "peer"}
+        fastest = min(peers, key=lambda k: peers[k]["median"])
+        speed, floats = peers[fastest], compared["blocks"][v.name]["saved_floats_per_token_per_d"]
+        out.append({
+            "variant": v.name, "target": asdict(v.target), "floats_per_d": floats, "fastest_peer": fastest,
+            "speed": speed, "rounds": compared["rounds"],
+            "verdict": target_verdict(floats, speed["low"], speed["high"], compared["rounds"], v.target),
+        })
+    return out
 
 
 def accounting(shape: Shape, **config: Any) -> list[dict[str, Any]]:
@@ -338,51 +279,81 @@ def depth_memory(shape: Shape, depths: Sequence[int]) -> list[dict[str, Any]]:
 
 # ---- the whole run ----------------------------------------------------------------------------
 
-TARGET_FLOATS_PER_D = 10.0  # issue 8: <= 10 d_model saved floats per token ...
-TARGET_SPEED = 0.95  # ... at >= 0.95x the fastest peer's step throughput
+
+@dataclass(frozen=True)
+class Plan:
+    """How much one `blocklab bench` run measures: the comparison's rounds, the sweeps, the depths."""
+
+    name: str
+    rounds: int  # interleaved rounds of the comparison (every block once per round)
+    min_seconds: float  # a block repeats within its round until this much time passed (0: once)
+    seqs: tuple[int, ...]  # sequence lengths of the seq sweep, at sweep_tokens tokens per step
+    sweep_tokens: int
+    widths: tuple[int, ...]  # d_model of the width sweep, at width_batch sequences per step
+    width_batch: int
+    sweep_rounds: int
+    sweep_min_seconds: float
+    depths: tuple[int, ...]  # stacks of depth_shape blocks, plain and checkpointed
+    compile_rounds: int = 3
+    shape: Shape = field(default_factory=Shape)
+    depth_shape: Shape = field(default_factory=lambda: Shape(d_model=256, n_heads=4, d_ff=1024, batch=4,
+                                                             seq=128))
+
+    def __post_init__(self) -> None:
+        for name in ("rounds", "sweep_rounds", "compile_rounds", "sweep_tokens", "width_batch"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"Plan.{name}={getattr(self, name)} must be at least 1")
+        for name in ("min_seconds", "sweep_min_seconds"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"Plan.{name}={getattr(self, name)} must be >= 0")
 
 
-def verdict(compared: dict[str, Any]) -> dict[str, Any]:
-    """The two targets, checked on one comparison: saved floats per token, and blocklab's speed
-    against the peer with the most tokens/s (like for like: causal against blocklab-causal)."""
-    peers = {k: v for k, v in compared["blocks"].items() if not k.startswith("blocklab")}
-    fastest = max(peers, key=lambda k: peers[k]["tokens_per_s"])
-    floats = compared["blocks"]["blocklab"].get("saved_floats_per_token_per_d")
-    speed = peers[fastest]["speedup"]
-    return {
-        "saved_floats_per_token_per_d": floats, "limit": TARGET_FLOATS_PER_D,
-        "fastest_peer": fastest, "speed_vs_fastest_peer": speed, "speed_limit": TARGET_SPEED,
-        "slowest_speedup": min(v["speedup"] for v in peers.values()),
-        "met": floats is not None and floats <= TARGET_FLOATS_PER_D and speed >= TARGET_SPEED,
-    }
+FULL = Plan("full", rounds=30, min_seconds=0.0, seqs=(64, 128, 256, 512, 1024, 2048), sweep_tokens=2048,
+            widths=(64, 128, 256, 512, 1024), width_batch=8, sweep_rounds=3, sweep_min_seconds=0.2,
+            depths=(1, 2, 4, 8))
+QUICK = Plan("quick", rounds=12, min_seconds=0.0, seqs=(64, 256, 1024), sweep_tokens=1024,
+             widths=(64, 256, 1024), width_batch=2, sweep_rounds=2, sweep_min_seconds=0.0, depths=(1, 4))
+
+
+def schema() -> dict[str, Any]:
+    """The JSON schema of a bench report (``bench_schema.json``)."""
+    return json.loads(resources.files(__package__).joinpath("bench_schema.json").read_text())
 
 
 def run_bench(
-    quick: bool = False, compile: bool = False, dtype: str = "float32", plot: str | None = None
+    quick: bool = False, compile: bool = False, dtype: str = "float32", plot: str | None = None,
+    rounds: int | None = None, plan: Plan | None = None, bootstrap: Bootstrap = BOOTSTRAP,
 ) -> dict[str, Any]:
-    """Everything `blocklab bench` reports, as one JSON-ready dict."""
-    base = Shape(dtype=dtype)
+    """Everything `blocklab bench` reports, as one JSON-ready dict (``bench_schema.json``).
+
+    ``plan`` defaults to ``QUICK`` or ``FULL``; ``rounds`` overrides its comparison's rounds.
+    """
+    plan = plan or (QUICK if quick else FULL)
+    plan = replace(plan, rounds=rounds) if rounds is not None else plan
+    base = replace(plan.shape, dtype=dtype)
     report: dict[str, Any] = {
+        "format": FORMAT, "version": VERSION,
         "machine": {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
                     "processor": platform.processor() or platform.machine(),
                     "load_average_at_start": os.getloadavg()[0]},  # other processes competing for the CPUs
-        "quick": quick,
+        "plan": asdict(plan), "quick": plan.name == "quick",
+        "statistics": {"ratio": "median over rounds of the within-round ratio",
+                       "interval": "percentile bootstrap of that median, resampling rounds",
+                       **asdict(bootstrap), "min_rounds_for_verdict": MIN_ROUNDS_FOR_VERDICT},
     }
-    report["compare"] = compare(base, rounds=3 if quick else 9, min_seconds=0.0 if quick else 0.5)
-    report["verdict"] = verdict(report["compare"])
-    report["accounting"] = accounting(base)
+    report["compare"] = compare(base, plan.rounds, plan.min_seconds, bootstrap=bootstrap)
+    report["verdicts"] = verdicts(report["compare"])
+    report["accounting"] = {v.name: accounting(base, **v.config) for v in VARIANTS if v.target}
     if compile:
-        peers = ("torch-pre",) if quick else tuple(PEERS)
-        report["compile"] = compare(base, rounds=3, min_seconds=0.3, compile=True, memory=False, peers=peers,
-                                    variants=not quick)
-    small = Shape(d_model=256, n_heads=4, d_ff=1024, batch=4, seq=128, dtype=dtype)
-    report["depth"] = depth_memory(small, (1, 4) if quick else (1, 2, 4, 8))
-    seqs = (64, 256, 1024) if quick else (64, 128, 256, 512, 1024, 2048)
-    widths = (64, 256, 1024) if quick else (64, 128, 256, 512, 1024)
-    rounds, min_s = (2, 0.0) if quick else (3, 0.2)
-    report["sweep_seq"] = sweep(seq_shapes(base, seqs, 1024 if quick else 2048), rounds, min_s)
-    wide = width_shapes(replace(base, batch=2 if quick else 8), widths)
-    report["sweep_d_model"] = sweep(wide, rounds, min_s)
+        targeted = tuple(v for v in VARIANTS if v.target)
+        report["compile"] = compare(base, plan.compile_rounds, 0.3, compile=True, memory=False,
+                                    peers=("torch-pre",) if quick else tuple(PEERS),
+                                    variants=targeted if quick else VARIANTS, bootstrap=bootstrap)
+    report["depth"] = depth_memory(replace(plan.depth_shape, dtype=dtype), plan.depths)
+    sweep_shapes = seq_shapes(base, plan.seqs, plan.sweep_tokens)
+    report["sweep_seq"] = sweep(sweep_shapes, plan.sweep_rounds, plan.sweep_min_seconds)
+    wide = width_shapes(replace(base, batch=plan.width_batch), plan.widths)
+    report["sweep_d_model"] = sweep(wide, plan.sweep_rounds, plan.sweep_min_seconds)
     report["machine"]["load_average_at_end"] = os.getloadavg()[0]
     if plot:
         from .bench_report import plot_sweeps

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 
@@ -42,58 +43,127 @@ def _mb(n: float) -> str:
     return f"{n / 2**20:.1f}"
 
 
+def _ratio(r: dict[str, Any]) -> str:
+    return f"{r['median']:.3f}x [{r['low']:.3f}-{r['high']:.3f}]"
+
+
+def _shape(s: dict[str, Any]) -> str:
+    return (f"d_model {s['d_model']}, {s['n_heads']} heads, d_ff {s['d_ff']}, batch {s['batch']}, "
+            f"seq {s['seq']}, {s['dtype']}")
+
+
+def _label(name: str, row: dict[str, Any]) -> str:
+    return name + (" (causal)" if row["causal"] and row["kind"] == "peer" else "")
+
+
+def _blocks_table(result: dict[str, Any], how: str) -> Any:
+    """Every block: tokens/s (median and best round), what it keeps, its share of the matmul rate."""
+    from rich.table import Table
+
+    table = Table(title=f"one block, forward + backward, {how}: {_shape(result['shape'])}; "
+                        f"{result['rounds']} interleaved rounds")
+    columns = ["block", "tokens/s", "(best round)", "saved/token", "held MB", "peak MB", "of matmul"]
+    columns += ["compile s"] if result["compiled"] else []
+    for col in columns:
+        table.add_column(col, justify="left" if col == "block" else "right")
+    for name, row in result["blocks"].items():
+        cells = [_label(name, row), f"{row['tokens_per_s_median']:,.0f}",
+                 f"{row['tokens_per_s']:,.0f}"]
+        if "saved_floats_per_token_per_d" in row:
+            cells += [f"{row['saved_floats_per_token_per_d']:.2f} d", _mb(row["held_bytes"]),
+                      _mb(row["peak_bytes"])]
+        else:
+            cells += ["", "", ""]
+        cells += [f"{100 * row['fraction_of_matmul']:.0f}%"]
+        cells += [f"{row['compile_seconds']:.1f}"] if result["compiled"] else []
+        table.add_row(*cells)
+    return table
+
+
+def _ratios_table(result: dict[str, Any], confidence: float) -> Any:
+    """Each targeted variant's speed ratio to every other block: median [interval] and best rounds."""
+    from rich.table import Table
+
+    table = Table(title=f"speed within a round: the block's step time over the variant's (> 1: the "
+                        f"variant is faster); median of {result['rounds']} rounds [{100 * confidence:.0f}% "
+                        f"bootstrap interval] and best rounds; causal blocks against the variant's causal "
+                        "twin")
+    table.add_column("block")
+    for variant in result["ratios"]:
+        table.add_column(f"{variant} is", justify="right")
+        table.add_column("(best round)", justify="right")
+    names = [n for n in result["blocks"] if any(n in r for r in result["ratios"].values())]
+    for name in names:
+        cells = [_label(name, result["blocks"][name])]
+        for ratios in result["ratios"].values():
+            r = ratios.get(name)
+            cells += [_ratio(r), f"{r['best_round']:.3f}x"] if r else ["", ""]
+        table.add_row(*cells)
+    return table
+
+
+def _noise(result: dict[str, Any]) -> str:
+    """The machine's noise during the rounds: load average and matmul rate, lowest to highest."""
+    load, rate = result["noise"]["load_average_per_round"], result["noise"]["matmul_gflops_per_round"]
+    return (f"noise over the rounds: load average {min(load):.1f}-{max(load):.1f}; matmul rate "
+            f"{min(rate):.0f}-{max(rate):.0f} GFLOP/s (median {statistics.median(rate):.0f}, best round "
+            f"{max(rate) / min(rate):.2f}x the worst)")
+
+
+def verdict_line(v: dict[str, Any], confidence: float) -> str:
+    """One target's verdict with its numbers: floats kept, the speed interval, the best-round ratio."""
+    t, speed = v["target"], v["speed"]
+    shown = {"met": "met", "not met": "NOT met"}.get(v["verdict"], v["verdict"])
+    return (f"target {v['variant']}: keeps {v['floats_per_d']:.2f} d floats/token (target <= "
+            f"{t['floats_per_d']:.2f} d); against the fastest peer, {v['fastest_peer']}, "
+            f"{speed['median']:.3f}x (median of {v['rounds']} rounds; {100 * confidence:.0f}% interval "
+            f"{speed['low']:.3f}-{speed['high']:.3f}; target >= {t['speed']:.2f}x; best rounds "
+            f"{speed['best_round']:.3f}x): {shown}")
+
+
 def print_report(report: dict[str, Any]) -> None:
     """The report as terminal tables."""
     from rich.console import Console
     from rich.table import Table
 
     console = Console(width=max(100, Console().width))
+    stats = report["statistics"]
     for key, how in (("compare", "eager"), ("compile", "torch.compile")):
         if key not in report:
             continue
-        result, s = report[key], report[key]["shape"]
-        table = Table(title=f"one block, forward + backward, {how}: d_model {s['d_model']}, "
-                            f"{s['n_heads']} heads, d_ff {s['d_ff']}, batch {s['batch']}, seq {s['seq']}, "
-                            f"{s['dtype']}; best of {result['rounds']} interleaved rounds")
-        columns = ["block", "tokens/s", "blocklab is", "(median)", "saved/token", "held MB", "peak MB",
-                   "of matmul"]
-        columns += ["compile s"] if result["compiled"] else []
-        for col in columns:
-            table.add_column(col, justify="left" if col == "block" else "right")
-        for name, row in result["blocks"].items():
-            cells = [name + (" (causal)" if row["causal"] else ""), f"{row['tokens_per_s']:,.0f}",
-                     f"{row['speedup']:.2f}x", f"{row['speedup_median']:.2f}x"]
-            if "saved_floats_per_token_per_d" in row:
-                cells += [f"{row['saved_floats_per_token_per_d']:.2f} d", _mb(row["held_bytes"]),
-                          _mb(row["peak_bytes"])]
-            else:
-                cells += ["", "", ""]
-            cells += [f"{100 * row['fraction_of_matmul']:.0f}%"]
-            cells += [f"{row['compile_seconds']:.1f}"] if result["compiled"] else []
-            table.add_row(*cells)
-        console.print(table)
+        result = report[key]
+        console.print(_blocks_table(result, how))
         for name, row in result["blocks"].items():
             console.print(f"  {name}: {row['note']}", style="dim")
+        console.print(_ratios_table(result, stats["confidence"]))
+        s = result["shape"]
         skipped = "; ".join(f"{k}: {v}" for k, v in result["skipped"].items())
-        console.print(f"matmul rate {result['matmul_gflops']:.1f} GFLOP/s: ({s['batch'] * s['seq']} x "
-                      f"{s['d_model']}) @ ({s['d_model']} x {s['d_ff']}), in the same rounds"
+        console.print(f"matmul rate {result['matmul_gflops']:.1f} GFLOP/s in its best round: "
+                      f"({s['batch'] * s['seq']} x {s['d_model']}) @ ({s['d_model']} x {s['d_ff']}), in the "
+                      "same rounds"
                       + (f"; skipped {skipped}" if skipped else ""))
-    v = report["verdict"]
-    console.print(
-        f"target: blocklab keeps {v['saved_floats_per_token_per_d']:.2f} d floats/token "
-        f"(limit {v['limit']:.0f} d) at {v['speed_vs_fastest_peer']:.3f}x the fastest peer, "
-        f"{v['fastest_peer']} (limit {v['speed_limit']}x; against every peer >= "
-        f"{v['slowest_speedup']:.3f}x): {'met' if v['met'] else 'NOT met'}"
-    )
-    table = Table(title="what blocklab's block keeps for backward, one row per storage")
-    for col in ("shape", "dtype", "floats/token", "saved by (autograd nodes)"):
-        table.add_column(col, justify="right" if col == "floats/token" else "left")
-    for row in report["accounting"]:
-        table.add_row("x".join(map(str, row["shape"])), row["dtype"], f"{row['floats_per_token']:.0f}",
-                      ", ".join(name.removesuffix("Backward") for name in row["saved_by"]))
-    table.add_row("total", "", f"{sum(r['floats_per_token'] for r in report['accounting']):.0f}", "")
-    console.print(table)
-    table = Table(title="a stack of pre-norm blocks, d_model 256, seq 128, batch 4: MB after forward / peak")
+        console.print(_noise(result))
+    console.print(f"ratios: the median over rounds of the within-round ratio; intervals: percentile "
+                  f"bootstrap of that median ({100 * stats['confidence']:.0f}%, {stats['resamples']:,} "
+                  f"resamples of the rounds, seed {stats['seed']}); a speed verdict needs >= "
+                  f"{stats['min_rounds_for_verdict']} rounds and an interval on one side of the target")
+    if report["quick"]:
+        console.print(f"quick: {report['compare']['rounds']} rounds and fewer sweep points (a full run: "
+                      f"`blocklab bench`)", style="bold")
+    for v in report["verdicts"]:
+        console.print(verdict_line(v, stats["confidence"]))
+    for variant, rows in report["accounting"].items():
+        table = Table(title=f"what {variant} keeps for backward, one row per storage")
+        for col in ("shape", "dtype", "floats/token", "saved by (autograd nodes)"):
+            table.add_column(col, justify="right" if col == "floats/token" else "left")
+        for row in rows:
+            table.add_row("x".join(map(str, row["shape"])), row["dtype"], f"{row['floats_per_token']:.0f}",
+                          ", ".join(name.removesuffix("Backward") for name in row["saved_by"]))
+        table.add_row("total", "", f"{sum(r['floats_per_token'] for r in rows):.0f}", "")
+        console.print(table)
+    depth_shape = report["plan"]["depth_shape"]
+    table = Table(title=f"a stack of pre-norm blocks, d_model {depth_shape['d_model']}, seq "
+                        f"{depth_shape['seq']}, batch {depth_shape['batch']}: MB after forward / peak")
     for col in ("depth", "plain", "checkpoint_blocks"):
         table.add_column(col, justify="right")
     for row in report["depth"]:
@@ -101,7 +171,7 @@ def print_report(report: dict[str, Any]) -> None:
                       f"{_mb(row['checkpointed_held_bytes'])} / {_mb(row['checkpointed_peak_bytes'])}")
     console.print(table)
     for key, label in (("sweep_seq", "seq"), ("sweep_d_model", "d_model")):
-        table = Table(title=f"microseconds per token, forward + backward, against {label}")
+        table = Table(title=f"microseconds per token, forward + backward, best round, against {label}")
         for col in (label, "batch", "blocklab", "torch-pre", "SDPA alone", "attention share of FLOPs"):
             table.add_column(col, justify="right")
         for row in report[key]:

@@ -1,29 +1,59 @@
 """blocklab bench: FLOP counts against torch's FlopCounterMode, saved bytes and depth memory against
-hand counts, the report's structure on a tiny shape, the plot and the CLI. No timed assertions."""
+hand counts, ratios and verdicts against hand computations on made-up times, one whole run on a tiny
+shape (its structure, its schema, its printout), the plot and the CLI. No timed assertions."""
 
 import json
+import statistics
+from pathlib import Path
 
+import jsonschema
 import pytest
 import torch
+from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from blocklab.bench import (
+    FULL,
+    MIN_ROUNDS_FOR_VERDICT,
     PEERS,
+    QUICK,
+    TOO_FEW_ROUNDS,
+    VARIANTS,
+    Bootstrap,
+    Candidate,
+    Plan,
     Shape,
+    Target,
+    Variant,
     accounting,
     block_flops,
     blocklab_candidate,
+    build_candidates,
     compare,
     depth_memory,
+    run_bench,
+    schema,
     seq_shapes,
-    sweep,
-    verdict,
+    speed_ratios,
+    target_verdict,
+    verdicts,
     width_shapes,
 )
-from blocklab.bench_report import plot_sweeps
+from blocklab.bench_report import plot_sweeps, print_report
 from blocklab.cli import main
+from blocklab.measure import MET, NOT_MET, UNDECIDED
 
 TINY = Shape(d_model=16, n_heads=2, d_ff=64, batch=2, seq=8)
+TINY_PLAN = Plan("tiny", rounds=3, min_seconds=0.0, seqs=(4, 8), sweep_tokens=16, widths=(16, 32),
+                 width_batch=2, sweep_rounds=1, sweep_min_seconds=0.0, depths=(1,), shape=TINY,
+                 depth_shape=TINY)
+RESULTS = Path(__file__).parent.parent / "benchmarks" / "results" / "bench.json"
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    """One whole run at the tiny shape, as its JSON reads back."""
+    return json.loads(json.dumps(run_bench(plan=TINY_PLAN)))
 
 
 @pytest.mark.parametrize("activation", ["gelu", "swiglu"])
@@ -48,18 +78,130 @@ def test_accounting_of_the_tiny_block_is_9d_plus_heads() -> None:
     assert {"NormLinearBackward", "ResidualNormLinearBackward", "ActLinearBackward"} <= savers
 
 
-def test_compare_reports_every_block_on_a_tiny_shape() -> None:
-    result = compare(TINY, rounds=1, min_seconds=0.0)
+def test_a_tiny_run_reports_every_block_and_follows_its_schema(report) -> None:
+    jsonschema.validate(report, schema())
+    result = report["compare"]
     blocks = result["blocks"]
     assert set(PEERS) | {"blocklab", "blocklab-causal", "blocklab-unfused"} == set(blocks)
     assert blocks["blocklab"]["saved_floats_per_token_per_d"] == (9 * 16 + 2) / 16
     assert blocks["blocklab-unfused"]["saved_bytes_per_token"] > blocks["blocklab"]["saved_bytes_per_token"]
-    assert blocks["blocklab"]["speedup"] == 1.0 and blocks["blocklab-causal"]["speedup"] == 1.0
     for row in blocks.values():
         assert row["tokens_per_s"] > 0 and row["peak_bytes"] >= row["held_bytes"] > 0
-    v = verdict(result)
-    assert v["fastest_peer"] in PEERS and v["limit"] == 10.0
-    json.dumps(result)  # JSON-ready
+    assert len(result["noise"]["load_average_per_round"]) == TINY_PLAN.rounds
+    rates = result["noise"]["matmul_gflops_per_round"]
+    assert len(rates) == TINY_PLAN.rounds and max(rates) == result["matmul_gflops"]  # the best round's rate
+
+
+def test_every_ratio_is_read_from_the_recorded_rounds(report) -> None:
+    result = report["compare"]
+    seconds = result["seconds_per_round"]
+    ratios = result["ratios"]["blocklab"]
+    assert set(ratios) == set(result["blocks"]) - {"blocklab", "blocklab-causal"}
+    assert ratios["hf-gpt2"]["against"] == "blocklab-causal"  # causal peers like for like
+    for name, r in ratios.items():
+        per_round = [a / b for a, b in zip(seconds[name], seconds[r["against"]], strict=True)]
+        assert r["median"] == statistics.median(per_round)
+        assert r["best_round"] == min(seconds[name]) / min(seconds[r["against"]])
+        assert min(per_round) <= r["low"] <= r["high"] <= max(per_round)
+
+
+def test_the_tiny_run_keeps_more_than_the_target_so_its_verdict_is_not_met(report) -> None:
+    (v,) = report["verdicts"]
+    assert v["variant"] == "blocklab" and v["target"] == {"speed": 1.0, "floats_per_d": 9.05}
+    assert v["floats_per_d"] == 9.125  # 9 d + H at d 16, 2 heads: over 9.05 d whatever the speed
+    assert v["verdict"] == NOT_MET
+    peers = {k: r for k, r in report["compare"]["ratios"]["blocklab"].items() if k in PEERS}
+    assert v["speed"] == min(peers.values(), key=lambda r: r["median"]) == peers[v["fastest_peer"]]
+
+
+def test_the_report_prints_the_verdict_interval_and_noise(report, capsys) -> None:
+    print_report(report)
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps lines
+    v = report["verdicts"][0]
+    speed = v["speed"]
+    assert (f"against the fastest peer, {v['fastest_peer']}, {speed['median']:.3f}x (median of 3 rounds; "
+            f"95% interval {speed['low']:.3f}-{speed['high']:.3f}; target >= 1.00x") in out
+    assert "keeps 9.12 d floats/token (target <= 9.05 d)" in out and out.count("NOT met") == 1
+    assert "percentile bootstrap of that median (95%, 10,000 resamples of the rounds, seed 0)" in out
+    load = report["compare"]["noise"]["load_average_per_round"]
+    assert f"noise over the rounds: load average {min(load):.1f}-{max(load):.1f}; matmul rate" in out
+
+
+def test_the_committed_results_follow_the_schema() -> None:
+    jsonschema.validate(json.loads(RESULTS.read_text()), schema())
+
+
+def _candidate(name: str, variant: str = "", kind: str = "peer", causal: bool = False) -> Candidate:
+    return Candidate(name, nn.Identity(), nn.Identity(), causal=causal, variant=variant, kind=kind)
+
+
+def test_speed_ratios_by_hand() -> None:
+    variant = Variant("v", {}, "", Target(speed=1.0, floats_per_d=9.0))
+    candidates = [_candidate("v", "v", "variant"), _candidate("v-causal", "v", "causal twin", causal=True),
+                  _candidate("p"), _candidate("q", causal=True), _candidate("u", "u", "variant")]
+    times = {"v": [1.0, 2.0, 1.0], "v-causal": [0.5, 0.5, 0.4], "p": [1.1, 2.4, 0.9], "q": [0.5, 0.6, 0.2],
+             "u": [2.0, 2.0, 2.0]}
+    ratios = speed_ratios(candidates, times, [variant, Variant("u", {}, "")], Bootstrap())["v"]
+    assert set(ratios) == {"p", "q", "u"}  # not against itself or its twin
+    assert ratios["p"]["against"] == "v" and ratios["q"]["against"] == "v-causal"
+    assert ratios["p"]["median"] == pytest.approx(1.1)  # 1.1, 1.2, 0.9
+    assert ratios["p"]["best_round"] == pytest.approx(0.9)  # 0.9 / 1.0
+    assert ratios["q"]["median"] == pytest.approx(1.0)  # 1.0, 1.2, 0.5
+    assert ratios["q"]["best_round"] == pytest.approx(0.5)  # 0.2 / 0.4
+    assert ratios["u"]["median"] == 2.0 and (ratios["u"]["low"], ratios["u"]["high"]) == (1.0, 2.0)
+
+
+@pytest.mark.parametrize(("floats", "low", "high", "rounds", "expected"), [
+    (9.02, 1.01, 1.04, 30, MET),
+    (9.02, 0.97, 0.99, 30, NOT_MET),
+    (9.02, 0.99, 1.02, 30, UNDECIDED),  # the interval straddles 1.00x
+    (9.10, 1.01, 1.04, 30, NOT_MET),  # over 9.05 d: not met however fast
+    (9.10, 1.01, 1.04, 3, NOT_MET),  # the floats are exact, whatever the rounds
+    (9.02, 1.01, 1.04, MIN_ROUNDS_FOR_VERDICT - 1, TOO_FEW_ROUNDS),
+    (9.02, 1.01, 1.04, MIN_ROUNDS_FOR_VERDICT, MET),
+])
+def test_target_verdict_by_hand(floats, low, high, rounds, expected) -> None:
+    assert target_verdict(floats, low, high, rounds, Target(speed=1.00, floats_per_d=9.05)) == expected
+
+
+def test_the_fastest_peer_is_the_one_with_the_lowest_median_ratio() -> None:
+    def ratio(median: float, low: float, high: float) -> dict:
+        return {"against": "blocklab", "median": median, "low": low, "high": high, "best_round": median}
+
+    compared = {
+        "rounds": 30,
+        "blocks": {"blocklab": {"kind": "variant", "saved_floats_per_token_per_d": 9.02},
+                   "blocklab-unfused": {"kind": "variant"}, "a": {"kind": "peer"}, "b": {"kind": "peer"}},
+        # the unfused variant is "slower" than any peer, but it is no peer
+        "ratios": {"blocklab": {"blocklab-unfused": ratio(0.90, 0.85, 0.95), "a": ratio(1.03, 1.01, 1.05),
+                                "b": ratio(0.99, 0.98, 1.02)}},
+    }
+    (v,) = verdicts(compared)
+    assert v["fastest_peer"] == "b" and v["verdict"] == UNDECIDED
+    compared["ratios"]["blocklab"]["b"] = ratio(1.02, 1.005, 1.03)
+    (v,) = verdicts(compared)
+    assert v["fastest_peer"] == "b" and v["verdict"] == MET
+
+
+def test_a_variant_is_one_table_entry() -> None:
+    rms = Variant("blocklab-rms", {"norm": "rms"}, "pre-norm, RMSNorm", Target(speed=1.0, floats_per_d=9.05))
+    candidates, _ = build_candidates(TINY, peers=("torch-pre",), variants=(VARIANTS[0], rms))
+    assert [c.name for c in candidates] == ["blocklab", "blocklab-rms", "torch-pre"]  # no causal peer
+    candidates, _ = build_candidates(TINY, peers=("torch-pre", "hf-gpt2"), variants=(VARIANTS[0], rms))
+    assert [c.name for c in candidates] == [
+        "blocklab", "blocklab-rms", "blocklab-causal", "blocklab-rms-causal", "torch-pre", "hf-gpt2",
+    ]
+    result = compare(TINY, rounds=2, peers=("torch-pre",), variants=(VARIANTS[0], rms))
+    assert set(result["ratios"]) == {"blocklab", "blocklab-rms"}
+    assert set(result["ratios"]["blocklab-rms"]) == {"blocklab", "torch-pre"}
+    assert [v["variant"] for v in verdicts(result, (VARIANTS[0], rms))] == ["blocklab", "blocklab-rms"]
+
+
+def test_the_plans_give_enough_rounds_for_a_verdict() -> None:
+    assert FULL.rounds >= 20 and QUICK.rounds >= MIN_ROUNDS_FOR_VERDICT  # issue 17: >= 20 interleaved rounds
+    with pytest.raises(ValueError, match=r"Plan.rounds=0 must be at least 1"):
+        Plan("x", rounds=0, min_seconds=0.0, seqs=(8,), sweep_tokens=8, widths=(16,), width_batch=1,
+             sweep_rounds=1, sweep_min_seconds=0.0, depths=(1,))
 
 
 def test_depth_memory_matches_the_hand_count() -> None:
@@ -71,16 +213,17 @@ def test_depth_memory_matches_the_hand_count() -> None:
         assert row["checkpointed_held_bytes"] == 4 * tokens * n * d  # only the block boundaries
 
 
-def test_sweep_shapes_and_rows(tmp_path) -> None:
+def test_sweep_shapes_and_rows(report, tmp_path) -> None:
     seqs = seq_shapes(TINY, (4, 8, 32), tokens=16)
     assert [(s.seq, s.batch) for s in seqs] == [(4, 4), (8, 2), (32, 1)]
     widths = width_shapes(TINY, (32, 128))
     assert [(s.d_model, s.n_heads, s.d_ff) for s in widths] == [(32, 1, 128), (128, 2, 512)]
-    rows = sweep(seqs[:2], rounds=1, min_seconds=0.0)
+    rows = report["sweep_seq"]  # the tiny plan's seq sweep: seqs[:2]
+    assert [(r["seq"], r["batch"]) for r in rows] == [(4, 4), (8, 2)]
     assert all(r["blocklab_us_per_token"] > 0 and r["attention_us_per_token"] > 0 for r in rows)
     assert rows[0]["attention_flop_share"] == 4 * 4 / (8 * 16 + 4 * 64 + 4 * 4)
     path = tmp_path / "sweep.png"
-    plot_sweeps({"sweep_seq": rows, "sweep_d_model": rows}, str(path))
+    plot_sweeps(report, str(path))
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
