@@ -227,8 +227,13 @@ def test_sweep_shapes_and_rows(report, tmp_path) -> None:
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_cli_bench_rejects_an_unknown_dtype(capsys) -> None:
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--dtype", "float16", "invalid choice"),
+    ("--rounds", "0", "argument --rounds: '0' is not a whole number >= 1"),
+    ("--rounds", "many", "argument --rounds: 'many' is not a whole number >= 1"),
+])
+def test_cli_bench_rejects_a_bad_value(capsys, flag, value, message) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        main(["bench", "--dtype", "float16"])
+        main(["bench", flag, value])
     assert exit_info.value.code == 2
-    assert "invalid choice" in capsys.readouterr().err
+    assert message in capsys.readouterr().err

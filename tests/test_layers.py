@@ -25,7 +25,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("model",),
     ("params", "resources", "nonfinite", "checkpoint", "tasks", "generate", "embed"),  # what uses a model
     ("train", "trainstate", "runfolder", "runfiles", "diagnostics", "trace", "report"),  # workflows
-    ("experiments", "interop", "load", "bench", "bench_report"),  # applications
+    ("experiments", "interop", "load", "bench", "bench_blocks", "bench_report"),  # applications
     ("cli", "__main__", "__init__"),  # the command and the public API re-exports
 ]
 

@@ -39,6 +39,13 @@ def parse_int_or_ratio(text: str) -> int | str:
     return int(text) if text.strip().isdigit() else text
 
 
+def parse_count(text: str) -> int:
+    """A whole number >= 1 (``--rounds``)."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return int(text)
+
+
 def parse_value(text: str) -> Any:
     """A value written on the command line as int, float, None/true/false, or the text itself."""
     for kind in (int, float):

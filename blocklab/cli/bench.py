@@ -6,6 +6,9 @@ import argparse
 import json
 from pathlib import Path
 
+from ..bench import FULL, MIN_ROUNDS_FOR_VERDICT, QUICK
+from .args import parse_count
+
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``bench``."""
@@ -14,7 +17,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="blocklab's block vs PyTorch, transformers and x-transformers blocks: "
         "tokens/s, saved activations, peak memory, FLOP rate, sweeps",
     )
-    p.add_argument("--quick", action="store_true", help="fewer rounds and sweep points (about a minute)")
+    p.add_argument("--quick", action="store_true", help=f"{QUICK.rounds} interleaved rounds instead of "
+                   f"{FULL.rounds}, fewer sweep points (about a minute)")
+    p.add_argument("--rounds", type=parse_count, metavar="N",
+                   help=f"interleaved rounds of the comparison (default {FULL.rounds}, --quick "
+                   f"{QUICK.rounds}; a speed verdict needs {MIN_ROUNDS_FOR_VERDICT})")
     p.add_argument(
         "--compile", action="store_true", help="also torch.compile every block (compile time reported)"
     )
@@ -30,7 +37,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from ..bench_report import print_report
 
     plot = args.plot or (str(Path(args.json).with_suffix(".png")) if args.json else None)
-    report = run_bench(quick=args.quick, compile=args.compile, dtype=args.dtype, plot=plot)
+    report = run_bench(
+        quick=args.quick, compile=args.compile, dtype=args.dtype, plot=plot, rounds=args.rounds
+    )
     print_report(report)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
