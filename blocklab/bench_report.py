@@ -84,10 +84,8 @@ def _ratios_table(result: dict[str, Any], confidence: float) -> Any:
     """Each targeted variant's speed ratio to every other block: median [interval] and best rounds."""
     from rich.table import Table
 
-    table = Table(title=f"speed within a round: the block's step time over the variant's (> 1: the "
-                        f"variant is faster); median of {result['rounds']} rounds [{100 * confidence:.0f}% "
-                        f"bootstrap interval] and best rounds; causal blocks against the variant's causal "
-                        "twin")
+    title = f"speed ratio: median of {result['rounds']} rounds [{100 * confidence:.0f}% interval]"
+    table = Table(title=title)
     table.add_column("block")
     for variant in result["ratios"]:
         table.add_column(f"{variant} is", justify="right")
@@ -136,6 +134,8 @@ def print_report(report: dict[str, Any]) -> None:
         for name, row in result["blocks"].items():
             console.print(f"  {name}: {row['note']}", style="dim")
         console.print(_ratios_table(result, stats["confidence"]))
+        console.print("  a ratio: the block's step time over the variant's in the same round (> 1: the "
+                      "variant is faster); causal blocks against the variant's causal twin", style="dim")
         s = result["shape"]
         skipped = "; ".join(f"{k}: {v}" for k, v in result["skipped"].items())
         console.print(f"matmul rate {result['matmul_gflops']:.1f} GFLOP/s in its best round: "

@@ -18,7 +18,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "tokens/s, saved activations, peak memory, FLOP rate, sweeps",
     )
     p.add_argument("--quick", action="store_true", help=f"{QUICK.rounds} interleaved rounds instead of "
-                   f"{FULL.rounds}, fewer sweep points (about a minute)")
+                   f"{FULL.rounds}, fewer sweep points")
     p.add_argument("--rounds", type=parse_count, metavar="N",
                    help=f"interleaved rounds of the comparison (default {FULL.rounds}, --quick "
                    f"{QUICK.rounds}; a speed verdict needs {MIN_ROUNDS_FOR_VERDICT})")
