@@ -89,10 +89,11 @@ class Candidate:
 
 
 def blocklab_candidate(shape: Shape, name: str = "blocklab", **config: Any) -> Candidate:
-    """blocklab's pre-norm exact-GELU block at ``shape`` (ModelConfig fields override)."""
+    """blocklab's pre-norm exact-GELU block at ``shape``, on the lean (fused) path at every width
+    (ModelConfig fields override: ``fused=False`` for the module path)."""
     c = ModelConfig(**{
         "d_model": shape.d_model, "n_heads": shape.n_heads, "d_ff": shape.d_ff, "max_seq_len": shape.seq,
-        "activation": "gelu", "norm_position": "pre", **config,
+        "activation": "gelu", "norm_position": "pre", "fused": True, **config,
     })
     block = TransformerBlock(c)
     note = "pre-norm" + ("" if c.fused else ", fused=False") + (", causal" if c.causal else "")
