@@ -221,12 +221,20 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> Checkpoint:
         raise _fail(path, f"checkpoint version {metadata.get('version')!r} is not supported "
                           f"(expected {VERSION})")
     try:
-        config = from_dict(json.loads(metadata["config"]))
+        config_dict = json.loads(metadata["config"])
         tokenizer = json.loads(metadata.get("tokenizer", "null"))
         meta = json.loads(metadata.get("meta", "{}"))
-    except (KeyError, json.JSONDecodeError, TypeError) as error:
-        raise _fail(path, f"damaged metadata ({error})") from None
-    except ValueError as error:
+    except (KeyError, ValueError, RecursionError) as error:
+        raise _fail(path, f"damaged metadata ({type(error).__name__}: {error})") from None
+    objects = (("config", config_dict, (dict,)), ("tokenizer", tokenizer, (dict, type(None))),
+               ("meta", meta, (dict,)))
+    for name, value, allowed in objects:
+        if not isinstance(value, allowed):
+            what = "an object" + (" or null" if type(None) in allowed else "")
+            raise _fail(path, f"its {name} metadata must be {what}, found {type(value).__name__}")
+    try:
+        config = from_dict(config_dict)
+    except (ValueError, TypeError) as error:
         raise _fail(path, f"invalid config: {error}") from None
     # a header can claim any config: refuse one that cannot fit before building it
     check_memory(config, 1, training=False, what=f"loading {path}", force_flag=False)

@@ -52,6 +52,8 @@ class TrainConfig:
 
 
 TRAIN_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(TrainConfig))
+FLOAT32_MAX = 3.4028234663852886e38
+MAX_THREADS = 1024
 
 
 def _violations(c: TrainConfig) -> list[str]:
@@ -61,6 +63,10 @@ def _violations(c: TrainConfig) -> list[str]:
     def is_num(v: object) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
+    # AdamW's first update scales a unit step by lr / (1 - beta1) (its bias correction), as a float32
+    # scalar: beyond float32's largest number torch fails instead of diverging
+    beta1 = c.beta1 if is_num(c.beta1) and 0 <= c.beta1 < 1 else 0.0
+    first_step = c.lr / (1 - beta1**1) if is_num(c.lr) else 0.0
     rules = [
         *[
             (name, is_int(getattr(c, name)) and getattr(c, name) >= 1, "an integer >= 1")
@@ -78,6 +84,12 @@ def _violations(c: TrainConfig) -> list[str]:
             for name in ("warmup", "checkpoint_every", "seed", "threads")
         ],
         ("lr", is_num(c.lr) and c.lr > 0, "a number > 0"),
+        ("lr", first_step <= FLOAT32_MAX, f"<= {FLOAT32_MAX * (1 - beta1):.6g} (float32's largest number x "
+         "(1 - beta1): AdamW's first step is lr / (1 - beta1), a float32 scalar)"),
+        ("threads", not is_int(c.threads) or c.threads <= MAX_THREADS,
+         f"at most {MAX_THREADS} (more threads than cores only slows training; the OpenMP runtime aborts "
+         "when it cannot start them)"),
+        ("seed", not is_int(c.seed) or c.seed < 2**64, "below 2**64 (torch seeds take 64 bits)"),
         ("min_lr_ratio", is_num(c.min_lr_ratio) and 0 <= c.min_lr_ratio <= 1, "a number in [0, 1]"),
         ("weight_decay", is_num(c.weight_decay) and c.weight_decay >= 0, "a number >= 0"),
         ("beta1", is_num(c.beta1) and 0 <= c.beta1 < 1, "a number in [0, 1)"),

@@ -222,3 +222,25 @@ def test_flipped_bit_in_optimizer_state_is_caught(tmp_path: Path) -> None:
     path.write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match=f"{re.escape(str(path))}: is corrupt: .* sha256"):
         load_optimizer_state(path, model, make_optimizer(model, TrainConfig()))
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "fragment"),
+    [
+        ("tokenizer", "[1, 2]", "its tokenizer metadata must be an object or null, found list"),
+        ("tokenizer", '"vocab"', "its tokenizer metadata must be an object or null, found str"),
+        ("meta", "3", "its meta metadata must be an object, found int"),
+        ("config", '["d_model"]', "its config metadata must be an object, found list"),
+        ("config", '{"d_model": "64"}', "invalid config: ModelConfig.d_model='64' must be an integer >= 1"),
+        ("meta", "[" * 100000, "damaged metadata (RecursionError"),
+    ],
+)
+def test_metadata_of_the_wrong_shape_is_refused_in_one_line(
+    good: Path, key: str, value: str, fragment: str
+) -> None:
+    from safetensors import safe_open
+
+    with safe_open(str(good), "pt") as f:
+        metadata, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - not a dict
+    save_file(tensors, good, {**metadata, key: value})
+    _refused(good, fragment)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -411,3 +412,90 @@ def test_hf_tokenizer_spec_round_trips_through_tokenizer_from_spec(minilm):
     assert again.encode(SENTENCES[1]) == tokenizer.encode(SENTENCES[1])
     with pytest.raises(ValueError, match="unknown tokenizer kind 'sentencepiece'"):
         tokenizer_from_spec({"kind": "sentencepiece"})
+
+
+# ---- config.json and index validation, and the memory guard before anything is built (issue 12) -------
+
+
+def _edit_config(folder: Path, **changes) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **changes}))
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"model_type": ["gpt2"]}, r"model_type=\['gpt2'\] is not supported; blocklab reads bert, gpt2"),
+        ({"tie_word_embeddings": "false"}, "tie_word_embeddings='false' must be true or false"),
+        ({"n_embd": "32"}, "n_embd='32' must be an integer"),
+        ({"n_layer": 2.0}, "n_layer=2.0 must be an integer"),
+        ({"layer_norm_epsilon": "1e-5"}, "layer_norm_epsilon='1e-5' must be a finite number"),
+        ({"n_inner": [64]}, r"n_inner=\[64\] must be an integer"),
+        ({"activation_function": 3}, "activation_function=3 must be a string"),
+        ({"n_embd": -32}, "ModelConfig.d_model=-32 must be an integer >= 1"),
+    ],
+)
+def test_config_json_values_of_the_wrong_type_are_refused_naming_the_field(broken, changes, message):
+    _edit_config(broken, **changes)
+    with pytest.raises(PretrainedError, match=message) as error:
+        load_pretrained(broken)
+    assert str(error.value).startswith(str(broken / "config.json")) and "\n" not in str(error.value)
+
+
+def test_tie_word_embeddings_false_is_read_as_false(tmp_path):
+    hf = make_gpt2(tmp_path, tie=False)
+    assert json.loads((tmp_path / "config.json").read_text())["tie_word_embeddings"] is False
+    model, _ = load_pretrained(tmp_path)
+    assert model.config.tie_embeddings is False
+    tokens = torch.randint(0, 97, (2, 10))
+    with torch.no_grad():
+        assert (model(tokens) - hf(tokens).logits).abs().max().item() < 1e-5
+
+
+def _sharded(folder: Path, shard: str) -> None:
+    """Replace the weights by an index that names ``shard`` for every tensor."""
+    keys = list(load_file(str(folder / "model.safetensors")))
+    (folder / "model.safetensors").unlink()
+    index = {"metadata": {}, "weight_map": dict.fromkeys(keys, shard)}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+
+
+@pytest.mark.parametrize("shard", ["../model.safetensors", "/etc/passwd", "a/../../x.safetensors", ""])
+def test_a_shard_index_naming_files_outside_its_folder_is_refused(broken, shard, tmp_path):
+    (tmp_path / "model.safetensors").write_bytes((broken / "model.safetensors").read_bytes())  # bait outside
+    _sharded(broken, shard)
+    with pytest.raises(PretrainedError, match=f"shard {re.escape(repr(shard))} is outside the model folder"):
+        load_pretrained(broken)
+
+
+def test_a_shard_index_inside_the_folder_loads(broken, gpt2):
+    shutil.copy(broken / "model.safetensors", broken / "model-00001-of-00001.safetensors")
+    _sharded(broken, "model-00001-of-00001.safetensors")
+    model, _ = load_pretrained(broken)
+    tokens = torch.randint(0, 97, (2, 10))
+    with torch.no_grad():
+        assert (model(tokens) - gpt2[0](tokens).logits).abs().max().item() < 1e-5
+    (broken / "model.safetensors.index.json").write_text(json.dumps({"weight_map": ["x"]}))
+    with pytest.raises(PretrainedError, match="weight_map must map tensor names to shard file names"):
+        load_pretrained(broken)
+
+
+def test_a_51b_parameter_config_is_refused_by_the_memory_guard_before_anything_is_built(
+    broken, tmp_path, monkeypatch, capsys
+):
+    from blocklab.resources import InsufficientMemoryError
+
+    monkeypatch.setattr("blocklab.resources.available_memory", lambda: (6 * 1024**3, "a 6 GB test limit"))
+    _edit_config(broken, n_embd=8192, n_layer=64, n_head=64, vocab_size=50257, n_positions=2048)
+    built = []
+    monkeypatch.setattr("blocklab.interop.pretrained.read_weights", lambda folder: built.append(folder))
+    with pytest.raises(InsufficientMemoryError, match=f"not enough memory: loading {re.escape(str(broken))} "
+                                                      r"\(inference.* needs about 19[0-9]\.[0-9] GB"):
+        load_pretrained(broken)
+    for argv in (["import", str(broken), "--out", str(tmp_path / "x.safetensors")],
+                 ["embed", "--checkpoint", str(broken), "--input", "hi"],
+                 ["generate", "--checkpoint", str(broken), "--input", "hi", "--ids"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("blocklab: error: not enough memory: loading") and err.count("\n") == 1, err
+    assert built == [] and not (tmp_path / "x.safetensors").exists()

@@ -719,3 +719,18 @@ def test_metrics_jsonl_is_strict_json_with_null_for_nonfinite_numbers(tmp_path: 
     lines = [json.loads(line, parse_constant=refuse) for line in text.splitlines()]
     assert lines[-1]["step"] == 8 and lines[-1]["loss"] is None  # the diverged step: NaN written as null
     assert math.isnan(read_metrics(tmp_path)[-1]["loss"])  # read back as NaN
+
+
+def test_train_config_refuses_values_that_crash_later_and_the_largest_allowed_lr_diverges_cleanly() -> None:
+    with pytest.raises(ValueError, match=r"TrainConfig.lr=1e\+38 must be <= 3.40282e\+37 \(float32's larg"):
+        TrainConfig(lr=1e38)
+    with pytest.raises(ValueError, match=r"TrainConfig.lr=1e\+36 must be <= 3.40282e\+35"):
+        TrainConfig(lr=1e36, beta1=0.999)  # the bound is float32's max times (1 - beta1)
+    with pytest.raises(ValueError, match="TrainConfig.threads=100000 must be at most 1024"):
+        TrainConfig(threads=100000)
+    with pytest.raises(ValueError, match=r"TrainConfig.seed=18446744073709551616 must be below 2\*\*64"):
+        TrainConfig(seed=2**64)
+    config, task = tiny("tiny-lm")
+    largest = 3.4028234663852886e38 * (1 - 0.9)  # the boundary itself is allowed: training diverges, no crash
+    with pytest.raises(TrainingDiverged, match="step 2: the training loss is nan"):
+        train(config, TrainConfig(steps=3, batch_size=8, lr=largest, warmup=0, target_accuracy=None), task)

@@ -52,9 +52,9 @@ def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
     d_model = get("n_embd")
     return ModelConfig(
         vocab_size=get("vocab_size"), max_seq_len=get("n_positions"), d_model=d_model, n_heads=get("n_head"),
-        n_layers=get("n_layer"), d_ff=hf.get("n_inner") or 4 * d_model, activation=ACTIVATIONS[act],
+        n_layers=get("n_layer"), d_ff=get("n_inner") or 4 * d_model, activation=ACTIVATIONS[act],
         eps=float(get("layer_norm_epsilon")), dropout=float(get("resid_pdrop")),
-        tie_embeddings=bool(get("tie_word_embeddings")), **LAYOUT,
+        tie_embeddings=get("tie_word_embeddings"), **LAYOUT,
     )
 
 

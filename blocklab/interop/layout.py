@@ -8,7 +8,9 @@ transpose of ``nn.Linear``'s ``(out, in)``). Import splits and transposes back.
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -80,9 +82,29 @@ def is_ignored(key: str, patterns: tuple[str, ...]) -> bool:
     return any(re.fullmatch(p, key) for p in patterns)
 
 
+def _type_rule(default: Any) -> tuple[Callable[[Any], bool], str] | None:
+    """How a config.json value must look, judged by the type of ``transformers``' default for it."""
+    if isinstance(default, bool):
+        return (lambda v: isinstance(v, bool)), "true or false"
+    if isinstance(default, int) or default is None:  # None: an optional size (GPT-2's n_inner)
+        return (lambda v: isinstance(v, int) and not isinstance(v, bool)), "an integer"
+    if isinstance(default, float):
+        return (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)), \
+            "a finite number"
+    if isinstance(default, str):
+        return (lambda v: isinstance(v, str)), "a string"
+    return None
+
+
 def hf_value(hf: dict[str, Any], defaults: dict[str, Any], name: str) -> Any:
-    """A config.json field, or the ``transformers`` default when config.json leaves it out."""
-    return hf[name] if name in hf and hf[name] is not None else defaults[name]
+    """A config.json field, or the ``transformers`` default when config.json leaves it out; a value of
+    the wrong type (``"false"`` for a boolean, ``"768"`` for a size) is refused naming the field."""
+    if name not in hf or hf[name] is None:
+        return defaults[name]
+    value, rule = hf[name], _type_rule(defaults[name])
+    if rule is not None and not rule[0](value):
+        raise PretrainedError(f"config.json {name}={value!r} must be {rule[1]}")
+    return value
 
 
 def require(hf: dict[str, Any], defaults: dict[str, Any], name: str, allowed: tuple[Any, ...]) -> Any:

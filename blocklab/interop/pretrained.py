@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import torch
@@ -23,6 +23,7 @@ from torch import Tensor
 
 from ..checkpoint import atomic_write_bytes, load_checkpoint, save_checkpoint, state_tensors
 from ..model import Transformer
+from ..resources import check_memory
 from ..runfolder import OWNED, check_output_file, claim_folder, new_marker, write_marker
 from . import hf_bert, hf_gpt2
 from .layout import Family, PretrainedError, from_hf, is_ignored, to_hf
@@ -86,8 +87,8 @@ def read_config(folder: Path) -> dict[str, Any]:
         raise PretrainedError(f"{folder}: no config.json (a Hugging Face model folder has one)")
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise PretrainedError(f"{path}: not valid JSON ({error})") from None
+    except (ValueError, RecursionError) as error:  # JSONDecodeError, UnicodeDecodeError, too deep
+        raise PretrainedError(f"{path}: not valid JSON ({type(error).__name__}: {error})") from None
     if not isinstance(config, dict):
         raise PretrainedError(f"{path}: expected a JSON object")
     return config
@@ -113,6 +114,25 @@ def _read_torch_bin(path: Path) -> dict[str, Tensor]:
     return state
 
 
+def shard_names(index: Path) -> list[str]:
+    """The shard files a ``model.safetensors.index.json`` names, each a plain name inside its folder
+    (an absolute path or a ``..`` would read a file outside it, so it is refused)."""
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+    except (ValueError, KeyError, TypeError, RecursionError) as error:
+        raise PretrainedError(f"{index}: not a valid safetensors index ({type(error).__name__}: {error})") \
+            from None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise PretrainedError(f"{index}: weight_map must map tensor names to shard file names")
+    shards = sorted(set(weight_map.values()))
+    for shard in shards:
+        parts = PurePosixPath(shard).parts
+        if not shard or PurePosixPath(shard).is_absolute() or ".." in parts or "\\" in shard:
+            raise PretrainedError(f"{index}: shard {shard!r} is outside the model folder; an index names "
+                                  "files beside it")
+    return shards
+
+
 def read_weights(folder: Path) -> tuple[dict[str, Tensor], Path]:
     """All tensors of a folder's weights, and the file they came from."""
     single, index, legacy = folder / "model.safetensors", folder / "model.safetensors.index.json", \
@@ -120,12 +140,8 @@ def read_weights(folder: Path) -> tuple[dict[str, Tensor], Path]:
     if single.is_file():
         return _read_safetensors(single), single
     if index.is_file():
-        try:
-            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-        except (json.JSONDecodeError, KeyError, AttributeError, TypeError) as error:
-            raise PretrainedError(f"{index}: not a valid safetensors index ({error})") from None
         tensors: dict[str, Tensor] = {}
-        for shard in shards:
+        for shard in shard_names(index):
             tensors.update(_read_safetensors(folder / shard))
         return tensors, index
     if legacy.is_file():
@@ -174,7 +190,7 @@ def _normalized(tensors: dict[str, Tensor], family: Family, source: Path) -> dic
 def family_of(hf_config: dict[str, Any], source: Path) -> Family:
     """The layout a config.json's ``model_type`` names."""
     model_type = hf_config.get("model_type")
-    if model_type not in FAMILIES:
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
         raise PretrainedError(f"{source}: model_type={model_type!r} is not supported; "
                               f"blocklab reads {', '.join(FAMILIES)}")
     return FAMILIES[model_type]
@@ -190,6 +206,8 @@ def read_pretrained(path: str | Path) -> Pretrained:
     except ValueError as error:
         problem = str(error).removeprefix("config.json ")
         raise PretrainedError(f"{folder / 'config.json'}: {problem}") from None
+    # config.json can describe any size: refuse what cannot fit before reading or building anything
+    check_memory(config, 1, training=False, what=f"loading {folder}", force_flag=False)
     tensors, source = read_weights(folder)
     found = _normalized(tensors, family, source)
     model = Transformer(config)
