@@ -166,3 +166,14 @@ def check_memory(
                                                                   if force_flag else "")
         )
     return estimate
+
+
+def check_data_memory(needed: int, what: str, hint: str) -> None:
+    """InsufficientMemoryError when ``needed`` bytes of task data (an estimate, before anything is
+    generated or read) exceed the available memory; the message names ``what`` and the ``hint``."""
+    available = available_memory()
+    if available is not None and needed > available[0]:
+        raise InsufficientMemoryError(
+            f"not enough memory: {what} needs about {format_bytes(needed)} to build its data but "
+            f"{format_bytes(available[0])} is available ({available[1]}); {hint}"
+        )

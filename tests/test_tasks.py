@@ -332,7 +332,7 @@ def test_text_file_errors_are_clear(tmp_path: Path) -> None:
     (tmp_path / "empty.txt").write_text("")
     with pytest.raises(ValueError, match="empty"):
         get_task("text", path=str(tmp_path / "empty.txt"))
-    with pytest.raises(ValueError, match="cannot read"):
+    with pytest.raises(ValueError, match="not a regular file .a folder, device or pipe."):
         get_task("text", path=str(tmp_path))
     (tmp_path / "bin.txt").write_bytes(b"\xff\xfe\x00abc")
     with pytest.raises(ValueError, match="not UTF-8"):
@@ -362,3 +362,87 @@ def test_exact_match_ignores_unscored_positions_only() -> None:
     assert exact_match(logits, targets).tolist() == [True, False, True]
     with pytest.raises(ValueError, match=r"\(N, T, V\)"):
         exact_match(logits[0], targets)
+
+
+# ---------------------------------------------------------------- memory guard and text size cap
+
+MEASURE = """
+import json, sys
+from blocklab.tasks import get_task
+
+def status(field):
+    return next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith(field))
+
+task = get_task(sys.argv[1], **json.loads(sys.argv[2]))
+open("/proc/self/clear_refs", "w").write("5")  # reset the peak (VmHWM) to the current size
+before = status("VmRSS:")
+task.split("train")
+print(json.dumps({"measured": status("VmHWM:") - before, "estimated": task.data_bytes()}))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's /proc peak-RSS reset")
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [
+        ("sort", {"n_train": 60000, "length": 32}),
+        ("listops-padded", {"n_train": 60000}),
+        ("text", {"seq_len": 64, "n_train": 30000}),
+    ],
+)
+def test_data_estimate_bounds_the_measured_peak_of_building_the_splits(
+    name: str, options: dict, tmp_path: Path
+) -> None:
+    """The guard's estimate against the peak resident memory a fresh process adds while making the splits:
+    never below it, and not so far above it that a task that fits would be refused."""
+    import subprocess
+    import sys
+
+    if name == "text":
+        g = torch.Generator().manual_seed(0)
+        words = ["the", "cat", "sat", "on", "a", "mat", "größe", "日本語"]
+        text = " ".join(words[i] for i in torch.randint(len(words), (200000,), generator=g))
+        (tmp_path / "corpus.txt").write_text(text, encoding="utf-8")
+        options = {**options, "path": str(tmp_path / "corpus.txt")}
+    done = subprocess.run([sys.executable, "-c", MEASURE, name, json.dumps(options)], capture_output=True,
+                          text=True, timeout=300, check=True)
+    got = json.loads(done.stdout)
+    assert got["measured"] <= got["estimated"] <= 2.5 * got["measured"], got
+
+
+def test_every_task_estimates_its_data(text_file: Path) -> None:
+    for name in TASKS:
+        assert make(name, text_file).data_bytes() > 0, name
+
+
+def test_task_data_that_cannot_fit_is_refused_before_it_is_generated(monkeypatch: pytest.MonkeyPatch) -> None:
+    from blocklab.resources import InsufficientMemoryError
+
+    monkeypatch.setattr("blocklab.resources.available_memory", lambda: (6 * 1024**3, "a 6 GB test limit"))
+    task = get_task("copy", n_train=100_000_000)
+    generated = []
+    monkeypatch.setattr(type(task), "make_splits", lambda self: generated.append(1))
+    with pytest.raises(InsufficientMemoryError, match=r"not enough memory: task copy \(length=8, "
+                                                      r"n_train=100000000, n_test=1000, seed=0\) needs about "
+                                                      r"54\.\d GB to build its data but 6\.0 GB"):
+        task.split("train")
+    assert generated == []
+
+
+def test_text_files_beyond_the_size_cap_or_not_regular_are_refused_unread(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="path='/dev/zero': not a regular file"):
+        get_task("text", path="/dev/zero")
+    with pytest.raises(ValueError, match="not a regular file"):
+        get_task("text", path=str(tmp_path))
+    big = tmp_path / "big.txt"
+    with open(big, "wb") as f:
+        f.truncate(2 * 1024 * 1024 + 1)  # sparse: 2 MB + 1 byte of zeros, nothing written
+    with pytest.raises(ValueError, match=r"larger than max_mb=2 \(2\.0 MB\).*--task-option max_mb=N"):
+        get_task("text", path=str(big), max_mb=2)
+    small = tmp_path / "small.txt"
+    small.write_text("abcdefghij" * 400)
+    raised = get_task("text", path=str(small), max_mb=64, seq_len=8)
+    assert raised.to_dict()["max_mb"] == 64 and "max_mb" not in get_task("text", path=str(small)).to_dict()
+    assert task_from_dict(raised.to_dict()).max_mb == 64
+    with pytest.raises(ValueError, match="text option max_mb=0 must be an integer >= 1"):
+        get_task("text", path=str(small), max_mb=0)

@@ -9,10 +9,17 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
+from blocklab.resources import check_data_memory
 from blocklab.tasks.tokenizer import Tokenizer
 
 IGNORE_INDEX = -100  # PyTorch cross_entropy's default ignore_index: position not scored
 SPLITS = ("train", "test")
+# What building the splits costs, per example and per token (data_bytes): the tasks build Python
+# tuples or lists of token ids first (a container, its slot, a set entry: ~120-170 bytes an example
+# measured, 8 a token), then int64 tensors (inputs, targets, mask, index temporaries: ~30 a token
+# measured). The constants round the measured peaks up by about 1.5x.
+EXAMPLE_BYTES = 200
+TOKEN_BYTES = 48
 
 
 @dataclass(frozen=True)
@@ -105,11 +112,28 @@ class Task(ABC):
     def encode_query(self, text: str) -> tuple[list[int], list[int]]:
         """User input -> (input ids, positions whose argmax is the answer); ValueError if bad."""
 
+    def example_count(self) -> int | None:
+        """How many examples the two splits hold together (None: unknown, nothing is estimated)."""
+        return None
+
+    def data_bytes(self) -> int | None:
+        """Estimated peak bytes while ``make_splits`` runs (module docstring): an upper bound that
+        ``tests/test_tasks.py`` checks against the measured peak of each task."""
+        count = self.example_count()
+        return None if count is None else count * (EXAMPLE_BYTES + self.seq_len * TOKEN_BYTES)
+
     def split(self, name: str) -> TaskData:
-        """The "train" or "test" split; deterministic from the seed. Do not modify in place."""
+        """The "train" or "test" split; deterministic from the seed. Do not modify in place.
+
+        The memory guard runs first: InsufficientMemoryError when the data cannot fit."""
         if name not in SPLITS:
             raise ValueError(f"unknown split {name!r}; expected one of: {', '.join(SPLITS)}")
         if self._splits is None:
+            needed = self.data_bytes()
+            if needed is not None:
+                options = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+                check_data_memory(needed, f"task {self.name} ({options})", "ask for fewer or shorter "
+                                  "examples")
             splits = [self._with_mask(data) for data in self.make_splits()]
             self._splits = dict(zip(SPLITS, splits, strict=True))
         return self._splits[name]

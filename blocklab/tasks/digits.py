@@ -60,6 +60,10 @@ class DigitTask(Task):
         self.tokenizer = Tokenizer(VOCAB)
         self.seq_len = length
 
+    def example_count(self) -> int:
+        """n_train + n_test."""
+        return self.n_train + self.n_test
+
     def make_splits(self) -> tuple[TaskData, TaskData]:
         """Sample held-out strings first, then training strings that avoid them."""
         gen = generator(self.seed)

@@ -45,6 +45,10 @@ class ListOpsTask(Task):
         self.tokenizer = Tokenizer(VOCAB)
         self.seq_len = SEQ_LEN
 
+    def example_count(self) -> int:
+        """Every expression: 4 operators x 10**3 argument triples."""
+        return len(OPS) * 10**3
+
     def make_splits(self) -> tuple[TaskData, TaskData]:
         """Enumerate every expression, then split by a seeded permutation."""
         ids, answers = [], []

@@ -56,6 +56,10 @@ class PaddedListOpsTask(Task):
             targets[row, len(ids) - 1] = self.tokenizer.token_to_id[str(OPS[expr[0]](list(expr[1])))]
         return TaskData(inputs, targets)
 
+    def example_count(self) -> int:
+        """n_train + n_test."""
+        return self.n_train + self.n_test
+
     def make_splits(self) -> tuple[TaskData, TaskData]:
         """Held-out expressions first (distinct), then training ones that avoid them."""
         rng = random.Random(self.seed)

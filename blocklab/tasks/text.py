@@ -1,14 +1,22 @@
-"""text: character-level language modelling on a text file the user gives."""
+"""text: character-level language modelling on a text file the user gives.
+
+The whole corpus is held in memory and cut into windows, about 24 bytes a character plus 24 a
+token of each training window while the splits are built; so a file larger than ``max_mb``
+(default 32 MB) is refused before it is read: raise the cap with ``--task-option max_mb=N``.
+Only regular files are read (not a device such as /dev/zero, a pipe or a folder).
+"""
 
 from __future__ import annotations
 
 import itertools
 import math
+import stat
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
+from blocklab.resources import format_bytes
 from blocklab.tasks.base import (
     IGNORE_INDEX,
     Task,
@@ -20,21 +28,39 @@ from blocklab.tasks.base import (
 )
 from blocklab.tasks.tokenizer import Tokenizer
 
+DEFAULT_MAX_MB = 32
+CHAR_BYTES = 24  # the text, its ids as a list and a tensor, the held-out windows (measured ~16)
+WINDOW_TOKEN_BYTES = 24  # a training window's index and token tensors (measured ~16)
 
-def read_text(path: str | Path | None) -> str:
-    """The file's UTF-8 text; ValueError if the path is missing, unreadable or empty."""
+
+def read_text(path: str | Path | None, max_mb: int = DEFAULT_MAX_MB) -> str:
+    """The file's UTF-8 text; ValueError if the path is missing, not a regular file, larger than
+    ``max_mb`` megabytes, unreadable or empty. Never reads more than the cap."""
     if path is None or str(path) == "":
         raise ValueError("text option path is required: the text file to model")
+    where = f"text option path={str(path)!r}"
+    limit = max_mb * 1024 * 1024
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        info = Path(path).stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{where}: not a regular file (a folder, device or pipe); give a text file")
+        too_big = (f"{where}: the file is larger than max_mb={max_mb} ({format_bytes(limit)}); the text task "
+                   "holds it in memory, so raise the cap with --task-option max_mb=N if it fits")
+        if info.st_size > limit:
+            raise ValueError(too_big)
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)  # the size said it fits; a file growing meanwhile is still capped
+        if len(data) > limit:
+            raise ValueError(too_big)
+        text = data.decode("utf-8")
     except FileNotFoundError:
-        raise ValueError(f"text option path={str(path)!r}: no such file") from None
+        raise ValueError(f"{where}: no such file") from None
     except UnicodeDecodeError as e:
-        raise ValueError(f"text option path={str(path)!r}: not UTF-8 text ({e.reason})") from None
+        raise ValueError(f"{where}: not UTF-8 text ({e.reason})") from None
     except OSError as e:
-        raise ValueError(f"text option path={str(path)!r}: cannot read ({e.strerror})") from None
+        raise ValueError(f"{where}: cannot read ({e.strerror})") from None
     if not text:
-        raise ValueError(f"text option path={str(path)!r}: the file is empty")
+        raise ValueError(f"{where}: the file is empty")
     return text
 
 
@@ -55,13 +81,19 @@ class TextTask(Task):
         test_fraction: float = 0.1,
         n_train: int | None = None,
         seed: int = 0,
+        max_mb: int = DEFAULT_MAX_MB,
     ) -> None:
         path = None if path is None else str(path)
-        super().__init__(seed, path=path, seq_len=seq_len, test_fraction=test_fraction, n_train=n_train)
+        # max_mb is recorded only when raised, so run folders written before it existed still resume
+        raised = {} if max_mb == DEFAULT_MAX_MB else {"max_mb": max_mb}
+        super().__init__(
+            seed, path=path, seq_len=seq_len, test_fraction=test_fraction, n_train=n_train, **raised
+        )
         self.seq_len = check_int(self.name, "seq_len", seq_len, 1)
         self.test_fraction = check_fraction(self.name, "test_fraction", test_fraction)
         self.n_train = None if n_train is None else check_int(self.name, "n_train", n_train, 1)
-        self.text = read_text(path)
+        self.max_mb = check_int(self.name, "max_mb", max_mb, 1)
+        self.text = read_text(path, self.max_mb)
         self.tokenizer = Tokenizer(["<PAD>", *sorted(set(self.text))], level="char")
         if not self.fits(len(self.text)):
             need = next(n for n in itertools.count(seq_len + 3) if self.fits(n))
@@ -79,12 +111,20 @@ class TextTask(Task):
         """Whether the train part holds one full window and the held-out part two characters."""
         return self.train_chars(total) >= self.seq_len + 1 and total - self.train_chars(total) >= 2
 
+    def train_windows(self) -> int:
+        """n_train, or by default as many windows as cover the train part once."""
+        return self.n_train or math.ceil(self.boundary / self.seq_len)
+
+    def data_bytes(self) -> int:
+        """The corpus and its ids (per character) and the training windows (per token): module docstring."""
+        return len(self.text) * CHAR_BYTES + self.train_windows() * (self.seq_len + 1) * WINDOW_TOKEN_BYTES
+
     def make_splits(self) -> tuple[TaskData, TaskData]:
         """Random windows from the train part, strided windows over the held-out part."""
         ids = torch.tensor(self.tokenizer.encode(self.text))  # (L,)
         train_ids, test_ids = ids[: self.boundary], ids[self.boundary :]
         window = self.seq_len + 1  # inputs and their next-token targets
-        n_train = self.n_train or math.ceil(len(train_ids) / self.seq_len)
+        n_train = self.train_windows()
         gen = generator(self.seed)
         starts = torch.randint(0, len(train_ids) - window + 1, (n_train,), generator=gen)
         chunks = train_ids[starts[:, None] + torch.arange(window)]  # (n_train, T + 1)

@@ -27,6 +27,10 @@ class TinyLMTask(Task):
         self.tokenizer = Tokenizer(VOCAB)
         self.seq_len = len(SENTENCE.split()) - 1  # 4: the last token is only a target
 
+    def example_count(self) -> int:
+        """The sentence, once per split."""
+        return 2
+
     def make_splits(self) -> tuple[TaskData, TaskData]:
         """The sentence shifted by one; test is deliberately the same sentence."""
         ids = torch.tensor([self.tokenizer.encode(SENTENCE)])  # (1, 5)
