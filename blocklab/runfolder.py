@@ -393,6 +393,19 @@ def check_output_file(path: str | Path, inputs: Iterable[str | Path] = (), flag:
     return resolved
 
 
+def check_output_files(outputs: dict[str, str | Path | None], inputs: Iterable[str | Path] = ()) -> None:
+    """``check_output_file`` for each ``{flag: path}`` given (None: not asked for), and no two the same;
+    run it before the command does its work, so a bad path costs nothing."""
+    inputs, seen = list(inputs), {}
+    for flag, path in outputs.items():
+        if path is None:
+            continue
+        resolved = check_output_file(path, inputs, flag)
+        if resolved in seen:
+            raise ValueError(f"{flag} {path} is also the {seen[resolved]} file; give each output a name")
+        seen[resolved] = flag
+
+
 def write_output_file(path: str | Path, data: bytes, inputs: Iterable[str | Path] = (),
                       flag: str = "--out") -> Path:
     """``check_output_file``, then write ``data`` atomically."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -313,3 +314,38 @@ def test_a_killed_run_folder_is_resumed_not_refused(tmp_path: Path) -> None:
     assert holder.returncode == 0 and (tmp_path / ".lock").exists()
     config, task = tiny_model()
     assert train(config, tiny_train_config(), task, tmp_path, report=False).step == 3
+
+
+def test_trace_bench_and_claims_check_their_outputs_before_working(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad output path costs nothing: refused before the bench measures or the claims train."""
+    run = tmp_path / "run"
+    config, task = tiny_model()
+    train(config, tiny_train_config(), task, run, report=False)
+    model_file = next(run.glob("checkpoints/*/model.safetensors"))
+    before = snapshot(run)
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the command ran before checking its outputs")
+
+    monkeypatch.setattr("blocklab.bench.run_bench", never)
+    monkeypatch.setattr("blocklab.experiments.claims.run_claims", never)
+    cases = [
+        (["trace", "--checkpoint", str(model_file), "--input", "I like", "--json", str(model_file), "-q"],
+         "--json .* is this command's input"),
+        (["trace", "--preset", "tiny-lm", "--input", "I like", "--html", str(run / "t.html"), "-q"],
+         "--html .* is inside .*run, a training run"),
+        (["bench", "--quick", "--json", str(run / "bench.json")], "--json .* is inside .*run, a training"),
+        (["bench", "--quick", "--json", str(tmp_path / "b.png")], "--plot .* is also the --json file"),
+        (["claims", "--quick", "--html", str(run / "report.html")], "--html .* is inside .*run, a train"),
+        (["claims", "--quick", "--json", str(tmp_path)], "--json .* is a folder"),
+    ]
+    for argv, message in cases:
+        status, err = cli(argv, capsys)
+        assert status == 2 and len(err.splitlines()) == 1 and re.search(message, err), (argv, err)
+    assert snapshot(run) == before
+    page = tmp_path / "t.html"
+    status, _ = cli(["trace", "--preset", "tiny-lm", "--input", "I like", "--html", str(page), "-q"], capsys)
+    assert status == 0
+    assert page.read_text().startswith("<!doctype html>")

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from ..bench import FULL, MIN_ROUNDS_FOR_VERDICT, QUICK
+from ..runfolder import check_output_files, write_output_file
 from .args import parse_count
 
 
@@ -37,10 +38,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from ..bench_report import print_report
 
     plot = args.plot or (str(Path(args.json).with_suffix(".png")) if args.json else None)
+    check_output_files({"--json": args.json, "--plot": plot})  # before minutes of measuring
     report = run_bench(
         quick=args.quick, compile=args.compile, dtype=args.dtype, plot=plot, rounds=args.rounds
     )
     print_report(report)
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1))
+        write_output_file(args.json, json.dumps(report, indent=1).encode(), flag="--json")
     return 0

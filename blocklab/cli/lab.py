@@ -8,6 +8,7 @@ from typing import Any
 
 from ..config import FIELDS
 from ..errors import UsageError
+from ..runfolder import check_output_files, write_output_file
 from ..trainconfig import TRAIN_FIELDS
 from .args import (
     add_config_flags,
@@ -157,17 +158,16 @@ def cmd_claims(args: argparse.Namespace) -> int:
         raise UsageError(f"--jobs={args.jobs} must be >= 1")
     names = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
     select(names)  # unknown names fail before anything runs
+    check_output_files({"--json": None if args.json == "-" else args.json, "--html": args.html})
     report = run_claims(names, quick=args.quick, jobs=args.jobs, progress=args.json != "-")
     if args.json == "-":
         print(json.dumps(report, allow_nan=False))
     else:
         console.print(claims_table(report))
     if args.json and args.json != "-":
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1, allow_nan=False)
+        write_output_file(args.json, json.dumps(report, indent=1, allow_nan=False).encode(), flag="--json")
         console.print(f"wrote {args.json}")
     if args.html:
-        with open(args.html, "w") as f:
-            f.write(claims_html(report))
+        write_output_file(args.html, claims_html(report).encode(), flag="--html")
         console.print(f"wrote {args.html}")
     return 0

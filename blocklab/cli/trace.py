@@ -17,6 +17,7 @@ import torch
 
 from ..config import FIELDS
 from ..model import Transformer
+from ..runfolder import check_output_files, write_output_file
 from ..trace.collect import collect_trace, trace_to_dict
 from ..trace.record import Trace
 from .args import add_config_flags, parse_token_ids, set_fields
@@ -170,6 +171,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
     # One short sequence: the matmuls are too small for a second thread to pay off, and on a busy
     # machine waiting for it costs more than the work (0.5 s instead of 0.03 s for listops-seed).
     torch.set_num_threads(1)
+    inputs = [args.checkpoint] if args.checkpoint and Path(args.checkpoint).exists() else []
+    check_output_files({"--json": args.json, "--html": args.html}, inputs)  # never over the model read
     trace = collect_for_args(args, set_fields(args, FIELDS))
     if not args.quiet:
         from rich.console import Console
@@ -183,11 +186,11 @@ def cmd_trace(args: argparse.Namespace) -> int:
             console.width = 160
         render_text(trace, console, decimals=args.decimals, max_features=args.max_features)
     if args.json:
-        Path(args.json).write_text(json.dumps(trace_to_dict(trace)) + "\n", encoding="utf-8")
+        write_output_file(args.json, (json.dumps(trace_to_dict(trace)) + "\n").encode(), inputs, "--json")
         print(f"wrote {args.json}")
     if args.html:
-        from ..trace.html import write_html
+        from ..trace.html import render_html
 
-        write_html(trace, args.html, decimals=args.decimals)
+        write_output_file(args.html, render_html(trace, args.decimals).encode(), inputs, "--html")
         print(f"wrote {args.html}")
     return 0
