@@ -4,13 +4,18 @@ A ``RunSpec`` names everything a run needs (preset, ModelConfig and TrainConfig 
 seed, folder). ``run_one`` trains it with ``train.train`` and returns a JSON-ready result;
 ``run_many`` runs a list of them, ``jobs`` at a time, each worker with one torch thread, and
 calls back as each finishes (for progress bars and resumable grids). Results are the same
-inline or in a worker: training is deterministic given the spec.
+inline or in a worker: training is deterministic given the spec. Workers end with their parent
+however it ends (Ctrl-C, SIGTERM, SIGKILL): ``end_with_parent``; they ignore Ctrl-C themselves.
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
+import signal
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -112,8 +117,44 @@ def run_one(spec: RunSpec, target: float = 0.9) -> dict[str, Any]:
     return result
 
 
-def _worker_init() -> None:
+# ---- worker processes: they end with their parent, however it ends -----------------------------------
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h: the signal a process gets when its parent dies
+
+
+def end_with_parent(parent: int) -> None:
+    """In a worker process: die when ``parent`` dies, even by SIGKILL. On Linux the kernel sends SIGKILL
+    (prctl PR_SET_PDEATHSIG); everywhere a daemon thread also checks once a second that the parent
+    is alive, and a parent already gone ends the worker at once."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:  # an orphan is adopted by another process: its parent id changes
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="blocklab-parent-watch", daemon=True).start()
+
+
+def _worker_init(parent: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
+    end_with_parent(parent)
     torch.set_num_threads(1)  # one core per worker: jobs workers share the machine
+
+
+def stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Kill a pool's worker processes now (their runs' last checkpoints stay; a rerun resumes them)."""
+    terminate = getattr(pool, "terminate_workers", None)  # Python 3.14+
+    if terminate is not None:
+        terminate()
+        return
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.kill()
+        process.join(timeout=10)
 
 
 def run_many(
@@ -139,12 +180,19 @@ def run_many(
             finish(spec, run_one(spec, target))
     else:
         context = get_context("spawn")  # fork after torch has started threads can deadlock
-        with ProcessPoolExecutor(min(jobs, len(specs)), mp_context=context, initializer=_worker_init) as pool:
+        pool = ProcessPoolExecutor(min(jobs, len(specs)), mp_context=context, initializer=_worker_init,
+                                   initargs=(os.getpid(),))
+        try:
             pending = {pool.submit(run_one, spec, target): spec for spec in specs}
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
                     finish(pending.pop(future), future.result())
+        except BaseException:  # Ctrl-C, a failed run, a failing callback: no worker keeps training
+            stop_workers(pool)
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
     return {key: results[key] for key in keys}
 
 
