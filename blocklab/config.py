@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .activations import ACTIVATION_NAMES
+from .errors import names
 
 NORMS = ("standard", "eps_outside_sqrt", "rms", "batch", "none")
 NORM_POSITIONS = ("post", "pre", "sandwich")
@@ -154,9 +155,9 @@ def _violations(c: ModelConfig) -> list[str]:
 
 def from_dict(d: dict[str, Any]) -> ModelConfig:
     """Build a config from a dict, rejecting unknown keys by name."""
-    unknown = sorted(set(d) - set(FIELDS))
+    unknown = set(d) - set(FIELDS)
     if unknown:
-        raise ValueError(f"ModelConfig has no field {', '.join(unknown)}; fields are: {', '.join(FIELDS)}")
+        raise ValueError(f"ModelConfig has no field {names(unknown)}; fields are: {', '.join(FIELDS)}")
     return ModelConfig(**d)
 
 

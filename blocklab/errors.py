@@ -13,6 +13,7 @@ Never a traceback unless ``--debug`` is given (anywhere on the command line).
 from __future__ import annotations
 
 import errno
+from collections.abc import Iterable
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -23,6 +24,13 @@ _OUT_OF_MEMORY = ("can't allocate memory", "not enough memory", "out of memory")
 
 class UsageError(Exception):
     """A mistake in what the user asked for: reported in one line, exit status 2."""
+
+
+def names(items: Iterable[object]) -> str:
+    """Names from the user's input for a one-line message: ``a, b`` as they are when they are plain
+    identifiers, quoted (``'a b'``, ``'\\n'``, ``3``) when not, sorted."""
+    shown = [n if isinstance(n, str) and n.isidentifier() else repr(n) for n in items]
+    return ", ".join(sorted(shown))
 
 
 def one_line(text: str) -> str:

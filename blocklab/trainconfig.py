@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import names
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -107,10 +109,10 @@ def _violations(c: TrainConfig) -> list[str]:
 
 def train_config_from_dict(d: dict[str, Any]) -> TrainConfig:
     """Build a TrainConfig from a dict, rejecting unknown keys by name."""
-    unknown = sorted(set(d) - set(TRAIN_FIELDS))
+    unknown = set(d) - set(TRAIN_FIELDS)
     if unknown:
         raise ValueError(
-            f"TrainConfig has no field {', '.join(unknown)}; fields are: {', '.join(TRAIN_FIELDS)}"
+            f"TrainConfig has no field {names(unknown)}; fields are: {', '.join(TRAIN_FIELDS)}"
         )
     return TrainConfig(**d)
 

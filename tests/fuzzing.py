@@ -1,0 +1,107 @@
+"""Shared pieces of the fuzz tests (hypothesis): JSON-like values, damaged versions of a valid object,
+and the outcome rule (a result, or a one-line ValueError; nothing else, nothing outside the sandbox).
+
+Imported by ``test_fuzz_loaders.py``; the CLI fuzz test can reuse ``json_values``, ``damaged`` and
+``Sandbox`` for the command line (an argument list instead of a file, exit 0 or 2 instead of a
+ValueError).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hypothesis import strategies as st
+
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=12)
+    | st.sampled_from(["", "x", "-1", "1e999", "../outside/canary", "/", ".", "~", "nan", "true", "false"])
+)
+
+json_values = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _paths(value: Any, prefix: tuple = ()) -> list[tuple]:
+    """Every key path inside nested dicts (the places a damage can land)."""
+    found = [prefix] if prefix else []
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            found += _paths(inner, (*prefix, key))
+    return found
+
+
+@st.composite
+def damaged(draw: Callable, valid: dict[str, Any]) -> dict[str, Any]:
+    """``valid`` with a few of its fields (at any depth) replaced by random values, removed, or joined
+    by unknown ones: mostly almost-right objects, which reach the deep checks."""
+    data = json.loads(json.dumps(valid))
+    paths = _paths(data)
+    for _ in range(draw(st.integers(min_value=1, max_value=3))):
+        path = draw(st.sampled_from(paths))
+        parent = data
+        for key in path[:-1]:
+            parent = parent.get(key) if isinstance(parent, dict) else None
+        if not isinstance(parent, dict):
+            continue
+        action = draw(st.sampled_from(["replace", "replace", "delete", "add"]))
+        if action == "replace":
+            parent[path[-1]] = draw(json_values)
+        elif action == "delete":
+            parent.pop(path[-1], None)
+        else:
+            parent[draw(st.text(max_size=8))] = draw(json_values)
+    return data
+
+
+def file_texts(valid: dict[str, Any]) -> st.SearchStrategy[str]:
+    """The text of a JSON file: mostly a damaged ``valid``, sometimes any JSON, sometimes not JSON."""
+    return st.one_of(
+        damaged(valid).map(json.dumps),
+        damaged(valid).map(lambda d: json.dumps(d).replace("null", "NaN", 1)),
+        json_values.map(json.dumps),
+        st.text(max_size=40),
+    )
+
+
+def one_line_or_result(action: Callable[[], Any]) -> Any:
+    """Run ``action``: its result, or None when it raised a one-line ValueError. Any other exception
+    (KeyError, TypeError, ...) propagates, failing the test."""
+    try:
+        return action()
+    except ValueError as error:
+        message = str(error)
+        assert message.strip() and "\n" not in message, repr(message)
+        return None
+
+
+class Sandbox:
+    """A folder the code under test may write (``inside``) next to one it must never touch
+    (``outside``, with canary files); ``untouched()`` says whether everything outside is as it was."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.inside, self.outside = root, root / "sandbox", root / "outside"
+        self.inside.mkdir(parents=True, exist_ok=True)
+        (self.outside / "checkpoints").mkdir(parents=True, exist_ok=True)
+        for name in ("canary", "config.json", "metrics.jsonl", "checkpoints/step-000001"):
+            (self.outside / name).write_text(f"not yours: {name}")
+        self.before = self._state()
+
+    def _state(self) -> dict[str, tuple[bytes, int]]:
+        found = {str(p.relative_to(self.root)): (p.read_bytes(), p.stat().st_mtime_ns)
+                 for p in sorted(self.root.rglob("*")) if p.is_file() and self.inside not in p.parents}
+        found["<entries>"] = (json.dumps(sorted(p.name for p in self.root.iterdir())).encode(), 0)
+        return found
+
+    def untouched(self) -> bool:
+        """Whether nothing outside ``inside`` was created, changed or removed."""
+        return self._state() == self.before
