@@ -4,10 +4,14 @@
     head_i = softmax(Q_i K_i^T / sqrt(d_k) + mask) V_i
     MHA(x) = concat(head_1..head_h) Wo^T + bo
 
-Head i owns output rows i*d_k .. (i+1)*d_k of q, k and v. Two paths give the same output:
-the fast path (``F.scaled_dot_product_attention``) and the explicit path, which materialises
-the scores and weights so hooks and the tracer can see them. The explicit path runs whenever
-a hook is attached to ``scores`` or ``weights``, or when the weights are asked for.
+Head i owns output rows i*d_k .. (i+1)*d_k of q, k and v. Two paths give the same output (to
+float rounding): the fast path (``F.scaled_dot_product_attention``) and the explicit path, which
+materialises the scores and weights. The explicit path runs when an intervention on ``scores`` or
+``weights`` needs them to feed the output, or when the weights are asked for; observers of them
+(the tracer, ``run_with_cache``) get them computed beside the fast path, which keeps running.
+
+A query with no visible key (a padding position in a left-padded causal batch) attends to
+nothing: both paths give it weights 0 and output 0 (its scores are all -inf), and finite gradients.
 """
 
 from __future__ import annotations
@@ -98,14 +102,36 @@ class MultiHeadAttention(nn.Module):
             allowed = keys if allowed is None else allowed & keys
         return allowed
 
+    def _scores(self, q: Tensor, k: Tensor, allowed: Tensor | None) -> Tensor:
+        """Q K^T / sqrt(d_k), -inf where a key is not visible: (B, h, T, past + T)."""
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
+        return scores if allowed is None else scores.masked_fill(~allowed, float("-inf"))
+
+    @staticmethod
+    def _softmax(scores: Tensor, allowed: Tensor | None) -> Tensor:
+        """softmax over the keys; a row with no visible key gets weights 0, as SDPA gives it output 0
+        (the row's scores are set to 0 before the softmax, so neither pass meets a NaN)."""
+        if allowed is None:
+            return torch.softmax(scores, dim=-1)
+        blind = ~allowed.any(dim=-1, keepdim=True)  # (B|1, 1, T|1, 1): queries that see no key
+        return torch.softmax(scores.masked_fill(blind, 0.0), dim=-1).masked_fill(blind, 0.0)
+
     def _explicit(self, q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None) -> tuple[Tensor, Tensor]:
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (B, h, T, T)
-        if allowed is not None:
-            scores = scores.masked_fill(~allowed, float("-inf"))
-        scores = self.hook_scores(scores)
-        weights = self.hook_weights(torch.softmax(scores, dim=-1))  # (B, h, T, T)
+        scores = self.hook_scores(self._scores(q, k, allowed))  # (B, h, T, T)
+        weights = self.hook_weights(self._softmax(scores, allowed))  # (B, h, T, T)
         dropped = F.dropout(weights, self.dropout_p, self.training) if self.dropout_p else weights
         return dropped @ v, weights  # (B, h, T, d_k)
+
+    def _observe_scores_and_weights(
+        self, q: Tensor, k: Tensor, key_padding_mask: Tensor | None, past: int
+    ) -> None:
+        """The fast path runs on; its observers see the scores and weights computed beside it."""
+        if self.hook_scores.observers or self.hook_weights.observers:
+            allowed = self._allowed(key_padding_mask, q.shape[2], q.device, past)
+            with torch.no_grad():
+                scores = self._scores(q, k, allowed)
+            self.hook_scores.observe(lambda: scores)
+            self.hook_weights.observe(lambda: self._softmax(scores, allowed))
 
     def _attend(
         self, x: Tensor, key_padding_mask: Tensor | None, explicit: bool, kv_cache: KVCache | None = None
@@ -140,6 +166,7 @@ class MultiHeadAttention(nn.Module):
                 q, k, v, attn_mask=allowed, dropout_p=self.dropout_p if self.training else 0.0,
                 is_causal=self.causal and allowed is None and past == 0,
             )
+            self._observe_scores_and_weights(q, k, key_padding_mask, past)
         # SDPA's CPU kernel lays its output out as (B, T, h, d_k): this concat is then a view, so
         # o's saved input and SDPA's saved output are one tensor
         return ctx.transpose(1, 2).reshape(B, T, self.d_model), weights
@@ -148,8 +175,12 @@ class MultiHeadAttention(nn.Module):
         self, x: Tensor, key_padding_mask: Tensor | None = None, kv_cache: KVCache | None = None
     ) -> Tensor:  # (B, T, d_model)
         """kv_cache: this layer's cache during generation; x is then only the new positions."""
-        explicit = not self.use_fast_path or self.hook_scores.active or self.hook_weights.active
-        return self._attend(x, key_padding_mask, explicit, kv_cache)[0]
+        return self._attend(x, key_padding_mask, self.needs_explicit, kv_cache)[0]
+
+    @property
+    def needs_explicit(self) -> bool:
+        """Whether the explicit path must run: fast path off, or an intervention on scores/weights."""
+        return not self.use_fast_path or self.hook_scores.intervened or self.hook_weights.intervened
 
     def forward_with_weights(
         self, x: Tensor, key_padding_mask: Tensor | None = None

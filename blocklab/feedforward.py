@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .activations import GATED_ACTIVATIONS, get_activation, is_gated
+from .activations import is_gated
 from .hooks import HookPoint
 from .kernels import act_kernel, act_linear, norm_linear
 
@@ -40,7 +40,7 @@ class FeedForward(nn.Module):
             raise ValueError(f"FeedForward d_ff={d_ff} must be >= 1")
         factory = {"device": device, "dtype": dtype}
         self.d_model, self.d_ff, self.activation = d_model, d_ff, activation
-        self.act = get_activation(activation)
+        self.act_kernel = act_kernel(activation)  # act(h) (gated: gate(h1) * h3) and its derivative
         self.w1 = nn.Linear(d_model, d_ff, bias=bias, **factory)
         self.w2 = nn.Linear(d_ff, d_model, bias=bias, **factory)
         self.w3 = nn.Linear(d_model, d_ff, bias=bias, **factory) if is_gated(activation) else None
@@ -48,9 +48,7 @@ class FeedForward(nn.Module):
         self.hook_hidden = HookPoint()
         self.hook_act = HookPoint()
         self.hook_out = HookPoint()
-        self._activate = self._gated if activation in GATED_ACTIVATIONS else self._plain
-        self.fused = fused  # the lean path saves h only, not act(h) (blocklab/kernels.py)
-        self.act_kernel = act_kernel(activation)
+        self.fused = fused  # the lean path keeps h only, not act(h) (blocklab/kernels.py)
 
     def in_weights(self) -> tuple[Tensor, ...]:
         """W1 (and W3 when gated): x @ cat(W1, W3).T + cat(b1, b3) is h = [h1 | h3] in one matmul."""
@@ -62,22 +60,26 @@ class FeedForward(nn.Module):
             return None
         return self.w1.bias if self.w3 is None else torch.cat([self.w1.bias, self.w3.bias])
 
+    def project_in(self, x: Tensor) -> tuple[Tensor, ...]:  # (B, T, d) -> (h,) or (h1, h3): (B, T, d_ff)
+        """The pre-activations: one matmul over cat(W1, W3) when fused (keeping x, not the concat)."""
+        if self.fused:
+            return norm_linear(x, None, None, None, self.in_weights(), self.in_bias())
+        return (self.w1(x),) if self.w3 is None else (self.w1(x), self.w3(x))
+
     def from_hidden(self, *h: Tensor) -> Tensor:  # h, or gated h1, h3: (B, T, d_ff) each -> (B, T, d_model)
-        """act(h) @ W2.T + b2, keeping only h for backward."""
-        return act_linear(h, self.act_kernel, self.w2.weight, self.w2.bias)
-
-    def _plain(self, x: Tensor, h: Tensor) -> Tensor:
-        return self.act(h)
-
-    def _gated(self, x: Tensor, h: Tensor) -> Tensor:
-        return self.act(h) * self.w3(x)
+        """act(h) @ W2.T + b2 keeping only h for backward (the lean path): observers see ``hidden`` and
+        ``act`` (computed beside it), never a different computation."""
+        self.hook_hidden.see(h[0])
+        self.hook_act.observe(lambda: self.act_kernel.forward(*h))
+        return self.hook_out(self.dropout(act_linear(h, self.act_kernel, self.w2.weight, self.w2.bias)))
 
     def forward(self, x: Tensor) -> Tensor:  # (B, T, d_model)
-        if self.fused and not (self.hook_hidden.active or self.hook_act.active):
-            h = norm_linear(x, None, None, None, self.in_weights(), self.in_bias())  # (h,) or (h1, h3)
-            return self.hook_out(self.dropout(self.from_hidden(*h)))
-        h = self.hook_hidden(self.w1(x))  # (B, T, d_ff)
-        a = self.hook_act(self._activate(x, h))  # (B, T, d_ff)
+        h = self.project_in(x)
+        if self.fused and not (self.hook_hidden.intervened or self.hook_act.intervened):
+            return self.from_hidden(*h)
+        # module by module, each stage a tensor an intervention may replace; same forward values
+        h = (self.hook_hidden(h[0]), *h[1:])  # (B, T, d_ff)
+        a = self.hook_act(self.act_kernel.forward(*h))  # (B, T, d_ff)
         return self.hook_out(self.dropout(self.w2(a)))  # (B, T, d_model)
 
     def extra_repr(self) -> str:

@@ -6,8 +6,15 @@ prefix: ``blocks.0.ffn.hook_out`` is the stage ``blocks.0.ffn.out``. With no hoo
 returns its input untouched, at the cost of one Python call (``benchmarks/hooks_overhead.py``
 measures it against the same model with the calls removed).
 
-A hook function is ``fn(tensor, name) -> Tensor | None``: return a tensor to replace the
-stage's value (ablate, patch), or None to only read it.
+Two kinds of hook function, ``fn(tensor, name)``:
+
+- an **intervention** (``hooks``) may return a tensor to replace the stage's value (ablate, patch).
+  The block then runs module by module, so that every stage exists as a tensor to replace.
+- an **observer** (``hooks(..., observe=True)``, ``run_with_cache``, the tracer, the NaN detector)
+  only reads. Observing never changes what is computed: the block keeps the path it would take
+  unobserved, and a stage that path does not materialise (LN1's output inside a fused kernel,
+  attention weights inside SDPA) is computed beside it, from the tensors it has, for the observers
+  alone (``HookPoint.observe``). Same numbers to the last bit, observed or not.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import fnmatch
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
+import torch
 from torch import Tensor, nn
 
 HookFn = Callable[[Tensor, str], Tensor | None]
@@ -87,8 +95,9 @@ class _HookFns(list):
 class HookPoint(nn.Module):
     """Identity on a named stage; runs attached hook functions when there are any.
 
-    ``HookPoint.attached`` counts the functions attached to all hook points in the process
-    (never fewer), so "is any hook attached?" costs one read while there are none
+    ``fns`` are interventions (their return value replaces the stage's), ``observers`` only read.
+    ``HookPoint.attached`` counts the functions of both kinds attached to all hook points in the
+    process (never fewer), so "is any hook attached?" costs one read while there are none
     (``any_attached``).
     """
 
@@ -98,25 +107,54 @@ class HookPoint(nn.Module):
         super().__init__()
         self.name = ""
         self.fns = _HookFns()
+        self.observers = _HookFns()
 
     def __setattr__(self, name: str, value: object) -> None:
-        if name == "fns" and not isinstance(value, _HookFns):  # a plain list assigned: count it too
+        if name in ("fns", "observers") and not isinstance(value, _HookFns):  # a plain list: count it too
             value = _HookFns(value)  # type: ignore[arg-type]
         super().__setattr__(name, value)
 
     @property
     def active(self) -> bool:
         """Whether any hook is attached (lets callers skip computing optional stages)."""
+        return bool(self.fns) or bool(self.observers)
+
+    @property
+    def intervened(self) -> bool:
+        """Whether an intervention is attached (a function that may replace the stage's value)."""
         return bool(self.fns)
 
     def __call__(self, x: Tensor) -> Tensor:  # bypasses nn.Module's call machinery: free when unused
-        if not self.fns:
+        if not self.fns and not self.observers:
             return x
         for fn in self.fns:
             out = fn(x, self.name)
             if out is not None:
                 x = out
+        self._tell_observers(x)
         return x
+
+    def see(self, x: Tensor) -> None:
+        """Show the observers a stage the running (lean) path materialises but would not let an
+        intervention replace; interventions send the caller down its module path instead."""
+        if self.fns:
+            raise RuntimeError(f"{self.name}: an intervention is attached, so this path must not run")
+        self._tell_observers(x)
+
+    def observe(self, compute: Callable[[], Tensor]) -> None:
+        """Show the observers a stage the running path does not materialise: ``compute()`` runs
+        (without autograd) only when an observer is attached, and its result feeds nothing else."""
+        if self.observers:
+            with torch.no_grad():
+                self._tell_observers(compute())
+
+    def _tell_observers(self, x: Tensor) -> None:
+        for fn in self.observers:
+            if fn(x, self.name) is not None:
+                raise ValueError(
+                    f"an observer of {self.name or 'a hook point'} returned a value; observers only read "
+                    "(attach it with hooks(...) to replace the stage's value)"
+                )
 
     def forward(self, x: Tensor) -> Tensor:
         return self(x)
@@ -126,7 +164,13 @@ class HookPoint(nn.Module):
 
 
 def any_attached(points: Iterable[HookPoint]) -> bool:
-    """Whether a hook function is attached to any of ``points`` (free while none is attached anywhere)."""
+    """Whether a hook function of either kind is attached to any of ``points`` (free while none is
+    attached anywhere)."""
+    return HookPoint.attached > 0 and any(p.fns or p.observers for p in points)
+
+
+def any_intervention(points: Iterable[HookPoint]) -> bool:
+    """Whether an intervention is attached to any of ``points`` (free while no hook is attached anywhere)."""
     return HookPoint.attached > 0 and any(p.fns for p in points)
 
 
@@ -179,24 +223,27 @@ def select_names(names: Iterable[str], wanted: NameFilter) -> list[str]:
 
 
 @contextmanager
-def hooks(root: nn.Module, fns: Mapping[str, HookFn]) -> Iterator[None]:
-    """Attach ``{name_or_glob: fn}`` to the hook points below ``root`` for the with-block.
+def hooks(root: nn.Module, fns: Mapping[str, HookFn], observe: bool = False) -> Iterator[None]:
+    """Attach ``{name_or_glob: fn}`` to the hook points below ``root`` for the with-block: as
+    interventions (a returned tensor replaces the stage's value), or with ``observe`` as observers
+    (read only; the model computes exactly what it computes unobserved).
 
     Every name is checked before anything is attached; the hooks are removed on exit,
     also when the block raises.
     """
     points = hook_points(root)
     plan = [(points[name], name, fn) for pattern, fn in fns.items() for name in select_names(points, pattern)]
-    attached: list[tuple[HookPoint, HookFn]] = []
+    attached: list[tuple[_HookFns, HookFn]] = []
     try:
         for point, name, fn in plan:
             point.name = point.name or name  # a standalone component was never named by a model
-            point.fns.append(fn)
-            attached.append((point, fn))
+            where = point.observers if observe else point.fns
+            where.append(fn)
+            attached.append((where, fn))
         yield
     finally:
-        for point, fn in attached:
-            point.fns.remove(fn)
+        for where, fn in attached:
+            where.remove(fn)
 
 
 def run_with_cache(
@@ -204,7 +251,10 @@ def run_with_cache(
 ) -> tuple[object, dict[str, Tensor]]:
     """Run ``root(*args, **kwargs)`` and return (its output, {stage name: tensor}).
 
-    Names are relative to ``root`` and the cache is in the order the stages ran.
+    Names are relative to ``root`` and the cache is in the order the stages ran. The cache
+    observes (``detach=True``): the output is what ``root`` computes unobserved, bit for bit.
+    ``detach=False`` keeps each stage in the autograd graph, as the tensor the forward used: the
+    blocks then run module by module (forward values unchanged; gradients agree to rounding).
     """
     cache: dict[str, Tensor] = {}
 
@@ -215,7 +265,7 @@ def run_with_cache(
         return save
 
     selected = select_names(hook_points(root), names)
-    with hooks(root, {name: saver(name) for name in selected}):
+    with hooks(root, {name: saver(name) for name in selected}, observe=detach):
         out = root(*args, **kwargs)
     return out, cache
 
@@ -227,9 +277,10 @@ class HookedModule(nn.Module):
         """Every stage name this module exposes."""
         return list(hook_points(self))
 
-    def hooks(self, fns: Mapping[str, HookFn]):  # noqa: ANN201 - a context manager
-        """Context manager attaching ``{name_or_glob: fn}`` for the with-block."""
-        return hooks(self, fns)
+    def hooks(self, fns: Mapping[str, HookFn], observe: bool = False):  # noqa: ANN201 - a context manager
+        """Context manager attaching ``{name_or_glob: fn}`` for the with-block (interventions, or
+        observers with ``observe``)."""
+        return hooks(self, fns, observe)
 
     def run_with_cache(self, *args: object, names: NameFilter = None, **kwargs: object):  # noqa: ANN201
         """``output, cache = module.run_with_cache(inputs)``: every (or the named) stage's tensor."""

@@ -26,10 +26,11 @@ from torch import Tensor, nn
 
 from .hooks import hook_points, hooks
 
-# Stages whose hook changes the computation: a hook on ``attn.scores``/``attn.weights``
-# switches attention to its explicit path and one on ``probs`` adds a softmax. The training
-# detector leaves them out so a run with --detect-nonfinite computes the same numbers.
-PATH_CHANGING = re.compile(r"(^|\.)(scores|weights|probs)$")
+# The detector observes (hooks.py): the model computes exactly what it computes unwatched, on the
+# path it takes unwatched. Stages the running path does not materialise are computed beside it for
+# the observers; attention's (T x T per head) and the vocabulary softmax are the costly ones, so the
+# training detector leaves them out unless asked.
+COSTLY_TO_OBSERVE = re.compile(r"(^|\.)(scores|weights|probs)$")
 
 # What each axis of a stage's tensor means, by the stage's last name (default: batch, token, feature).
 _AXES: dict[str, tuple[str, ...]] = {
@@ -172,17 +173,18 @@ class NonFiniteDetector:
 
 @contextmanager
 def detect_nonfinite(
-    model: nn.Module, raise_at_first: bool = True, include_path_changing: bool = False
+    model: nn.Module, raise_at_first: bool = True, include_costly: bool = False
 ) -> Iterator[NonFiniteDetector]:
     """Watch every stage of ``model`` for NaN/Inf in the forward and backward pass.
 
     With ``raise_at_first`` the first non-finite stage raises ``NonFiniteError`` (the forward
     or backward stops there); otherwise events are collected in ``detector.events``.
-    ``include_path_changing`` also watches attention scores/weights and probs (slower path).
+    ``include_costly`` also watches attention scores/weights and probs (computed for the detector).
+    The detector only observes: the model's numbers are the same, watched or not.
     """
     detector = NonFiniteDetector(raise_at_first)
-    names = [n for n in hook_points(model) if include_path_changing or not PATH_CHANGING.search(n)]
-    with hooks(model, {name: detector.hook for name in names}):
+    names = [n for n in hook_points(model) if include_costly or not COSTLY_TO_OBSERVE.search(n)]
+    with hooks(model, {name: detector.hook for name in names}, observe=True):
         yield detector
 
 
@@ -197,7 +199,7 @@ def find_first_nonfinite(
     event = check_parameters(model)
     if event:
         return event
-    with detect_nonfinite(model, raise_at_first=False, include_path_changing=True) as detector:
+    with detect_nonfinite(model, raise_at_first=False, include_costly=True) as detector:
         out = model(*args, **kwargs)
         loss = out[1] if isinstance(out, tuple) else None
         if backward and loss is not None and loss.requires_grad and not detector.events:
