@@ -9,8 +9,8 @@ In training the batch statistics are used and running estimates are updated
 (``running = (1 - momentum) * running + momentum * batch``, the running variance unbiased,
 as ``nn.BatchNorm1d`` does); in eval the running estimates are used. So a sequence's output
 depends on the rest of its batch and on train/eval mode, which is the point of comparing it
-with LayerNorm. Padded positions are left out of the statistics when the model sets
-``padding_mask`` (``Transformer`` does on every forward).
+with LayerNorm. Padded positions (``padding_mask``, True at padding; the block passes the batch's
+key padding mask) are left out of the statistics.
 """
 
 from __future__ import annotations
@@ -40,19 +40,21 @@ class BatchNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(d_model, **factory)) if bias else None
         self.register_buffer("running_mean", torch.zeros(d_model, **factory))
         self.register_buffer("running_var", torch.ones(d_model, **factory))
-        self.padding_mask: Tensor | None = None  # (B, T) bool, True at padding; set per forward
 
-    def _rows(self, x: Tensor) -> Tensor:
+    def _rows(self, x: Tensor, padding_mask: Tensor | None) -> Tensor:
         """The (N, d) vectors the statistics are taken over: every non-padded position."""
         flat = x.reshape(-1, self.d_model)
-        mask = self.padding_mask
-        if mask is None or mask.shape != x.shape[:-1]:
+        if padding_mask is None:
             return flat
-        return flat[~mask.reshape(-1)]
+        if padding_mask.shape != x.shape[:-1]:
+            raise ValueError(f"BatchNorm padding_mask has shape {tuple(padding_mask.shape)}; "
+                             f"the input's positions are {tuple(x.shape[:-1])}")
+        return flat[~padding_mask.reshape(-1)]
 
-    def forward(self, x: Tensor) -> Tensor:  # (..., d_model) -> (..., d_model)
+    def forward(self, x: Tensor, padding_mask: Tensor | None = None) -> Tensor:  # (..., d_model)
+        """``padding_mask``: bool (B, T), True at padding (left out of the batch statistics)."""
         if self.training:
-            rows = self._rows(x)
+            rows = self._rows(x, padding_mask)
             mean, var = rows.mean(0), rows.var(0, unbiased=False)  # (d,) each
             n = rows.shape[0]
             with torch.no_grad():
@@ -66,10 +68,3 @@ class BatchNorm(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.d_model}, eps={self.eps}, momentum={self.momentum}, bias={self.bias is not None}"
-
-
-def set_padding_mask(root: nn.Module, key_padding_mask: Tensor | None) -> None:
-    """Tell every BatchNorm below ``root`` which positions are padding (None: none are)."""
-    for module in root.modules():
-        if isinstance(module, BatchNorm):
-            module.padding_mask = key_padding_mask

@@ -7,13 +7,29 @@ Post-norm (original, BERT):          Pre-norm (GPT-2):
 
 Sandwich adds a norm after each sublayer inside the residual: y = x + LN1_out(MHA(LN1(x))).
 The residual combine is ``add`` (x + F), ``rezero`` (x + a F, a learned, init 0), ``deepnorm``
-(alpha x + F, then the post-norm LN) or ``none`` (F alone). Variants are chosen once here,
-at construction; ``forward`` never branches on a string.
+(alpha x + F, then the post-norm LN) or ``none`` (F alone).
+
+This file is the one place the block is wired:
+
+- ``LAYOUTS``, per norm position: which stage is each residual's x and F(x), which stage each
+  norm reads, which stage is the block's output, and the formula. Diagnostics, the tracer and
+  the docs read this table; nothing else keeps a copy.
+- the **module path** (``_post``, ``_pre``, ``_sandwich``): module by module, every stage a
+  tensor that an intervention (``hooks``) may replace.
+- the **lean path** (``_post_lean``, ``_pre_lean``): the same block from the memory-lean kernels
+  of kernels.py, which keep inputs and recompute the rest in backward. It computes the module
+  path's forward values bit for bit (the kernels use the same ops in the same order); observers
+  see every stage, the ones it does not materialise computed beside it (``HookPoint.observe``).
+
+Variants are chosen once, at construction; ``forward`` only decides lean or module path: lean
+where the config has a lean wiring (``ModelConfig.uses_lean_path``), unless an intervention is
+attached or a KV cache is in use (generation).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -22,9 +38,64 @@ from torch.utils.checkpoint import checkpoint
 from .attention import KVCache, MultiHeadAttention
 from .config import ModelConfig
 from .feedforward import FeedForward
-from .hooks import HookedModule, HookPoint, any_attached, hook_points, name_hook_points
-from .kernels import fused_block_forward
+from .hooks import HookedModule, HookPoint, any_attached, any_intervention, hook_points, name_hook_points
+from .kernels import norm_linear, residual_norm_linear, residual_sum
 from .norms import build_norm
+
+# ---- the one table of stages ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Connection:
+    """One residual connection ``out = combine(x, F(x))``, by stage name within the block."""
+
+    sublayer: str  # "attn" or "ffn"
+    x: str  # the stage holding x: the identity path's input
+    branch: str  # the stage holding F(x), the branch as it is added
+    out: str  # the stage holding the sum
+    residual: str  # the Residual module that combines them ("res1", "res2")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a norm position wires the block, by stage name (SPEC section 5)."""
+
+    formula: str
+    connections: dict[str, Connection]  # "attn", "ffn"
+    norm_inputs: dict[str, str]  # each norm's stage -> the stage it normalises
+    output: str  # the stage holding the block's output: the next block's resid_pre
+
+    def connection_into(self, out: str) -> Connection:
+        """The residual connection whose sum is stage ``out`` (``resid_mid`` or ``resid_post``)."""
+        return next(c for c in self.connections.values() if c.out == out)
+
+
+LAYOUTS: dict[str, Layout] = {
+    "post": Layout(
+        "post-norm: y = LN1(x + MHA(x)), z = LN2(y + FFN(y))",
+        {"attn": Connection("attn", "resid_pre", "attn.out", "resid_mid", "res1"),
+         "ffn": Connection("ffn", "ln1", "ffn.out", "resid_post", "res2")},
+        {"ln1": "resid_mid", "ln2": "resid_post"},
+        output="ln2",
+    ),
+    "pre": Layout(
+        "pre-norm: y = x + MHA(LN1(x)), z = y + FFN(LN2(y))",
+        {"attn": Connection("attn", "resid_pre", "attn.out", "resid_mid", "res1"),
+         "ffn": Connection("ffn", "resid_mid", "ffn.out", "resid_post", "res2")},
+        {"ln1": "resid_pre", "ln2": "resid_mid"},
+        output="resid_post",
+    ),
+    "sandwich": Layout(
+        "sandwich: y = x + LN1_out(MHA(LN1(x))), z = y + LN2_out(FFN(LN2(y)))",
+        {"attn": Connection("attn", "resid_pre", "ln1_out", "resid_mid", "res1"),
+         "ffn": Connection("ffn", "resid_mid", "ln2_out", "resid_post", "res2")},
+        {"ln1": "resid_pre", "ln2": "resid_mid", "ln1_out": "attn.out", "ln2_out": "ffn.out"},
+        output="resid_post",
+    ),
+}
+
+
+# ---- the residual combine ---------------------------------------------------------------------
 
 
 def deepnorm_alpha(n_layers: int) -> float:
@@ -43,9 +114,9 @@ class Residual(nn.Module):
     def __init__(self, kind: str = "add", n_layers: int = 1) -> None:
         super().__init__()
         combines: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
-            "add": lambda x, f: x + f,
+            "add": lambda x, f: residual_sum(x, f),
             "rezero": lambda x, f: x + self.scale * f,
-            "deepnorm": lambda x, f: self.alpha * x + f,
+            "deepnorm": lambda x, f: residual_sum(x, f, self.alpha),
             "none": lambda x, f: f,
         }
         if kind not in combines:
@@ -62,6 +133,9 @@ class Residual(nn.Module):
         return f"kind={self.kind!r}" + (f", alpha={self.alpha:.4f}" if self.kind == "deepnorm" else "")
 
 
+# ---- the block ----------------------------------------------------------------------------------
+
+
 class TransformerBlock(HookedModule):
     """One block: submodules ``attn``, ``ln1``, ``ffn``, ``ln2`` (+ ``ln1_out``, ``ln2_out`` for
     sandwich; ``res1``, ``res2`` hold the residual combine). Stages: ``resid_pre``, ``attn.*``,
@@ -72,11 +146,12 @@ class TransformerBlock(HookedModule):
         super().__init__()
         c = config
         self.config = c
-        norm = lambda: build_norm(c.norm, c.d_model, c.eps, c.bias, fused=c.fused)  # noqa: E731
-        self.attn = MultiHeadAttention(
-            c.d_model, c.n_heads, causal=c.causal, bias=c.bias, dropout=c.dropout, fused=c.fused
-        )
-        self.ffn = FeedForward(c.d_model, c.d_ff, c.activation, bias=c.bias, dropout=c.dropout, fused=c.fused)
+        self.layout = LAYOUTS[c.norm_position]
+        fused = c.components_fused
+        norm = lambda: build_norm(c.norm, c.d_model, c.eps, c.bias, fused=fused)  # noqa: E731
+        self.attn = MultiHeadAttention(c.d_model, c.n_heads, causal=c.causal, bias=c.bias, dropout=c.dropout,
+                                       fused=fused)
+        self.ffn = FeedForward(c.d_model, c.d_ff, c.activation, bias=c.bias, dropout=c.dropout, fused=fused)
         self.ln1, self.ln2 = norm(), norm()
         if c.norm_position == "sandwich":
             self.ln1_out, self.ln2_out = norm(), norm()
@@ -85,40 +160,99 @@ class TransformerBlock(HookedModule):
         self.res2 = Residual(c.residual, c.n_layers)
         for stage in ("resid_pre", "resid_mid", "ln1", "resid_post", "ln2"):
             setattr(self, f"hook_{stage}", HookPoint())
-        self._forward = {"post": self._post, "pre": self._pre, "sandwich": self._sandwich}[c.norm_position]
-        self._fused = fused_block_forward(c)  # memory-lean wiring (blocklab/kernels.py), or None
+        self.keep_residual = c.keep_residual  # the lean path's speed mode (kernels.py ledger)
+        module_paths = {"post": self._post, "pre": self._pre, "sandwich": self._sandwich}
+        lean_paths = {"post": self._post_lean, "pre": self._pre_lean}
+        self._module_path = module_paths[c.norm_position]
+        self._lean_path = lean_paths[c.norm_position] if c.uses_lean_path else None
         name_hook_points(self)
         self._points = list(hook_points(self).values())
 
+    # -- the module path: every stage a tensor --------------------------------------------------
+
     def _post(self, x: Tensor, mask: Tensor | None, cache: KVCache | None = None) -> Tensor:
+        pad = _positions(mask, x)
         x = self.hook_resid_pre(x)
-        x = self.hook_ln1(self.ln1(self.hook_resid_mid(self.res1(x, self.attn(x, mask, cache)))))
-        return self.hook_ln2(self.ln2(self.hook_resid_post(self.res2(x, self.ffn(x)))))
+        x = self.hook_ln1(self.ln1(self.hook_resid_mid(self.res1(x, self.attn(x, mask, cache))), pad))
+        return self.hook_ln2(self.ln2(self.hook_resid_post(self.res2(x, self.ffn(x))), pad))
 
     def _pre(self, x: Tensor, mask: Tensor | None, cache: KVCache | None = None) -> Tensor:
+        pad = _positions(mask, x)
         x = self.hook_resid_pre(x)
-        x = self.hook_resid_mid(self.res1(x, self.attn(self.hook_ln1(self.ln1(x)), mask, cache)))
-        return self.hook_resid_post(self.res2(x, self.ffn(self.hook_ln2(self.ln2(x)))))
+        x = self.hook_resid_mid(self.res1(x, self.attn(self.hook_ln1(self.ln1(x, pad)), mask, cache)))
+        return self.hook_resid_post(self.res2(x, self.ffn(self.hook_ln2(self.ln2(x, pad)))))
 
     def _sandwich(self, x: Tensor, mask: Tensor | None, cache: KVCache | None = None) -> Tensor:
+        pad = _positions(mask, x)
         x = self.hook_resid_pre(x)
-        attn = self.hook_ln1_out(self.ln1_out(self.attn(self.hook_ln1(self.ln1(x)), mask, cache)))
+        attn = self.hook_ln1_out(self.ln1_out(self.attn(self.hook_ln1(self.ln1(x, pad)), mask, cache), pad))
         x = self.hook_resid_mid(self.res1(x, attn))
-        ffn = self.hook_ln2_out(self.ln2_out(self.ffn(self.hook_ln2(self.ln2(x)))))
+        ffn = self.hook_ln2_out(self.ln2_out(self.ffn(self.hook_ln2(self.ln2(x, pad))), pad))
         return self.hook_resid_post(self.res2(x, ffn))
+
+    # -- the lean path: the kernels of kernels.py, same forward values --------------------------
+    # Observers see a stage the kernels return but whose gradient they do not carry whole (the sum
+    # y, LN2(y): the rest of their gradient stays inside ResidualNormLinear) as a detached tensor.
+
+    def _pre_lean(self, x: Tensor, mask: Tensor | None) -> Tensor:  # (B, T, d_model)
+        """y = x + MHA(LN1(x)); z = y + FFN(LN2(y)), keeping 9d + H floats per token (10d + H with
+        keep_residual) for backward."""
+        attn, ffn, ln1, ln2 = self.attn, self.ffn, self.ln1, self.ln2
+        x = self.hook_resid_pre(x)
+        self.hook_ln1.observe(lambda: ln1(x))
+        q, k, v = norm_linear(x, ln1.kernel, ln1.weight, ln1.bias, attn.qkv_weights(), attn.qkv_bias())
+        c = attn.context(*attn.split_heads(q, k, v), mask)[0]  # (B, T, d): heads concatenated, before o
+        attn.hook_out.observe(lambda: attn.o(c))
+        y, z, *h = residual_norm_linear(
+            x, c, attn.o.weight, attn.o.bias, self.res1.alpha, ln2.kernel, ln2.weight, ln2.bias,
+            ffn.in_weights(), ffn.in_bias(), keep_sum=self.keep_residual,
+        )  # y = x + o(c): resid_mid; z = LN2(y); h = W1 z + b1: ffn.hidden
+        self.hook_resid_mid.see(y.detach())
+        self.hook_ln2.see(z.detach())
+        return self.hook_resid_post(self.res2(y, ffn.from_hidden(*h)))
+
+    def _post_lean(self, x: Tensor, mask: Tensor | None) -> Tensor:  # (B, T, d_model)
+        """y = LN1(x + MHA(x)); z = LN2(y + FFN(y)), keeping 10d + H floats per token (11d + H with
+        keep_residual) for backward."""
+        attn, ffn, ln1 = self.attn, self.ffn, self.ln1
+        x = self.hook_resid_pre(x)
+        q, k, v = norm_linear(x, None, None, None, attn.qkv_weights(), attn.qkv_bias())
+        c = attn.context(*attn.split_heads(q, k, v), mask)[0]
+        attn.hook_out.observe(lambda: attn.o(c))
+        s, y, *h = residual_norm_linear(
+            x, c, attn.o.weight, attn.o.bias, self.res1.alpha, ln1.kernel, ln1.weight, ln1.bias,
+            ffn.in_weights(), ffn.in_bias(), keep_sum=self.keep_residual,
+        )  # s = alpha x + o(c): resid_mid; y = LN1(s); h = W1 y + b1
+        self.hook_resid_mid.see(s.detach())
+        self.hook_ln1.see(y.detach())
+        out = self.hook_resid_post(self.res2(y, ffn.from_hidden(*h)))
+        return self.hook_ln2(self.ln2(out))  # LN2 keeps its input: d more
+
+    # -- which path -----------------------------------------------------------------------------
+
+    @property
+    def uses_lean_path(self) -> bool:
+        """Whether the next plain forward (no intervention, no KV cache) takes the lean path."""
+        return self._lean_path is not None and self.attn.use_fast_path and not any_intervention(self._points)
 
     def forward(
         self, x: Tensor, key_padding_mask: Tensor | None = None, kv_cache: KVCache | None = None
     ) -> Tensor:  # (B, T, d_model)
         """key_padding_mask: bool (B, T), True where the token is padding. kv_cache: generation only."""
-        # a hook needs its stage materialised, so any attached hook selects the module-by-module path
-        hooked = any_attached(self._points)
-        lean = self._fused is not None and kv_cache is None and self.attn.use_fast_path and not hooked
-        if self.config.checkpoint_blocks and kv_cache is None and not hooked and torch.is_grad_enabled():
+        lean = kv_cache is None and self.uses_lean_path
+        if self.config.checkpoint_blocks and kv_cache is None and torch.is_grad_enabled() \
+                and not any_attached(self._points):
             # keep only x; the block is recomputed in backward, on the path chosen now (never with
-            # hooks attached: they may change what is computed, and a recompute would run them again)
+            # hooks attached: the recompute would run them a second time)
             return checkpoint(self._run, x, key_padding_mask, None, lean, use_reentrant=False)
         return self._run(x, key_padding_mask, kv_cache, lean)
 
     def _run(self, x: Tensor, mask: Tensor | None, cache: KVCache | None, lean: bool) -> Tensor:
-        return self._fused(self, x, mask) if lean else self._forward(x, mask, cache)
+        return self._lean_path(x, mask) if lean else self._module_path(x, mask, cache)
+
+
+def _positions(key_padding_mask: Tensor | None, x: Tensor) -> Tensor | None:
+    """The padding mask of x's own positions (with a KV cache the key mask also covers the past)."""
+    if key_padding_mask is None:
+        return None
+    return key_padding_mask[:, -x.shape[1]:]

@@ -8,16 +8,29 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .activations import ACTIVATION_NAMES
 from .errors import names
+from .kernels import LAYER_NORM_VARIANTS
 
-NORMS = ("standard", "eps_outside_sqrt", "rms", "batch", "none")
+# One list per variant, next to what chooses among them. The LayerNorm variants are the kernels'
+# table (kernels.NORM_KERNELS); "batch" is BatchNorm, "none" no norm at all.
+NORMS = (*LAYER_NORM_VARIANTS, "batch", "none")
 NORM_POSITIONS = ("post", "pre", "sandwich")
 RESIDUALS = ("add", "rezero", "deepnorm", "none")
 POS_ENCODINGS = ("sinusoidal", "learned", "none")
+FUSED_CHOICES = (True, False, "auto")
+DEFAULT_EPS = 1e-5
+
+# The lean block wiring (block.py) exists for these; elsewhere the block runs module by module.
+LEAN_NORM_POSITIONS = ("pre", "post")
+LEAN_RESIDUALS = ("add", "deepnorm")
+# fused="auto" takes the lean path from this width up: below it the block's matmuls are so small that
+# the autograd Functions' Python overhead costs more than the memory they save is worth
+# (benchmarks/fused_by_shape.py measures both paths across d_model; docs/performance.md shows it).
+LEAN_MIN_D_MODEL = 128
 
 
 def resolve_d_ff(d_ff: int | float | str, d_model: int) -> int:
@@ -65,7 +78,7 @@ class ModelConfig:
     norm: str = "standard"
     norm_position: str = "post"
     residual: str = "add"
-    eps: float = 1e-5
+    eps: float = DEFAULT_EPS
     bias: bool = True
     causal: bool = False
     pos_encoding: str = "sinusoidal"
@@ -74,16 +87,22 @@ class ModelConfig:
     dropout: float = 0.0
     type_vocab_size: int = 0  # BERT's token-type (segment) embeddings; 0 = none
     embed_norm: bool = False  # a LayerNorm on the embeddings (BERT)
-    fused: bool = True  # memory-lean fused autograd functions (blocklab/kernels.py); same math
+    # memory-lean autograd functions (blocklab/kernels.py), same forward values: true, false, or "auto"
+    # (lean from LEAN_MIN_D_MODEL up, where the memory pays; module by module below, where overhead rules)
+    fused: bool | str = "auto"
+    keep_residual: bool = False  # lean path's speed mode: keep the residual sum (d floats/token) for backward
     checkpoint_blocks: bool = False  # recompute each block in backward: memory flat in depth
+    # fields that were derived from others (not given): ``replace`` derives them again
+    _derived: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 - frozen
         set_("d_ff", resolve_d_ff(self.d_ff, self.d_model) if isinstance(self.d_model, int) else self.d_ff)
         if isinstance(self.eps, int) and not isinstance(self.eps, bool):
             set_("eps", float(self.eps))
-        if self.final_norm is None:
-            set_("final_norm", self.norm_position != "post")
+        if self.final_norm is None:  # pre-norm and sandwich end with a norm; post-norm's last block has one
+            set_("final_norm", self.norm_position != "post" and self.norm != "none")
+            set_("_derived", frozenset({"final_norm"}))
         for error in _violations(self):
             raise ValueError(error)
 
@@ -92,16 +111,30 @@ class ModelConfig:
         """Per-head width d_k = d_model / n_heads."""
         return self.d_model // self.n_heads
 
+    @property
+    def uses_lean_path(self) -> bool:
+        """Whether each block runs its lean wiring (kernels.py) rather than module by module."""
+        wired = (self.norm_position in LEAN_NORM_POSITIONS and self.residual in LEAN_RESIDUALS
+                 and self.norm in LAYER_NORM_VARIANTS and self.dropout == 0)
+        return wired and self.components_fused
+
+    @property
+    def components_fused(self) -> bool:
+        """``fused`` resolved: "auto" is true from LEAN_MIN_D_MODEL up."""
+        return self.d_model >= LEAN_MIN_D_MODEL if self.fused == "auto" else bool(self.fused)
+
     def replace(self, **changes: Any) -> ModelConfig:
-        """A copy with some fields changed (validated again)."""
-        return from_dict({**self.to_dict(), **changes})
+        """A copy with some fields changed (validated again); fields this config derived (final_norm
+        left unset) are derived again, so ``replace(norm_position="pre")`` gets pre-norm's final norm."""
+        kept = {k: v for k, v in self.to_dict().items() if k not in self._derived}
+        return from_dict({**kept, **changes})
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict of every field."""
-        return dataclasses.asdict(self)
+        return {name: getattr(self, name) for name in FIELDS}
 
 
-FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ModelConfig))
+FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ModelConfig) if f.init)
 
 
 def _is_int(v: object) -> bool:
@@ -134,9 +167,10 @@ def _violations(c: ModelConfig) -> list[str]:
     need(isinstance(c.eps, float) and math.isfinite(c.eps) and c.eps > 0,
          f"eps={c.eps!r} must be a finite number > 0")
     for name in ("bias", "causal", "tie_embeddings", "final_norm", "embed_norm",
-                 "fused", "checkpoint_blocks"):
+                 "keep_residual", "checkpoint_blocks"):
         value = getattr(c, name)
         need(isinstance(value, bool), f"{name}={value!r} must be true or false")
+    need(isinstance(c.fused, bool) or c.fused == "auto", f"fused={c.fused!r} must be true, false or 'auto'")
     need(
         isinstance(c.dropout, (int, float)) and not isinstance(c.dropout, bool) and 0 <= c.dropout < 1,
         f"dropout={c.dropout!r} must be a number in [0, 1)",
@@ -150,7 +184,33 @@ def _violations(c: ModelConfig) -> list[str]:
              f"so norm_position={c.norm_position!r} must be 'post'")
         need(c.norm != "none",
              "residual='deepnorm' normalizes after each residual, so norm='none' is not allowed")
+    if errors:
+        return errors
+    # a field that cannot apply to the chosen variant is refused, never ignored
+    if c.norm == "none":
+        need(not c.embed_norm, "embed_norm=True needs a norm, but norm='none'")
+        need(not c.final_norm, "final_norm=True needs a norm, but norm='none'")
+        need(c.eps == DEFAULT_EPS, f"eps={c.eps!r} has no effect with norm='none' (no norm uses it)")
+    if c.keep_residual:
+        need(c.uses_lean_path, "keep_residual=True keeps the lean path's residual sum, but "
+             + _why_no_lean_path(c))
     return errors
+
+
+def _why_no_lean_path(c: ModelConfig) -> str:
+    """Why ``c`` runs its blocks module by module (for messages)."""
+    if c.norm_position not in LEAN_NORM_POSITIONS:
+        return f"norm_position={c.norm_position!r} has no lean wiring (only {', '.join(LEAN_NORM_POSITIONS)})"
+    if c.residual not in LEAN_RESIDUALS:
+        return f"residual={c.residual!r} has no lean wiring (only {', '.join(LEAN_RESIDUALS)})"
+    if c.norm not in LAYER_NORM_VARIANTS:
+        return f"norm={c.norm!r} has no lean wiring (only the LayerNorm variants)"
+    if c.dropout:
+        return f"dropout={c.dropout!r} has no lean wiring (only dropout 0)"
+    if c.fused == "auto":
+        return (f"fused='auto' runs d_model={c.d_model} module by module (lean from {LEAN_MIN_D_MODEL}); "
+                "set fused=true")
+    return "fused=False"
 
 
 def from_dict(d: dict[str, Any]) -> ModelConfig:

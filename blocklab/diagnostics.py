@@ -26,30 +26,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .block import LAYOUTS
 from .config import ModelConfig
+from .kernels import LAYER_NORM_VARIANTS
 from .model import Transformer
 from .norms import layer_norm_stats
 from .resources import check_memory
 from .tasks import Task
 
-# Where each quantity lives, by norm position (the wiring of docs/concepts.md#the-block).
-#   residual connection -> (stage of its input x, stage of its branch output F(x), stage of out)
-_CONNECTIONS: dict[str, dict[str, tuple[str, str, str]]] = {
-    "post": {"attn": ("resid_pre", "attn.out", "resid_mid"), "ffn": ("ln1", "ffn.out", "resid_post")},
-    "pre": {"attn": ("resid_pre", "attn.out", "resid_mid"), "ffn": ("resid_mid", "ffn.out", "resid_post")},
-    "sandwich": {
-        "attn": ("resid_pre", "ln1_out", "resid_mid"), "ffn": ("resid_mid", "ln2_out", "resid_post"),
-    },
-}
-_RESIDUAL_MODULE = {"attn": "res1", "ffn": "res2"}
-# the stage holding a block's output (the next block's residual-stream input x_{l+1})
-_BLOCK_OUTPUT = {"post": "ln2", "pre": "resid_post", "sandwich": "resid_post"}
-# the stage each LayerNorm reads (its input, whose mu and var we report)
-_NORM_INPUT = {
-    "post": {"ln1": "resid_mid", "ln2": "resid_post"},
-    "pre": {"ln1": "resid_pre", "ln2": "resid_mid"},
-    "sandwich": {"ln1": "resid_pre", "ln2": "resid_mid"},
-}
 PARAM_GROUPS = ("attn", "ffn.w1", "ffn.w2", "ffn.w3", "ln1", "ln2", "ln1_out", "ln2_out", "residual")
 
 
@@ -144,9 +128,10 @@ def _group_norms(grads: dict[str, Tensor]) -> dict[str, float]:
 
 def _stage_names(model: Transformer) -> list[str]:
     """The hook points diagnostics read: residual stream, branches, norms, FFN hidden, attention weights."""
-    position = model.config.norm_position
+    layout = LAYOUTS[model.config.norm_position]
     wanted = {"resid_pre", "resid_mid", "resid_post", "ln1", "ln2", "ffn.hidden", "attn.weights"}
-    wanted |= {stage for connection in _CONNECTIONS[position].values() for stage in connection}
+    wanted |= {stage for c in layout.connections.values() for stage in (c.x, c.branch, c.out)}
+    wanted |= set(layout.norm_inputs.values())
     return [f"blocks.{i}.{s}" for i in range(len(model.blocks)) for s in sorted(wanted)]
 
 
@@ -168,8 +153,11 @@ def _forward_stats(
         x = at("resid_pre")[valid].double()  # (N_valid, d)
         norm_inputs = {}
         if c.norm != "none":
-            for ln, stage in _NORM_INPUT[c.norm_position].items():
-                stats = layer_norm_stats(at(stage)[valid].double(), c.eps)
+            # what the norm computes per position (RMSNorm: mu 0, var = mean(z^2)); for BatchNorm,
+            # whose statistics span the batch, the input's own per-position mean and variance
+            variant = c.norm if c.norm in LAYER_NORM_VARIANTS else "standard"
+            for ln, stage in LAYOUTS[c.norm_position].norm_inputs.items():
+                stats = layer_norm_stats(at(stage)[valid].double(), c.eps, variant)
                 norm_inputs[ln] = {"mu": float(stats.mu.mean()), "var": float(stats.var.mean())}
         hidden = at("ffn.hidden")[valid]  # (N_valid, d_ff)
         weights = at("attn.weights").double()  # (B, h, T, T); masked keys have weight 0
@@ -193,13 +181,14 @@ def path_tensors(
 
     ``cache`` holds the forward's tensors (not detached) and ``grads`` dL/d(stage) for them.
     """
-    x_stage, f_stage, out_stage = _CONNECTIONS[model.config.norm_position][kind]
+    connection = LAYOUTS[model.config.norm_position].connections[kind]
+    x_stage, f_stage, out_stage = connection.x, connection.branch, connection.out
     name = lambda stage: f"blocks.{layer}.{stage}"  # noqa: E731
     x, f = cache[name(x_stage)], cache[name(f_stage)]
     # branch path: J_F(x)^T (dL/dF), through the sublayer's own graph
     (branch,) = torch.autograd.grad(f, x, grads[name(f_stage)], retain_graph=True)
     # identity path: the block's own residual combine, differentiated in its first argument
-    combine = getattr(model.blocks[layer], _RESIDUAL_MODULE[kind])
+    combine = getattr(model.blocks[layer], connection.residual)
     x0 = x.detach().requires_grad_(True)
     combined = combine(x0, f.detach())
     if combined.requires_grad:
@@ -260,7 +249,7 @@ def _measure(
     with torch.no_grad():
         for name, b in model.named_buffers():
             b.copy_(buffers[name])
-    last = f"blocks.{c.n_layers - 1}.{_BLOCK_OUTPUT[c.norm_position]}"
+    last = f"blocks.{c.n_layers - 1}.{LAYOUTS[c.norm_position].output}"
     valid = _valid_positions(tokens, attention_mask)
     diagnostics = Diagnostics(
         loss=float(loss.detach()), layers=layers, grad_resid_out=_norm(grads[last]),

@@ -1,12 +1,16 @@
 """Memory-lean autograd for the block: functions that save their inputs and recompute the rest.
 
+Kernels only: tensors and weights in, tensors out. They know no modules; ``block.py`` wires
+them into a block (its "lean" path), next to the module-by-module path that computes the same
+forward values bit for bit.
+
 Autograd keeps, for every op, the tensors its backward needs. A plain pre-norm block keeps LN1's
 input *and* output, the FFN's pre-activation *and* activation, ...: about 17 d_model floats per
 token. The functions here save only what is costly to recompute and recompute the rest in backward:
 
     NormLinear          h = LN(x) @ W.T + b                     saves x            (not LN(x))
-    ResidualNormLinear  s = alpha x + c @ Wo.T + bo             saves x, c         (not s, LN(s))
-                        z = LN(s),  h = z @ W.T + b
+    ResidualNormLinear  s = alpha x + (c @ Wo.T + bo)           saves x, c         (not s, LN(s))
+                        z = LN(s),  h = z @ W.T + b             keep_sum: saves s, c (not x)
     ActLinear           act(h) @ W.T + b                        saves h            (not act(h))
     LayerNormFunction   LN(x)                                   saves x
 
@@ -26,6 +30,11 @@ What the fused pre-norm block saves per token (d = d_model, H heads, d_ff = 4d):
 
 The residual stream y = x + c @ Wo.T + bo and LN2(y) are recomputed in backward from x and c,
 which the block keeps anyway: one extra (d x d) matmul per token buys d floats per token.
+The speed mode (``ModelConfig.keep_residual``, ``keep_sum=True`` here) keeps y instead: d floats
+per token more (10d + H for the pre-norm block), that matmul less in backward.
+
+    speed mode  s     d     the residual sum y (x is not needed: dL/dx = alpha dL/dy)
+                total 10d + H
 
 Backward passes are written out below. The LayerNorm backward is docs/concepts.md#layer-normalization:
 
@@ -42,7 +51,7 @@ uses for F.gelu, F.relu, F.silu).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -125,19 +134,21 @@ class NormKernel(NamedTuple):
         return self.backward(g, x, stats[1], stats[2], gamma, beta, self.eps)
 
 
-_NORM_KERNELS = {
+# Every LayerNorm variant blocklab has, by name: the one list of them (config.NORMS adds "batch" and
+# "none", which are not LayerNorms).
+NORM_KERNELS: dict[str, tuple[Callable, Callable]] = {
     "standard": (_standard_forward, _standard_backward),
-    "rms": (_rms_forward, _rms_backward),
     "eps_outside_sqrt": (_eps_outside_forward, _eps_outside_backward),
+    "rms": (_rms_forward, _rms_backward),
 }
+LAYER_NORM_VARIANTS: tuple[str, ...] = tuple(NORM_KERNELS)
 
 
 def norm_kernel(variant: str, eps: float) -> NormKernel:
-    """The forward/backward pair of a LayerNorm variant ("standard", "rms", "eps_outside_sqrt")."""
-    if variant not in _NORM_KERNELS:
-        have = ", ".join(_NORM_KERNELS)
-        raise ValueError(f"no fused LayerNorm kernel for variant={variant!r}; have: {have}")
-    return NormKernel(variant, float(eps), *_NORM_KERNELS[variant])
+    """The forward/backward pair of a LayerNorm variant ("standard", "eps_outside_sqrt", "rms")."""
+    if variant not in NORM_KERNELS:
+        raise ValueError(f"LayerNorm variant={variant!r} is not one of: {', '.join(LAYER_NORM_VARIANTS)}")
+    return NormKernel(variant, float(eps), *NORM_KERNELS[variant])
 
 
 # ---- activation kernels: act(h) and the backward dL/dh = dL/da * act'(h) ------------------------
@@ -259,36 +270,43 @@ class NormLinear(torch.autograd.Function):
         return dx, None, dgamma, dbeta, db, *dws
 
 
+def residual_sum(x: Tensor, branch: Tensor, alpha: float = 1.0) -> Tensor:
+    """SPEC section 1's combine: x + F(x), or alpha x + F(x) (DeepNorm). The one definition the
+    module path (``block.Residual``) and the lean path both use, so their sums agree bit for bit."""
+    return x + branch if alpha == 1.0 else alpha * x + branch
+
+
 def _residual(x: Tensor, c: Tensor, wo: Tensor, bo: Tensor | None, alpha: float) -> Tensor:
-    """alpha x + c @ Wo.T + bo: one matmul accumulating onto alpha x, then the bias in place."""
-    s = torch.addmm(x.reshape(-1, x.shape[-1]), c.reshape(-1, c.shape[-1]), wo.t(), beta=alpha).view(x.shape)
-    return s if bo is None else s.add_(bo)
+    """alpha x + (c @ Wo.T + bo): the output projection as F.linear, then the sum, in the order the
+    module path computes them (attention's ``o``, then ``Residual``)."""
+    return residual_sum(x, F.linear(c, wo, bo), alpha)
 
 
 class ResidualNormLinear(torch.autograd.Function):
-    """s = alpha x + c @ Wo.T + bo (the residual add), z = LN(s), h_i = z @ W_i.T + b_i: returns
+    """s = alpha x + (c @ Wo.T + bo) (the residual add), z = LN(s), h_i = z @ W_i.T + b_i: returns
     (s, z, h_1, ..., h_k).
 
     Saves x and c, which the block keeps anyway (x for LN1, c as SDPA's output): s, z and the
-    statistics are recomputed in backward, at the cost of one (d x d) matmul per token.
+    statistics are recomputed in backward, at the cost of one (d x d) matmul per token. With
+    ``keep_sum`` it saves s and c instead (the speed mode): no recompute, d floats per token more.
     """
 
     @staticmethod
-    def forward(ctx, x, c, wo, bo, alpha, norm, gamma, beta, bias, *weights):  # noqa: ANN001, ANN205
+    def forward(ctx, x, c, wo, bo, alpha, keep_sum, norm, gamma, beta, bias, *weights):  # noqa: ANN001, ANN205
         s = _residual(x, c, wo, bo, alpha)
         z = norm(s, gamma, beta)[0]
-        ctx.alpha, ctx.norm, ctx.with_bias = alpha, norm, bias is not None
+        ctx.alpha, ctx.keep_sum, ctx.norm, ctx.with_bias = alpha, keep_sum, norm, bias is not None
         ctx.set_materialize_grads(False)  # the unused output (pre-norm: z, post-norm: s) gets None
-        ctx.save_for_backward(x, c, wo, bo, gamma, beta, *weights)
+        ctx.save_for_backward(s if keep_sum else x, c, wo, bo, gamma, beta, *weights)
         return s, z, *_linear_forward(z, weights, bias)
 
     @staticmethod
     def backward(ctx, gs, gz, *ghs):  # noqa: ANN001, ANN205
-        x, c, wo, bo, gamma, beta, *weights = ctx.saved_tensors
-        s = _residual(x, c, wo, bo, ctx.alpha)  # recompute, bit for bit
+        kept, c, wo, bo, gamma, beta, *weights = ctx.saved_tensors
+        s = kept if ctx.keep_sum else _residual(kept, c, wo, bo, ctx.alpha)  # recompute, bit for bit
         stats = ctx.norm(s, gamma, beta)
         # an unused h (only in tests) gets no gradient: nothing flows through its W
-        ghs = [g if g is not None else x.new_zeros(*x.shape[:-1], w.shape[0])
+        ghs = [g if g is not None else s.new_zeros(*s.shape[:-1], w.shape[0])
                for g, w in zip(ghs, weights, strict=True)]
         dz, dws, db = _linear_backward(ghs, stats[0], weights, ctx.with_bias)
         if gz is not None:
@@ -299,7 +317,7 @@ class ResidualNormLinear(torch.autograd.Function):
         dwo, dbo = _weight_grads(ds, c, bo is not None)
         dc = ds @ wo
         dx = ds if ctx.alpha == 1.0 else ds * ctx.alpha
-        return dx, dc, dwo, dbo, None, None, dgamma, dbeta, db, *dws
+        return dx, dc, dwo, dbo, None, None, None, dgamma, dbeta, db, *dws
 
 
 class ActLinear(torch.autograd.Function):
@@ -354,10 +372,11 @@ def norm_linear(
 def residual_norm_linear(
     x: Tensor, c: Tensor, wo: Tensor, bo: Tensor | None, alpha: float,
     norm: NormKernel, gamma: Tensor | None, beta: Tensor | None,
-    weights: Sequence[Tensor], bias: Tensor | None,
+    weights: Sequence[Tensor], bias: Tensor | None, keep_sum: bool = False,
 ) -> tuple[Tensor, ...]:
-    """(s, LN(s), LN(s) @ W_i.T + b_i for each weight) for s = alpha x + c @ wo.T + bo, saving x and c."""
-    return ResidualNormLinear.apply(x, c, wo, bo, alpha, norm, gamma, beta, bias, *weights)
+    """(s, LN(s), LN(s) @ W_i.T + b_i for each weight) for s = alpha x + (c @ wo.T + bo), saving x and c
+    (``keep_sum``: s and c)."""
+    return ResidualNormLinear.apply(x, c, wo, bo, alpha, keep_sum, norm, gamma, beta, bias, *weights)
 
 
 def act_linear(h: Sequence[Tensor], act: ActKernel, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -368,47 +387,3 @@ def act_linear(h: Sequence[Tensor], act: ActKernel, weight: Tensor, bias: Tensor
 def layer_norm(x: Tensor, norm: NormKernel, gamma: Tensor | None, beta: Tensor | None) -> Tensor:
     """LN(x) saving only x (see LayerNormFunction)."""
     return LayerNormFunction.apply(x, norm, gamma, beta)
-
-
-# ---- the fused block wirings (TransformerBlock picks one at construction) -----------------------
-
-
-def pre_norm_block(block: Any, x: Tensor, mask: Tensor | None) -> Tensor:  # (B, T, d_model)
-    """y = x + MHA(LN1(x)); z = y + FFN(LN2(y)), keeping 9d + H floats per token for backward."""
-    attn, ffn, ln1, ln2 = block.attn, block.ffn, block.ln1, block.ln2
-    qkv = norm_linear(x, ln1.kernel, ln1.weight, ln1.bias, attn.qkv_weights(), attn.qkv_bias())  # q, k, v
-    c = attn.context(*attn.split_heads(*qkv), mask)[0]  # (B, T, d): heads concatenated, before o
-    y, _, *h = residual_norm_linear(
-        x, c, attn.o.weight, attn.o.bias, block.res1.alpha, ln2.kernel, ln2.weight, ln2.bias,
-        ffn.in_weights(), ffn.in_bias(),
-    )  # y = x + o(c): resid_mid; h = W1 LN2(y) + b1: ffn.hidden
-    return block.res2(y, ffn.from_hidden(*h))  # resid_post
-
-
-def post_norm_block(block: Any, x: Tensor, mask: Tensor | None) -> Tensor:  # (B, T, d_model)
-    """y = LN1(x + MHA(x)); z = LN2(y + FFN(y)), keeping 10d + H floats per token for backward."""
-    attn, ffn, ln1 = block.attn, block.ffn, block.ln1
-    qkv = norm_linear(x, None, None, None, attn.qkv_weights(), attn.qkv_bias())
-    c = attn.context(*attn.split_heads(*qkv), mask)[0]
-    _, y, *h = residual_norm_linear(
-        x, c, attn.o.weight, attn.o.bias, block.res1.alpha, ln1.kernel, ln1.weight, ln1.bias,
-        ffn.in_weights(), ffn.in_bias(),
-    )  # y = LN1(alpha x + o(c)); h = W1 y + b1
-    return block.ln2(block.res2(y, ffn.from_hidden(*h)))  # LN2 keeps its input: d more
-
-
-_BLOCK_WIRINGS: dict[str, Callable[[Any, Tensor, Tensor | None], Tensor]] = {
-    "pre": pre_norm_block,
-    "post": post_norm_block,
-}
-
-
-def fused_block_forward(config: Any) -> Callable[[Any, Tensor, Tensor | None], Tensor] | None:
-    """The fused wiring for a block config, or None where there is none (the block then runs its
-    modules one by one, each of them lean on its own): sandwich, rezero / none residuals,
-    norm "none" / "batch", dropout > 0, or ``fused=False``."""
-    ok = (
-        config.fused and config.dropout == 0 and config.norm in _NORM_KERNELS
-        and config.residual in ("add", "deepnorm")
-    )
-    return _BLOCK_WIRINGS.get(config.norm_position) if ok else None

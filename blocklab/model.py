@@ -13,11 +13,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import KVCache
-from .batchnorm import set_padding_mask
 from .block import TransformerBlock, deepnorm_beta
 from .config import ModelConfig
 from .hooks import HookedModule, HookPoint, name_hook_points
-from .norms import build_norm
+from .norms import NoNorm, build_norm
 
 IGNORE_INDEX = -100  # targets at padding / unscored positions
 
@@ -81,10 +80,11 @@ class Transformer(HookedModule):
         self.embed = nn.Embedding(c.vocab_size, c.d_model)
         self.pos = build_positions(c)
         self.token_type = nn.Embedding(c.type_vocab_size, c.d_model) if c.type_vocab_size else None
-        self.embed_ln = build_norm(c.norm, c.d_model, c.eps, c.bias) if c.embed_norm else nn.Identity()
+        norm = lambda: build_norm(c.norm, c.d_model, c.eps, c.bias, fused=c.components_fused)  # noqa: E731
+        self.embed_ln = norm() if c.embed_norm else NoNorm()
         self.drop = nn.Dropout(c.dropout) if c.dropout > 0 else nn.Identity()
         self.blocks = nn.ModuleList(TransformerBlock(c) for _ in range(c.n_layers))
-        self.ln_f = build_norm(c.norm, c.d_model, c.eps, c.bias) if c.final_norm else nn.Identity()
+        self.ln_f = norm() if c.final_norm else NoNorm()
         self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_embeddings:
             self.head.weight = self.embed.weight
@@ -119,8 +119,8 @@ class Transformer(HookedModule):
         """
         past = kv_cache[0].length if kv_cache is not None else 0
         self._check_tokens(tokens, past)
-        if self.config.norm == "batch":  # BatchNorm leaves padded positions out of its statistics
-            set_padding_mask(self, attention_mask == 0 if attention_mask is not None else None)
+        key_padding_mask = attention_mask == 0 if attention_mask is not None else None  # True at padding
+        pad = key_padding_mask[:, past:] if key_padding_mask is not None else None  # these tokens' own
         T = tokens.shape[1]
         x = self.embed(tokens)  # (B, T, d_model)
         if self.pos is not None:
@@ -128,15 +128,14 @@ class Transformer(HookedModule):
         if self.token_type is not None:
             types = token_type_ids if token_type_ids is not None else torch.zeros_like(tokens)
             x = x + self.token_type(types)
-        x = self.hook_embed(self.drop(self.embed_ln(x)))
-        key_padding_mask = attention_mask == 0 if attention_mask is not None else None
+        x = self.hook_embed(self.drop(self.embed_ln(x, pad)))
         if kv_cache is None:
             for block in self.blocks:
                 x = block(x, key_padding_mask)
         else:
             for block, cache in zip(self.blocks, kv_cache, strict=True):
                 x = block(x, key_padding_mask, cache)
-        return self.hook_ln_f(self.ln_f(x))
+        return self.hook_ln_f(self.ln_f(x, pad))
 
     def forward(
         self,

@@ -7,6 +7,10 @@ For each position's vector z of size d, statistics are over the feature dimensio
 
 ``layer_norm_stats`` exposes the numbers the tracer shows (mu, var, the denominator, z_hat);
 ``LayerNorm.forward`` uses PyTorch's fused kernels where the variant has one.
+
+Every norm a config builds (``build_norm``) takes ``norm(x, padding_mask)``: LayerNorm normalises
+each position on its own and has no use for the mask; BatchNorm leaves padded positions out of
+its statistics; ``NoNorm`` ("none") returns x.
 """
 
 from __future__ import annotations
@@ -19,9 +23,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .batchnorm import BatchNorm
-from .kernels import NormKernel, layer_norm, norm_kernel
+from .kernels import LAYER_NORM_VARIANTS, NormKernel, layer_norm, norm_kernel
 
-NORM_VARIANTS: tuple[str, ...] = ("standard", "eps_outside_sqrt", "rms")
+NORM_VARIANTS = LAYER_NORM_VARIANTS  # the kernels' table is the one list of LayerNorm variants
 
 
 @dataclass(frozen=True)
@@ -102,7 +106,8 @@ class LayerNorm(nn.Module):
         if fused and variant != "standard":  # F.layer_norm already saves only x, mean and rstd
             self._fn = partial(_lean, self.kernel)
 
-    def forward(self, x: Tensor) -> Tensor:  # (..., d_model) -> (..., d_model)
+    def forward(self, x: Tensor, padding_mask: Tensor | None = None) -> Tensor:  # (..., d_model)
+        """``padding_mask`` is accepted and unused: each position is normalised on its own."""
         return self._fn(x, self.weight, self.bias, self.eps)
 
     def stats(self, x: Tensor) -> NormStats:
@@ -118,12 +123,19 @@ def norm_parameter_count(d_model: int, variant: str, bias: bool) -> int:
     return d_model * (2 if bias and variant != "rms" else 1)
 
 
+class NoNorm(nn.Module):
+    """norm="none": the identity, with the norms' signature."""
+
+    def forward(self, x: Tensor, padding_mask: Tensor | None = None) -> Tensor:
+        return x
+
+
 def build_norm(
     norm: str, d_model: int, eps: float, bias: bool, device=None, dtype=None, fused: bool = True  # noqa: ANN001
 ) -> nn.Module:
-    """The norm a config names: a LayerNorm variant, or ``nn.Identity`` for "none"."""
+    """The norm a config names: a LayerNorm variant, BatchNorm, or ``NoNorm`` for "none"."""
     if norm == "none":
-        return nn.Identity()
+        return NoNorm()
     if norm == "batch":  # BatchNorm over batch and positions (the LayerNorm-vs-BatchNorm claim)
         return BatchNorm(d_model, eps=eps, bias=bias, device=device, dtype=dtype)
     return LayerNorm(d_model, eps=eps, variant=norm, bias=bias, device=device, dtype=dtype, fused=fused)

@@ -296,3 +296,124 @@ def test_blocks_share_nothing() -> None:
     ids = [{id(p) for p in b.parameters()} for b in model.blocks]
     assert not (ids[0] & ids[1]) and not (ids[1] & ids[2])
     copy.deepcopy(model)  # blocks are independent modules
+
+
+# ---- observing never changes the numbers; the module path computes the lean path's values ---------
+
+OBSERVED_CASES = [
+    (position, activation, fused)
+    for position in ("post", "pre", "sandwich")
+    for activation in ("relu", "gelu", "gelu_tanh", "gelu_sigmoid", "relu2", "swiglu", "geglu")
+    for fused in (True, False)
+]
+
+
+def _stack(position: str, activation: str, fused: bool, dtype: torch.dtype):
+    from blocklab import Transformer
+
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=13, max_seq_len=7, d_model=16, n_heads=2, n_layers=2, d_ff=24,
+                         activation=activation, norm_position=position, fused=fused, causal=position == "pre")
+    model = Transformer(config).to(dtype)
+    randomize(model, 0.3)
+    tokens = torch.randint(0, 13, (3, 7))
+    mask = torch.tensor([[1] * 7, [1] * 4 + [0] * 3, [1] * 7])
+    return model, tokens, mask
+
+
+def _loss_and_grads(model, tokens, mask) -> list[torch.Tensor]:
+    _, loss = model(tokens, targets=tokens, attention_mask=mask)
+    return [loss, *torch.autograd.grad(loss, list(model.parameters()))]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(("position", "activation", "fused"), OBSERVED_CASES)
+def test_observing_every_stage_changes_no_number(position, activation, fused, dtype) -> None:
+    """Observers on every stage (the tracer, run_with_cache, the NaN detector): the loss and every
+    gradient are the unobserved ones to the last bit, on the lean path and the module path alike."""
+    model, tokens, mask = _stack(position, activation, fused, dtype)
+    plain = _loss_and_grads(model, tokens, mask)
+    seen: dict[str, torch.Tensor] = {}
+
+    def look(x: torch.Tensor, name: str) -> None:
+        seen[name] = x
+
+    with model.hooks({"*": look}, observe=True):
+        observed = _loss_and_grads(model, tokens, mask)
+    assert len(seen) == len(model.hook_names())  # every stage was shown to the observer
+    for a, b in zip(observed, plain, strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("position", ["pre", "post"])
+@pytest.mark.parametrize("activation", ["gelu", "swiglu"])
+def test_the_module_path_computes_the_lean_paths_forward_values(position, activation, dtype) -> None:
+    """An intervention (here one that returns its input) sends a lean block down its module path:
+    every stage's forward value is the lean path's bit for bit; gradients agree to rounding."""
+    model, tokens, mask = _stack(position, activation, True, dtype)
+    assert all(block.uses_lean_path for block in model.blocks)
+    _, lean = model.run_with_cache(tokens, attention_mask=mask)  # observed: the lean path
+    lean_grads = _loss_and_grads(model, tokens, mask)
+    module: dict[str, torch.Tensor] = {}
+
+    def keep(x: torch.Tensor, name: str) -> None:
+        module[name] = x
+
+    # an intervention that changes nothing (not on attention's scores/weights, which would need the
+    # explicit attention path: SDPA's output then differs by rounding), and observers everywhere
+    with model.hooks({"blocks.*.resid_mid": lambda x, name: x}), model.hooks({"*": keep}, observe=True):
+        assert not any(block.uses_lean_path for block in model.blocks)
+        model(tokens, attention_mask=mask)
+        forward = dict(module)
+        module_grads = _loss_and_grads(model, tokens, mask)
+    module = forward
+    assert list(module) == list(lean)  # the same stages, in the same (forward) order
+    for name in lean:
+        assert torch.equal(module[name], lean[name]), name
+    scale = max(g.abs().max().item() for g in lean_grads)
+    for a, b in zip(module_grads, lean_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=TOL[dtype] * scale)
+
+
+def test_an_observer_may_not_replace_a_value() -> None:
+    block = TransformerBlock(ModelConfig(d_model=16, n_heads=2, fused=True, norm_position="pre"))
+    with block.hooks({"ffn.out": lambda x, name: x * 0}, observe=True), \
+            pytest.raises(ValueError, match="observers only read"):
+        block(torch.randn(2, 3, 16))
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+def test_a_query_that_sees_no_key_attends_to_nothing_on_both_paths(explicit) -> None:
+    """Left-padded causal batch: the padding queries see no key. Both attention paths give them
+    output 0 and keep every real position finite, with finite gradients (issue: NaN at real tokens)."""
+    from blocklab import Transformer
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(causal=True, norm_position="pre")).eval()
+    for block in model.blocks:
+        block.attn.use_fast_path = not explicit
+    tokens = torch.randint(0, 18, (2, 8))
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1, 1, 1], [1] * 8])
+    logits, loss = model(tokens, targets=tokens, attention_mask=mask)
+    assert torch.isfinite(logits).all()
+    grads = torch.autograd.grad(loss, list(model.parameters()))
+    assert all(torch.isfinite(g).all() for g in grads)
+    _, cache = model.run_with_cache(tokens, attention_mask=mask, names=["blocks.*.attn.weights"])
+    assert (cache["blocks.0.attn.weights"][0, :, :2] == 0).all()  # padding queries: no weight anywhere
+
+
+def test_both_attention_paths_agree_on_fully_masked_rows() -> None:
+    from blocklab import MultiHeadAttention
+
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(16, 2, causal=True).double()
+    x = torch.randn(2, 6, 16, dtype=torch.float64, requires_grad=True)
+    pad = torch.tensor([[True, True, False, False, False, False], [False] * 6])
+    fast = attn(x, pad)
+    (fast_grad,) = torch.autograd.grad(fast.sum(), x)
+    explicit, _ = attn.forward_with_weights(x, pad)
+    (explicit_grad,) = torch.autograd.grad(explicit.sum(), x)
+    torch.testing.assert_close(explicit, fast, rtol=0, atol=1e-12)
+    torch.testing.assert_close(explicit_grad, fast_grad, rtol=0, atol=1e-12)
+    torch.testing.assert_close(fast[0, :2], attn.o.bias.expand(2, 16), rtol=0, atol=0)  # heads give 0

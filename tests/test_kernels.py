@@ -14,7 +14,6 @@ from blocklab.activations import ACTIVATION_NAMES, is_gated
 from blocklab.kernels import (
     act_kernel,
     act_linear,
-    fused_block_forward,
     layer_norm,
     layer_norm_backward,
     norm_kernel,
@@ -144,7 +143,7 @@ def test_layer_norm_backward_without_the_last_term_is_wrong() -> None:
 
 def pair(**fields) -> tuple[TransformerBlock, TransformerBlock]:
     """(fused block, unfused block) with the same random weights."""
-    config = ModelConfig(d_model=16, n_heads=2, d_ff=24, max_seq_len=6, **fields)
+    config = ModelConfig(d_model=16, n_heads=2, d_ff=24, max_seq_len=6, **{"fused": True, **fields})
     fused, plain = TransformerBlock(config), TransformerBlock(config.replace(fused=False))
     with torch.no_grad():
         for p in fused.parameters():
@@ -178,12 +177,13 @@ def test_fused_block_equals_unfused(position, activation, norm) -> None:
 
 
 def test_fused_wiring_is_chosen_only_where_it_applies() -> None:
-    base = ModelConfig(d_model=16, n_heads=2)
-    assert fused_block_forward(base.replace(norm_position="pre")) is not None
-    assert fused_block_forward(base.replace(norm_position="post", residual="deepnorm")) is not None
+    base = ModelConfig(d_model=16, n_heads=2, fused=True)
+    for on in (dict(norm_position="pre"), dict(norm_position="post", residual="deepnorm")):
+        assert base.replace(**on).uses_lean_path and TransformerBlock(base.replace(**on)).uses_lean_path, on
     for off in (dict(fused=False), dict(norm_position="sandwich"), dict(dropout=0.1), dict(norm="none"),
-                dict(norm="batch"), dict(residual="none")):
-        assert fused_block_forward(base.replace(**off)) is None, off
+                dict(norm="batch"), dict(residual="none"), dict(fused="auto")):
+        assert not base.replace(**off).uses_lean_path, off
+        assert not TransformerBlock(base.replace(**off)).uses_lean_path, off
 
 
 # ---- against an independent oracle: gradients of nn.TransformerEncoderLayer ------------------
@@ -275,7 +275,7 @@ def test_checkpointed_blocks_with_hooks_attached_give_the_plain_gradients() -> N
     """Hooks (run_with_cache, diagnostics) turn checkpointing off for that call: a recompute without
     them would take another path (SDPA instead of the explicit attention the hooks asked for)."""
     config = ModelConfig(vocab_size=11, max_seq_len=6, d_model=16, n_heads=2, n_layers=2, d_ff=32,
-                         norm_position="pre", activation="gelu")
+                         norm_position="pre", activation="gelu", fused=True)
     plain, ckpt = Transformer(config), Transformer(config.replace(checkpoint_blocks=True))
     ckpt.load_state_dict(plain.state_dict())
     tokens = torch.randint(0, 11, (2, 6))
@@ -292,7 +292,7 @@ def test_checkpointed_blocks_with_hooks_attached_give_the_plain_gradients() -> N
 def test_a_checkpointed_stack_holds_only_the_block_boundaries(checkpoint_blocks) -> None:
     d, H, B, T, n = 16, 2, 2, 6, 4
     config = ModelConfig(d_model=d, n_heads=H, d_ff=4 * d, max_seq_len=T, norm_position="pre",
-                         checkpoint_blocks=checkpoint_blocks)
+                         checkpoint_blocks=checkpoint_blocks, fused=True)
     stack = nn.Sequential(*(TransformerBlock(config) for _ in range(n)))
     x = torch.randn(B, T, d, requires_grad=True)
     with LiveBytes() as live:
@@ -311,7 +311,7 @@ def test_a_checkpointed_stack_holds_only_the_block_boundaries(checkpoint_blocks)
 def test_fused_pre_norm_block_saves_9d_plus_heads_floats_per_token(activation) -> None:
     d, H, B, T, d_ff = 32, 4, 2, 8, 128  # d_ff = 4d, as in the target shape
     config = ModelConfig(d_model=d, n_heads=H, d_ff=d_ff if activation != "swiglu" else 64, max_seq_len=T,
-                         norm_position="pre", activation=activation)
+                         norm_position="pre", activation=activation, fused=True)
     block = TransformerBlock(config)
     saved, _ = saved_activations(block, block, torch.randn(B, T, d, requires_grad=True))
     # x (d) + q, k, v (3d, one storage) + SDPA out = head concat (d) + lse (H) + h (4d; swiglu: 2 x 2d)

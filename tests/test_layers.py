@@ -18,8 +18,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "blocklab"
 # Lowest first. Names are modules or packages (a package covers everything under it).
 FLOORS: list[tuple[str, ...]] = [
     ("version", "errors", "activations", "measure", "distributed", "trainconfig"),  # no blocklab imports
-    ("config",),
-    ("kernels", "hooks"),
+    ("kernels",),  # tensors in, tensors out; its table of LayerNorm variants is the one list of them
+    ("config", "hooks"),
     ("batchnorm", "norms", "feedforward", "attention", "embedding"),  # the components
     ("block",),
     ("model",),

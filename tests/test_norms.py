@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from blocklab import LayerNorm
-from blocklab.norms import build_norm, layer_norm_stats
+from blocklab.norms import NoNorm, build_norm, layer_norm_stats
 
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 
@@ -129,4 +129,4 @@ def test_bad_arguments() -> None:
         LayerNorm(8, variant="batchy")
     with pytest.raises(ValueError, match="eps=0"):
         LayerNorm(8, eps=0)
-    assert isinstance(build_norm("none", 8, 1e-5, True), nn.Identity)
+    assert isinstance(build_norm("none", 8, 1e-5, True), NoNorm)

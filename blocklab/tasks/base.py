@@ -9,10 +9,10 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
+from blocklab.model import IGNORE_INDEX  # the loss ignores these targets; tasks mark unscored ones
 from blocklab.resources import check_data_memory
 from blocklab.tasks.tokenizer import Tokenizer
 
-IGNORE_INDEX = -100  # PyTorch cross_entropy's default ignore_index: position not scored
 SPLITS = ("train", "test")
 # What building the splits costs, per example and per token (data_bytes): the tasks build Python
 # tuples or lists of token ids first (a container, its slot, a set entry: ~120-170 bytes an example

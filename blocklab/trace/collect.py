@@ -5,9 +5,11 @@ turns each stage into a ``Stage``: its shape, the vector at each selected positi
 per-position mean, variance (biased, over the features), std, min, max and L2 norm. Stages
 that are LayerNorms also get the mu, var and denominator the norm used and the normalized
 vector z_hat before gamma/beta; FFN stages the fraction of units at or below zero;
-attention scores and weights the matrix per head. The norms' inputs are read with PyTorch
-forward hooks on the norm modules during the same pass, so nothing is recomputed here
-from the model's wiring. Everything is float64 from here on.
+attention scores and weights the matrix per head. A norm's input is the stage the block's
+table (``block.LAYOUTS``) names for it, cached in the same pass (the embedding norm's, which is
+no stage, through a forward hook), so nothing of the model's wiring is re-implemented here.
+The cache only observes: the model computes what it computes untraced. Everything is float64
+from here on.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from ..block import LAYOUTS
 from ..config import ModelConfig
+from ..hooks import select_names
 from ..norms import LayerNorm
 from .explain import explain_all  # words about the numbers, kept apart from the numbers
 from .record import STAT_NAMES, NormNumbers, Stage, Trace
@@ -26,6 +30,17 @@ from .record import STAT_NAMES, NormNumbers, Stage, Trace
 NORM_STAGES = ("ln1", "ln2", "ln1_out", "ln2_out", "ln_f")
 # A norm module's numbers belong to the stage of the same name; the embedding norm feeds `embed`.
 NORM_MODULE_STAGE = {"embed_ln": "embed"}
+
+
+def norm_input_stages(config: ModelConfig) -> dict[str, str]:
+    """Each norm stage -> the stage holding that norm's input, from the block's table (LAYOUTS): the
+    lean path fuses some norms into its kernels, but their inputs are stages either way."""
+    layout = LAYOUTS[config.norm_position]
+    inputs = {f"blocks.{i}.{ln}": f"blocks.{i}.{src}"
+              for i in range(config.n_layers) for ln, src in layout.norm_inputs.items()}
+    if config.final_norm:
+        inputs["ln_f"] = f"blocks.{config.n_layers - 1}.{layout.output}"
+    return inputs
 
 
 def row_stats(rows: Tensor) -> tuple[dict[str, Tensor], Tensor]:
@@ -85,12 +100,13 @@ def _kind(name: str) -> str:
     return "norm" if last in NORM_STAGES else last
 
 
-def _capture_norm_inputs(model: nn.Module) -> tuple[dict[str, Tensor], list]:
-    """Forward hooks recording every norm module's input by module path (removed by the caller)."""
+def _capture_embed_norm_input(model: nn.Module) -> tuple[dict[str, Tensor], list]:
+    """A forward hook recording the embedding norm's input (the summed embeddings, which are no
+    stage of their own) by module path; removed by the caller."""
     inputs: dict[str, Tensor] = {}
     handles = []
     for path, module in model.named_modules():
-        if type(module).__name__.endswith("Norm"):  # LayerNorm, BatchNorm, nn.LayerNorm, ...
+        if path in NORM_MODULE_STAGE:
 
             def record(mod: nn.Module, args: tuple, out: Tensor, path: str = path) -> None:
                 inputs[path] = args[0].detach()
@@ -143,20 +159,26 @@ def collect_trace(
         targets[0, -1] = target
     was_training = model.training
     model.eval()
-    norm_inputs, handles = _capture_norm_inputs(model)
+    embed_inputs, handles = _capture_embed_norm_input(model)
+    shown = select_names(model.hook_names(), names)
+    input_of = norm_input_stages(config)
+    needed = shown + [input_of[n] for n in shown if n in input_of and input_of[n] not in shown]
     try:
         with torch.no_grad():
-            _, cache = model.run_with_cache(tokens_t, names=names, targets=targets)
+            _, cache = model.run_with_cache(tokens_t, names=needed, targets=targets)
     finally:
         for handle in handles:
             handle.remove()
         model.train(was_training)
     modules = dict(model.named_modules())
+    norm_inputs = {**{n: cache[src] for n, src in input_of.items() if n in shown}, **embed_inputs}
     norm_for_stage = {NORM_MODULE_STAGE.get(path, path): path for path in norm_inputs}
     trace = Trace(source=source, config=config, ids=ids, tokens=tokens, positions=positions, text=text)
     if target is not None:
         trace.target = {"position": T - 1, "id": int(target), "token": target_token or str(target)}
     for name, value in cache.items():
+        if name not in shown:
+            continue
         kind = _kind(name)
         stage_positions = [T - 1] if kind == "loss" else positions
         rows, heads = _rows(name, value, stage_positions)

@@ -14,17 +14,12 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from ..block import LAYOUTS
 from .record import Stage, Trace
 
-# Which stage is the residual's x, and which its branch F(x), per block layout (docs/concepts.md#the-block).
-RESIDUAL_OPERANDS: dict[str, dict[str, tuple[str, str]]] = {
-    "post": {"resid_mid": ("resid_pre", "attn.out"), "resid_post": ("ln1", "ffn.out")},
-    "pre": {"resid_mid": ("resid_pre", "attn.out"), "resid_post": ("resid_mid", "ffn.out")},
-    "sandwich": {"resid_mid": ("resid_pre", "ln1_out"), "resid_post": ("resid_mid", "ln2_out")},
-}
 NORM_ROLES = {"ln_f": "final norm before the head: ", "ln1_out": "sandwich norm of the attention output: ",
               "ln2_out": "sandwich norm of the FFN output: "}
-BRANCH_WORDS = {"resid_mid": "attention", "resid_post": "FFN"}
+BRANCH_WORDS = {"attn": "attention", "ffn": "FFN"}
 ACTIVATION_WORDS = {
     "relu": "ReLU max(0, h) set the negative units to 0",
     "gelu": "GELU h * Phi(h) (exact, erf) kept positives and squashed negatives toward 0 (never below -0.17)",
@@ -133,9 +128,10 @@ def _attn_out(s: Stage, w: Walk) -> str:
 
 def _residual(s: Stage, w: Walk) -> str:
     block = w.module(f"blocks.{s.block}")
-    res = getattr(block, "res1" if s.kind == "resid_mid" else "res2", None)
-    x_name, f_name = RESIDUAL_OPERANDS[w.trace.config.norm_position][s.kind]
-    x, branch = w.sibling(s, x_name), BRANCH_WORDS[s.kind]
+    connection = LAYOUTS[w.trace.config.norm_position].connection_into(s.kind)
+    res = getattr(block, connection.residual, None)
+    x_name, f_name = connection.x, connection.branch
+    x, branch = w.sibling(s, x_name), BRANCH_WORDS[connection.sublayer]
     # with --stages the stream before may not have been collected: then only the norm after
     change = _change(_l2(x), _l2(s)) if x is not None else f"mean L2 norm per position {_n(_l2(s))}"
     kind = getattr(res, "kind", "add")

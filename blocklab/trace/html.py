@@ -16,8 +16,9 @@ from pathlib import Path
 
 from torch import Tensor
 
+from ..block import LAYOUTS
 from .record import STAT_NAMES, Stage, Trace
-from .text import BLOCK_MATH, column_labels, fmt, norm_cells, norm_headers
+from .text import column_labels, fmt, norm_cells, norm_headers
 
 MAX_COLUMNS = 512  # a heatmap shows at most this many features (vocabularies can be 50k wide)
 STREAM_KINDS = ("embed", "resid_pre", "resid_mid", "resid_post")
@@ -159,7 +160,7 @@ def render_html(trace: Trace, decimals: int = 4) -> str:
     for stage in trace.stages:
         if stage.block != block:
             block = stage.block
-            title = (f"Block {block} · {BLOCK_MATH[c.norm_position]}" if block is not None
+            title = (f"Block {block} · {LAYOUTS[c.norm_position].formula}" if block is not None
                      else ("Input" if not body else "After the blocks"))
             body.append(f'<h2 class="block" id="block-{block}">{_e(title)}</h2>')
             toc.append(f'<li class="group"><a href="#block-{block}">{_e(title.split(" · ")[0])}</a></li>')

@@ -17,14 +17,10 @@ from rich.rule import Rule
 from rich.text import Text
 from torch import Tensor
 
+from ..block import LAYOUTS
 from .record import STAT_NAMES, NormNumbers, Stage, Trace
 
 STAT_HEADERS = {"mean": "mean", "var": "var", "std": "std", "min": "min", "max": "max", "l2": "L2"}
-BLOCK_MATH = {
-    "post": "post-norm: y = LN1(x + MHA(x)), z = LN2(y + FFN(y))",
-    "pre": "pre-norm: y = x + MHA(LN1(x)), z = y + FFN(LN2(y))",
-    "sandwich": "sandwich: y = x + LN1_out(MHA(LN1(x))), z = y + LN2_out(FFN(LN2(y)))",
-}
 
 
 def fmt(value: float, decimals: int) -> str:
@@ -225,7 +221,7 @@ def render_text(
         if stage.block != block:
             block = stage.block
             if block is not None:
-                title = f"block {block}  ·  {BLOCK_MATH[trace.config.norm_position]}"
+                title = f"block {block}  ·  {LAYOUTS[trace.config.norm_position].formula}"
                 console.print(Rule(title, style="blue"))
             else:
                 console.print(Rule("after the blocks", style="blue"))
