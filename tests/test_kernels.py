@@ -346,3 +346,50 @@ def test_fused_block_runs_in_bfloat16() -> None:
         assert a.dtype == torch.bfloat16
         # bfloat16 keeps 8 significant bits (0.4%); allow 1% of the gradients' scale
         torch.testing.assert_close(a.float(), b, rtol=0, atol=0.01 * scale)
+
+
+# ---- the speed mode: keep the residual sum -----------------------------------------------------
+
+
+@pytest.mark.parametrize(("position", "ledger"), [("pre", 10), ("post", 11)])
+def test_speed_mode_keeps_one_residual_sum_more_and_its_gradients_are_the_module_paths(position, ledger):
+    """keep_residual: the lean block saves the sum y (d floats per token) instead of recomputing it;
+    pre-norm keeps 10d + H (post-norm 11d + H, its LN2 input included), gradients as the module path's."""
+    d, H, B, T = 32, 4, 2, 8
+    config = ModelConfig(d_model=d, n_heads=H, d_ff=4 * d, max_seq_len=T, norm_position=position,
+                         activation="gelu", fused=True, keep_residual=True)
+    block = TransformerBlock(config)
+    saved, _ = saved_activations(block, block, torch.randn(B, T, d, requires_grad=True))
+    assert saved.nbytes == 4 * B * T * (ledger * d + H)
+    speed = block.to(f64)
+    plain = TransformerBlock(config.replace(fused=False, keep_residual=False)).to(f64)
+    plain.load_state_dict(speed.state_dict())
+    x, g = rand(B, T, d, requires_grad=False), torch.randn(B, T, d, dtype=f64)
+    for a, b in zip(outputs_and_grads(speed, x, g), outputs_and_grads(plain, x, g), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-10)
+
+
+def test_speed_mode_is_refused_where_no_lean_path_runs() -> None:
+    with pytest.raises(ValueError, match="keep_residual=True .* norm_position='sandwich' has no lean wiring"):
+        ModelConfig(d_model=16, n_heads=2, norm_position="sandwich", fused=True, keep_residual=True)
+    with pytest.raises(ValueError, match="fused='auto' runs d_model=16 module by module"):
+        ModelConfig(d_model=16, n_heads=2, keep_residual=True)
+
+
+# ---- the path by shape: fused="auto" ------------------------------------------------------------
+
+
+def test_auto_takes_the_lean_path_from_the_threshold_up_and_true_or_false_override_it() -> None:
+    from blocklab.config import LEAN_MIN_D_MODEL
+
+    below, at = LEAN_MIN_D_MODEL - 16, LEAN_MIN_D_MODEL
+    x = torch.randn(2, 4, at, requires_grad=True)
+    cases = [(below, "auto", False), (at, "auto", True), (below, True, True), (at, False, False)]
+    for d, fused, lean in cases:
+        config = ModelConfig(d_model=d, n_heads=2, d_ff=4 * d, max_seq_len=4, norm_position="pre",
+                             fused=fused)
+        block = TransformerBlock(config)
+        assert config.uses_lean_path is lean and block.uses_lean_path is lean, (d, fused)
+        # observable: the lean block keeps 9d + H floats per token, the module path more
+        kept = saved_activations(block, block, x[..., :d].detach().requires_grad_())[0].nbytes / (4 * 8)
+        assert (kept == 9 * d + 2) is lean, (d, fused, kept / d)
