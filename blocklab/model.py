@@ -173,10 +173,3 @@ def init_weights(model: Transformer) -> None:
             branch = [block.attn.v, block.attn.o, block.ffn.w1, block.ffn.w2]
             for linear in branch + ([block.ffn.w3] if block.ffn.w3 is not None else []):
                 nn.init.xavier_normal_(linear.weight, gain=beta)
-
-
-def count_model_parameters(model: nn.Module) -> int:
-    """sum(p.numel()) over distinct parameters (a tied head counts once)."""
-    return sum(p.numel() for p in model.parameters())
-
-

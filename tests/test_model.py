@@ -172,3 +172,102 @@ def test_bad_inputs_give_clear_errors() -> None:
         model(torch.tensor([[3, 18]]))
     with pytest.raises(ValueError, match="batch, seq"):
         model(torch.zeros(8, dtype=torch.long))
+
+
+# ---- every config field reaches the model, or is refused ------------------------------------------
+
+from blocklab.activations import ACTIVATION_NAMES  # noqa: E402
+from blocklab.config import FIELDS, NORM_POSITIONS, NORMS, POS_ENCODINGS, RESIDUALS  # noqa: E402
+from blocklab.measure import saved_activations  # noqa: E402
+
+ALTERNATIVES: dict[str, list] = {
+    "vocab_size": [19],
+    "max_seq_len": [16],
+    "d_model": [32],
+    "n_heads": [2, 8],
+    "n_layers": [1, 3],
+    "d_ff": [128],
+    "activation": list(ACTIVATION_NAMES),
+    "norm": list(NORMS),
+    "norm_position": list(NORM_POSITIONS),
+    "residual": list(RESIDUALS),
+    "eps": [1e-3],
+    "bias": [True, False],
+    "causal": [True, False],
+    "pos_encoding": list(POS_ENCODINGS),
+    "tie_embeddings": [True, False],
+    "final_norm": [True, False],
+    "dropout": [0.1],
+    "type_vocab_size": [2],
+    "embed_norm": [True, False],
+    "fused": [True, False, "auto"],
+    "keep_residual": [True, False],
+    "checkpoint_blocks": [True, False],
+}
+SMALL = dict(d_model=16, n_heads=2, d_ff=32)  # the listops shape, narrower: the test builds ~150 models
+BASES = {
+    "post": ModelConfig(**SMALL),
+    "pre-rms-lean": ModelConfig(**SMALL, norm_position="pre", norm="rms", fused=True),
+    "no-norm": ModelConfig(**SMALL, norm="none", norm_position="pre"),
+}
+
+
+# Changes that build the same model by the math, not by a value being ignored: with no norm, every
+# norm position wires the same x + F(x) (its norms are identities).
+SAME_BY_THE_MATH = {("no-norm", "norm_position")}
+
+
+def _fingerprint(config: ModelConfig) -> list:
+    """What a model of ``config`` shows: parameter shapes, eval and train outputs, bytes kept for
+    backward, and whether it accepts a 12-token input."""
+    torch.manual_seed(0)
+    model = Transformer(config)
+    tokens = torch.randint(0, 18, (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        eval_out = model.eval()(tokens)
+        torch.manual_seed(1)
+        train_out = model.train()(tokens)
+    kept = saved_activations(model, lambda t: model(t, targets=t)[1], tokens)[0].nbytes
+    try:
+        model(torch.zeros(1, 12, dtype=torch.long))
+        accepts_12 = True
+    except ValueError:
+        accepts_12 = False
+    shapes = sorted((k, tuple(v.shape)) for k, v in model.state_dict().items())
+    return [shapes, eval_out, train_out, kept, accepts_12]
+
+
+def _same(a: list, b: list) -> bool:
+    return all(
+        torch.equal(x, y)
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape
+        else x == y
+        if not isinstance(x, torch.Tensor)
+        else False
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+def test_every_field_has_alternatives_to_try() -> None:
+    assert set(ALTERNATIVES) == set(FIELDS), "give each new ModelConfig field its alternatives here"
+
+
+@pytest.mark.parametrize("base", BASES)
+@pytest.mark.parametrize("field", FIELDS)
+def test_every_field_changes_something_observable_or_is_refused(base: str, field: str) -> None:
+    config = BASES[base]
+    reference = _fingerprint(config)
+    for value in ALTERNATIVES[field]:
+        if value == getattr(config, field):
+            continue
+        try:
+            changed = config.replace(**{field: value})
+        except ValueError as error:
+            assert f"ModelConfig.{field}" in str(error) or field in str(error), (field, value, error)
+            continue  # refused, naming the field
+        if field == "fused" and changed.components_fused == config.components_fused:
+            continue  # "auto" resolving to what the other value says: the same model by definition
+        if (base, field) in SAME_BY_THE_MATH:
+            assert _same(_fingerprint(changed), reference), f"{base}: {field}={value!r} now differs"
+            continue
+        assert not _same(_fingerprint(changed), reference), f"{base}: {field}={value!r} changed nothing"
