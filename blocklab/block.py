@@ -58,7 +58,7 @@ class Connection:
 
 @dataclass(frozen=True)
 class Layout:
-    """How a norm position wires the block, by stage name (SPEC section 5)."""
+    """How a norm position wires the block, by stage name (docs/concepts.md#the-block)."""
 
     formula: str
     connections: dict[str, Connection]  # "attn", "ffn"

@@ -271,8 +271,9 @@ class NormLinear(torch.autograd.Function):
 
 
 def residual_sum(x: Tensor, branch: Tensor, alpha: float = 1.0) -> Tensor:
-    """SPEC section 1's combine: x + F(x), or alpha x + F(x) (DeepNorm). The one definition the
-    module path (``block.Residual``) and the lean path both use, so their sums agree bit for bit."""
+    """The residual combine (docs/concepts.md#residual-connection): x + F(x), or alpha x + F(x)
+    (DeepNorm). The one definition the module path (``block.Residual``) and the lean path both use,
+    so their sums agree bit for bit."""
     return x + branch if alpha == 1.0 else alpha * x + branch
 
 
