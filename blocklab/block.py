@@ -212,8 +212,8 @@ class TransformerBlock(HookedModule):
         return self.hook_resid_post(self.res2(y, ffn.from_hidden(*h)))
 
     def _post_lean(self, x: Tensor, mask: Tensor | None) -> Tensor:  # (B, T, d_model)
-        """y = LN1(x + MHA(x)); z = LN2(y + FFN(y)), keeping 10d + H floats per token (11d + H with
-        keep_residual) for backward."""
+        """y = LN1(x + MHA(x)); z = LN2(y + FFN(y)), keeping 10d + H + 2 floats per token (LN2 keeps
+        its input, mean and rstd; 11d + H + 2 with keep_residual) for backward."""
         attn, ffn, ln1 = self.attn, self.ffn, self.ln1
         x = self.hook_resid_pre(x)
         q, k, v = norm_linear(x, None, None, None, attn.qkv_weights(), attn.qkv_bias())
@@ -226,7 +226,7 @@ class TransformerBlock(HookedModule):
         self.hook_resid_mid.see(s.detach())
         self.hook_ln1.see(y.detach())
         out = self.hook_resid_post(self.res2(y, ffn.from_hidden(*h)))
-        return self.hook_ln2(self.ln2(out))  # LN2 keeps its input: d more
+        return self.hook_ln2(self.ln2(out))  # LN2 keeps its input, mean and rstd: d + 2 more
 
     # -- which path -----------------------------------------------------------------------------
 
