@@ -82,8 +82,10 @@ def test_a_tiny_run_reports_every_block_and_follows_its_schema(report) -> None:
     jsonschema.validate(report, schema())
     result = report["compare"]
     blocks = result["blocks"]
-    assert set(PEERS) | {"blocklab", "blocklab-causal", "blocklab-unfused"} == set(blocks)
+    variants = {"blocklab", "blocklab-causal", "blocklab-speed", "blocklab-speed-causal", "blocklab-unfused"}
+    assert set(PEERS) | variants == set(blocks)
     assert blocks["blocklab"]["saved_floats_per_token_per_d"] == (9 * 16 + 2) / 16
+    assert blocks["blocklab-speed"]["saved_floats_per_token_per_d"] == (10 * 16 + 2) / 16  # and s
     assert blocks["blocklab-unfused"]["saved_bytes_per_token"] > blocks["blocklab"]["saved_bytes_per_token"]
     for row in blocks.values():
         assert row["tokens_per_s"] > 0 and row["peak_bytes"] >= row["held_bytes"] > 0
@@ -95,23 +97,28 @@ def test_a_tiny_run_reports_every_block_and_follows_its_schema(report) -> None:
 def test_every_ratio_is_read_from_the_recorded_rounds(report) -> None:
     result = report["compare"]
     seconds = result["seconds_per_round"]
-    ratios = result["ratios"]["blocklab"]
-    assert set(ratios) == set(result["blocks"]) - {"blocklab", "blocklab-causal"}
-    assert ratios["hf-gpt2"]["against"] == "blocklab-causal"  # causal peers like for like
-    for name, r in ratios.items():
-        per_round = [a / b for a, b in zip(seconds[name], seconds[r["against"]], strict=True)]
-        assert r["median"] == statistics.median(per_round)
-        assert r["best_round"] == min(seconds[name]) / min(seconds[r["against"]])
-        assert min(per_round) <= r["low"] <= r["high"] <= max(per_round)
+    assert set(result["ratios"]) == {"blocklab", "blocklab-speed"}  # the variants with a target
+    twins = {"blocklab-causal", "blocklab-speed-causal"}
+    for variant, ratios in result["ratios"].items():
+        assert set(ratios) == set(result["blocks"]) - twins - {variant}
+        assert ratios["hf-gpt2"]["against"] == f"{variant}-causal"  # causal peers like for like
+        for name, r in ratios.items():
+            per_round = [a / b for a, b in zip(seconds[name], seconds[r["against"]], strict=True)]
+            assert r["median"] == statistics.median(per_round)
+            assert r["best_round"] == min(seconds[name]) / min(seconds[r["against"]])
+            assert min(per_round) <= r["low"] <= r["high"] <= max(per_round)
 
 
-def test_the_tiny_run_keeps_more_than_the_target_so_its_verdict_is_not_met(report) -> None:
-    (v,) = report["verdicts"]
-    assert v["variant"] == "blocklab" and v["target"] == {"speed": 1.0, "floats_per_d": 9.05}
-    assert v["floats_per_d"] == 9.125  # 9 d + H at d 16, 2 heads: over 9.05 d whatever the speed
-    assert v["verdict"] == NOT_MET
-    peers = {k: r for k, r in report["compare"]["ratios"]["blocklab"].items() if k in PEERS}
-    assert v["speed"] == min(peers.values(), key=lambda r: r["median"]) == peers[v["fastest_peer"]]
+def test_the_tiny_run_keeps_more_than_the_targets_so_its_verdicts_are_not_met(report) -> None:
+    lean, speed = report["verdicts"]
+    assert lean["variant"] == "blocklab" and lean["target"] == {"speed": 1.0, "floats_per_d": 9.05}
+    assert lean["floats_per_d"] == 9.125  # 9 d + H at d 16, 2 heads: over 9.05 d whatever the speed
+    assert speed["variant"] == "blocklab-speed" and speed["target"] == {"speed": 1.02, "floats_per_d": 10.05}
+    assert speed["floats_per_d"] == 10.125  # 10 d + H: over 10.05 d
+    for v in (lean, speed):
+        assert v["verdict"] == NOT_MET
+        peers = {k: r for k, r in report["compare"]["ratios"][v["variant"]].items() if k in PEERS}
+        assert v["speed"] == min(peers.values(), key=lambda r: r["median"]) == peers[v["fastest_peer"]]
 
 
 def test_the_report_prints_the_verdict_interval_and_noise(report, capsys) -> None:
@@ -121,7 +128,9 @@ def test_the_report_prints_the_verdict_interval_and_noise(report, capsys) -> Non
     speed = v["speed"]
     assert (f"against the fastest peer, {v['fastest_peer']}, {speed['median']:.3f}x (median of 3 rounds; "
             f"95% interval {speed['low']:.3f}-{speed['high']:.3f}; target >= 1.00x") in out
-    assert "keeps 9.12 d floats/token (target <= 9.05 d)" in out and out.count("NOT met") == 1
+    assert "target blocklab: keeps 9.12 d floats/token (target <= 9.05 d)" in out
+    assert "target blocklab-speed: keeps 10.12 d floats/token (target <= 10.05 d)" in out
+    assert out.count("NOT met") == 2
     assert "percentile bootstrap of that median (95%, 10,000 resamples of the rounds, seed 0)" in out
     load = report["compare"]["noise"]["load_average_per_round"]
     assert f"noise over the rounds: load average {min(load):.1f}-{max(load):.1f}; matmul rate" in out
@@ -176,10 +185,11 @@ def test_the_fastest_peer_is_the_one_with_the_lowest_median_ratio() -> None:
         "ratios": {"blocklab": {"blocklab-unfused": ratio(0.90, 0.85, 0.95), "a": ratio(1.03, 1.01, 1.05),
                                 "b": ratio(0.99, 0.98, 1.02)}},
     }
-    (v,) = verdicts(compared)
+    lean = VARIANTS[:1]
+    (v,) = verdicts(compared, lean)
     assert v["fastest_peer"] == "b" and v["verdict"] == UNDECIDED
     compared["ratios"]["blocklab"]["b"] = ratio(1.02, 1.005, 1.03)
-    (v,) = verdicts(compared)
+    (v,) = verdicts(compared, lean)
     assert v["fastest_peer"] == "b" and v["verdict"] == MET
 
 
