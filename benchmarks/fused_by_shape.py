@@ -6,7 +6,9 @@ forward + backward of a 2-layer stack (embedding, blocks, head, loss; no optimiz
 ``fused=True`` and ``fused=False`` in interleaved rounds, for each d_model, and prints the median
 within-round ratio (module time / lean time: above 1, the lean path is faster) beside the
 activation bytes each path keeps per token. ``ModelConfig.fused="auto"`` takes the lean path from
-``config.LEAN_MIN_D_MODEL`` up: this is the measurement behind that number.
+``config.LEAN_MIN_D_MODEL`` up, the smallest width from which the lean step costs at most
+``config.LEAN_MAX_TIME_COST`` more time in every shape and norm position: this script prints the width
+the rule gives on this machine beside the configured one.
 
     .venv/bin/python benchmarks/fused_by_shape.py [--rounds 15] [--json FILE]
 """
@@ -21,7 +23,7 @@ import statistics
 import torch
 
 from blocklab import ModelConfig, Transformer
-from blocklab.config import LEAN_MIN_D_MODEL
+from blocklab.config import LEAN_MAX_TIME_COST, LEAN_MIN_D_MODEL
 from blocklab.measure import median_ratio, saved_activations, time_rounds
 
 WIDTHS = (32, 64, 96, 128, 192, 256, 384, 512)
@@ -74,6 +76,16 @@ def measure(d: int, position: str, batch: int, seq: int, rounds: int) -> dict:
     }
 
 
+def width_the_rule_gives(rows: list[dict]) -> int | None:
+    """Smallest measured d_model from which every row (every shape, both positions) has
+    module/lean >= 1 - LEAN_MAX_TIME_COST; None when even the widest fails."""
+    widths = sorted({r["d_model"] for r in rows})
+    cheap = lambda r: r["module_over_lean"] >= 1 - LEAN_MAX_TIME_COST  # noqa: E731
+    ok = {d: all(cheap(r) for r in rows if r["d_model"] == d) for d in widths}
+    passing_from = [d for i, d in enumerate(widths) if all(ok[w] for w in widths[i:])]
+    return passing_from[0] if passing_from else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
@@ -100,10 +112,27 @@ def main() -> None:
                     f"{r['module_over_lean']:11.3f} {lean_d:13.1f} d {module_d:6.1f} d",
                     flush=True,
                 )
+    measured = width_the_rule_gives(rows)
+    print(
+        f"the lean step costs at most {LEAN_MAX_TIME_COST:.0%} more time from d_model "
+        f"{measured if measured is not None else '(none measured)'} on; "
+        f"config.LEAN_MIN_D_MODEL = {LEAN_MIN_D_MODEL}"
+        + ("" if measured == LEAN_MIN_D_MODEL else "  (they differ: see config.py's rule)")
+    )
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
-                {"lean_min_d_model": LEAN_MIN_D_MODEL, "rounds": args.rounds, "rows": rows}, f, indent=1
+                {
+                    "lean_min_d_model": LEAN_MIN_D_MODEL,
+                    "lean_max_time_cost": LEAN_MAX_TIME_COST,
+                    "width_the_rule_gives": measured,
+                    "rounds": args.rounds,
+                    "threads": torch.get_num_threads(),
+                    "rows": rows,
+                },
+                f,
+                indent=1,
             )
 
 

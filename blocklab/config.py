@@ -27,10 +27,13 @@ DEFAULT_EPS = 1e-5
 # The lean block wiring (block.py) exists for these; elsewhere the block runs module by module.
 LEAN_NORM_POSITIONS = ("pre", "post")
 LEAN_RESIDUALS = ("add", "deepnorm")
-# fused="auto" takes the lean path from this width up: below it the block's matmuls are so small that
-# the autograd Functions' Python overhead costs more than the memory they save is worth
-# (benchmarks/fused_by_shape.py measures both paths across d_model; docs/performance.md shows it).
-LEAN_MIN_D_MODEL = 128
+# fused="auto" takes the lean path from LEAN_MIN_D_MODEL up. On a CPU the lean path is never faster (its
+# autograd Functions recompute in backward and carry Python overhead); what it buys is memory: about 40%
+# fewer activation bytes per token. So it is taken from the width where its extra time is at most
+# LEAN_MAX_TIME_COST of a step in every measured shape and norm position (benchmarks/fused_by_shape.py
+# measures both paths across d_model and prints the width this rule gives; docs/performance.md shows it).
+LEAN_MAX_TIME_COST = 0.05
+LEAN_MIN_D_MODEL = 384
 
 
 def resolve_d_ff(d_ff: int | float | str, d_model: int) -> int:
@@ -88,7 +91,7 @@ class ModelConfig:
     type_vocab_size: int = 0  # BERT's token-type (segment) embeddings; 0 = none
     embed_norm: bool = False  # a LayerNorm on the embeddings (BERT)
     # memory-lean autograd functions (blocklab/kernels.py), same forward values: true, false, or "auto"
-    # (lean from LEAN_MIN_D_MODEL up, where the memory pays; module by module below, where overhead rules)
+    # (lean from LEAN_MIN_D_MODEL up, where the memory saved costs little time; module by module below)
     fused: bool | str = "auto"
     keep_residual: bool = False  # lean path's speed mode: keep the residual sum (d floats/token) for backward
     checkpoint_blocks: bool = False  # recompute each block in backward: memory flat in depth

@@ -292,6 +292,7 @@ RECORDED: dict[str, str] = {
     "train-loop": "python benchmarks/train_loop.py",
     "hooks-overhead": "python benchmarks/hooks_overhead.py --rounds 300",
     "generate": "python benchmarks/generate.py",
+    "fused-by-shape": "python benchmarks/fused_by_shape.py",
     "ablate-demo": "blocklab ablate --task listops --vary norm_position=post,pre --vary n_layers=2,6 "
                    "--seeds 2 --steps 300 --jobs 2 --out runs/ablate-demo",
 }
@@ -326,7 +327,7 @@ def fields_table(dotted: str, meanings: dict[str, str]) -> None:
 
     module, _, name = dotted.rpartition(".")
     cls = getattr(importlib.import_module(module), name)
-    fields = dataclasses.fields(cls)
+    fields = [f for f in dataclasses.fields(cls) if f.init]  # what a user can set (not derived bookkeeping)
     names = [f.name for f in fields]
     missing, unknown = [n for n in names if n not in meanings], [n for n in meanings if n not in names]
     if missing or unknown:
