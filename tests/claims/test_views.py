@@ -6,6 +6,7 @@ import jsonschema
 
 from blocklab.experiments.claims import (
     REGISTRY,
+    claims_details_markdown,
     claims_html,
     claims_markdown,
     combine,
@@ -62,3 +63,13 @@ def test_html_has_a_plot_per_setup_and_the_source():
     page = claims_html(_report())
     assert page.count("<img") == 4 and "Wang et al. 2019" in page and "depends" in page
     assert html.escape(REGISTRY["pre-norm-depth"].source.citation) in page
+
+
+def test_details_name_each_setup_its_verdict_and_the_source():
+    text = claims_details_markdown(_report())
+    assert "### `pre-norm-depth` — depends" in text and "Wang et al. 2019" in text
+    assert "- **learned-positions** (confound; " in text and "): **partly** — depth 6 48: pre 99% 98%" in text
+    verdict = "the verdict depends on the setup: holds in default, low-lr; partly in learned-positions."
+    assert verdict in text
+    assert "The source's setup: depth" in text
+    assert text.count("The source's setup") == 1  # not for the exact claim

@@ -71,6 +71,30 @@ def claims_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def claims_details_markdown(report: dict[str, Any]) -> str:
+    """Per claim: its statement, source and the source's setup, then each setup's verdict and numbers,
+    the overall verdict and the claim's notes (what the numbers say, what changed from earlier records)."""
+    parts = []
+    for c in report["claims"]:
+        src = c["source"]
+        lines = [
+            f"### `{c['name']}` — {c['verdict']}",
+            "",
+            f"*{c['statement']}* Source: {src['citation']}, {src['section']}: {src['statement']}",
+        ]
+        if c["kind"] != "exact":
+            used = "; ".join(f"{k} {v}" for k, v in src["setup"].items())
+            lines += ["", f"The source's setup: {used}."]
+        lines += ["", f"Method: {c['method']}", ""]
+        for s in c["setups"]:
+            lines.append(f"- **{s['name']}** ({s['role']}; {s['why']}): **{s['verdict']}** — {s['headline']}")
+        lines += ["", f"Verdict: {c['reason']}."]
+        if c["notes"]:
+            lines += ["", c["notes"]]
+        parts.append("\n".join(lines) + "\n")
+    return "\n".join(parts)
+
+
 def _setup_html(setup: dict[str, Any], plot: Callable[[Numbers, Figure], None]) -> list[str]:
     from ...report import png
 
