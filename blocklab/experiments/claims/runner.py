@@ -104,8 +104,13 @@ def run_claims(
     measured: dict[tuple[str, str], Numbers] = {}
     seconds: dict[tuple[str, str], float] = {}
 
+    failure: list[BaseException] = []
+
     def train_all() -> None:
-        results.update(run_many(all_specs, jobs, lambda spec, _: advance(spec.key.split("/")[0])))
+        try:
+            results.update(run_many(all_specs, jobs, lambda spec, _: advance(spec.key.split("/")[0])))
+        except BaseException as error:  # noqa: BLE001 - re-raised in the calling thread below
+            failure.append(error)
 
     def measure(claim: Claim) -> None:
         for setup in claim.setups:
@@ -124,8 +129,8 @@ def run_claims(
             for claim in (c for c in claims if not c.runs):
                 measure(claim)
             worker.join()
-            if len(results) != len(all_specs):
-                raise RuntimeError("training runs did not finish")
+            if failure:
+                raise failure[0]
             for claim in (c for c in claims if c.runs):
                 measure(claim)
     finally:
