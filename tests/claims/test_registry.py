@@ -12,7 +12,7 @@ import pytest
 
 import blocklab.experiments.claims as claims_package
 from blocklab.cli import main
-from blocklab.experiments.claims import CLAIMS, REGISTRY, registry, schema
+from blocklab.experiments.claims import CLAIMS, REGISTRY, registry, runner, schema
 
 NOT_CLAIMS = {"base", "shared", "registry", "runner", "views"}
 TRAIN_TINY = {"d_model": 16, "steps": 10, "lr": 1e-2, "warmup": 2, "batch_size": 16, "eval_every": 5}
@@ -102,3 +102,11 @@ def test_every_task_a_claim_trains_on_reopens_with_blocklab_eval(tmp_path, capsy
         assert main(["eval", "--checkpoint", str(out), "--json"]) == 0
         result = json.loads(capsys.readouterr().out)
         assert result["task"]["name"] == task["name"] and 0 <= result["accuracy"] <= 1
+
+
+def test_a_failed_training_run_is_raised_by_run_claims(tiny_claims):
+    # an lr train() refuses: the worker thread's ValueError reaches the caller, not "did not finish"
+    claim = REGISTRY["relu-sparsity"]
+    broken = dataclasses.replace(claim, quick={**TINY[claim.name], "lr": -1.0})
+    with pytest.raises(ValueError, match="lr"):
+        runner.run_claims([broken], quick=True, jobs=1, progress=False)
