@@ -9,34 +9,13 @@ similarity of two sentences is the dot product of their embeddings.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from .model import Transformer
-
-
-class TextTokenizer(Protocol):
-    """What embedding and generation need from a tokenizer."""
-
-    pad_id: int
-
-    def encode(self, text: str) -> list[int]: ...
-
-
-def pad_batch(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[Tensor, Tensor]:
-    """Right-pad id lists to one length: (tokens (B, T), attention_mask (B, T), 1 = real token)."""
-    if not rows:
-        raise ValueError("nothing to encode: no inputs")
-    length = max(len(r) for r in rows)
-    tokens = torch.full((len(rows), length), pad_id, dtype=torch.long)
-    mask = torch.zeros(len(rows), length, dtype=torch.long)
-    for i, row in enumerate(rows):
-        tokens[i, : len(row)] = torch.tensor(list(row), dtype=torch.long)
-        mask[i, : len(row)] = 1
-    return tokens, mask
+from .tokenizer import TextTokenizer
 
 
 def mean_pool(hidden: Tensor, attention_mask: Tensor) -> Tensor:
@@ -50,7 +29,7 @@ def sentence_embeddings(
     model: Transformer, tokenizer: TextTokenizer, texts: Sequence[str], normalize: bool = True
 ) -> Tensor:
     """(N, d_model) embeddings of ``texts``: mean-pooled last hidden states, L2-normalized."""
-    tokens, mask = pad_batch([tokenizer.encode(t) for t in texts], tokenizer.pad_id)
+    tokens, mask = tokenizer.encode_batch(texts, padding="right")
     hidden = model.eval().encode(tokens, attention_mask=mask)
     pooled = mean_pool(hidden, mask)
     return F.normalize(pooled, p=2, dim=-1) if normalize else pooled

@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -17,6 +19,7 @@ from .block import TransformerBlock, deepnorm_beta
 from .config import ModelConfig
 from .hooks import HookedModule, HookPoint, name_hook_points
 from .norms import NoNorm, build_norm
+from .tokenizer import BatchEncoding, TextTokenizer, to_str_tokens, to_string
 
 IGNORE_INDEX = -100  # targets at padding / unscored positions
 
@@ -72,7 +75,12 @@ class Transformer(HookedModule):
     """Keys: ``embed.weight``, ``pos.weight`` (learned), ``token_type.weight``, ``embed_ln.*``,
     ``blocks.{i}.*``, ``ln_f.*`` (when final_norm), ``head.weight`` (absent from the parameters
     when tied to ``embed``). Stages: ``embed``, ``blocks.{i}.*``, ``ln_f``, ``logits``, ``probs``, ``loss``.
+
+    ``tokenizer``: the model's tokenizer (``blocklab.tokenizer.TextTokenizer``) or None; the loaders
+    set it, ``to_tokens`` / ``to_str_tokens`` / ``to_string`` use it.
     """
+
+    tokenizer: TextTokenizer | None
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -90,6 +98,7 @@ class Transformer(HookedModule):
             self.head.weight = self.embed.weight
         for stage in ("embed", "ln_f", "logits", "probs", "loss"):
             setattr(self, f"hook_{stage}", HookPoint())
+        self.tokenizer = None  # a plain attribute: not a module, not in the state dict
         init_weights(self)
         name_hook_points(self)
 
@@ -153,6 +162,34 @@ class Transformer(HookedModule):
             return logits
         loss = F.cross_entropy(full.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
         return logits, self.hook_loss(loss)
+
+    def require_tokenizer(self) -> TextTokenizer:
+        """The model's tokenizer; a ValueError saying how to attach one when there is none."""
+        if self.tokenizer is None:
+            raise ValueError(
+                "this model has no tokenizer: set model.tokenizer (a task's, e.g. "
+                "blocklab.tasks.get_task('tiny-lm').tokenizer), or load the model with "
+                "blocklab.interop.load_model / load_pretrained, which attach the tokenizer stored with it"
+            )
+        return self.tokenizer
+
+    def to_tokens(self, texts: str | Sequence[str], padding: str = "right") -> BatchEncoding:
+        """Texts -> (ids (B, T), attention_mask (B, T)) on the model's device, padded on the ``padding``
+        side: "right" (encoders, scoring) or "left" (generation: every row ends in the last column)."""
+        batch = self.require_tokenizer().encode_batch([texts] if isinstance(texts, str) else texts, padding)
+        device = self.head.weight.device
+        return BatchEncoding(batch.ids.to(device), batch.attention_mask.to(device))
+
+    def to_str_tokens(
+        self, inputs: str | Sequence[str] | Sequence[int] | Tensor
+    ) -> list[str] | list[list[str]]:
+        """Each token as text: a text or 1-D ids -> list[str]; texts or (B, T) ids -> a list per row."""
+        return to_str_tokens(self.require_tokenizer(), inputs)
+
+    def to_string(self, ids: Sequence[int] | Tensor, attention_mask: Tensor | None = None) -> str | list[str]:
+        """Ids -> text: 1-D -> str, (B, T) -> a str per row (positions where attention_mask is 0 left out)."""
+        return to_string(self.require_tokenizer(), ids.cpu() if isinstance(ids, Tensor) else ids,
+                         attention_mask.cpu() if attention_mask is not None else None)
 
 
 def init_weights(model: Transformer) -> None:

@@ -369,6 +369,7 @@ class _Run:
         """Build model and optimizer; claim the folder; restore the newest checkpoint if resuming."""
         torch.manual_seed(self.tc.seed)
         self.model = Transformer(self.mc)
+        self.model.tokenizer = self.task.tokenizer  # the trained model speaks its task's vocabulary
         self.optimizer = make_optimizer(self.model, self.tc)
         failure, found = None, None
         if self.folder is not None:

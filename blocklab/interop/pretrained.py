@@ -217,7 +217,8 @@ def read_pretrained(path: str | Path) -> Pretrained:
     ignored = check_weights(found, expected, family, source)
     state = from_hf(found, rows, {k: v.shape for k, v in ours.items()})
     model.load_state_dict(state, strict=False)  # every key was checked above; a tied head is embed
-    return Pretrained(model.eval(), load_folder_tokenizer(folder), family.MODEL_TYPE, folder, source, ignored)
+    model.tokenizer = load_folder_tokenizer(folder)
+    return Pretrained(model.eval(), model.tokenizer, family.MODEL_TYPE, folder, source, ignored)
 
 
 def load_pretrained(path: str | Path) -> tuple[Transformer, HFTokenizer | None]:
@@ -270,9 +271,11 @@ def import_checkpoint(path: str | Path, out: str | Path) -> Pretrained:
 
 
 def load_model(path: str | Path) -> tuple[Transformer, Any]:
-    """(model, tokenizer or None) from a blocklab checkpoint file, a Hugging Face folder or a package name."""
+    """(model, tokenizer or None) from a blocklab checkpoint file, a Hugging Face folder or a package name;
+    the tokenizer is also the model's ``tokenizer`` attribute."""
     if Path(path).is_file():
         checkpoint = load_checkpoint(path)
         spec = checkpoint.tokenizer
-        return checkpoint.model.eval(), tokenizer_from_spec(spec) if spec is not None else None
+        checkpoint.model.tokenizer = tokenizer_from_spec(spec) if spec is not None else None
+        return checkpoint.model.eval(), checkpoint.model.tokenizer
     return load_pretrained(path)

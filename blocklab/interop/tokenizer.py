@@ -4,6 +4,7 @@ A folder's tokenizer comes from ``tokenizer.json`` (the ``tokenizers`` library's
 when there is none, from the vocabulary files: ``vocab.txt`` (BERT WordPiece) or ``vocab.json`` +
 ``merges.txt`` (GPT-2 byte-level BPE). Either way it is kept as ``tokenizer.json`` text, so a
 checkpoint's spec is ``{"kind": "hf_tokenizers", "json": <tokenizer.json text>, "special_tokens": {...}}``.
+``tokenizer_from_spec`` rebuilds either kind of tokenizer from the spec a checkpoint stores.
 """
 
 from __future__ import annotations
@@ -16,15 +17,22 @@ from typing import Any
 from torch import Tensor
 
 from ..tasks.tokenizer import Tokenizer
+from ..tokenizer import BatchEncoding, id_list, pad_batch
 
 KIND = "hf_tokenizers"
 SPECIAL_TOKENS = ("pad_token", "eos_token", "bos_token", "unk_token", "cls_token", "sep_token", "mask_token")
 
 
+def _nonblank(text: str) -> str:
+    if not text.strip():
+        raise ValueError(f"empty input {text!r}: nothing to tokenize")
+    return text
+
+
 class HFTokenizer:
-    """A ``tokenizers.Tokenizer`` with blocklab's tokenizer interface: ``encode``, ``decode``, ``tokens``,
-    ``vocab_size``, ``pad_id``. No padding and no truncation: ``encode`` returns every id of the text,
-    with the special tokens the tokenizer's post-processor adds (BERT: ``[CLS] ... [SEP]``).
+    """A ``tokenizers.Tokenizer`` with blocklab's tokenizer interface (``blocklab.tokenizer.TextTokenizer``).
+    No truncation: ``encode`` returns every id of the text, with the special tokens the tokenizer's
+    post-processor adds (BERT: ``[CLS] ... [SEP]``; GPT-2: none), as ``transformers``' tokenizers do.
     """
 
     def __init__(self, json_text: str, special_tokens: dict[str, str] | None = None) -> None:
@@ -65,25 +73,25 @@ class HFTokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Text -> ids (special tokens included); empty text is a ValueError."""
-        if not text.strip():
-            raise ValueError(f"empty input {text!r}: nothing to tokenize")
-        return self._tok.encode(text).ids
+        return self._tok.encode(_nonblank(text)).ids
 
-    def _ids(self, ids: Sequence[int] | Tensor) -> list[int]:
-        ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
-        size = self._vocab_size
-        for i in ids:
-            if not isinstance(i, int) or not 0 <= i < size:
-                raise ValueError(f"token id {i!r} out of range for vocab_size={size}")
-        return ids
+    def encode_batch(self, texts: Sequence[str], padding: str = "right") -> BatchEncoding:
+        """Texts -> (ids (B, T), attention_mask (B, T)), padded with ``pad_id`` on ``padding``'s side."""
+        encodings = self._tok.encode_batch([_nonblank(t) for t in texts])
+        return pad_batch([e.ids for e in encodings], self.pad_id, padding)
 
     def tokens(self, ids: Sequence[int] | Tensor) -> list[str]:
         """Ids -> token strings as the vocabulary spells them (``##ing``, ``Ġcat``)."""
-        return [self._tok.id_to_token(i) for i in self._ids(ids)]
+        return [self._tok.id_to_token(i) for i in id_list(ids, self._vocab_size)]
+
+    def str_tokens(self, ids: Sequence[int] | Tensor) -> list[str]:
+        """Each id decoded on its own, special tokens kept (``Ġcat`` -> ``" cat"``)."""
+        single = [[i] for i in id_list(ids, self._vocab_size)]
+        return self._tok.decode_batch(single, skip_special_tokens=False)
 
     def decode(self, ids: Sequence[int] | Tensor, skip_special_tokens: bool = True) -> str:
         """Ids -> text."""
-        return self._tok.decode(self._ids(ids), skip_special_tokens=skip_special_tokens)
+        return self._tok.decode(id_list(ids, self._vocab_size), skip_special_tokens=skip_special_tokens)
 
     def to_dict(self) -> dict[str, Any]:
         """The checkpoint spec: ``{"kind": "hf_tokenizers", "json": ..., "special_tokens": ...}``."""
@@ -137,25 +145,42 @@ def _json_from_vocab_files(folder: Path) -> str | None:
     return None
 
 
+def _config_special_tokens(folder: Path, tokenizer: HFTokenizer) -> dict[str, str]:
+    """Special tokens config.json names by id (``eos_token_id``: GPT-2 folders have no tokens map)."""
+    found: dict[str, str] = {}
+    config = _read_json(folder / "config.json")
+    for key in ("eos_token", "bos_token", "pad_token"):
+        token_id = config.get(f"{key}_id")
+        if isinstance(token_id, int) and 0 <= token_id < tokenizer.vocab_size:
+            found[key] = tokenizer.tokens([token_id])[0]
+    return found
+
+
 def load_folder_tokenizer(folder: str | Path) -> HFTokenizer | None:
-    """The tokenizer saved in a Hugging Face model folder, or None when there is none."""
+    """The tokenizer saved in a Hugging Face model folder, or None when there is none.
+
+    Special tokens come from special_tokens_map.json / tokenizer_config.json, else from the ids
+    config.json names (GPT-2's ``eos_token_id``: 50256, ``<|endoftext|>``)."""
     folder = Path(folder)
     path = folder / "tokenizer.json"
     json_text = path.read_text(encoding="utf-8") if path.is_file() else _json_from_vocab_files(folder)
     if json_text is None:
         return None
     try:
-        return HFTokenizer(json_text, _special_tokens(folder))
+        tokenizer = HFTokenizer(json_text, _special_tokens(folder))
     except ValueError as error:
         raise ValueError(f"{path}: {error}") from None
+    for key, token in _config_special_tokens(folder, tokenizer).items():
+        tokenizer.special_tokens.setdefault(key, token)
+    return tokenizer
 
 
-def tokenizer_from_spec(spec: dict) -> Tokenizer | HFTokenizer:
+def tokenizer_from_spec(spec: dict[str, Any]) -> Tokenizer | HFTokenizer:
     """The tokenizer a checkpoint's spec describes: ``Tokenizer.to_dict()`` output (no ``kind``, or
     ``kind="vocab"``), or a Hugging Face tokenizer (``kind="hf_tokenizers"``)."""
     kind = spec.get("kind", "vocab")
-    if kind == "hf_tokenizers":
+    if kind == KIND:
         return HFTokenizer.from_dict(spec)
     if kind == "vocab":
         return Tokenizer.from_dict({k: v for k, v in spec.items() if k != "kind"})
-    raise ValueError(f"unknown tokenizer kind {kind!r}; known: vocab, hf_tokenizers")
+    raise ValueError(f"unknown tokenizer kind {kind!r}; known: vocab, {KIND}")

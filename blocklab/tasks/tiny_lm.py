@@ -24,7 +24,7 @@ class TinyLMTask(Task):
 
     def __init__(self, seed: int = 0) -> None:
         super().__init__(seed)
-        self.tokenizer = Tokenizer(VOCAB)
+        self.tokenizer = Tokenizer(VOCAB, eos_token="<EOS>")
         self.seq_len = len(SENTENCE.split()) - 1  # 4: the last token is only a target
 
     def example_count(self) -> int:
