@@ -120,11 +120,13 @@ class Transformer(HookedModule):
         attention_mask: Tensor | None = None,
         token_type_ids: Tensor | None = None,
         kv_cache: list[KVCache] | None = None,
+        position_ids: Tensor | None = None,
     ) -> Tensor:
         """Last hidden states (B, T, d_model), after the final norm where there is one.
 
         attention_mask: (B, T), 1 for real tokens and 0 for padding (Hugging Face convention).
         kv_cache: one KVCache per block (generation): tokens are the positions after the cached ones.
+        position_ids: (B, T) position of each token (default past, past+1, ...).
         """
         past = kv_cache[0].length if kv_cache is not None else 0
         self._check_tokens(tokens, past)
@@ -132,8 +134,8 @@ class Transformer(HookedModule):
         pad = key_padding_mask[:, past:] if key_padding_mask is not None else None  # these tokens' own
         T = tokens.shape[1]
         x = self.embed(tokens)  # (B, T, d_model)
-        if self.pos is not None:
-            x = x + self.pos(T, past)
+        if self.pos is not None:  # (T, d) or, with position_ids, (B, T, d)
+            x = x + (self.pos(T, past) if position_ids is None else self.pos(self.config.max_seq_len)[position_ids])
         if self.token_type is not None:
             types = token_type_ids if token_type_ids is not None else torch.zeros_like(tokens)
             x = x + self.token_type(types)
