@@ -1,11 +1,48 @@
-"""Text generation for causal models: greedy decoding and top-k sampling, with a KV cache.
+"""Text generation for causal models: greedy or sampled, batched, windowed, with stops and streaming.
 
-The prompt runs through the model once (filling each layer's ``KVCache``); every later step
-feeds only the newest token, whose query attends to the cached keys and values. Without the
-cache (``use_cache=False``) each step re-runs the whole sequence; both give the same tokens.
+Each step turns the logits of every row's last position (float32, (B, vocab)) into one token, in the
+order ``transformers``' ``generate`` uses, so that the same settings give the same tokens:
+
+    repetition penalty   l_t <- l_t / r if l_t > 0 else l_t * r, for each token t already in the row
+                         (prompt included, padding not)
+    greedy               argmax l
+    sampling             l / temperature; top-k keeps l >= the k-th largest; top-p drops the least
+                         likely tokens while their summed probability stays <= 1 - p (the most
+                         likely one always stays); then one draw of torch.multinomial(softmax(l))
+                         from a torch.Generator seeded with ``seed``
+
+Batches: prompts of different lengths come left-padded with an attention mask
+(``model.to_tokens(texts, padding="left")``), so every row's newest token is in the last column.
+Positions count from each row's first real token: position_ids = cumsum(mask) - 1, so a padded row
+gets the same positions (and the same tokens) as when it is generated alone.
+
+KV cache: the prompt runs once, filling each layer's ``KVCache``; each later step feeds only the
+newest token. ``use_cache=False`` re-runs the whole window each step; both give the same tokens.
+
+Sliding window: the model sees at most ``max_seq_len`` columns. When a new token would make the window
+longer, its oldest ``window_shift`` columns are dropped, the positions restart at 0 from the first
+real token left in the window, and the KV cache is rebuilt from the kept tokens (cached keys and
+values carry the positions they were computed at, so they cannot be shifted). With ``window_shift=1``
+(the default) every token is predicted from exactly the last ``max_seq_len`` tokens, as nanoGPT's
+sampler does; a larger shift rebuilds the cache less often and sees between max_seq_len - shift + 1
+and max_seq_len tokens. A prompt longer than the window keeps its last ``max_seq_len`` tokens in view;
+the returned sequence always holds the whole prompt.
+
+Stops: a row finishes at a stop id (kept in the output) or once its generated text contains a stop
+string (decoded with ``model.tokenizer``); later columns of a finished row hold ``pad_id``. Generation
+ends when every row has finished or after ``max_new_tokens``.
+
+Streaming: ``on_token(tokens, active)`` is called after each step with the new column (B,) and which
+rows it extends (False for rows that had already finished).
 """
 
 from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -13,81 +50,275 @@ from torch import Tensor
 from .attention import KVCache
 from .model import Transformer
 
+OnToken = Callable[[Tensor, Tensor], None]  # (new tokens (B,), active rows (B,) bool)
+SAMPLING_ONLY = ("temperature", "top_k", "top_p", "seed")
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """How to generate; validated at construction (ValueError naming field, value and rule)."""
+
+    max_new_tokens: int = 20
+    do_sample: bool = False  # greedy (argmax) unless True
+    temperature: float = 1.0  # sampling: divides the logits
+    top_k: int | None = None  # sampling: only the k most likely tokens
+    top_p: float | None = None  # sampling: only the most likely tokens that hold probability p
+    seed: int | None = None  # sampling: seeds the draws (None: a fresh random seed)
+    repetition_penalty: float | None = None  # > 1 discourages tokens already in the row
+    stop_ids: tuple[int, ...] = ()  # a row finishes when it produces one of these
+    stop_strings: tuple[str, ...] = ()  # ... or when its generated text contains one (needs a tokenizer)
+    pad_id: int | None = None  # fills finished rows (default: the tokenizer's pad id, else the first stop id)
+    window_shift: int = 1  # columns dropped when the window is full
+    use_cache: bool = True  # KV cache; False re-runs the window each step (same tokens)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stop_ids", tuple(self.stop_ids))
+        object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
+        for error in _violations(self):
+            raise ValueError(error)
+
+    def replace(self, **changes: Any) -> GenerationConfig:
+        """A copy with some fields changed (validated again)."""
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            raise ValueError(f"GenerationConfig has no field {unknown[0]!r}; fields: {', '.join(FIELDS)}")
+        return dataclasses.replace(self, **changes)
+
+
+FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(GenerationConfig))
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _violations(c: GenerationConfig) -> list[str]:
+    """Every rule the config breaks, as messages naming field, value and what is allowed."""
+    errors: list[str] = []
+
+    def need(ok: bool, message: str) -> None:
+        if not ok:
+            errors.append(f"GenerationConfig.{message}")
+
+    need(_is_int(c.max_new_tokens) and c.max_new_tokens >= 0,
+         f"max_new_tokens={c.max_new_tokens!r} must be an integer >= 0")
+    for name in ("do_sample", "use_cache"):
+        need(isinstance(getattr(c, name), bool), f"{name}={getattr(c, name)!r} must be true or false")
+    need(_is_number(c.temperature) and c.temperature > 0, f"temperature={c.temperature!r} must be > 0")
+    need(c.top_k is None or (_is_int(c.top_k) and c.top_k >= 1), f"top_k={c.top_k!r} must be an integer >= 1")
+    need(c.top_p is None or (_is_number(c.top_p) and 0 < c.top_p <= 1),
+         f"top_p={c.top_p!r} must be in (0, 1]")
+    need(c.seed is None or _is_int(c.seed), f"seed={c.seed!r} must be an integer")
+    need(c.repetition_penalty is None or (_is_number(c.repetition_penalty) and c.repetition_penalty > 0),
+         f"repetition_penalty={c.repetition_penalty!r} must be > 0")
+    need(all(_is_int(i) and i >= 0 for i in c.stop_ids), f"stop_ids={c.stop_ids!r} must be token ids >= 0")
+    need(all(isinstance(s, str) and s for s in c.stop_strings),
+         f"stop_strings={c.stop_strings!r} must be non-empty strings")
+    need(c.pad_id is None or (_is_int(c.pad_id) and c.pad_id >= 0),
+         f"pad_id={c.pad_id!r} must be a token id >= 0")
+    need(_is_int(c.window_shift) and c.window_shift >= 1,
+         f"window_shift={c.window_shift!r} must be an integer >= 1")
+    if not c.do_sample:
+        defaults = {"temperature": 1.0, "top_k": None, "top_p": None, "seed": None}
+        for name in SAMPLING_ONLY:
+            value = getattr(c, name)
+            need(value == defaults[name], f"{name}={value!r} only applies to sampling: set do_sample=True")
+    return errors
+
+
+# ---- one step: logits -> token ---------------------------------------------------------------------
+
+
+def penalize_repetition(logits: Tensor, seen: Tensor, penalty: float) -> Tensor:
+    """(B, V) logits with each seen token's logit divided by ``penalty`` if positive, else multiplied."""
+    penalized = torch.where(logits > 0, logits / penalty, logits * penalty)
+    return torch.where(seen, penalized, logits)
+
+
+def top_k_filter(logits: Tensor, k: int) -> Tensor:
+    """(B, V) logits with everything below the k-th largest set to -inf (ties with it stay)."""
+    kth = torch.topk(logits, min(k, logits.shape[-1]), dim=-1).values[..., -1:]  # (B, 1)
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def top_p_filter(logits: Tensor, p: float) -> Tensor:
+    """(B, V) logits keeping the most likely tokens whose probabilities sum to >= p; the rest -inf."""
+    ascending, order = torch.sort(logits, dim=-1)  # (B, V), least likely first
+    below = torch.softmax(ascending, dim=-1).cumsum(dim=-1) <= 1 - p  # mass of this token and less likely
+    below[..., -1] = False  # the most likely token always stays
+    return logits.masked_fill(below.scatter(-1, order, below), float("-inf"))
+
+
+def next_token(
+    logits: Tensor, config: GenerationConfig, seen: Tensor | None, generator: torch.Generator | None
+) -> Tensor:
+    """(B, V) float32 logits -> (B,) token ids, as the module docstring's step describes."""
+    if config.repetition_penalty is not None and seen is not None:
+        logits = penalize_repetition(logits, seen, config.repetition_penalty)
+    if not config.do_sample:
+        return logits.argmax(-1)
+    logits = logits / config.temperature
+    if config.top_k is not None:
+        logits = top_k_filter(logits, config.top_k)
+    if config.top_p is not None and config.top_p < 1:
+        logits = top_p_filter(logits, config.top_p)
+    return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(1)
+
+
+# ---- the window the model sees ---------------------------------------------------------------------
+
+
+def positions_from_mask(mask: Tensor) -> Tensor:
+    """(B, T) attention mask -> (B, T) position ids counted from each row's first real token (pads: 0)."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
 
 def new_kv_cache(model: Transformer, batch: int, max_len: int) -> list[KVCache]:
     """One empty KVCache per block, for ``batch`` sequences of up to ``max_len`` positions."""
-    c, weight = model.config, model.embed.weight
+    c, weight = model.config, model.head.weight
     shape = (batch, c.n_heads, max_len, c.d_head)
     return [KVCache(*shape, weight.dtype, weight.device) for _ in range(c.n_layers)]
 
 
-def next_token(
-    logits: Tensor, top_k: int | None, temperature: float, generator: torch.Generator | None
-) -> Tensor:
-    """(B, vocab) logits -> (B,) ids: argmax, or a sample from the top-k softmax(logits / temperature)."""
-    if top_k is None:
-        return logits.argmax(-1)
-    values, indices = torch.topk(logits.float() / temperature, min(top_k, logits.shape[-1]), dim=-1)  # (B, k)
-    choice = torch.multinomial(torch.softmax(values, dim=-1), 1, generator=generator)  # (B, 1)
-    return indices.gather(-1, choice).squeeze(-1)
+class Window:
+    """The last columns of the sequence the model sees (at most max_seq_len) and their KV cache."""
+
+    def __init__(self, model: Transformer, config: GenerationConfig, prompt_len: int) -> None:
+        self.model, self.config = model, config
+        self.size = model.config.max_seq_len
+        self.start = max(0, prompt_len - self.size)  # a long prompt: its last max_seq_len columns
+        self.capacity = min(self.size, prompt_len - self.start + config.max_new_tokens)  # cache positions
+        self.cache: list[KVCache] | None = None
+
+    def logits(self, tokens: Tensor, mask: Tensor) -> Tensor:
+        """(B, V) float32 logits of the last column, given the sequence so far (B, L) and its mask."""
+        L = tokens.shape[1]
+        if L - self.start > self.size:  # the new token does not fit: slide
+            self.start += self.config.window_shift
+            self.cache = None
+        seen = mask[:, self.start : L]  # (B, L - start): the keys in view
+        if self.config.use_cache and self.cache is not None:
+            step = tokens[:, L - 1 :]  # only the newest token; the cache holds the rest
+            positions = seen.sum(-1, keepdim=True) - 1  # (B, 1)
+        else:
+            step, positions = tokens[:, self.start : L], positions_from_mask(seen)
+            if self.config.use_cache:
+                self.cache = new_kv_cache(self.model, tokens.shape[0], self.capacity)
+        hidden = self.model.encode(step, attention_mask=seen, kv_cache=self.cache,
+                                   position_ids=positions.clamp(min=0))  # (B, T_step, d_model)
+        return self.model.head(hidden[:, -1]).float()  # only the last position predicts
 
 
-def _check(
-    model: Transformer, tokens: Tensor, max_new_tokens: int, top_k: int | None, temperature: float
-) -> None:
+# ---- the loop ------------------------------------------------------------------------------------
+
+
+def _check(model: Transformer, tokens: Tensor, mask: Tensor, config: GenerationConfig) -> None:
     if not model.config.causal:
         raise ValueError("generate needs a causal model (ModelConfig.causal=true); this one sees the future")
-    if tokens.dim() != 2 or tokens.shape[1] < 1:
-        raise ValueError(f"prompt must be (batch, seq) with seq >= 1, got shape {tuple(tokens.shape)}")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 0")
-    total, limit = tokens.shape[1] + max_new_tokens, model.config.max_seq_len
-    if total > limit:
-        raise ValueError(f"prompt ({tokens.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) = {total} "
-                         f"exceeds the model's max_seq_len={limit}")
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k={top_k} must be >= 1")
-    if not temperature > 0:
-        raise ValueError(f"temperature={temperature} must be > 0")
+    if tokens.dim() != 2 or tokens.shape[1] < 1 or tokens.dtype not in (torch.long, torch.int32):
+        raise ValueError(f"prompt must be (batch, seq) integer ids with seq >= 1, got {tokens.dtype} "
+                         f"of shape {tuple(tokens.shape)}")
+    if mask.shape != tokens.shape:
+        raise ValueError(f"attention_mask {tuple(mask.shape)} must have the prompt's shape "
+                         f"{tuple(tokens.shape)}")
+    if not bool(((mask == 0) | (mask == 1)).all()):
+        raise ValueError("attention_mask must hold 1 (real token) and 0 (padding) only")
+    empty = (mask.sum(-1) == 0).nonzero().flatten().tolist()
+    if empty:
+        raise ValueError(f"prompt row {empty[0]} is all padding: every row needs at least one real token")
+    right = (mask.diff(dim=-1) < 0).any(-1).nonzero().flatten().tolist()
+    if right:
+        raise ValueError(f"prompt row {right[0]} has padding after a real token: generate needs left padding "
+                         "(model.to_tokens(texts, padding='left'))")
+    vocab = model.config.vocab_size
+    for name, ids in (("stop_ids", config.stop_ids), ("pad_id", [config.pad_id] if config.pad_id else [])):
+        if any(i >= vocab for i in ids):
+            raise ValueError(f"GenerationConfig.{name}={getattr(config, name)!r} must be ids below the "
+                             f"model's vocab_size={vocab}")
+    size = model.config.max_seq_len
+    if config.window_shift > size:
+        raise ValueError(f"GenerationConfig.window_shift={config.window_shift} must be <= the model's "
+                         f"max_seq_len={size}")
+    if config.stop_strings and model.tokenizer is None:
+        raise ValueError("GenerationConfig.stop_strings need the model's tokenizer to read the text; "
+                         "this model has none (set model.tokenizer, or use stop_ids)")
+
+
+def _filler(model: Transformer, config: GenerationConfig) -> int | None:
+    """The id that fills a finished row's later columns (None when nothing can finish early)."""
+    if not (config.stop_ids or config.stop_strings):
+        return None
+    if config.pad_id is not None:
+        return config.pad_id
+    if model.tokenizer is not None:
+        return model.tokenizer.pad_id
+    return config.stop_ids[0]
 
 
 @torch.inference_mode()
 def generate(
     model: Transformer,
     tokens: Tensor,
-    max_new_tokens: int,
-    top_k: int | None = None,
-    temperature: float = 1.0,
-    seed: int | None = None,
-    eos_id: int | None = None,
-    use_cache: bool = True,
+    config: GenerationConfig | None = None,
+    *,
+    attention_mask: Tensor | None = None,
+    on_token: OnToken | None = None,
+    **fields: Any,
 ) -> Tensor:
-    """Extend ``tokens`` (B, T) by up to ``max_new_tokens``: greedy when ``top_k`` is None, else sampled
-    from the ``top_k`` most likely tokens. A row that produced ``eos_id`` is padded with it; when every
-    row has, generation stops. Returns (B, T + generated)."""
-    _check(model, tokens, max_new_tokens, top_k, temperature)
+    """Extend ``tokens`` (B, T) (left-padded when ``attention_mask`` says so) by up to
+    ``max_new_tokens`` columns; returns (B, T + generated). ``fields`` change ``config``'s fields:
+    ``generate(model, ids, max_new_tokens=20, do_sample=True, top_p=0.9, seed=0)``."""
+    config = (config or GenerationConfig()).replace(**fields)
+    mask = torch.ones_like(tokens) if attention_mask is None else attention_mask.to(tokens.device).long()
+    _check(model, tokens, mask, config)
     was_training = model.training
     model.eval()
     generator = None
-    if top_k is not None:
+    if config.do_sample:
         generator = torch.Generator(device=tokens.device)
-        generator.manual_seed(seed if seed is not None else torch.seed())
-    out = tokens
-    cache = new_kv_cache(model, tokens.shape[0], tokens.shape[1] + max_new_tokens) if use_cache else None
-    step_input = tokens
+        generator.manual_seed(config.seed if config.seed is not None else torch.seed())
+    seen = None
+    if config.repetition_penalty is not None:  # (B, V): which tokens each row holds (real ones only)
+        seen = torch.zeros(tokens.shape[0], model.config.vocab_size, dtype=torch.bool, device=tokens.device)
+        seen.scatter_(1, tokens.long(), mask.bool())
+    filler, stop_ids = _filler(model, config), torch.tensor(config.stop_ids, dtype=torch.long)
     done = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
+    out, prompt_len = tokens.long(), tokens.shape[1]
+    window = Window(model, config, prompt_len)
     try:
-        for _ in range(max_new_tokens):
-            hidden = model.encode(step_input if use_cache else out, kv_cache=cache)  # (B, T_step, d)
-            logits = model.head(hidden[:, -1])  # only the last position predicts: (B, vocab)
-            new = next_token(logits, top_k, temperature, generator)  # (B,)
-            if eos_id is not None:
-                new = new.masked_fill(done, eos_id)
-                done = done | (new == eos_id)
+        for _ in range(config.max_new_tokens):
+            new = next_token(window.logits(out, mask), config, seen, generator)  # (B,)
+            active = ~done
+            if filler is not None:
+                new = new.masked_fill(done, filler)
             out = torch.cat([out, new[:, None]], dim=1)
-            step_input = new[:, None]
-            if eos_id is not None and bool(done.all()):
+            mask = torch.cat([mask, torch.ones_like(new)[:, None]], dim=1)
+            if seen is not None:
+                seen[torch.arange(len(new)), new] |= active
+            if filler is not None:
+                done |= active & _stopped(model, config, out[:, prompt_len:], active, stop_ids.to(new.device))
+            if on_token is not None:
+                on_token(new, active)
+            if bool(done.all()):
                 break
     finally:
         model.train(was_training)
     return out
+
+
+def _stopped(
+    model: Transformer, config: GenerationConfig, generated: Tensor, active: Tensor, stop_ids: Tensor
+) -> Tensor:
+    """(B,) bool: rows whose newest token is a stop id, or whose generated text (B, n) now holds a
+    stop string (only ``active`` rows are decoded)."""
+    stopped = torch.isin(generated[:, -1], stop_ids)
+    if config.stop_strings:
+        assert model.tokenizer is not None  # _check
+        for row in active.nonzero().flatten().tolist():
+            text = model.tokenizer.decode(generated[row])
+            stopped[row] |= any(s in text for s in config.stop_strings)
+    return stopped

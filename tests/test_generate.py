@@ -1,7 +1,9 @@
-"""Generation: the KV cache, greedy and top-k sampling, end-of-sequence handling.
+"""Generation: the KV cache, greedy and sampled decoding, batches with padding, the sliding window,
+stops and streaming.
 
-Oracles: ``transformers``' GPT-2 (its logits and its ``generate``) for what the tokens must be,
-and the full uncached forward pass for what the cache must reproduce.
+Oracles: ``transformers``' GPT-2 (its ``generate``, its logits processors and its forward pass inside
+a written-out sliding-window loop) for what the tokens must be; the full uncached forward pass for
+what the cache must reproduce; each prompt generated alone for what a padded batch must give.
 """
 
 from __future__ import annotations
@@ -14,20 +16,31 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import blocklab as bl  # noqa: E402
-from blocklab.generate import generate, new_kv_cache  # noqa: E402
+from blocklab.generate import (  # noqa: E402
+    GenerationConfig,
+    generate,
+    new_kv_cache,
+    penalize_repetition,
+    top_k_filter,
+    top_p_filter,
+)
 from blocklab.interop import load_pretrained  # noqa: E402
+from blocklab.tasks.tokenizer import Tokenizer  # noqa: E402
+from blocklab.tokenizer import pad_batch  # noqa: E402
 
 transformers = pytest.importorskip("transformers")
 
 VOCAB = 61
+N_POSITIONS = 40
+EOS = VOCAB - 1
 
 
 @pytest.fixture(scope="module")
 def gpt2(tmp_path_factory):
     """A small random GPT2LMHeadModel (weights spread so that decoding varies) and its blocklab import."""
     torch.manual_seed(0)
-    config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=40, n_embd=32, n_layer=2, n_head=4,
-                                     bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1)
+    config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=N_POSITIONS, n_embd=32, n_layer=2,
+                                     n_head=4, bos_token_id=EOS, eos_token_id=EOS)
     hf = transformers.GPT2LMHeadModel(config).eval()
     with torch.no_grad():
         for p in hf.parameters():
@@ -39,6 +52,14 @@ def gpt2(tmp_path_factory):
     return hf, model
 
 
+def hf_generate(hf, prompt, mask=None, **settings):
+    """transformers' generate, every default that would differ from blocklab's spelled out."""
+    settings = {"do_sample": False, "eos_token_id": None, "pad_token_id": EOS, "top_k": 0, **settings}
+    mask = torch.ones_like(prompt) if mask is None else mask
+    with torch.no_grad():
+        return hf.generate(prompt, attention_mask=mask, **settings)
+
+
 def _model(**overrides) -> bl.Transformer:
     config = bl.preset("gpt2", vocab_size=VOCAB, max_seq_len=24, d_model=32, n_heads=4, n_layers=2, d_ff=64,
                        **overrides)
@@ -48,6 +69,17 @@ def _model(**overrides) -> bl.Transformer:
             if p.dim() == 2:
                 p.normal_(0.0, 0.3)  # spread the logits so that greedy decoding varies
     return model
+
+
+def left_padded(lengths, seed=0):
+    """Random prompts of the given lengths, left-padded with EOS: (ids, mask, the prompts as lists)."""
+    g = torch.Generator().manual_seed(seed)
+    rows = [torch.randint(0, VOCAB - 1, (n,), generator=g).tolist() for n in lengths]
+    ids, mask = pad_batch(rows, EOS, "left")
+    return ids, mask, rows
+
+
+# ---- the KV cache ----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("overrides", [
@@ -71,13 +103,14 @@ def test_cached_hidden_states_equal_the_full_forward_in_chunks(overrides):
 @pytest.mark.parametrize("overrides", [{}, {"norm_position": "post"}], ids=["pre", "post"])
 def test_kv_cached_generation_gives_the_same_tokens_as_uncached(overrides):
     model = _model(**overrides)
-    prompt = torch.randint(0, VOCAB, (3, 4))
-    cached = generate(model, prompt, 18)
-    assert cached.shape == (3, 22) and torch.equal(cached[:, :4], prompt)
-    assert len(set(cached[:, 4:].flatten().tolist())) > 5, "the continuation should vary"
-    assert torch.equal(cached, generate(model, prompt, 18, use_cache=False))
-    sampled = generate(model, prompt, 18, top_k=5, seed=3)
-    assert torch.equal(sampled, generate(model, prompt, 18, top_k=5, seed=3, use_cache=False))
+    ids, mask, _ = left_padded([4, 2, 6])
+    cached = generate(model, ids, attention_mask=mask, max_new_tokens=30)  # 36 columns: the window slides
+    assert cached.shape == (3, 36) and torch.equal(cached[:, :6], ids)
+    assert len(set(cached[:, 6:].flatten().tolist())) > 5, "the continuation should vary"
+    assert torch.equal(cached, generate(model, ids, attention_mask=mask, max_new_tokens=30, use_cache=False))
+    sampled = dict(do_sample=True, top_k=5, top_p=0.9, seed=3, max_new_tokens=30)
+    assert torch.equal(generate(model, ids, attention_mask=mask, **sampled),
+                       generate(model, ids, attention_mask=mask, use_cache=False, **sampled))
 
 
 def test_cache_path_through_the_explicit_attention_matches_the_fast_path():
@@ -96,19 +129,83 @@ def test_cache_path_through_the_explicit_attention_matches_the_fast_path():
     assert seen["blocks.0.attn.weights"].shape == (2, 4, 5, 5)
 
 
-def test_greedy_with_top_k_one_equals_transformers_greedy(gpt2):
+# ---- equal to transformers -------------------------------------------------------------------------
+
+
+def test_greedy_equals_transformers_greedy(gpt2):
     hf, model = gpt2
     prompt = torch.randint(0, VOCAB - 1, (2, 5))
-    expected = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=20, do_sample=False,
-                           eos_token_id=None, pad_token_id=0)
-    assert torch.equal(generate(model, prompt, 20), expected)
-    assert torch.equal(generate(model, prompt, 20, top_k=1, seed=7), expected)
+    assert torch.equal(generate(model, prompt, max_new_tokens=20), hf_generate(hf, prompt, max_new_tokens=20))
+
+
+def test_left_padded_batch_equals_each_prompt_alone_and_transformers_greedy(gpt2):
+    hf, model = gpt2
+    ids, mask, rows = left_padded([3, 7, 1, 5], seed=1)
+    ours = generate(model, ids, attention_mask=mask, max_new_tokens=16)
+    assert torch.equal(ours, hf_generate(hf, ids, mask, max_new_tokens=16))
+    for i, row in enumerate(rows):  # positions count from each row's first real token
+        alone = generate(model, torch.tensor([row]), max_new_tokens=16)
+        assert ours[i, ids.shape[1] - len(row):].tolist() == alone[0].tolist()
+
+
+# Sampling settings where blocklab and transformers run the same algorithm: the same processors in the
+# same order (repetition penalty; temperature, top-k, top-p), softmax over the whole vocabulary and one
+# torch.multinomial draw per row and step from a generator seeded alike. They differ (and are not
+# compared) for repetition penalty on a padded batch: transformers also penalises the pad id, which is
+# in its input ids; blocklab penalises real tokens only.
+AGREE = {
+    "temperature": dict(do_sample=True, temperature=0.7),
+    "top-k": dict(do_sample=True, top_k=5),
+    "top-p": dict(do_sample=True, top_p=0.8),
+    "all": dict(do_sample=True, temperature=1.3, top_k=12, top_p=0.9),
+    "repetition-greedy": dict(repetition_penalty=1.8),
+    "repetition-sampled": dict(do_sample=True, top_p=0.95, repetition_penalty=1.4),
+}
+
+
+@pytest.mark.parametrize("settings", AGREE.values(), ids=AGREE)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_sampling_equals_transformers_with_the_same_seed(gpt2, settings, seed):
+    hf, model = gpt2
+    prompt = torch.randint(0, VOCAB - 1, (3, 4), generator=torch.Generator().manual_seed(seed))
+    seeded = {"seed": seed} if settings.get("do_sample") else {}
+    ours = generate(model, prompt, max_new_tokens=24, **settings, **seeded)
+    torch.manual_seed(seed)  # transformers draws from the global generator
+    theirs = hf_generate(hf, prompt, max_new_tokens=24, **settings)
+    assert torch.equal(ours, theirs)
+
+
+def test_sampled_left_padded_batch_equals_transformers(gpt2):
+    hf, model = gpt2
+    ids, mask, _ = left_padded([2, 6, 4], seed=2)
+    ours = generate(model, ids, attention_mask=mask, max_new_tokens=20, do_sample=True, top_k=8, seed=5)
+    torch.manual_seed(5)
+    assert torch.equal(ours, hf_generate(hf, ids, mask, max_new_tokens=20, do_sample=True, top_k=8))
+
+
+def test_filters_equal_transformers_logits_processors():
+    from transformers.generation.logits_process import (
+        RepetitionPenaltyLogitsProcessor,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    logits = torch.randn(6, 50, generator=torch.Generator().manual_seed(0)) * 3
+    logits[0, :10] = 2.5  # ties at the k-th value stay in both
+    for k in (1, 5, 10, 50, 80):
+        assert torch.equal(top_k_filter(logits, k), TopKLogitsWarper(k)(None, logits))
+    for p in (0.05, 0.5, 0.9, 0.999, 1.0):
+        assert torch.equal(top_p_filter(logits, p), TopPLogitsWarper(p)(None, logits))
+    ids = torch.randint(0, 50, (6, 7))
+    seen = torch.zeros(6, 50, dtype=torch.bool).scatter_(1, ids, True)
+    expected = RepetitionPenaltyLogitsProcessor(1.3)(ids, logits)
+    assert torch.equal(penalize_repetition(logits, seen, 1.3), expected)
 
 
 def test_top_k_samples_stay_in_the_oracles_top_k(gpt2):
     hf, model = gpt2
     prompt = torch.randint(0, VOCAB - 1, (4, 3))
-    out = generate(model, prompt, 15, top_k=3, seed=1)
+    out = generate(model, prompt, max_new_tokens=15, do_sample=True, top_k=3, seed=1)
     with torch.no_grad():
         logits = hf(out).logits  # (B, T, V): position t predicts token t + 1
     allowed = logits[:, 2:-1].topk(3, dim=-1).indices  # (B, 15, 3) for the 15 sampled positions
@@ -120,7 +217,8 @@ def test_top_k_sampling_frequencies_follow_the_renormalised_softmax(gpt2, temper
     hf, model = gpt2
     n, k = 6000, 4
     prompt = torch.tensor([[3, 14, 15]]).repeat(n, 1)
-    first = generate(model, prompt, 1, top_k=k, temperature=temperature, seed=0)[:, -1]
+    first = generate(model, prompt, max_new_tokens=1, do_sample=True, top_k=k, temperature=temperature,
+                     seed=0)[:, -1]
     with torch.no_grad():
         logits = hf(prompt[:1]).logits[0, -1].double() / temperature
     top = logits.topk(k)
@@ -131,34 +229,166 @@ def test_top_k_sampling_frequencies_follow_the_renormalised_softmax(gpt2, temper
     assert (counts / n - expected).abs().max().item() < 0.03
 
 
-def test_rows_that_reach_eos_are_padded_and_generation_stops_like_transformers(gpt2):
+# ---- the sliding window ----------------------------------------------------------------------------
+
+
+def windowed_oracle(hf, prompt, new, shift):
+    """The window written out over transformers' forward pass: the last columns, at most n_positions,
+    dropping ``shift`` columns whenever the next token would not fit; greedy."""
+    seq, start = prompt, max(0, prompt.shape[1] - N_POSITIONS)
+    for _ in range(new):
+        if seq.shape[1] - start > N_POSITIONS:
+            start += shift
+        with torch.no_grad():
+            logits = hf(seq[:, start:]).logits[:, -1]  # positions 0.. from the window's first column
+        seq = torch.cat([seq, logits.argmax(-1, keepdim=True)], dim=1)
+    return seq
+
+
+@pytest.mark.parametrize("shift", [1, 7])
+@pytest.mark.parametrize("use_cache", [True, False], ids=["cache", "no-cache"])
+def test_sliding_window_past_max_seq_len_equals_the_written_out_window(gpt2, shift, use_cache):
     hf, model = gpt2
-    prompt = torch.randint(0, VOCAB - 1, (3, 4))
-    free = generate(model, prompt, 12)
-    eos = int(free[0, 6])  # a token row 0 produces at its 3rd step: use it as the end of sequence
-    ours = generate(model, prompt, 12, eos_id=eos)
-    theirs = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=12, do_sample=False,
-                         eos_token_id=eos, pad_token_id=eos)
+    prompt = torch.randint(0, VOCAB - 1, (2, 10), generator=torch.Generator().manual_seed(3))
+    ours = generate(model, prompt, max_new_tokens=50, window_shift=shift, use_cache=use_cache)  # 60 > 40
+    assert ours.shape == (2, 60)
+    assert torch.equal(ours, windowed_oracle(hf, prompt, 50, shift))
+
+
+def test_a_prompt_longer_than_the_window_keeps_its_last_columns_in_view(gpt2):
+    hf, model = gpt2
+    prompt = torch.randint(0, VOCAB - 1, (1, 45), generator=torch.Generator().manual_seed(4))
+    ours = generate(model, prompt, max_new_tokens=8)
+    assert torch.equal(ours[:, :45], prompt)
+    assert torch.equal(ours, windowed_oracle(hf, prompt, 8, 1))
+
+
+def test_padded_batch_with_the_window_equals_each_prompt_alone(gpt2):
+    _, model = gpt2
+    ids, mask, rows = left_padded([12, 3, 8], seed=5)
+    ours = generate(model, ids, attention_mask=mask, max_new_tokens=45)  # 57 columns: slides 17 times
+    for i, row in enumerate(rows):
+        alone = generate(model, torch.tensor([row]), max_new_tokens=45)
+        assert ours[i, ids.shape[1] - len(row):].tolist() == alone[0].tolist()
+
+
+# ---- stops and streaming ---------------------------------------------------------------------------
+
+
+def test_several_stop_ids_finish_rows_like_transformers_eos_list(gpt2):
+    hf, model = gpt2
+    ids, mask, _ = left_padded([4, 2, 5], seed=6)
+    free = generate(model, ids, attention_mask=mask, max_new_tokens=14)
+    stops = [int(free[0, 8]), int(free[1, 11])]  # tokens rows 0 and 1 produce along the way
+    ours = generate(model, ids, attention_mask=mask, max_new_tokens=14, stop_ids=stops, pad_id=EOS)
+    theirs = hf_generate(hf, ids, mask, max_new_tokens=14, eos_token_id=stops, pad_token_id=EOS)
     assert torch.equal(ours, theirs)
-    assert (ours[0, 7:] == eos).all()
+    first = next(c for c in range(ids.shape[1], free.shape[1]) if int(free[0, c]) in stops)
+    assert torch.equal(ours[0, : first + 1], free[0, : first + 1]) and (ours[0, first + 1 :] == EOS).all()
+
+
+def word_model() -> tuple[bl.Transformer, Tokenizer]:
+    model = _model()
+    model.tokenizer = Tokenizer(["<PAD>", *(f"w{i}" for i in range(1, VOCAB))])
+    return model, model.tokenizer
+
+
+def test_a_stop_string_finishes_the_row_at_the_token_that_completes_it():
+    model, tok = word_model()
+    ids, mask = tok.encode_batch(["w1 w2", "w3 w4 w5 w6"], padding="left")
+    free = generate(model, ids, attention_mask=mask, max_new_tokens=12)
+    words = tok.decode(free[0, ids.shape[1]:]).split()
+    stop = " ".join(words[4:6])  # two words row 0 generates: a string spanning two tokens
+    ours = generate(model, ids, attention_mask=mask, max_new_tokens=12, stop_strings=[stop])
+    T = ids.shape[1]
+    first = next(n for n in range(1, 13) if stop in tok.decode(free[0, T:T + n]))  # independent: text search
+    assert ours[0, :T + first].tolist() == free[0, :T + first].tolist()
+    assert (ours[0, T + first:] == tok.pad_id).all()
+    row1_hits = [n for n in range(1, 13) if stop in tok.decode(free[1, T:T + n])]
+    expected_row1 = free[1, :T + (row1_hits[0] if row1_hits else 12)]
+    assert ours[1, :len(expected_row1)].tolist() == expected_row1.tolist()
+
+
+def test_streaming_callback_sees_each_column_in_order_as_it_is_made(gpt2):
+    _, model = gpt2
+    ids, mask, _ = left_padded([3, 5], seed=7)
+    free = generate(model, ids, attention_mask=mask, max_new_tokens=10)
+    stop = int(free[1, 9])  # row 1 stops at its 5th new token
+    calls = []
+
+    def on_token(new, active):
+        calls.append((new.clone(), active.clone()))
+
+    out = generate(model, ids, attention_mask=mask, max_new_tokens=10, stop_ids=[stop], on_token=on_token)
+    T = ids.shape[1]
+    assert torch.equal(torch.stack([new for new, _ in calls], dim=1), out[:, T:])
+    finished = (out[:, T:] == stop).int().cumsum(1)  # columns after a row's first stop token
+    finished = torch.cat([torch.zeros(2, 1, dtype=torch.int), finished[:, :-1]], dim=1) > 0
+    assert torch.equal(torch.stack([active for _, active in calls], dim=1), ~finished)
+
+
+def test_streaming_happens_before_generation_ends():
+    model = _model().train()
+    seen = []
+
+    def stop_after_three(new, active):
+        seen.append(new)
+        if len(seen) == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        generate(model, torch.zeros(1, 2, dtype=torch.long), max_new_tokens=10, on_token=stop_after_three)
+    assert len(seen) == 3 and model.training  # the mode is restored however generation ends
+
+
+# ---- errors ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"top_k": 5}, r"GenerationConfig.top_k=5 only applies to sampling: set do_sample=True"),
+    ({"temperature": 0.5}, r"GenerationConfig.temperature=0.5 only applies to sampling"),
+    ({"do_sample": True, "temperature": 0.0}, r"GenerationConfig.temperature=0.0 must be > 0"),
+    ({"do_sample": True, "top_k": 0}, r"GenerationConfig.top_k=0 must be an integer >= 1"),
+    ({"do_sample": True, "top_p": 1.5}, r"GenerationConfig.top_p=1.5 must be in \(0, 1\]"),
+    ({"repetition_penalty": 0}, r"GenerationConfig.repetition_penalty=0 must be > 0"),
+    ({"max_new_tokens": -1}, r"GenerationConfig.max_new_tokens=-1 must be an integer >= 0"),
+    ({"window_shift": 0}, r"GenerationConfig.window_shift=0 must be an integer >= 1"),
+    ({"stop_strings": [""]}, r"GenerationConfig.stop_strings=\(''.*must be non-empty strings"),
+    ({"top_q": 1}, r"GenerationConfig has no field 'top_q'"),
+])
+def test_generation_config_names_field_value_and_rule(fields, message):
+    with pytest.raises(ValueError, match=message):
+        generate(_model(), torch.zeros(1, 2, dtype=torch.long), **fields)
 
 
 def test_generation_errors_name_the_problem():
     model = _model()
-    prompt = torch.randint(0, VOCAB, (1, 20))
-    too_long = r"\(20 tokens\) \+ max_new_tokens \(5\) = 25 exceeds the model's max_seq_len=24"
-    with pytest.raises(ValueError, match=too_long):
-        generate(model, prompt, 5)
-    with pytest.raises(ValueError, match="top_k=0 must be >= 1"):
-        generate(model, prompt[:, :3], 2, top_k=0)
-    with pytest.raises(ValueError, match="temperature=0.0 must be > 0"):
-        generate(model, prompt[:, :3], 2, top_k=2, temperature=0.0)
+    prompt = torch.randint(0, VOCAB, (2, 4))
+    right = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
+    with pytest.raises(ValueError, match=r"row 1 has padding after a real token: generate needs left pad"):
+        generate(model, prompt, attention_mask=right)
+    with pytest.raises(ValueError, match=r"prompt row 0 is all padding"):
+        generate(model, prompt, attention_mask=torch.tensor([[0, 0, 0, 0], [1, 1, 1, 1]]))
+    with pytest.raises(ValueError, match=r"window_shift=25 must be <= the model's max_seq_len=24"):
+        generate(model, prompt, window_shift=25)
+    with pytest.raises(ValueError, match=r"stop_strings need the model's tokenizer"):
+        generate(model, prompt, stop_strings=["w1"])
+    with pytest.raises(ValueError, match=r"stop_ids=\(61,\) must be ids below the model's vocab_size=61"):
+        generate(model, prompt, stop_ids=[VOCAB])
     encoder = bl.Transformer(bl.ModelConfig())
     with pytest.raises(ValueError, match="generate needs a causal model"):
-        generate(encoder, torch.zeros(1, 2, dtype=torch.long), 2)
+        generate(encoder, torch.zeros(1, 2, dtype=torch.long))
 
 
 def test_generate_restores_training_mode():
     model = _model(dropout=0.1).train()
-    generate(model, torch.zeros(1, 2, dtype=torch.long), 2)
+    generate(model, torch.zeros(1, 2, dtype=torch.long), max_new_tokens=2)
     assert model.training
+
+
+def test_config_object_and_field_overrides_combine():
+    model = _model()
+    prompt = torch.randint(0, VOCAB, (1, 3))
+    config = GenerationConfig(max_new_tokens=6, do_sample=True, top_k=4, seed=2)
+    assert torch.equal(generate(model, prompt, config), generate(model, prompt, config.replace(seed=2)))
+    assert generate(model, prompt, config, max_new_tokens=2).shape == (1, 5)
