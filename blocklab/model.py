@@ -135,7 +135,8 @@ class Transformer(HookedModule):
         T = tokens.shape[1]
         x = self.embed(tokens)  # (B, T, d_model)
         if self.pos is not None:  # (T, d) or, with position_ids, (B, T, d)
-            x = x + (self.pos(T, past) if position_ids is None else self.pos(self.config.max_seq_len)[position_ids])
+            table = self.pos(self.config.max_seq_len)  # (max_seq_len, d)
+            x = x + (self.pos(T, past) if position_ids is None else table[position_ids])
         if self.token_type is not None:
             types = token_type_ids if token_type_ids is not None else torch.zeros_like(tokens)
             x = x + self.token_type(types)

@@ -20,7 +20,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("version", "errors", "activations", "measure", "distributed", "trainconfig"),  # no blocklab imports
     ("kernels",),  # tensors in, tensors out; its table of LayerNorm variants is the one list of them
     ("config", "hooks"),
-    ("batchnorm", "norms", "feedforward", "attention", "embedding"),  # the components
+    ("batchnorm", "norms", "feedforward", "attention", "embedding", "tokenizer"),  # the components
     ("block",),
     ("model",),
     ("params", "resources", "nonfinite", "checkpoint", "tasks", "generate", "embed"),  # what uses a model
