@@ -392,3 +392,122 @@ def test_config_object_and_field_overrides_combine():
     config = GenerationConfig(max_new_tokens=6, do_sample=True, top_k=4, seed=2)
     assert torch.equal(generate(model, prompt, config), generate(model, prompt, config.replace(seed=2)))
     assert generate(model, prompt, config, max_new_tokens=2).shape == (1, 5)
+
+
+# ---- blocklab generate -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gpt2_folder(gpt2, tmp_path_factory):
+    """The GPT-2 fixture's folder with a word-level tokenizer: w0 .. w59 and <|endoftext|> (id 60)."""
+    from tokenizers import Tokenizer as HFTokenizers
+    from tokenizers import models, pre_tokenizers
+
+    hf, _ = gpt2
+    folder = tmp_path_factory.mktemp("gpt2-words")
+    hf.save_pretrained(str(folder))
+    words = [f"w{i}" for i in range(VOCAB - 1)] + ["<|endoftext|>"]
+    tok = HFTokenizers(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "special_tokens_map.json").write_text('{"eos_token": "<|endoftext|>"}')
+    return folder
+
+
+def run_cli(capsys, *argv):
+    from blocklab.cli import main
+
+    code = main(["generate", *map(str, argv)])
+    return code, capsys.readouterr()
+
+
+def test_cli_batch_of_inputs_equals_transformers_on_the_left_padded_batch(gpt2, gpt2_folder, capsys):
+    import json
+
+    hf, _ = gpt2
+    prompts = ["w5 w17 w3", "w40", "w1 w2 w3 w4 w5"]
+    code, out = run_cli(capsys, "--checkpoint", gpt2_folder, *sum((["--input", p] for p in prompts), []),
+                        "--max-new-tokens", 12, "--json")
+    assert code == 0
+    rows = [json.loads(line) for line in out.out.splitlines()]
+    ids, mask = pad_batch([[int(w[1:]) for w in p.split()] for p in prompts], EOS, "left")
+    expected = hf_generate(hf, ids, mask, max_new_tokens=12, eos_token_id=EOS)
+    for i, row in enumerate(rows):
+        new = expected[i, ids.shape[1]:].tolist()
+        new = new[: new.index(EOS) + 1] if EOS in new else new  # up to and with the end of text
+        assert row["prompt_ids"] == [int(w[1:]) for w in prompts[i].split()] and row["new_ids"] == new
+        assert row["text"].split()[: len(row["prompt_ids"])] == prompts[i].split()
+
+
+def test_cli_sampling_flags_equal_transformers_sampling(gpt2, gpt2_folder, capsys):
+    import json
+
+    hf, _ = gpt2
+    stop = 23  # any id: rows that reach it end there, in both
+    code, out = run_cli(capsys, "--checkpoint", gpt2_folder, "--input", "w5 w17 w3", "--max-new-tokens", 15,
+                        "--top-p", 0.9, "--temperature", 0.8, "--seed", 4, "--stop-id", stop, "--json")
+    assert code == 0
+    torch.manual_seed(4)
+    prompt = torch.tensor([[5, 17, 3]])
+    expected = hf_generate(hf, prompt, max_new_tokens=15, do_sample=True, top_p=0.9, temperature=0.8,
+                           eos_token_id=stop)
+    new = expected[0, 3:].tolist()
+    new = new[: new.index(stop) + 1] if stop in new else new
+    assert json.loads(out.out)["new_ids"] == new
+
+
+def test_cli_streams_text_while_it_generates(gpt2_folder, capsys, monkeypatch):
+    import blocklab.generate as gen
+
+    steps, writes = [0], []
+    real_next_token = gen.next_token
+
+    def counting_next_token(*args, **kwargs):
+        steps[0] += 1
+        return real_next_token(*args, **kwargs)
+
+    monkeypatch.setattr(gen, "next_token", counting_next_token)
+    code, out = run_cli(capsys, "--checkpoint", gpt2_folder, "--input", "w5 w17 w3", "--max-new-tokens", 8)
+    assert code == 0
+    free = generate(load_pretrained(gpt2_folder)[0], torch.tensor([[5, 17, 3]]), max_new_tokens=8,
+                    stop_ids=[EOS])
+    words = [f"w{i}" for i in free[0].tolist() if i != EOS]
+    assert out.out == " ".join(words) + "\n"
+
+    class Recorder:  # stdout that notes how many tokens existed at each write
+        def write(self, text):
+            writes.append((steps[0], text))
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr("sys.stdout", Recorder())
+    steps[0] = 0
+    from blocklab.cli import main
+
+    argv = ["generate", "--checkpoint", str(gpt2_folder), "--input", "w5 w17 w3", "--max-new-tokens", "8"]
+    assert main(argv) == 0
+    assert writes[0] == (0, "w5 w17 w3")  # the prompt first, before any token is generated
+    token_writes = [step for step, text in writes if text.strip()][1:]
+    assert token_writes == sorted(token_writes) and len(set(token_writes)) >= 2  # pieces as they come
+    assert "".join(text for _, text in writes) == out.out
+
+
+def test_cli_stop_text_window_and_errors(gpt2_folder, capsys):
+    import json
+
+    code, out = run_cli(capsys, "--checkpoint", gpt2_folder, "--input", "w5 w17 w3", "--max-new-tokens", 60,
+                        "--json")  # 63 tokens > n_positions 40: the window slides
+    assert code == 0
+    free = json.loads(out.out)
+    assert len(free["new_ids"]) == 60 or free["new_ids"][-1] == EOS
+    new_words = free["text"].split()[3:]
+    stop = new_words[3]  # the 4th new word; it may also sit inside an earlier word (w1 in w15)
+    ends = next(n for n in range(1, 61) if stop in " ".join(new_words[:n]))
+    code, out = run_cli(capsys, "--checkpoint", gpt2_folder, "--input", "w5 w17 w3", "--max-new-tokens", 60,
+                        "--stop", stop, "--json")
+    assert json.loads(out.out)["text"].split()[3:] == new_words[:ends]
+    code, out = run_cli(capsys, "--checkpoint", gpt2_folder, "--input", "w1", "--seed", 3)
+    assert code == 2 and "--seed only applies to sampling" in out.err
+    code, out = run_cli(capsys, "--checkpoint", gpt2_folder, "--input", "w1", "--top-p", 1.5)
+    assert code == 2 and "GenerationConfig.top_p=1.5 must be in (0, 1]" in out.err

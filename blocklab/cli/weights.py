@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from .args import parse_token_ids
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..generate import GenerationConfig
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -26,32 +32,79 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dims", type=int, default=8, help="embedding values shown per input (text output)")
     p.set_defaults(func=cmd_embed)
 
-    p = sub.add_parser("generate", help="continue a prompt with a causal model (greedy or top-k, KV cache)")
+    p = sub.add_parser(
+        "generate",
+        help="continue prompts with a causal model (greedy or sampled, KV cache, streamed)",
+        description="Greedy unless a sampling flag (--sample, --temperature, --top-k, --top-p) is given. "
+        "Several --input prompts run as one left-padded batch. A row stops at a --stop text, a --stop-id "
+        "(default: the tokenizer's end-of-text token) or after --max-new-tokens; past the model's "
+        "max_seq_len the window slides. Text streams to the terminal as it is generated.",
+    )
     _add_model_input(p)
-    p.add_argument("--input", required=True, help="the prompt text (with --ids: token ids, e.g. '1 5 7')")
-    p.add_argument("--ids", action="store_true", help="--input is token ids separated by spaces or commas")
-    p.add_argument("--max-new-tokens", "--max_new_tokens", dest="max_new_tokens", type=int, default=20)
     p.add_argument(
+        "--input",
+        action="append",
+        required=True,
+        help="a prompt (with --ids: token ids, e.g. '1 5 7'); repeat for a batch",
+    )
+    p.add_argument("--ids", action="store_true", help="each --input is token ids (spaces or commas)")
+    p.add_argument("--max-new-tokens", "--max_new_tokens", dest="max_new_tokens", type=int, default=20)
+    sampling = p.add_argument_group("sampling (any of these turns sampling on)")
+    sampling.add_argument("--sample", action="store_true", help="sample from the softmax instead of argmax")
+    sampling.add_argument("--temperature", type=float, default=None, help="divides the logits (default 1)")
+    sampling.add_argument(
         "--top-k",
         "--top_k",
         dest="top_k",
         type=int,
         default=None,
-        help="sample from the k most likely tokens (default: greedy)",
+        help="sample from the k most likely tokens",
     )
-    p.add_argument("--temperature", type=float, default=1.0, help="divides the logits before top-k sampling")
-    p.add_argument("--seed", type=int, default=0, help="random seed for sampling")
+    sampling.add_argument(
+        "--top-p",
+        "--top_p",
+        dest="top_p",
+        type=float,
+        default=None,
+        help="sample from the most likely tokens holding probability p (nucleus)",
+    )
+    sampling.add_argument("--seed", type=int, default=None, help="random seed for sampling (default 0)")
     p.add_argument(
+        "--repetition-penalty",
+        "--repetition_penalty",
+        dest="repetition_penalty",
+        type=float,
+        default=None,
+        help="> 1 discourages tokens already in the row (greedy or sampled)",
+    )
+    p.add_argument(
+        "--stop",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="a row ends once its new text contains TEXT (repeatable)",
+    )
+    p.add_argument(
+        "--stop-id",
+        "--stop_id",
         "--eos-id",
         "--eos_id",
-        dest="eos_id",
+        dest="stop_ids",
+        action="append",
         type=int,
         default=None,
-        help="stop at this token id (default: the tokenizer's end-of-text token, if any)",
+        metavar="ID",
+        help="a row ends at this token id (repeatable; default: the tokenizer's end of text)",
     )
     p.add_argument(
-        "--no-cache", dest="use_cache", action="store_false", help="re-run the whole sequence each step"
+        "--window-shift",
+        "--window_shift",
+        dest="window_shift",
+        type=int,
+        default=1,
+        help="past max_seq_len, drop this many oldest tokens at a time (1: the last max_seq_len)",
     )
+    p.add_argument("--no-cache", dest="use_cache", action="store_false", help="re-run the window each step")
     p.set_defaults(func=cmd_generate)
 
 
@@ -91,34 +144,103 @@ def cmd_embed(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_generate(args: argparse.Namespace) -> int:
-    """Print the prompt's continuation (and ids with --json)."""
-    import torch
+def generation_config(args: argparse.Namespace, tokenizer: Any) -> GenerationConfig:
+    """The GenerationConfig the generate flags describe."""
+    from ..generate import GenerationConfig
 
+    sampled = {
+        name: getattr(args, name)
+        for name in ("temperature", "top_k", "top_p")
+        if getattr(args, name) is not None
+    }
+    do_sample = args.sample or bool(sampled)
+    if args.seed is not None and not do_sample:
+        raise UsageError("--seed only applies to sampling: add --sample (or --temperature, --top-k, --top-p)")
+    eos = getattr(tokenizer, "eos_id", None)
+    stop_ids = args.stop_ids if args.stop_ids is not None else [eos] if eos is not None else []
+    return GenerationConfig(
+        max_new_tokens=args.max_new_tokens,
+        do_sample=do_sample,
+        seed=(args.seed or 0) if do_sample else None,
+        repetition_penalty=args.repetition_penalty,
+        stop_ids=tuple(stop_ids),
+        stop_strings=tuple(args.stop),
+        window_shift=args.window_shift,
+        use_cache=args.use_cache,
+        **sampled,
+    )
+
+
+class TerminalStream:
+    """``generate``'s on_token callback for the terminal: one prompt streams its text (or ids) as each
+    token comes; a batch prints each row, labelled ``[i]``, when it finishes."""
+
+    def __init__(self, tokenizer: Any, prompts: list[list[int]]) -> None:
+        self.tokenizer, self.prompts = tokenizer, prompts
+        self.new: list[list[int]] = [[] for _ in prompts]
+        self.finished = [False] * len(prompts)
+        self.shown = ""  # the one prompt's text printed so far
+        if len(prompts) == 1:
+            self.shown = self._text(0)
+            print(self.shown, end="", flush=True)
+
+    def _text(self, row: int) -> str:
+        ids = self.prompts[row] + self.new[row]
+        return self.tokenizer.decode(ids) if self.tokenizer is not None else " ".join(map(str, ids))
+
+    def __call__(self, tokens: torch.Tensor, active: torch.Tensor) -> None:
+        for row, (token, alive) in enumerate(zip(tokens.tolist(), active.tolist(), strict=True)):
+            if alive:
+                self.new[row].append(token)
+            elif not self.finished[row]:
+                self._finish(row)
+        if len(self.prompts) == 1:
+            text = self._text(0)
+            if not text.endswith("\ufffd"):  # wait for the rest of a character split across tokens
+                print(text[len(self.shown) :], end="", flush=True)
+                self.shown = text
+
+    def _finish(self, row: int) -> None:
+        self.finished[row] = True
+        if len(self.prompts) > 1:
+            print(f"[{row}] {self._text(row)}", flush=True)
+
+    def close(self) -> None:
+        """Print what has not been printed yet (rows that ran to max_new_tokens)."""
+        if len(self.prompts) == 1:
+            print(self._text(0)[len(self.shown) :], flush=True)
+            return
+        for row in range(len(self.prompts)):
+            if not self.finished[row]:
+                self._finish(row)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    """Stream each prompt's continuation (or print JSON lines with the ids and text, with --json)."""
     from ..generate import generate
     from ..interop.pretrained import load_model
+    from ..tokenizer import pad_batch
 
     model, tokenizer = load_model(args.checkpoint)
     if not args.ids and tokenizer is None:
         raise UsageError(f"{args.checkpoint} has no tokenizer: give token ids with --ids")
-    prompt = parse_token_ids(args.input, "--input") if args.ids else tokenizer.encode(args.input)
-    eos = args.eos_id if args.eos_id is not None else getattr(tokenizer, "eos_id", None)
-    out = generate(
-        model,
-        torch.tensor([prompt]),
-        args.max_new_tokens,
-        top_k=args.top_k,
-        temperature=args.temperature,
-        seed=args.seed,
-        eos_id=eos,
-        use_cache=args.use_cache,
-    )[0].tolist()
-    new = out[len(prompt) :]
-    text = tokenizer.decode(out) if tokenizer is not None else None
-    if args.json:
-        print(json.dumps({"prompt_ids": prompt, "new_ids": new, "text": text}))
-    elif text is not None:
-        print(text)
-    else:
-        print(" ".join(map(str, out)))
+    prompts = [parse_token_ids(t, "--input") if args.ids else tokenizer.encode(t) for t in args.input]
+    config = generation_config(args, tokenizer)
+    ids, mask = pad_batch(prompts, tokenizer.pad_id if tokenizer is not None else 0, "left")
+    stream = TerminalStream(tokenizer, prompts) if not args.json else None
+    new: list[list[int]] = [[] for _ in prompts]
+
+    def on_token(tokens: torch.Tensor, active: torch.Tensor) -> None:
+        for row in active.nonzero().flatten().tolist():
+            new[row].append(int(tokens[row]))
+        if stream is not None:
+            stream(tokens, active)
+
+    generate(model, ids, config, attention_mask=mask, on_token=on_token)
+    if stream is not None:
+        stream.close()
+        return 0
+    for prompt, continuation in zip(prompts, new, strict=True):
+        text = tokenizer.decode(prompt + continuation) if tokenizer is not None else None
+        print(json.dumps({"prompt_ids": prompt, "new_ids": continuation, "text": text}))
     return 0
