@@ -73,7 +73,7 @@ def main() -> None:
         if args.sample else {}
 
     def ours() -> torch.Tensor:
-        return generate(model, prompt, settings, attention_mask=mask)
+        return generate(model, prompt, config=settings, attention_mask=mask)
 
     def theirs() -> torch.Tensor:
         torch.manual_seed(args.seed)  # transformers samples from the global generator

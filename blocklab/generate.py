@@ -5,7 +5,7 @@ order ``transformers``' ``generate`` uses, so that the same settings give the sa
 
     repetition penalty   l_t <- l_t / r if l_t > 0 else l_t * r, for each token t already in the row
                          (prompt included, padding not)
-    greedy               argmax l
+    greedy               argmax l  (unless do_sample, or with do_sample=None, temperature / top_k / top_p)
     sampling             l / temperature; top-k keeps l >= the k-th largest; top-p drops the least
                          likely tokens while their summed probability stays <= 1 - p (the most
                          likely one always stays); then one draw of torch.multinomial(softmax(l))
@@ -59,7 +59,7 @@ class GenerationConfig:
     """How to generate; validated at construction (ValueError naming field, value and rule)."""
 
     max_new_tokens: int = 20
-    do_sample: bool = False  # greedy (argmax) unless True
+    do_sample: bool | None = None  # None: sample when temperature, top_k or top_p is set, else greedy
     temperature: float = 1.0  # sampling: divides the logits
     top_k: int | None = None  # sampling: only the k most likely tokens
     top_p: float | None = None  # sampling: only the most likely tokens that hold probability p
@@ -76,6 +76,13 @@ class GenerationConfig:
         object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
         for error in _violations(self):
             raise ValueError(error)
+
+    @property
+    def sampling(self) -> bool:
+        """Whether tokens are drawn (else argmax): ``do_sample``, or when None, any sampling setting."""
+        if self.do_sample is not None:
+            return self.do_sample
+        return self.temperature != 1.0 or self.top_k is not None or self.top_p is not None
 
     def replace(self, **changes: Any) -> GenerationConfig:
         """A copy with some fields changed (validated again)."""
@@ -106,8 +113,9 @@ def _violations(c: GenerationConfig) -> list[str]:
 
     need(_is_int(c.max_new_tokens) and c.max_new_tokens >= 0,
          f"max_new_tokens={c.max_new_tokens!r} must be an integer >= 0")
-    for name in ("do_sample", "use_cache"):
-        need(isinstance(getattr(c, name), bool), f"{name}={getattr(c, name)!r} must be true or false")
+    need(c.do_sample is None or isinstance(c.do_sample, bool), f"do_sample={c.do_sample!r} must be true, "
+         "false or None (sample when temperature, top_k or top_p is set)")
+    need(isinstance(c.use_cache, bool), f"use_cache={c.use_cache!r} must be true or false")
     need(_is_number(c.temperature) and c.temperature > 0, f"temperature={c.temperature!r} must be > 0")
     need(c.top_k is None or (_is_int(c.top_k) and c.top_k >= 1), f"top_k={c.top_k!r} must be an integer >= 1")
     need(c.top_p is None or (_is_number(c.top_p) and 0 < c.top_p <= 1),
@@ -122,11 +130,13 @@ def _violations(c: GenerationConfig) -> list[str]:
          f"pad_id={c.pad_id!r} must be a token id >= 0")
     need(_is_int(c.window_shift) and c.window_shift >= 1,
          f"window_shift={c.window_shift!r} must be an integer >= 1")
-    if not c.do_sample:
+    if not errors and not c.sampling:
         defaults = {"temperature": 1.0, "top_k": None, "top_p": None, "seed": None}
+        why = (", but do_sample=False" if c.do_sample is False
+               else ": set do_sample=True (or a temperature, top_k, top_p)")
         for name in SAMPLING_ONLY:
             value = getattr(c, name)
-            need(value == defaults[name], f"{name}={value!r} only applies to sampling: set do_sample=True")
+            need(value == defaults[name], f"{name}={value!r} only applies to sampling{why}")
     return errors
 
 
@@ -159,7 +169,7 @@ def next_token(
     """(B, V) float32 logits -> (B,) token ids, as the module docstring's step describes."""
     if config.repetition_penalty is not None and seen is not None:
         logits = penalize_repetition(logits, seen, config.repetition_penalty)
-    if not config.do_sample:
+    if not config.sampling:
         return logits.argmax(-1)
     logits = logits / config.temperature
     if config.top_k is not None:
@@ -263,22 +273,25 @@ def _filler(model: Transformer, config: GenerationConfig) -> int | None:
 def generate(
     model: Transformer,
     tokens: Tensor,
-    config: GenerationConfig | None = None,
+    max_new_tokens: int | None = None,
     *,
+    config: GenerationConfig | None = None,
     attention_mask: Tensor | None = None,
     on_token: OnToken | None = None,
     **fields: Any,
 ) -> Tensor:
     """Extend ``tokens`` (B, T) (left-padded when ``attention_mask`` says so) by up to
     ``max_new_tokens`` columns; returns (B, T + generated). ``fields`` change ``config``'s fields:
-    ``generate(model, ids, max_new_tokens=20, do_sample=True, top_p=0.9, seed=0)``."""
+    ``generate(model, ids, 20, do_sample=True, top_p=0.9, seed=0)``."""
+    if max_new_tokens is not None:
+        fields["max_new_tokens"] = max_new_tokens
     config = (config or GenerationConfig()).replace(**fields)
     mask = torch.ones_like(tokens) if attention_mask is None else attention_mask.to(tokens.device).long()
     _check(model, tokens, mask, config)
     was_training = model.training
     model.eval()
     generator = None
-    if config.do_sample:
+    if config.sampling:
         generator = torch.Generator(device=tokens.device)
         generator.manual_seed(config.seed if config.seed is not None else torch.seed())
     seen = None

@@ -345,8 +345,8 @@ def test_streaming_happens_before_generation_ends():
 
 
 @pytest.mark.parametrize("fields, message", [
-    ({"top_k": 5}, r"GenerationConfig.top_k=5 only applies to sampling: set do_sample=True"),
-    ({"temperature": 0.5}, r"GenerationConfig.temperature=0.5 only applies to sampling"),
+    ({"do_sample": False, "top_k": 5}, r"top_k=5 only applies to sampling, but do_sample=False"),
+    ({"seed": 3}, r"GenerationConfig.seed=3 only applies to sampling: set do_sample=True \(or a temperature"),
     ({"do_sample": True, "temperature": 0.0}, r"GenerationConfig.temperature=0.0 must be > 0"),
     ({"do_sample": True, "top_k": 0}, r"GenerationConfig.top_k=0 must be an integer >= 1"),
     ({"do_sample": True, "top_p": 1.5}, r"GenerationConfig.top_p=1.5 must be in \(0, 1\]"),
@@ -390,8 +390,20 @@ def test_config_object_and_field_overrides_combine():
     model = _model()
     prompt = torch.randint(0, VOCAB, (1, 3))
     config = GenerationConfig(max_new_tokens=6, do_sample=True, top_k=4, seed=2)
-    assert torch.equal(generate(model, prompt, config), generate(model, prompt, config.replace(seed=2)))
-    assert generate(model, prompt, config, max_new_tokens=2).shape == (1, 5)
+    from_config = generate(model, prompt, config=config)
+    assert torch.equal(from_config, generate(model, prompt, config=config.replace(seed=3, top_p=0.5).replace(
+        seed=2, top_p=None)))
+    assert torch.equal(from_config, generate(model, prompt, 6, do_sample=True, top_k=4, seed=2))
+    assert generate(model, prompt, 2, config=config).shape == (1, 5)  # the positional count wins
+
+
+def test_a_sampling_setting_turns_sampling_on_unless_do_sample_is_false():
+    assert GenerationConfig(top_p=0.9).sampling and GenerationConfig(temperature=0.5).sampling
+    assert not GenerationConfig().sampling and not GenerationConfig(repetition_penalty=1.2).sampling
+    model = _model()
+    prompt = torch.randint(0, VOCAB, (4, 3))
+    assert torch.equal(generate(model, prompt, max_new_tokens=8, top_k=6, seed=1),
+                       generate(model, prompt, max_new_tokens=8, top_k=6, seed=1, do_sample=True))
 
 
 # ---- blocklab generate -----------------------------------------------------------------------------
@@ -508,6 +520,6 @@ def test_cli_stop_text_window_and_errors(gpt2_folder, capsys):
                         "--stop", stop, "--json")
     assert json.loads(out.out)["text"].split()[3:] == new_words[:ends]
     code, out = run_cli(capsys, "--checkpoint", gpt2_folder, "--input", "w1", "--seed", 3)
-    assert code == 2 and "--seed only applies to sampling" in out.err
+    assert code == 2 and "GenerationConfig.seed=3 only applies to sampling" in out.err
     code, out = run_cli(capsys, "--checkpoint", gpt2_folder, "--input", "w1", "--top-p", 1.5)
     assert code == 2 and "GenerationConfig.top_p=1.5 must be in (0, 1]" in out.err

@@ -145,23 +145,19 @@ def cmd_embed(args: argparse.Namespace) -> int:
 
 
 def generation_config(args: argparse.Namespace, tokenizer: Any) -> GenerationConfig:
-    """The GenerationConfig the generate flags describe."""
+    """The GenerationConfig the generate flags describe (sampling seeded with 0 unless --seed)."""
     from ..generate import GenerationConfig
 
     sampled = {
         name: getattr(args, name)
-        for name in ("temperature", "top_k", "top_p")
+        for name in ("temperature", "top_k", "top_p", "seed")
         if getattr(args, name) is not None
     }
-    do_sample = args.sample or bool(sampled)
-    if args.seed is not None and not do_sample:
-        raise UsageError("--seed only applies to sampling: add --sample (or --temperature, --top-k, --top-p)")
     eos = getattr(tokenizer, "eos_id", None)
     stop_ids = args.stop_ids if args.stop_ids is not None else [eos] if eos is not None else []
-    return GenerationConfig(
+    config = GenerationConfig(
         max_new_tokens=args.max_new_tokens,
-        do_sample=do_sample,
-        seed=(args.seed or 0) if do_sample else None,
+        do_sample=True if args.sample else None,
         repetition_penalty=args.repetition_penalty,
         stop_ids=tuple(stop_ids),
         stop_strings=tuple(args.stop),
@@ -169,6 +165,7 @@ def generation_config(args: argparse.Namespace, tokenizer: Any) -> GenerationCon
         use_cache=args.use_cache,
         **sampled,
     )
+    return config.replace(seed=0) if config.sampling and config.seed is None else config
 
 
 class TerminalStream:
@@ -236,7 +233,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if stream is not None:
             stream(tokens, active)
 
-    generate(model, ids, config, attention_mask=mask, on_token=on_token)
+    generate(model, ids, config=config, attention_mask=mask, on_token=on_token)
     if stream is not None:
         stream.close()
         return 0
