@@ -215,10 +215,11 @@ class TerminalStream:
 def cmd_generate(args: argparse.Namespace) -> int:
     """Stream each prompt's continuation (or print JSON lines with the ids and text, with --json)."""
     from ..generate import generate
-    from ..interop.pretrained import load_model
     from ..tokenizer import pad_batch
+    from .trace import checkpoint_subject
 
-    model, tokenizer = load_model(args.checkpoint)
+    subject = checkpoint_subject(args.checkpoint)  # a run folder too, like trace
+    model, tokenizer = subject.model, subject.tokenizer
     if not args.ids and tokenizer is None:
         raise UsageError(f"{args.checkpoint} has no tokenizer: give token ids with --ids")
     prompts = [parse_token_ids(t, "--input") if args.ids else tokenizer.encode(t) for t in args.input]
