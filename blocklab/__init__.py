@@ -3,9 +3,10 @@
 from .activations import ACTIVATION_NAMES, get_activation
 from .attention import MultiHeadAttention
 from .block import Residual, TransformerBlock
+from .cache import ActivationCache, run_with_cache
 from .config import PRESETS, ModelConfig, preset
 from .feedforward import FeedForward
-from .hooks import HookPoint, hooks, run_with_cache
+from .hooks import TRANSFORMERLENS_ALIASES, HookPoint, hooks
 from .model import IGNORE_INDEX, Transformer
 from .nonfinite import NonFiniteError, detect_nonfinite, find_first_nonfinite
 from .norms import LayerNorm, layer_norm_stats
@@ -15,8 +16,10 @@ from .version import __version__
 
 __all__ = [
     "ACTIVATION_NAMES",
+    "ActivationCache",
     "IGNORE_INDEX",
     "PRESETS",
+    "TRANSFORMERLENS_ALIASES",
     "FeedForward",
     "HookPoint",
     "LayerNorm",

@@ -4,7 +4,9 @@
     head_i = softmax(Q_i K_i^T / sqrt(d_k) + mask) V_i
     MHA(x) = concat(head_1..head_h) Wo^T + bo
 
-Head i owns output rows i*d_k .. (i+1)*d_k of q, k and v. Two paths give the same output (to
+Head i owns output rows i*d_k .. (i+1)*d_k of q, k and v, and columns i*d_k .. (i+1)*d_k of Wo:
+its result ``z_i Wo[:, i]^T`` (``attn.result``) is what it adds to the output, and the results of
+all heads plus bo are MHA(x). Two paths give the same output (to
 float rounding): the fast path (``F.scaled_dot_product_attention``) and the explicit path, which
 materialises the scores and weights. The explicit path runs when an intervention on ``scores`` or
 ``weights`` needs them to feed the output, or when the weights are asked for; observers of them
@@ -30,9 +32,13 @@ class MultiHeadAttention(nn.Module):
     """Keys ``q``, ``k``, ``v``, ``o``: each an ``nn.Linear(d_model, d_model)``.
 
     ``key_padding_mask``: bool (B, T), True where the key is padding (``nn.MultiheadAttention``'s
-    convention). Stages: ``q``, ``k``, ``v`` (B, h, T, d_k), ``scores`` and ``weights``
-    (B, h, T, T), ``out`` (B, T, d_model).
+    convention). Stages, in forward order (``STAGES``): ``q``, ``k``, ``v`` (B, h, T, d_k),
+    ``scores`` and ``weights`` (B, h, T, T), ``z`` (B, T, h, d_k: each head's output before Wo),
+    ``result`` (B, T, h, d_model: each head's output through its columns of Wo, without bo),
+    ``out`` (B, T, d_model).
     """
+
+    STAGES = ("q", "k", "v", "scores", "weights", "z", "result", "out")
 
     def __init__(
         self,
@@ -58,7 +64,7 @@ class MultiHeadAttention(nn.Module):
         self.resid_dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.use_fast_path = True
         self.fused = fused  # the qkv matmul keeps the parameters, not their concatenation, for backward
-        for stage in ("q", "k", "v", "scores", "weights", "out"):
+        for stage in self.STAGES:
             setattr(self, f"hook_{stage}", HookPoint())
 
     def _project_qkv(self, x: Tensor, separate: bool = False) -> tuple[Tensor, Tensor, Tensor]:
@@ -143,13 +149,37 @@ class MultiHeadAttention(nn.Module):
             past = kv_cache.length
             k, v = kv_cache.append(k, v)
         ctx, weights = self.context(q, k, v, key_padding_mask, explicit, past)
-        return self.hook_out(self.resid_dropout(self.o(ctx))), weights
+        return self.output(ctx), weights
+
+    def head_results(self, ctx: Tensor) -> Tensor:  # (B, T, d_model) heads concatenated
+        """Each head's output through its own columns of Wo, without bo: (B, T, h, d_model).
+        Summed over the heads, plus bo, it is ``o(ctx)`` (to float rounding)."""
+        z = ctx.unflatten(-1, (self.n_heads, self.d_k))  # (B, T, h, d_k)
+        return torch.einsum("bthk,dhk->bthd", z, self.o.weight.view(self.d_model, self.n_heads, self.d_k))
+
+    def output(self, ctx: Tensor) -> Tensor:  # (B, T, d_model) heads concatenated -> (B, T, d_model)
+        """o(ctx), the ``out`` stage. The per-head ``result`` is computed beside it for observers;
+        an intervention on ``result`` makes it the sum of the (replaced) results plus bo instead."""
+        if self.hook_result.intervened:
+            out = self.hook_result(self.head_results(ctx)).sum(2)
+            out = out + self.o.bias if self.o.bias is not None else out
+        else:
+            self.hook_result.observe(lambda: self.head_results(ctx))
+            out = self.o(ctx)
+        return self.hook_out(self.resid_dropout(out))
+
+    def observe_output(self, ctx: Tensor) -> None:
+        """For a caller that applies Wo itself (the block's lean path, inside a kernel): its
+        observers see ``result`` and ``out`` computed beside it."""
+        self.hook_result.observe(lambda: self.head_results(ctx))
+        self.hook_out.observe(lambda: self.o(ctx))
 
     def context(
         self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None,
         explicit: bool = False, past: int = 0,
     ) -> tuple[Tensor, Tensor | None]:
-        """concat(head_1..head_h) (B, T, d_model), before ``o``; and the weights on the explicit path."""
+        """concat(head_1..head_h) (B, T, d_model), before ``o`` (the ``z`` stage, viewed as
+        (B, T, h, d_k)); and the weights on the explicit path."""
         B, _, T, _ = q.shape
         weights = None
         if explicit:
@@ -169,7 +199,8 @@ class MultiHeadAttention(nn.Module):
             self._observe_scores_and_weights(q, k, key_padding_mask, past)
         # SDPA's CPU kernel lays its output out as (B, T, h, d_k): this concat is then a view, so
         # o's saved input and SDPA's saved output are one tensor
-        return ctx.transpose(1, 2).reshape(B, T, self.d_model), weights
+        z = self.hook_z(ctx.transpose(1, 2))  # (B, T, h, d_k)
+        return z.reshape(B, T, self.d_model), weights
 
     def forward(
         self, x: Tensor, key_padding_mask: Tensor | None = None, kv_cache: KVCache | None = None

@@ -12,8 +12,9 @@ The residual combine is ``add`` (x + F), ``rezero`` (x + a F, a learned, init 0)
 This file is the one place the block is wired:
 
 - ``LAYOUTS``, per norm position: which stage is each residual's x and F(x), which stage each
-  norm reads, which stage is the block's output, and the formula. Diagnostics, the tracer and
-  the docs read this table; nothing else keeps a copy.
+  norm reads, which stage is the block's output, the order a forward pass reaches the stages,
+  and the formula. Diagnostics, the tracer, the activation cache and the docs read this table;
+  nothing else keeps a copy.
 - the **module path** (``_post``, ``_pre``, ``_sandwich``): module by module, every stage a
   tensor that an intervention (``hooks``) may replace.
 - the **lean path** (``_post_lean``, ``_pre_lean``): the same block from the memory-lean kernels
@@ -36,9 +37,10 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from .attention import KVCache, MultiHeadAttention
+from .cache import HookedModule
 from .config import ModelConfig
 from .feedforward import FeedForward
-from .hooks import HookedModule, HookPoint, any_attached, any_intervention, hook_points, name_hook_points
+from .hooks import HookPoint, any_attached, any_intervention, hook_points, name_hook_points
 from .kernels import norm_linear, residual_norm_linear, residual_sum
 from .norms import build_norm
 
@@ -64,10 +66,19 @@ class Layout:
     connections: dict[str, Connection]  # "attn", "ffn"
     norm_inputs: dict[str, str]  # each norm's stage -> the stage it normalises
     output: str  # the stage holding the block's output: the next block's resid_pre
+    order: tuple[str, ...]  # the stages in forward order; "attn", "ffn": the sublayer's own, in its order
 
     def connection_into(self, out: str) -> Connection:
         """The residual connection whose sum is stage ``out`` (``resid_mid`` or ``resid_post``)."""
         return next(c for c in self.connections.values() if c.out == out)
+
+    def stages(self) -> list[str]:
+        """Every stage of the block in the order a forward pass reaches it (``attn.q``, ...)."""
+        sublayers = {"attn": MultiHeadAttention.STAGES, "ffn": FeedForward.STAGES}
+        order: list[str] = []
+        for stage in self.order:
+            order += [f"{stage}.{inner}" for inner in sublayers[stage]] if stage in sublayers else [stage]
+        return order
 
 
 LAYOUTS: dict[str, Layout] = {
@@ -77,6 +88,7 @@ LAYOUTS: dict[str, Layout] = {
          "ffn": Connection("ffn", "ln1", "ffn.out", "resid_post", "res2")},
         {"ln1": "resid_mid", "ln2": "resid_post"},
         output="ln2",
+        order=("resid_pre", "attn", "resid_mid", "ln1", "ffn", "resid_post", "ln2"),
     ),
     "pre": Layout(
         "pre-norm: y = x + MHA(LN1(x)), z = y + FFN(LN2(y))",
@@ -84,6 +96,7 @@ LAYOUTS: dict[str, Layout] = {
          "ffn": Connection("ffn", "resid_mid", "ffn.out", "resid_post", "res2")},
         {"ln1": "resid_pre", "ln2": "resid_mid"},
         output="resid_post",
+        order=("resid_pre", "ln1", "attn", "resid_mid", "ln2", "ffn", "resid_post"),
     ),
     "sandwich": Layout(
         "sandwich: y = x + LN1_out(MHA(LN1(x))), z = y + LN2_out(FFN(LN2(y)))",
@@ -91,6 +104,7 @@ LAYOUTS: dict[str, Layout] = {
          "ffn": Connection("ffn", "resid_mid", "ln2_out", "resid_post", "res2")},
         {"ln1": "resid_pre", "ln2": "resid_mid", "ln1_out": "attn.out", "ln2_out": "ffn.out"},
         output="resid_post",
+        order=("resid_pre", "ln1", "attn", "ln1_out", "resid_mid", "ln2", "ffn", "ln2_out", "resid_post"),
     ),
 }
 
@@ -128,6 +142,12 @@ class Residual(nn.Module):
 
     def forward(self, x: Tensor, branch: Tensor) -> Tensor:  # (B, T, d_model) each
         return self._combine(x, branch)
+
+    def coefficients(self) -> tuple[float | Tensor, float | Tensor]:
+        """(a, b) with combine(x, F) = a x + b F: what the activation cache's decomposition of the
+        residual stream multiplies each part by."""
+        return {"add": (1.0, 1.0), "rezero": (1.0, self.scale), "deepnorm": (self.alpha, 1.0),
+                "none": (0.0, 1.0)}[self.kind]
 
     def extra_repr(self) -> str:
         return f"kind={self.kind!r}" + (f", alpha={self.alpha:.4f}" if self.kind == "deepnorm" else "")
@@ -168,6 +188,10 @@ class TransformerBlock(HookedModule):
         name_hook_points(self)
         self._points = list(hook_points(self).values())
 
+    def hook_names(self) -> list[str]:
+        """Every stage name, in the order a forward pass reaches them (LAYOUTS' order)."""
+        return self.layout.stages()
+
     # -- the module path: every stage a tensor --------------------------------------------------
 
     def _post(self, x: Tensor, mask: Tensor | None, cache: KVCache | None = None) -> Tensor:
@@ -202,7 +226,7 @@ class TransformerBlock(HookedModule):
         self.hook_ln1.observe(lambda: ln1(x))
         q, k, v = norm_linear(x, ln1.kernel, ln1.weight, ln1.bias, attn.qkv_weights(), attn.qkv_bias())
         c = attn.context(*attn.split_heads(q, k, v), mask)[0]  # (B, T, d): heads concatenated, before o
-        attn.hook_out.observe(lambda: attn.o(c))
+        attn.observe_output(c)
         y, z, *h = residual_norm_linear(
             x, c, attn.o.weight, attn.o.bias, self.res1.alpha, ln2.kernel, ln2.weight, ln2.bias,
             ffn.in_weights(), ffn.in_bias(), keep_sum=self.keep_residual,
@@ -218,7 +242,7 @@ class TransformerBlock(HookedModule):
         x = self.hook_resid_pre(x)
         q, k, v = norm_linear(x, None, None, None, attn.qkv_weights(), attn.qkv_bias())
         c = attn.context(*attn.split_heads(q, k, v), mask)[0]
-        attn.hook_out.observe(lambda: attn.o(c))
+        attn.observe_output(c)
         s, y, *h = residual_norm_linear(
             x, c, attn.o.weight, attn.o.bias, self.res1.alpha, ln1.kernel, ln1.weight, ln1.bias,
             ffn.in_weights(), ffn.in_bias(), keep_sum=self.keep_residual,

@@ -21,8 +21,11 @@ class FeedForward(nn.Module):
     """Keys: ``w1.weight (d_ff, d_model)``, ``w1.bias``, ``w2.weight (d_model, d_ff)``, ``w2.bias``,
     and for gated activations ``w3.weight (d_ff, d_model)``, ``w3.bias``.
 
-    Stages: ``hidden`` (pre-activation x W1^T + b1), ``act`` (what enters W2), ``out``.
+    Stages, in forward order (``STAGES``): ``hidden`` (pre-activation x W1^T + b1), ``act`` (what
+    enters W2), ``out``.
     """
+
+    STAGES = ("hidden", "act", "out")
 
     def __init__(
         self,
@@ -45,9 +48,8 @@ class FeedForward(nn.Module):
         self.w2 = nn.Linear(d_ff, d_model, bias=bias, **factory)
         self.w3 = nn.Linear(d_model, d_ff, bias=bias, **factory) if is_gated(activation) else None
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
-        self.hook_hidden = HookPoint()
-        self.hook_act = HookPoint()
-        self.hook_out = HookPoint()
+        for stage in self.STAGES:
+            setattr(self, f"hook_{stage}", HookPoint())
         self.fused = fused  # the lean path keeps h only, not act(h) (blocklab/kernels.py)
 
     def in_weights(self) -> tuple[Tensor, ...]:

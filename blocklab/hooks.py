@@ -1,4 +1,4 @@
-"""Hook points: a stable name on every stage of the block, an activation cache, hook contexts.
+"""Hook points: a stable name on every stage of the block, hook contexts, TransformerLens's names.
 
 A ``HookPoint`` is an identity module placed on each stage named in docs/concepts.md#tracer-stages
 (``self.hook_out(self.w2(a))``). Its stage name is its module path without the ``hook_``
@@ -15,14 +15,21 @@ Two kinds of hook function, ``fn(tensor, name)``:
   unobserved, and a stage that path does not materialise (LN1's output inside a fused kernel,
   attention weights inside SDPA) is computed beside it, from the tensors it has, for the observers
   alone (``HookPoint.observe``). Same numbers to the last bit, observed or not.
+
+Every function taking stage names also takes TransformerLens's (``blocks.0.attn.hook_pattern``)
+and the hook points' module paths (``blocks.0.hook_resid_mid``): ``TRANSFORMERLENS_ALIASES`` is
+the one table of them (docs/tracer.md shows it). ``run_with_cache`` and the activation cache are
+in cache.py.
 """
 
 from __future__ import annotations
 
 import difflib
 import fnmatch
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -201,24 +208,131 @@ def hook_points(root: nn.Module) -> dict[str, HookPoint]:
     return {stage_name(path): m for path, m in root.named_modules() if isinstance(m, HookPoint)}
 
 
+# ---- TransformerLens's names ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Alias:
+    """A TransformerLens hook name and the blocklab stage holding the same tensor (``{i}``: a layer)."""
+
+    transformerlens: str  # "blocks.{i}.attn.hook_pattern"
+    blocklab: str | None  # "blocks.{i}.attn.weights"; None: blocklab has no such stage
+    note: str = ""  # where the two differ (shape, meaning), or why there is no stage
+
+
+_HEADS_FIRST = "TransformerLens (B, T, h, d_head); blocklab (B, h, T, d_k), heads before positions"
+_LN_BEFORE_AFFINE = ("TransformerLens: before gamma and beta (the same tensor when it folds them into the "
+                     "next weights, fold_ln=True); blocklab: the norm's output, after them")
+_LN_SCALE = "the norm's denominator; blocklab's tracer shows it (blocklab trace, norm.denom)"
+_COPY = "a copy that feeds {what} alone (TransformerLens's {flag}); blocklab has one {stage} (replace {alt})"
+
+TRANSFORMERLENS_ALIASES: tuple[Alias, ...] = (
+    Alias("hook_tokens", None, "the input ids: no stage"),
+    Alias("hook_embed", "tok", "the token part of x0 (blocklab's cache['embed'] is x0 itself)"),
+    Alias("hook_pos_embed", "pos", "the position part of x0"),
+    Alias("embed.hook_embed", "tok", "HookedEncoder (BERT)"),
+    Alias("embed.hook_pos_embed", "pos", "HookedEncoder (BERT)"),
+    Alias("embed.hook_token_type_embed", None, "BERT's segment part of x0: no stage of its own"),
+    Alias("hook_full_embed", "embed", "HookedEncoder (BERT): x0 after the embedding LayerNorm"),
+    Alias("blocks.{i}.hook_resid_pre", "blocks.{i}.resid_pre"),
+    Alias("blocks.{i}.hook_attn_in", None, _COPY.format(what="attention", flag="use_attn_in, one per head",
+                                                        stage="resid_pre", alt="ln1 in pre-norm")),
+    Alias("blocks.{i}.hook_q_input", None, "a copy of resid_pre per head for q alone (use_split_qkv_input)"),
+    Alias("blocks.{i}.hook_k_input", None, "a copy of resid_pre per head for k alone (use_split_qkv_input)"),
+    Alias("blocks.{i}.hook_v_input", None, "a copy of resid_pre per head for v alone (use_split_qkv_input)"),
+    Alias("blocks.{i}.ln1.hook_scale", None, _LN_SCALE),
+    Alias("blocks.{i}.ln1.hook_normalized", "blocks.{i}.ln1", _LN_BEFORE_AFFINE),
+    Alias("blocks.{i}.attn.hook_q", "blocks.{i}.attn.q", _HEADS_FIRST),
+    Alias("blocks.{i}.attn.hook_k", "blocks.{i}.attn.k", _HEADS_FIRST),
+    Alias("blocks.{i}.attn.hook_v", "blocks.{i}.attn.v", _HEADS_FIRST),
+    Alias("blocks.{i}.attn.hook_rot_q", None, "rotary positions: blocklab has none"),
+    Alias("blocks.{i}.attn.hook_rot_k", None, "rotary positions: blocklab has none"),
+    Alias("blocks.{i}.attn.hook_attn_scores", "blocks.{i}.attn.scores",
+          "(B, h, T, T), -inf where masked, in both"),
+    Alias("blocks.{i}.attn.hook_pattern", "blocks.{i}.attn.weights", "(B, h, T, T) in both"),
+    Alias("blocks.{i}.attn.hook_z", "blocks.{i}.attn.z", "(B, T, h, d_head) in both"),
+    Alias("blocks.{i}.attn.hook_result", "blocks.{i}.attn.result",
+          "(B, T, h, d_model) in both, without Wo's bias"),
+    Alias("blocks.{i}.hook_attn_out", "blocks.{i}.attn.out"),
+    Alias("blocks.{i}.ln1_post.hook_normalized", "blocks.{i}.ln1_out", "sandwich norm; " + _LN_BEFORE_AFFINE),
+    Alias("blocks.{i}.hook_resid_mid", "blocks.{i}.resid_mid"),
+    Alias("blocks.{i}.hook_mlp_in", None,
+          _COPY.format(what="the MLP", flag="use_hook_mlp_in", stage="resid_mid", alt="ln2 in pre-norm")),
+    Alias("blocks.{i}.ln2.hook_scale", None, _LN_SCALE),
+    Alias("blocks.{i}.ln2.hook_normalized", "blocks.{i}.ln2", _LN_BEFORE_AFFINE),
+    Alias("blocks.{i}.mlp.hook_pre", "blocks.{i}.ffn.hidden", "gated: the gate's pre-activation in both"),
+    Alias("blocks.{i}.mlp.hook_pre_linear", None, "gated: the linear half, x W3 + b3, is no stage"),
+    Alias("blocks.{i}.mlp.hook_mid", None, "SoLU's LayerNorm input: blocklab has no SoLU"),
+    Alias("blocks.{i}.mlp.hook_post", "blocks.{i}.ffn.act"),
+    Alias("blocks.{i}.hook_mlp_out", "blocks.{i}.ffn.out"),
+    Alias("blocks.{i}.ln2_post.hook_normalized", "blocks.{i}.ln2_out", "sandwich norm; " + _LN_BEFORE_AFFINE),
+    Alias("blocks.{i}.hook_resid_post", "blocks.{i}.resid_post"),
+    Alias("blocks.{i}.hook_normalized_resid_post", "blocks.{i}.ln2",
+          "HookedEncoder (post-norm): the block output"),
+    Alias("ln_final.hook_scale", None, _LN_SCALE),
+    Alias("ln_final.hook_normalized", "ln_f", _LN_BEFORE_AFFINE),
+)
+
+
+def _alias_pattern(template: str) -> re.Pattern[str]:
+    """``blocks.{i}.hook_resid_pre`` -> a regex matching it with any layer (a number or a glob)."""
+    return re.compile(re.escape(template).replace(re.escape("{i}"), r"(?P<i>[^.]+)") + "$")
+
+
+_ALIASES = [(_alias_pattern(a.transformerlens), a) for a in TRANSFORMERLENS_ALIASES]
+# TransformerLens's short names for cache[name, layer] (utils.get_act_name): the hook's own name
+# ("pattern", "attn_out", "mlp_out", "pre", "post", ...), where it names one stage of a block
+SHORT_ALIASES: dict[str, str] = {
+    short: a.blocklab.removeprefix("blocks.{i}.")
+    for a in TRANSFORMERLENS_ALIASES if a.blocklab and a.transformerlens.startswith("blocks.{i}.")
+    for short in [a.transformerlens.rsplit(".", 1)[1].removeprefix("hook_")]
+    if sum(b.transformerlens.endswith(f".hook_{short}") for b in TRANSFORMERLENS_ALIASES) == 1
+}
+
+
+def blocklab_name(name: str) -> str:
+    """A stage name (or glob) written as TransformerLens or as a hook point's module path, in
+    blocklab's words: ``blocks.0.attn.hook_pattern`` -> ``blocks.0.attn.weights``,
+    ``blocks.*.hook_resid_pre`` -> ``blocks.*.resid_pre``, ``blocks.0.ffn.hook_out`` ->
+    ``blocks.0.ffn.out``. A blocklab name comes back unchanged (none has a ``hook_`` part).
+
+    A TransformerLens name that has no blocklab stage is a ValueError saying why.
+    """
+    if "hook_" not in name:
+        return name
+    for pattern, alias in _ALIASES:
+        match = pattern.match(name)
+        if match is None:
+            continue
+        if alias.blocklab is None:
+            raise ValueError(f"{name!r} (TransformerLens) has no blocklab stage: {alias.note}")
+        return alias.blocklab.format(i=match.groupdict().get("i", ""))
+    return stage_name(name)
+
+
 def select_names(names: Iterable[str], wanted: NameFilter) -> list[str]:
     """Stage names matching ``wanted``: None (all), a name or glob, a list of them, or a predicate.
 
-    A name or glob that matches nothing is a ValueError that suggests the closest names.
+    Names and globs may be written as TransformerLens writes them (``blocks.*.attn.hook_pattern``)
+    or as module paths (``blocks.0.hook_resid_mid``): ``blocklab_name`` translates them. A
+    predicate is given blocklab's names. A name or glob that matches nothing is a ValueError that
+    suggests the closest names.
     """
     names = list(names)
     if wanted is None:
         return names
     if callable(wanted):
         return [n for n in names if wanted(n)]
-    patterns = [wanted] if isinstance(wanted, str) else list(wanted)
-    chosen = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
-    unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(n, p) for n in names)]
+    written = [wanted] if isinstance(wanted, str) else list(wanted)
+    patterns = {p: blocklab_name(p) for p in written}  # as written -> in blocklab's words
+    chosen = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns.values())]
+    unmatched = [(w, p) for w, p in patterns.items() if not any(fnmatch.fnmatchcase(n, p) for n in names)]
     if unmatched:
-        close = difflib.get_close_matches(unmatched[0], names, n=3, cutoff=0.6)
+        close = difflib.get_close_matches(unmatched[0][1], names, n=3, cutoff=0.6)
         hint = (f"did you mean {', '.join(close)}?" if close else
                 f"names look like {', '.join(names[:6])}, ...")
-        raise ValueError(f"no hook point matches {', '.join(map(repr, unmatched))}; {hint}")
+        what = ", ".join(repr(p) if w == p else f"{w!r} ({p!r})" for w, p in unmatched)
+        raise ValueError(f"no hook point matches {what}; {hint}")
     return chosen
 
 
@@ -244,44 +358,3 @@ def hooks(root: nn.Module, fns: Mapping[str, HookFn], observe: bool = False) -> 
     finally:
         for where, fn in attached:
             where.remove(fn)
-
-
-def run_with_cache(
-    root: nn.Module, *args: object, names: NameFilter = None, detach: bool = True, **kwargs: object
-) -> tuple[object, dict[str, Tensor]]:
-    """Run ``root(*args, **kwargs)`` and return (its output, {stage name: tensor}).
-
-    Names are relative to ``root`` and the cache is in the order the stages ran. The cache
-    observes (``detach=True``): the output is what ``root`` computes unobserved, bit for bit.
-    ``detach=False`` keeps each stage in the autograd graph, as the tensor the forward used: the
-    blocks then run module by module (forward values unchanged; gradients agree to rounding).
-    """
-    cache: dict[str, Tensor] = {}
-
-    def saver(name: str) -> HookFn:
-        def save(x: Tensor, _: str) -> None:
-            cache[name] = x.detach() if detach else x
-
-        return save
-
-    selected = select_names(hook_points(root), names)
-    with hooks(root, {name: saver(name) for name in selected}, observe=detach):
-        out = root(*args, **kwargs)
-    return out, cache
-
-
-class HookedModule(nn.Module):
-    """Mixin giving a module ``run_with_cache`` and ``hooks`` over its own hook points."""
-
-    def hook_names(self) -> list[str]:
-        """Every stage name this module exposes."""
-        return list(hook_points(self))
-
-    def hooks(self, fns: Mapping[str, HookFn], observe: bool = False):  # noqa: ANN201 - a context manager
-        """Context manager attaching ``{name_or_glob: fn}`` for the with-block (interventions, or
-        observers with ``observe``)."""
-        return hooks(self, fns, observe)
-
-    def run_with_cache(self, *args: object, names: NameFilter = None, **kwargs: object):  # noqa: ANN201
-        """``output, cache = module.run_with_cache(inputs)``: every (or the named) stage's tensor."""
-        return run_with_cache(self, *args, names=names, **kwargs)

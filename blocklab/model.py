@@ -16,8 +16,9 @@ from torch import Tensor, nn
 
 from .attention import KVCache
 from .block import TransformerBlock, deepnorm_beta
+from .cache import HookedModule
 from .config import ModelConfig
-from .hooks import HookedModule, HookPoint, name_hook_points
+from .hooks import HookPoint, name_hook_points
 from .norms import NoNorm, build_norm
 from .tokenizer import BatchEncoding, TextTokenizer, to_str_tokens, to_string
 
@@ -74,13 +75,15 @@ def build_positions(config: ModelConfig) -> nn.Module | None:
 class Transformer(HookedModule):
     """Keys: ``embed.weight``, ``pos.weight`` (learned), ``token_type.weight``, ``embed_ln.*``,
     ``blocks.{i}.*``, ``ln_f.*`` (when final_norm), ``head.weight`` (absent from the parameters
-    when tied to ``embed``). Stages: ``embed``, ``blocks.{i}.*``, ``ln_f``, ``logits``, ``probs``, ``loss``.
+    when tied to ``embed``). Stages, in forward order (``STAGES``; ``blocks``: each block's, in its
+    order): ``embed``, ``blocks.{i}.*``, ``ln_f``, ``logits``, ``probs``, ``loss``.
 
     ``tokenizer``: the model's tokenizer (``blocklab.tokenizer.TextTokenizer``) or None; the loaders
     set it, ``to_tokens`` / ``to_str_tokens`` / ``to_string`` use it.
     """
 
     tokenizer: TextTokenizer | None
+    STAGES = ("embed", "blocks", "ln_f", "logits", "probs", "loss")
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -96,11 +99,22 @@ class Transformer(HookedModule):
         self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_embeddings:
             self.head.weight = self.embed.weight
-        for stage in ("embed", "ln_f", "logits", "probs", "loss"):
-            setattr(self, f"hook_{stage}", HookPoint())
+        for stage in self.STAGES:
+            if stage != "blocks":
+                setattr(self, f"hook_{stage}", HookPoint())
         self.tokenizer = None  # a plain attribute: not a module, not in the state dict
         init_weights(self)
         name_hook_points(self)
+
+    def hook_names(self) -> list[str]:
+        """Every stage name, in the order a forward pass reaches them."""
+        order: list[str] = []
+        for stage in self.STAGES:
+            if stage == "blocks":
+                order += [f"blocks.{i}.{s}" for i, b in enumerate(self.blocks) for s in b.hook_names()]
+            else:
+                order.append(stage)
+        return order
 
     def _check_tokens(self, tokens: Tensor, past: int = 0) -> None:
         if tokens.dim() != 2:

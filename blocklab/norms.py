@@ -114,6 +114,15 @@ class LayerNorm(nn.Module):
         """mu, var, denominator and z_hat this norm computes for input ``x``."""
         return layer_norm_stats(x, self.eps, self.variant)
 
+    def share(self, part: Tensor, whole: Tensor) -> Tensor:  # part (..., B, T, d), whole (B, T, d)
+        """What ``part``, one summand of the input ``whole``, contributes to the output:
+        gamma (part - mean(part)) / denom(whole) (RMSNorm does not centre), without beta. The norm is
+        linear in its input once the denominator is held at the one it computed for ``whole``, so
+        the shares of all the summands, plus beta, are its output (the activation cache's
+        ``apply_ln_to_stack``)."""
+        centred = part if self.variant == "rms" else part - part.mean(-1, keepdim=True)
+        return centred / self.stats(whole).denom * self.weight
+
     def extra_repr(self) -> str:
         return f"{self.d_model}, eps={self.eps}, variant={self.variant!r}, bias={self.bias is not None}"
 
@@ -128,6 +137,10 @@ class NoNorm(nn.Module):
 
     def forward(self, x: Tensor, padding_mask: Tensor | None = None) -> Tensor:
         return x
+
+    def share(self, part: Tensor, whole: Tensor) -> Tensor:
+        """What ``part`` of the input contributes to the output: itself (``LayerNorm.share``)."""
+        return part
 
 
 def build_norm(

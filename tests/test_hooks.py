@@ -14,7 +14,8 @@ import torch
 from torch import Tensor
 
 import blocklab as bl
-from blocklab.hooks import hook_points, run_with_cache
+from blocklab.cache import run_with_cache
+from blocklab.hooks import hook_points
 
 # ---- the oracle ---------------------------------------------------------------------------------
 
@@ -31,11 +32,12 @@ GATED = ("swiglu", "geglu")
 
 
 def oracle(model: bl.Transformer, tokens: Tensor, targets: Tensor | None = None,
-           ablate: tuple[str, ...] = ()) -> dict[str, Tensor]:
+           ablate: tuple[str, ...] = (), graph: bool = False) -> dict[str, Tensor]:
     """Every stage, recomputed in float64 from the weights. ``ablate``: sublayers ('blocks.0.attn',
-    'blocks.1.ffn') whose output is replaced by zeros."""
+    'blocks.1.ffn') whose output is replaced by zeros. ``graph``: the weights require gradients, so
+    every stage is in an autograd graph (tests/test_cache.py differentiates the loss by them)."""
     c = model.config
-    W = {k: v.detach().to(torch.float64) for k, v in model.state_dict().items()}
+    W = {k: v.detach().to(torch.float64).requires_grad_(graph) for k, v in model.state_dict().items()}
     S: dict[str, Tensor] = {}
     B, T = tokens.shape
     d, h = c.d_model, c.n_heads
@@ -68,7 +70,12 @@ def oracle(model: bl.Transformer, tokens: Tensor, targets: Tensor | None = None,
         weights = torch.exp(scores - scores.amax(-1, keepdim=True))
         weights = weights / weights.sum(-1, keepdim=True)
         S[f"{p}.weights"] = weights
-        out = linear((weights @ v).transpose(1, 2).reshape(B, T, d), f"{p}.o")
+        z = S[f"{p}.z"] = (weights @ v).transpose(1, 2)  # (B, T, h, dk)
+        wo = W[f"{p}.o.weight"]  # head i's result: z_i times columns i*dk..(i+1)*dk of Wo
+        result = S[f"{p}.result"] = torch.stack([z[:, :, i] @ wo[:, i * dk:(i + 1) * dk].T for i in range(h)],
+                                                2)
+        out = result.sum(2)  # = linear(concat z, o) without bo
+        out = out + W[f"{p}.o.bias"] if f"{p}.o.bias" in W else out
         out = torch.zeros_like(out) if p in ablate else out
         S[f"{p}.out"] = out
         return out
@@ -201,8 +208,9 @@ def test_float32_cache_of_the_listops_model_matches_the_float64_oracle() -> None
 
 def test_every_spec_stage_has_a_hook_name() -> None:
     names = set(bl.Transformer(bl.ModelConfig(**SMALL)).hook_names())
-    block = ["resid_pre", "attn.q", "attn.k", "attn.v", "attn.scores", "attn.weights", "attn.out",
-             "resid_mid", "ln1", "ffn.hidden", "ffn.act", "ffn.out", "resid_post", "ln2"]
+    block = ["resid_pre", "attn.q", "attn.k", "attn.v", "attn.scores", "attn.weights", "attn.z",
+             "attn.result", "attn.out", "resid_mid", "ln1", "ffn.hidden", "ffn.act", "ffn.out", "resid_post",
+             "ln2"]
     wanted = {"embed", "ln_f", "logits", "probs", "loss"}
     wanted |= {f"blocks.{i}.{s}" for i in range(2) for s in block}
     assert wanted <= names, wanted - names
@@ -272,7 +280,7 @@ def test_name_filters_select_exactly_the_matching_stages() -> None:
     _, cache = model.run_with_cache(tokens, names="blocks.*.ln1")
     assert list(cache) == ["blocks.0.ln1", "blocks.1.ln1"]
     _, cache = model.run_with_cache(tokens, names=["embed", "blocks.1.attn.*"])
-    attn = [f"blocks.1.attn.{s}" for s in ("q", "k", "v", "scores", "weights", "out")]
+    attn = [f"blocks.1.attn.{s}" for s in ("q", "k", "v", "scores", "weights", "z", "result", "out")]
     assert list(cache) == ["embed", *attn]
     _, cache = model.run_with_cache(tokens, names=lambda n: n.endswith("resid_post"))
     assert list(cache) == ["blocks.0.resid_post", "blocks.1.resid_post"]

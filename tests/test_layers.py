@@ -21,6 +21,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("kernels",),  # tensors in, tensors out; its table of LayerNorm variants is the one list of them
     ("config", "hooks"),
     ("batchnorm", "norms", "feedforward", "attention", "embedding", "tokenizer"),  # the components
+    ("cache",),  # the activation cache and HookedModule: what blocks and models return from run_with_cache
     ("block",),
     ("model",),
     ("params", "resources", "nonfinite", "checkpoint", "tasks", "generate", "embed"),  # what uses a model

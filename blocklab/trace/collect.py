@@ -65,6 +65,7 @@ def _rows(name: str, x: Tensor, positions: list[int]) -> tuple[Tensor, Tensor | 
     """A cached tensor (batch of one) as (P, F) rows at ``positions``, plus per-head maps for attention.
 
     (1, T, F) -> rows of F;  (1, h, T, d_k) -> heads side by side (h * d_k);
+    (1, T, h, d_k | d_model) z and result -> heads side by side;
     (1, h, T, T) scores/weights -> each query's row over all heads (h * T), and (h, P, T);
     a scalar (the loss) -> one row of one value.
     """
@@ -72,6 +73,8 @@ def _rows(name: str, x: Tensor, positions: list[int]) -> tuple[Tensor, Tensor | 
     if x.dim() == 0:
         return x.reshape(1, 1), None
     x = x[0]
+    if x.dim() == 3 and name.rsplit(".", 1)[-1] in ("z", "result"):  # (T, h, features): positions first
+        return x.flatten(1)[positions], None
     if x.dim() == 3 and name.rsplit(".", 1)[-1] in ("scores", "weights"):  # (h, T, T)
         heads = x[:, positions, :]
         return heads.permute(1, 0, 2).reshape(len(positions), -1), heads

@@ -121,6 +121,26 @@ def _weights(s: Stage, w: Walk) -> str:
             f"(uniform would be {_n(1 / T)})")
 
 
+def _head_norms(s: Stage, heads: int) -> list[float]:
+    """Mean L2 norm of each head's block of columns (the rows are heads side by side)."""
+    per_head = s.rows.unflatten(-1, (heads, -1))  # (P, h, features)
+    return per_head.norm(dim=-1).mean(0).tolist()
+
+
+def _z(s: Stage, w: Walk) -> str:
+    norms = _head_norms(s, s.shape[-2])
+    return (f"z: each head's weighted sum of the values (weights @ v), heads side by side (columns "
+            f"head.dim), before Wo; mean L2 norm per head {', '.join(_n(v) for v in norms)}")
+
+
+def _result(s: Stage, w: Walk) -> str:
+    norms = _head_norms(s, s.shape[-2])
+    top = max(range(len(norms)), key=norms.__getitem__)
+    return (f"result: each head's z times its own columns of Wo, without bo: what each head adds to the "
+            f"attention output (summed over the heads, plus bo, they are attn.out); the largest is head "
+            f"{top}, mean L2 norm {_n(norms[top])}")
+
+
 def _attn_out(s: Stage, w: Walk) -> str:
     return (f"attention output: each head's weighted sum of values, heads concatenated and projected by Wo; "
             f"mean L2 norm {_n(_l2(s))}")
@@ -228,6 +248,7 @@ def _loss(s: Stage, w: Walk) -> str:
 EXPLAINERS: dict[str, Callable[[Stage, Walk], str]] = {
     "embed": _embed, "resid_pre": _resid_pre,
     "attn.q": _qkv, "attn.k": _qkv, "attn.v": _qkv, "attn.scores": _scores, "attn.weights": _weights,
+    "attn.z": _z, "attn.result": _result,
     "attn.out": _attn_out, "resid_mid": _residual, "resid_post": _residual, "norm": _norm,
     "ffn.hidden": _ffn_hidden, "ffn.act": _ffn_act, "ffn.out": _ffn_out,
     "logits": _logits, "probs": _probs, "loss": _loss,

@@ -17,7 +17,7 @@ from pathlib import Path
 from torch import Tensor
 
 from ..block import LAYOUTS
-from .record import STAT_NAMES, Stage, Trace
+from .record import PER_HEAD_KINDS, STAT_NAMES, Stage, Trace
 from .text import column_labels, fmt, norm_cells, norm_headers
 
 MAX_COLUMNS = 512  # a heatmap shows at most this many features (vocabularies can be 50k wide)
@@ -123,7 +123,7 @@ def _section(page: Page, stage: Stage) -> str:
         cols = column_labels(stage, stage.rows.shape[1]) if stage.columns is not None else None
         sequential = stage.kind == "probs"
         what = "after gamma/beta" if stage.norm is not None else "values"
-        group = stage.shape[-1] if stage.kind in ("attn.q", "attn.k", "attn.v") else 0
+        group = stage.shape[-1] if stage.kind in PER_HEAD_KINDS else 0
         parts.append(page.heatmap(stage.rows, labels, cols, sequential,
                                   f"{what}: positions x {stage.rows.shape[1]} features", group))
     parts.append(_stats_table(t, stage, d))

@@ -12,6 +12,8 @@ from torch import Tensor
 from ..config import ModelConfig
 
 STAT_NAMES: tuple[str, ...] = ("mean", "var", "std", "min", "max", "l2")
+# stages whose features are heads side by side: a row is head 0's d_k (or d_model) values, then head 1's, ...
+PER_HEAD_KINDS: tuple[str, ...] = ("attn.q", "attn.k", "attn.v", "attn.z", "attn.result")
 
 
 @dataclass

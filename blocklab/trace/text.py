@@ -18,7 +18,7 @@ from rich.text import Text
 from torch import Tensor
 
 from ..block import LAYOUTS
-from .record import STAT_NAMES, NormNumbers, Stage, Trace
+from .record import PER_HEAD_KINDS, STAT_NAMES, NormNumbers, Stage, Trace
 
 STAT_HEADERS = {"mean": "mean", "var": "var", "std": "std", "min": "min", "max": "max", "l2": "L2"}
 
@@ -125,10 +125,10 @@ def norm_grid(trace: Trace, stage: Stage, decimals: int) -> Grid:
 
 
 def column_labels(stage: Stage, features: int) -> list[str]:
-    """Feature labels: vocabulary tokens (logits, probs), head.dim (q, k, v), else the index."""
+    """Feature labels: vocabulary tokens (logits, probs), head.dim (q, k, v, z, result), else the index."""
     if stage.columns is not None:
         return list(stage.columns)
-    if stage.kind in ("attn.q", "attn.k", "attn.v"):
+    if stage.kind in PER_HEAD_KINDS:
         d_k = stage.shape[-1]
         return [f"{j // d_k}.{j % d_k}" for j in range(features)]
     return [str(j) for j in range(features)]

@@ -1,0 +1,471 @@
+"""The activation cache (docs/tracer.md#the-activation-cache): every stage's tensor from one forward
+pass, read by name, by layer, stacked over layers, or as the sum that makes the residual stream.
+
+    out, cache = model.run_with_cache(tokens)
+    cache["blocks.0.resid_post"]            a stage, as the forward computed it
+    cache["resid_post", 0]                  the same: a block's stage by layer (-1: the last block)
+    cache["blocks.0.hook_resid_post"]       TransformerLens's name (hooks.TRANSFORMERLENS_ALIASES)
+    cache.decompose_resid()                 the embedding and every sublayer output: they sum to the stream
+    cache.logit_attrs(stack, tokens)        each part's share of a token's logit
+    cache.hidden_states                     transformers' output_hidden_states=True list
+
+The residual stream is a sum only where no norm sits on it. Pre-norm and sandwich blocks add each
+sublayer's output to the stream, so the stream entering any block (and leaving the last) is the
+embedding plus every earlier attention and FFN output (``residual="rezero"`` and ``"deepnorm"``
+scale the parts: the decomposition carries the scales). Post-norm blocks normalise the stream
+itself (resid_mid -> LN1, resid_post -> LN2): within a block ``resid_mid = resid_pre + attn.out``
+and ``resid_post = ln1 + ffn.out`` are sums, but a stream that went through LN1 or LN2 is not a
+sum of what came before it, so a decomposition reaching one is refused (or, with
+``stop_at_norm=True``, ends there: the norm's output is one part). With norm="none" the norms
+are the identity and the stream is a sum again.
+
+Gradients (``run_with_cache(..., backward=True)``) need every cached stage to be a tensor the
+forward used, in the autograd graph: the stages are recorded by interventions, so the blocks run
+their module path (and attention its explicit path when scores or weights are cached, and sums the
+per-head results when they are). Forward values then agree with the plain run to float rounding
+rather than bit for bit; ``cache.grads`` holds d(scalar)/d(stage), exactly what
+``torch.autograd.grad`` gives for those tensors.
+
+``HookedModule`` (the mixin of TransformerBlock and Transformer) is here too: its
+``run_with_cache`` returns this cache.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterator, Mapping
+
+import torch
+from torch import Tensor, nn
+
+from .hooks import SHORT_ALIASES, HookFn, NameFilter, blocklab_name, hook_points, hooks, select_names
+from .norms import NoNorm
+
+Key = str | tuple[str, int]
+Backward = bool | Callable[[object], Tensor]
+
+
+class ActivationCache(Mapping[str, Tensor]):
+    """Stage name -> tensor, in the order the forward pass reached the stages (a read-only Mapping).
+
+    A key is a stage name (``blocks.0.attn.weights``), TransformerLens's name for it
+    (``blocks.0.attn.hook_pattern``) or a hook point's module path; or ``(name, layer)``: a stage
+    of block ``layer`` by its name within the block (``"attn.weights"``), by the last part of it
+    when that is unique (``"weights"``), or by TransformerLens's short name (``"pattern"``).
+    ``grads`` is a cache of d(scalar)/d(stage) when ``run_with_cache(..., backward=...)`` made one.
+    """
+
+    def __init__(self, stages: Mapping[str, Tensor], model: nn.Module,
+                 grads: Mapping[str, Tensor] | None = None) -> None:
+        self._stages = dict(stages)
+        self.model = model
+        self.grads = ActivationCache(grads, model) if grads is not None else None
+
+    # -- the Mapping --------------------------------------------------------------------------------
+
+    def __getitem__(self, key: Key) -> Tensor:
+        if isinstance(key, str) and key in self._stages:
+            return self._stages[key]
+        return self._stages[self.name_of(key)]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._stages)
+
+    def __len__(self) -> int:
+        return len(self._stages)
+
+    def __repr__(self) -> str:
+        names = list(self._stages)
+        shown = ", ".join(names[:4]) + (f", ... ({len(names)} stages)" if len(names) > 4 else "")
+        return f"ActivationCache({shown}{', with grads' if self.grads is not None else ''})"
+
+    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+           ) -> ActivationCache:
+        """The same cache with every tensor (and gradient) moved to ``device`` / cast to ``dtype``."""
+        move = lambda t: t.to(device=device, dtype=dtype if t.is_floating_point() else None)  # noqa: E731
+        grads = {n: move(g) for n, g in self.grads.items()} if self.grads is not None else None
+        return ActivationCache({n: move(t) for n, t in self._stages.items()}, self.model, grads)
+
+    def name_of(self, key: Key) -> str:
+        """The stage name ``key`` means (see the class docstring); a KeyError says why there is none."""
+        if isinstance(key, tuple):
+            if len(key) != 2 or not isinstance(key[0], str) or not isinstance(key[1], int):
+                raise KeyError(f"a key is a stage name or (name, layer), got {key!r}")
+            return self._layer_stage(*key)
+        try:
+            name = blocklab_name(key)
+        except ValueError as error:
+            raise KeyError(str(error)) from None
+        if name not in self._stages:
+            raise KeyError(self._missing(key, name))
+        return name
+
+    def _layer_stage(self, name: str, layer: int) -> str:
+        n = self.n_layers
+        if not -n <= layer < n:
+            raise KeyError(f"layer {layer} is outside the model's {n} blocks (0..{n - 1}, or negative from "
+                           "the end)")
+        prefix = f"blocks.{layer % n}."
+        name = blocklab_name(name)
+        for candidate in (name, SHORT_ALIASES.get(name)):
+            if candidate is not None and prefix + candidate in self._stages:
+                return prefix + candidate
+        ending = [s for s in self._stages if s.startswith(prefix) and s.endswith("." + name)]
+        if len(ending) == 1:
+            return ending[0]
+        if len(ending) > 1:
+            raise KeyError(f"{name!r} in block {layer} is ambiguous: {', '.join(ending)}")
+        raise KeyError(self._missing(name, prefix + name))
+
+    def _missing(self, key: str, name: str) -> str:
+        """Why ``name`` (what ``key`` means) is not in the cache: never a stage, or not cached."""
+        known = self.model.hook_names() if isinstance(self.model, HookedModule) else list(self._stages)
+        if name in known:
+            return f"stage {name!r} was not cached (run_with_cache(names=...) chose others)"
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+        hint = (f"did you mean {', '.join(close)}?" if close else
+                f"stages look like {', '.join(known[:6])}, ...")
+        said = repr(key) if key == name else f"{key!r} ({name!r})"
+        return f"no stage {said}; {hint}"
+
+    # -- stages over layers -------------------------------------------------------------------------
+
+    @property
+    def n_layers(self) -> int:
+        """How many blocks the model has."""
+        return len(self._blocks("a layer index"))
+
+    def stack_activation(self, name: str, layer: int | None = None) -> Tensor:
+        """Stage ``name`` (as in ``cache[name, layer]``) of blocks 0 .. layer - 1 (default: all),
+        stacked: (layers, *the stage's shape)."""
+        last = self.n_layers if layer is None or layer == -1 else layer
+        return torch.stack([self[name, i] for i in range(last)])
+
+    @property
+    def hidden_states(self) -> list[Tensor]:
+        """What ``transformers`` returns with ``output_hidden_states=True``: x0 (``embed``), the
+        output of every block but the last, and the final hidden state (``ln_f``: the last block's
+        output after the final norm, or as it is where there is none). n_layers + 1 tensors (B, T, d)."""
+        blocks = self._blocks("hidden_states")
+        outputs = [self[f"blocks.{i}.{block.layout.output}"] for i, block in enumerate(blocks[:-1])]
+        return [self["embed"], *outputs, self["ln_f"]]
+
+    def accumulated_resid(
+        self, layer: int | None = None, incl_mid: bool = False, apply_ln: bool = False,
+        return_labels: bool = False,
+    ) -> Tensor | tuple[Tensor, list[str]]:
+        """The residual stream entering each block 0 .. ``layer`` (default: every block, then the
+        stream leaving the last), stacked: (stages, B, T, d). ``incl_mid`` adds the stream between
+        each block's two sublayers (resid_mid; post-norm: ln1). ``apply_ln``: each through the
+        final norm with its own statistics (the logit lens: what the head would read if the
+        model stopped there; TransformerLens's recompute_ln)."""
+        blocks = self._blocks("accumulated_resid")
+        n = len(blocks)
+        last = n if layer is None or layer == -1 else layer
+        if not 0 <= last <= n:
+            raise ValueError(f"layer={layer} is outside 0..{n} (n_layers: the stream leaving the last block)")
+        labels = []
+        for i in range(min(last + 1, n)):
+            labels.append(f"blocks.{i}.resid_pre")
+            if incl_mid and i < last:
+                labels.append(f"blocks.{i}.{blocks[i].layout.connections['ffn'].x}")
+        if last == n:
+            labels.append(self._final_stream())
+        stack = torch.stack([self[name] for name in labels])
+        if apply_ln:
+            stack = self._final_norm_of(stack)
+        return (stack, labels) if return_labels else stack
+
+    # -- the residual stream as a sum -------------------------------------------------------------
+
+    def decompose_resid(
+        self, layer: int | None = None, mlp_input: bool = False, *, apply_ln: bool = False,
+        per_head: bool = False, stop_at_norm: bool = False, return_labels: bool = False,
+    ) -> Tensor | tuple[Tensor, list[str]]:
+        """The residual stream entering block ``layer`` (default: leaving the last block; with
+        ``mlp_input``, entering block ``layer``'s FFN) as its parts: the embedding, then each
+        earlier attention and FFN output, stacked (parts, B, T, d); they sum to the stream exactly
+        (float rounding). TransformerLens's ``decompose_resid``; ``decompose(stage)`` for any stage.
+        """
+        return self.decompose(self._stream_stage(layer, mlp_input), apply_ln=apply_ln, per_head=per_head,
+                              stop_at_norm=stop_at_norm, return_labels=return_labels)
+
+    def decompose(
+        self, stage: Key, *, apply_ln: bool = False, per_head: bool = False, stop_at_norm: bool = False,
+        return_labels: bool = False,
+    ) -> Tensor | tuple[Tensor, list[str]]:
+        """A residual stream stage (``resid_pre``, ``resid_mid``, ``resid_post``, a block's output)
+        as parts that sum to it exactly: (parts, B, T, d), labelled by stage name.
+
+        The parts: ``embed`` (or ``tok`` and ``pos`` when x0 is exactly their sum), then each
+        sublayer's output as the residual adds it (``attn.out``/``ffn.out``; sandwich:
+        ``ln1_out``/``ln2_out``), each times the residual scales on its way (rezero, deepnorm).
+        ``per_head``: each attention output as its heads' ``attn.result[h]`` plus ``attn.o.bias``
+        (eval mode: dropout off). ``apply_ln``: each part through the norm that reads this stage,
+        its denominator held at the one the forward computed (``apply_ln_to_stack``): the parts
+        then sum to that norm's output minus its beta. Where a norm sits on the stream (post-norm)
+        the decomposition is refused, or with ``stop_at_norm`` ends at the norm's output.
+        """
+        name = self.name_of(stage)
+        labels, parts = zip(*self._parts(name, per_head, stop_at_norm), strict=True)
+        stack = torch.stack(torch.broadcast_tensors(*parts))
+        if apply_ln:
+            stack = self.apply_ln_to_stack(stack, stage=name)
+        return (stack, list(labels)) if return_labels else stack
+
+    def apply_ln_to_stack(
+        self, stack: Tensor, layer: int | None = None, mlp_input: bool = False, *, stage: Key | None = None
+    ) -> Tensor:
+        """Each part of a residual stream stage (``stack``: (..., B, T, d), parts of the stream at
+        ``layer``/``mlp_input`` as in ``decompose_resid``, or at ``stage``) through the norm that
+        reads that stage, with the denominator the forward computed: gamma (part - mean) / denom
+        (RMSNorm: no centring). Linear, so the results sum to the norm's output minus beta."""
+        name = self._stream_stage(layer, mlp_input) if stage is None else self.name_of(stage)
+        norm, where = self._norm_reading(name)
+        share = getattr(norm, "share", None)
+        if isinstance(norm, nn.Identity):
+            return stack
+        if share is None:
+            raise ValueError(f"{where} ({type(norm).__name__}) does not split over the parts of its input "
+                             "(BatchNorm's statistics span the batch)")
+        with torch.no_grad():
+            return share(stack, self[name])
+
+    def logit_attrs(
+        self, stack: Tensor, tokens: int | Tensor | None = None, incorrect_tokens: int | Tensor | None = None,
+        *, direction: Tensor | None = None, apply_ln: bool = True,
+    ) -> Tensor:
+        """Each part's share of a logit: (parts, B, T) = part . direction, with parts of the stream
+        leaving the last block (``decompose_resid()``, ``stack_head_results``, ...).
+
+        direction: the head's row of ``tokens`` (an id, or ids broadcastable to (B, T): the logit
+        of that token at each position), minus the row of ``incorrect_tokens`` (a logit
+        difference); or any ``direction`` (d,) or (B, T, d) in the head's input space.
+        ``apply_ln`` (default): the parts go through the final norm first (``apply_ln_to_stack``),
+        so the attributions plus beta . direction sum to the logit (difference) exactly.
+        """
+        if (tokens is None) == (direction is None):
+            raise ValueError("logit_attrs needs tokens (the logit of those ids) or a direction, not both")
+        if tokens is not None:
+            unembed = self._model_part("head", "logit_attrs").weight  # (vocab, d)
+            direction = unembed[torch.as_tensor(tokens, device=unembed.device)]
+            if incorrect_tokens is not None:
+                direction = direction - unembed[torch.as_tensor(incorrect_tokens, device=unembed.device)]
+        elif incorrect_tokens is not None:
+            raise ValueError("incorrect_tokens goes with tokens, not with a direction")
+        if apply_ln:
+            stack = self.apply_ln_to_stack(stack, stage=self._final_stream())
+        with torch.no_grad():
+            return (stack * direction.to(stack.dtype)).sum(-1)
+
+    def stack_head_results(
+        self, layer: int | None = None, *, apply_ln: bool = False, return_labels: bool = False
+    ) -> Tensor | tuple[Tensor, list[str]]:
+        """Every head's ``attn.result`` in blocks 0 .. layer - 1 (default: all), stacked:
+        (layers * heads, B, T, d), labelled ``blocks.{i}.attn.result[{h}]``. ``apply_ln``: through
+        the norm reading the stream at ``layer`` (``apply_ln_to_stack``)."""
+        last = self.n_layers if layer is None or layer == -1 else layer
+        results = [self["attn.result", i] for i in range(last)]  # (B, T, h, d) each
+        labels = [f"blocks.{i}.attn.result[{h}]" for i, r in enumerate(results) for h in range(r.shape[2])]
+        stack = torch.cat([r.movedim(2, 0) for r in results])
+        if apply_ln:
+            stack = self.apply_ln_to_stack(stack, None if layer in (None, -1) else layer)
+        return (stack, labels) if return_labels else stack
+
+    # -- how the model is wired (block.LAYOUTS, through each block's layout) ----------------------
+
+    def _blocks(self, what: str) -> list[nn.Module]:
+        blocks = getattr(self.model, "blocks", None)
+        if not isinstance(blocks, nn.ModuleList):
+            raise ValueError(f"{what} needs the cache of a Transformer (model.run_with_cache); this one is "
+                             f"of a {type(self.model).__name__}")
+        return list(blocks)
+
+    def _model_part(self, attribute: str, what: str) -> nn.Module:
+        self._blocks(what)
+        return getattr(self.model, attribute)
+
+    def _final_stream(self) -> str:
+        """The stage holding the stream leaving the last block."""
+        blocks = self._blocks("the final residual stream")
+        return f"blocks.{len(blocks) - 1}.{blocks[-1].layout.output}"
+
+    def _stream_stage(self, layer: int | None, mlp_input: bool) -> str:
+        """The stream entering block ``layer`` (its FFN with ``mlp_input``); None: leaving the last."""
+        blocks = self._blocks("the residual stream")
+        n = len(blocks)
+        if layer is None or layer in (-1, n):
+            if mlp_input:
+                raise ValueError("mlp_input needs a layer: the FFN input of which block?")
+            return self._final_stream()
+        if not 0 <= layer < n:
+            raise ValueError(f"layer={layer} is outside 0..{n} (n_layers: the stream leaving the last block)")
+        return f"blocks.{layer}.{blocks[layer].layout.connections['ffn'].x if mlp_input else 'resid_pre'}"
+
+    def _norm_reading(self, name: str) -> tuple[nn.Module, str]:
+        """The norm that reads stream stage ``name`` (LAYOUTS' norm_inputs; after the last block: ln_f)."""
+        if name == self._final_stream():
+            return self.model.ln_f, "ln_f"
+        if name == "embed":
+            name = "blocks.0.resid_pre"
+        _, layer, stage = name.split(".", 2)
+        block = self._blocks("apply_ln")[int(layer)]
+        norms = [norm for norm, source in block.layout.norm_inputs.items() if source == stage]
+        if not norms:
+            raise ValueError(f"no norm reads {name} ({block.layout.formula}): apply_ln has nothing to apply")
+        return getattr(block, norms[0]), f"blocks.{layer}.{norms[0]}"
+
+    def _final_norm_of(self, stack: Tensor) -> Tensor:
+        """The final norm applied to each entry of ``stack`` with its own statistics."""
+        norm = self._model_part("ln_f", "apply_ln")
+        if getattr(self.model.config, "norm", None) == "batch":
+            raise ValueError("apply_ln with norm='batch': BatchNorm's statistics span the batch, not one "
+                             "vector")
+        with torch.no_grad():
+            return norm(stack)
+
+    def _parts(self, name: str, per_head: bool, stop_at_norm: bool) -> list[tuple[str, Tensor]]:
+        """Stream stage ``name`` as [(label, tensor)] summing to it, walking LAYOUTS back to x0."""
+        if name == "embed":
+            return self._embedding_parts()
+        if not name.startswith("blocks."):
+            raise ValueError(f"{name} is not on the residual stream (decompose takes resid_pre, resid_mid, "
+                             "resid_post or a block's output)")
+        _, index, stage = name.split(".", 2)
+        layer, blocks = int(index), self._blocks("decompose")
+        block, layout = blocks[layer], blocks[layer].layout
+        if stage == "resid_pre":
+            before = "embed" if layer == 0 else f"blocks.{layer - 1}.{blocks[layer - 1].layout.output}"
+            return self._parts(before, per_head, stop_at_norm)
+        if stage in layout.norm_inputs:  # a norm's output on the stream (post-norm's ln1, ln2)
+            source = f"blocks.{layer}.{layout.norm_inputs[stage]}"
+            if isinstance(getattr(block, stage), (NoNorm, nn.Identity)):
+                return self._parts(source, per_head, stop_at_norm)
+            if stop_at_norm:
+                return [(name, self[name])]
+            raise ValueError(
+                f"{name} = {stage.upper()}({source}) ({layout.formula}): a norm sits on the residual stream "
+                "here, so the stream after it is not a sum of the parts before it. What is a sum: each "
+                "residual connection back to the last norm (post-norm: resid_mid = resid_pre + attn.out, "
+                "resid_post = ln1 + ffn.out); stop_at_norm=True decomposes that far")
+        connections = [c for c in layout.connections.values() if c.out == stage]
+        if not connections:
+            raise ValueError(f"{name} is not on the residual stream (decompose takes resid_pre, resid_mid, "
+                             "resid_post or a block's output)")
+        connection = connections[0]
+        residual = getattr(block, connection.residual)
+        a, b = (c.detach() if isinstance(c, Tensor) else c for c in residual.coefficients())
+        before = self._parts(f"blocks.{layer}.{connection.x}", per_head, stop_at_norm) if a != 0 else []
+        branch = self._branch_parts(layer, connection.sublayer, connection.branch, per_head)
+        return [(label, a * t) for label, t in before] + [(label, b * t) for label, t in branch]
+
+    def _branch_parts(self, layer: int, sublayer: str, branch: str, per_head: bool
+                      ) -> list[tuple[str, Tensor]]:
+        name = f"blocks.{layer}.{branch}"
+        if not per_head or sublayer != "attn":
+            return [(name, self[name])]
+        if branch != "attn.out":
+            raise ValueError(f"per_head: block {layer}'s attention reaches the stream through {branch}, a "
+                             "norm, so its heads' results are not parts of the stream")
+        results = self[f"blocks.{layer}.attn.result"]  # (B, T, h, d)
+        parts = [(f"blocks.{layer}.attn.result[{h}]", results[:, :, h]) for h in range(results.shape[2])]
+        bias = self._blocks("per_head")[layer].attn.o.bias
+        if bias is not None:
+            bias = bias.detach().to(results.dtype).expand_as(results[:, :, 0])
+            parts.append((f"blocks.{layer}.attn.o.bias", bias))
+        return parts
+
+    def _embedding_parts(self) -> list[tuple[str, Tensor]]:
+        """x0 as ``tok`` + ``pos`` when it is exactly their sum (no embedding norm, token types or
+        dropout in between), else whole as ``embed``."""
+        embed = self["embed"]
+        if "tok" in self._stages:
+            parts = [("tok", self["tok"])] + ([("pos", self["pos"])] if "pos" in self._stages else [])
+            total = parts[0][1]
+            for _, t in parts[1:]:
+                total = total + t
+            if torch.equal(total, embed):
+                return parts
+        return [("embed", embed)]
+
+
+# ---- running with a cache --------------------------------------------------------------------------
+
+
+def run_with_cache(
+    root: nn.Module, *args: object, names: NameFilter = None, detach: bool = True, backward: Backward = False,
+    **kwargs: object,
+) -> tuple[object, ActivationCache]:
+    """Run ``root(*args, **kwargs)`` and return (its output, an ActivationCache of the stages).
+
+    Names are relative to ``root``; the cache is in the order the stages ran. The cache observes
+    (``detach=True``): the output is what ``root`` computes unobserved, bit for bit.
+    ``detach=False`` keeps each stage in the autograd graph, as the tensor the forward used: the
+    blocks then run module by module (forward values unchanged; gradients agree to rounding).
+    ``backward``: also d(scalar)/d(stage) for every cached stage, in ``cache.grads``; the scalar is
+    the output's loss (``backward=True``: the output itself, or the last item of a tuple such as
+    ``(logits, loss)``) or ``backward(output)``. It runs the stages as in ``detach=False``, with
+    gradients on (also inside ``torch.no_grad``), and leaves the parameters' ``.grad`` untouched.
+    """
+    in_graph = not detach or backward is not False
+    stages: dict[str, Tensor] = {}
+
+    def saver(name: str) -> HookFn:
+        def save(x: Tensor, _: str) -> Tensor | None:
+            if backward is not False and not x.requires_grad and x.is_floating_point():
+                x = x.detach().requires_grad_()  # a stage nothing trainable feeds (pos): its own leaf
+                stages[name] = x
+                return x
+            stages[name] = x if in_graph else x.detach()
+            return None
+
+        return save
+
+    selected = select_names(hook_points(root), names)
+    with torch.set_grad_enabled(torch.is_grad_enabled() or backward is not False), \
+            hooks(root, {name: saver(name) for name in selected}, observe=not in_graph):
+        out = root(*args, **kwargs)
+        grads = None if backward is False else _gradients(_scalar(out, backward), stages, retain=not detach)
+    if detach:
+        stages = {name: t.detach() for name, t in stages.items()}
+    return out, ActivationCache(stages, root, grads)
+
+
+def _scalar(out: object, backward: Backward) -> Tensor:
+    """What ``backward`` names: ``backward(out)``, or the output's loss."""
+    value = backward(out) if callable(backward) else out[-1] if isinstance(out, tuple) else out
+    if not isinstance(value, Tensor) or value.numel() != 1:
+        shape = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+        raise ValueError(f"backward needs a scalar to differentiate, got {shape}: pass targets= so the model "
+                         "returns its loss, or backward=fn(output) -> scalar (a logit, a logit difference)")
+    return value.reshape(())
+
+
+def _gradients(scalar: Tensor, stages: dict[str, Tensor], retain: bool) -> dict[str, Tensor]:
+    """d scalar / d stage for every stage (zeros where the scalar does not depend on it). Stages that
+    are one tensor (a block's output and the next block's resid_pre) are differentiated once."""
+    unique = list({id(t): t for t in stages.values() if t.requires_grad}.values())
+    found = torch.autograd.grad(scalar, unique, allow_unused=True, retain_graph=retain) if unique else ()
+    by_id = {id(t): g for t, g in zip(unique, found, strict=True)}
+    return {name: g.detach() if (g := by_id.get(id(t))) is not None else torch.zeros_like(t).detach()
+            for name, t in stages.items()}
+
+
+class HookedModule(nn.Module):
+    """Mixin giving a module ``run_with_cache``, ``hooks`` and ``hook_names`` over its own hook points."""
+
+    def hook_names(self) -> list[str]:
+        """Every stage name this module exposes (blocks and models: in the order a forward reaches them)."""
+        return list(hook_points(self))
+
+    def hooks(self, fns: Mapping[str, HookFn], observe: bool = False):  # noqa: ANN201 - a context manager
+        """Context manager attaching ``{name_or_glob: fn}`` for the with-block (interventions, or
+        observers with ``observe``)."""
+        return hooks(self, fns, observe)
+
+    def run_with_cache(
+        self, *args: object, names: NameFilter = None, detach: bool = True, backward: Backward = False,
+        **kwargs: object,
+    ) -> tuple[object, ActivationCache]:
+        """``output, cache = module.run_with_cache(inputs)``: every (or the named) stage's tensor."""
+        return run_with_cache(self, *args, names=names, detach=detach, backward=backward, **kwargs)
