@@ -23,6 +23,7 @@ from .runfolder import CONFIG, REPORT, read_json, read_metrics, resolve_checkpoi
 from .tasks import IGNORE_INDEX, Task, exact_match, task_from_dict
 
 N_EXAMPLES = 3  # held-out examples shown with attention maps
+MAX_TICKS = 16  # token labels per axis of an attention map, at most (8 pt stays readable)
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
@@ -171,7 +172,9 @@ def attention_figure(
     model: Transformer, task: Task, n: int = N_EXAMPLES
 ) -> tuple[Figure, list[dict[str, str]]]:
     """Attention weights of every layer (rows) and head (columns) on the first ``n`` held-out
-    examples, one mosaic per example, and the model's answers to them."""
+    examples, one panel per example, and the model's answers to them. The heads of a layer share
+    one colour scale (0 to the layer's largest weight on that example) and its colorbar, so they
+    compare directly; every map is titled by layer and head, its ticks are the tokens."""
     data = task.split("test")
     x, y = data.inputs[:n], data.targets[:n]
     was_training = model.training
@@ -180,28 +183,27 @@ def attention_figure(
         logits, cache = model.run_with_cache(x, names="*attn.weights")
     model.train(was_training)
     L, H = model.config.n_layers, model.config.n_heads
-    fig = Figure(figsize=(min(3 + 1.8 * H, 16), len(x) * (0.8 + 1.6 * L)), layout="constrained")
-    axes = fig.subplots(len(x), 1, squeeze=False)[:, 0]
+    fig = Figure(figsize=(min(2.2 + 2.2 * H, 20), len(x) * (0.7 + 2.2 * L)), layout="constrained")
+    panels = fig.subfigures(len(x), 1, squeeze=False)[:, 0]
     pad = task.tokenizer.pad_id
     answers = []
-    for e, ax in enumerate(axes):
+    for e, panel in enumerate(panels):
         keep = [t for t, token in enumerate(x[e].tolist()) if token != pad] or [0]
-        T = len(keep)
         labels = task.tokenizer.tokens(x[e][keep])
-        mosaic = torch.full((L * (T + 1) - 1, H * (T + 1) - 1), float("nan"))  # one-cell gaps
+        ticks = list(range(0, len(keep), math.ceil(len(keep) / MAX_TICKS)))
+        axes = panel.subplots(L, H, squeeze=False, sharex=True, sharey=True)
         for layer in range(L):
             weights = cache[f"blocks.{layer}.attn.weights"][e][:, keep][:, :, keep]  # (h, T, T)
-            for head in range(H):
-                mosaic[layer * (T + 1) : layer * (T + 1) + T, head * (T + 1) : head * (T + 1) + T] = weights[
-                    head
-                ]
-        ax.imshow(mosaic.numpy(), cmap="viridis", vmin=0, vmax=1)
-        ax.set_xticks(
-            [h * (T + 1) + t for h in range(H) for t in range(T)], labels * H, rotation=90, fontsize=6
-        )
-        ax.set_yticks([i * (T + 1) + t for i in range(L) for t in range(T)], labels * L, fontsize=6)
-        ax.set_title(f"example {e + 1}: layers top to bottom, heads left to right", fontsize=8)
-        ax.tick_params(length=0)
+            top = float(weights.max())
+            for head, ax in enumerate(axes[layer]):
+                image = ax.imshow(weights[head].numpy(), cmap="viridis", vmin=0, vmax=top)
+                ax.set_title(f"layer {layer} · head {head}", fontsize=9)
+                ax.set_xticks(ticks, [labels[t] for t in ticks], rotation=90, fontsize=8)
+                ax.set_yticks(ticks, [labels[t] for t in ticks], fontsize=8)
+                ax.tick_params(length=2, pad=1)
+            bar = panel.colorbar(image, ax=axes[layer].tolist(), shrink=0.85, pad=0.01)
+            bar.ax.tick_params(labelsize=8)
+            bar.set_label(f"layer {layer} weight", fontsize=8)
         scored = (y[e] != IGNORE_INDEX).nonzero().flatten().tolist()
         predicted = logits[e].argmax(-1)
         answers.append(
@@ -212,7 +214,7 @@ def attention_figure(
                 "correct": "yes" if bool(exact_match(logits[e : e + 1], y[e : e + 1])[0]) else "no",
             }
         )
-    fig.suptitle("attention weights (rows: query, columns: key)", fontsize=9)
+        panel.suptitle(f"example {e + 1}: {answers[-1]['input']}   (rows: query, columns: key)", fontsize=10)
     return fig, answers
 
 

@@ -120,3 +120,34 @@ def test_attention_maps_and_answers_are_the_models(run: tuple[Path, object]) -> 
         assert answer["predicted"] == task.tokenizer.decode([int(predicted[i])])
         assert answer["expected"] == task.tokenizer.decode([int(test.targets[i, 7])])
         assert answer["correct"] == ("yes" if answer["predicted"] == answer["expected"] else "no")
+
+
+def test_attention_maps_share_one_colour_scale_per_layer_with_a_colorbar(run: tuple[Path, object]) -> None:
+    _, result = run
+    task = get_task("listops")
+    model = result.model.eval()
+    fig, _ = attention_figure(model, task, n=2)
+    x = task.split("test").inputs[:2]
+    _, cache = model.run_with_cache(x, names="*attn.weights")
+    L, H = model.config.n_layers, model.config.n_heads
+    assert len(fig.subfigs) == 2
+    for e, panel in enumerate(fig.subfigs):
+        maps = [ax for ax in panel.axes if ax.get_title()]
+        bars = [ax for ax in panel.axes if not ax.get_title()]
+        titles = [f"layer {i} · head {h}" for i in range(L) for h in range(H)]
+        assert [ax.get_title() for ax in maps] == titles
+        assert len(bars) == L  # one colorbar per layer
+        keep = [t for t, token in enumerate(x[e].tolist()) if token != task.tokenizer.pad_id]
+        for i in range(L):
+            weights = cache[f"blocks.{i}.attn.weights"][e][:, keep][:, :, keep]  # (h, T, T)
+            for h in range(H):
+                image = maps[i * H + h].images[0]
+                shown = torch.as_tensor(image.get_array().data)
+                torch.testing.assert_close(shown, weights[h], rtol=0, atol=0)
+                assert image.get_clim() == (0, float(weights.max()))  # the layer's scale, not the head's
+            assert bars[i].get_ylim() == pytest.approx((0, float(weights.max())))
+        labels = [t for ax in maps for t in ax.get_xticklabels() + ax.get_yticklabels() if t.get_text()]
+        assert labels and min(t.get_fontsize() for t in labels) >= 8
+    # the heads of a layer differ in their largest weight, so a scale per head would differ from this one
+    first = cache["blocks.0.attn.weights"][0]
+    assert first.amax(dim=(-1, -2)).unique().numel() == H

@@ -318,8 +318,9 @@ def test_html_page_renders_in_headless_chromium_without_console_errors(tmp_path:
     page = tmp_path / "trace.html"
     write_html(trace, page)
     html = page.read_text()
-    n_canvas = html.count("<canvas")
+    n_canvas = html.count('<canvas class="heatmap"')
     assert n_canvas == 1 + sum(4 if s.heads is not None else 1 for s in trace.stages if s.kind != "loss")
+    assert html.count('<canvas class="colorbar"') == sum(s.heads is not None for s in trace.stages)
     dom, log = chromium(page.as_uri(), tmp_path / "shot.png")
     assert re.search(rf'<html[^>]* data-rendered="{n_canvas}"', dom), log[-2000:]
     assert "Uncaught" not in log and "CONSOLE" not in log, log
@@ -334,3 +335,79 @@ def test_html_page_renders_in_headless_chromium_without_console_errors(tmp_path:
     broken.write_text(html.replace('"use strict";', '"use strict"; notDefined();', 1))
     dom, log = chromium(broken.as_uri(), tmp_path / "broken.png")
     assert not re.search(r"<html[^>]* data-rendered=", dom) and "Uncaught ReferenceError" in log
+
+
+def flat(pairs: list[tuple[float, float]]) -> list[float]:
+    return [v for pair in pairs for v in pair]
+
+
+def page_data(html: str) -> dict:
+    """The numbers the page's script draws from (the JSON embedded in it)."""
+    return json.loads(re.search(r'<script type="application/json" id="maps">(.*?)</script>', html, re.S)
+                      .group(1).replace("<\\/", "</"))
+
+
+def attention_ranges(model: bl.Transformer) -> dict[str, dict[str, list[tuple[float, float]]]]:
+    """Each attention map's colour scale per page mode, from the cache: weights from 0 to the largest
+    weight, scores symmetric about 0 (masked scores left out); per head, per layer, per model."""
+    _, cache = model.run_with_cache(torch.tensor([IDS]), names="*attn.[sw]*")
+    out = {}
+    for kind, sequential in (("scores", False), ("weights", True)):
+        stack = cache.stack_activation(f"attn.{kind}")[:, 0]  # (L, h, T, T)
+        finite = stack.masked_fill(~stack.isfinite(), 0.0)
+        top = finite.amax(dim=(-1, -2)) if sequential else finite.abs().amax(dim=(-1, -2))  # (L, h)
+        scale = lambda v: (0.0, float(v)) if sequential else (-float(v), float(v))  # noqa: E731
+        out[kind] = {
+            "head": [scale(v) for v in top.flatten()],
+            "layer": [scale(v) for v in top.amax(1) for _ in range(top.shape[1])],
+            "model": [scale(top.max())] * top.numel(),
+        }
+    return out
+
+
+def test_html_attention_maps_hold_the_caches_weights_on_shared_colour_scales() -> None:
+    model = listops_model()  # not causal: each head's largest weight differs, so the three scales differ
+    trace = collect_trace(model, IDS, TOKENIZER.tokens(IDS))
+    html = bl.trace.render_html(trace)
+    data = page_data(html)
+    _, cache = model.run_with_cache(torch.tensor([IDS]), names="*attn.weights")
+    maps = [m for m in data["maps"] if "scales" in m]
+    L, H = model.config.n_layers, model.config.n_heads
+    assert len(maps) == 2 * L * H  # scores and weights: one map per head of every layer
+    weights = [m for m in maps if m["sequential"]]
+    for i, m in enumerate(weights):
+        expected = cache[f"blocks.{i // H}.attn.weights"][0, i % H]
+        torch.testing.assert_close(torch.tensor(m["rows"], dtype=torch.float64), expected.double(),
+                                   rtol=1e-4, atol=0)  # 5 significant digits
+    expected = attention_ranges(model)
+    for kind, shown in (("scores", [m for m in maps if not m["sequential"]]), ("weights", weights)):
+        for mode in ("head", "layer", "model"):
+            got = [tuple(m["scales"][mode]) for m in shown]
+            assert flat(got) == pytest.approx(flat(expected[kind][mode]), rel=1e-6), (kind, mode)
+        assert len(set(expected[kind]["head"])) == L * H  # the test can tell the modes apart
+    # one shared colorbar per layer, on the layer's scale (and the model's)
+    bars = data["bars"]
+    assert flat([tuple(b["scales"]["layer"]) for b in bars if b["sequential"]]) == pytest.approx(
+        flat(expected["weights"]["layer"][::H]), rel=1e-6)
+    assert html.count("layer 1 · head 3") == 2 and 'value="layer" checked' in html
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (make test installs it: "
+                                             "scripts/ensure-chromium.sh)")
+@pytest.mark.parametrize("mode", ["layer", "head", "model"])
+def test_html_draws_each_attention_map_on_the_chosen_scale_in_chromium(tmp_path: Path, mode: str) -> None:
+    model = listops_model()
+    trace = collect_trace(model, IDS, TOKENIZER.tokens(IDS), names=["*attn.scores", "*attn.weights"])
+    page = tmp_path / "trace.html"
+    write_html(trace, page)
+    dom, log = chromium(page.as_uri() + f"#scale={mode}", tmp_path / "shot.png")
+    assert f'data-scale="{mode}"' in dom and "Uncaught" not in log, log[-2000:]
+    ranges = re.findall(r'<canvas class="heatmap"[^>]* data-range="([^"]+)"', dom)
+    drawn = [float(v) for r in ranges for v in r.split(",")]
+    expected = attention_ranges(model)
+    H = model.config.n_heads
+    in_page_order = [pair for layer in range(model.config.n_layers) for kind in ("scores", "weights")
+                     for pair in expected[kind][mode][layer * H:(layer + 1) * H]]  # forward order
+    assert drawn == pytest.approx(flat(in_page_order), rel=1e-6)
+    bars = re.findall(r'<figure class="bar"([^>]*)><canvas class="colorbar"', dom)
+    assert len(bars) == 2 * model.config.n_layers and all(("hidden" in b) == (mode == "head") for b in bars)
