@@ -374,7 +374,10 @@ SCRIPT = r"""
     var ch = R > 30 ? 10 : Math.max(12, Math.min(17, cw));
     var rowStep = Math.ceil(12 / ch), colStep = Math.ceil(12 / cw);  // thin the labels so none overlap
     var barHeight = Math.max(60, R * ch);
-    var W = left + C * cw + bar, H = top + (ownBar ? Math.max(barHeight, R * ch) : R * ch) + 2;
+    // the last column labels lean right (rotated text): room for them where no colorbar gives it
+    var lean = m.colLabels ? Math.ceil(2.6 * Math.min(14, longest(m.colLabels))) : 0;
+    var W = left + C * cw + Math.max(bar, lean);
+    var H = top + (ownBar ? Math.max(barHeight, R * ch) : R * ch) + 2;
     var dpr = window.devicePixelRatio || 1;
     canvas.width = W * dpr; canvas.height = H * dpr;
     canvas.style.width = W + "px"; canvas.style.height = H + "px";
