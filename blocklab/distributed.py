@@ -1,9 +1,11 @@
-"""Multi-process data parallelism: this process's place in a ``torchrun`` job (gloo, CPU).
+"""Multi-process data parallelism: this process's place in a ``torchrun`` job.
 
     torchrun --nproc_per_node 2 -m blocklab train --out runs/ddp
+    torchrun --nproc_per_node 4 -m blocklab train --device cuda --out runs/ddp    # one GPU each
 
-torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; ``Processes.from_env`` joins
-that job. Multi-node runs use torchrun's ``--nnodes``/``--rdzv-*`` flags unchanged.
+torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT; ``Processes.from_env``
+joins that job: NCCL when the processes compute on CUDA (each on GPU LOCAL_RANK), gloo otherwise.
+Multi-node runs use torchrun's ``--nnodes``/``--rdzv-*`` flags unchanged.
 """
 
 from __future__ import annotations
@@ -23,16 +25,22 @@ class Processes:
     rank: int = 0
     world_size: int = 1
     owns_group: bool = False  # we initialised the process group, so we tear it down
+    device: torch.device = torch.device("cpu")  # where the collectives' tensors live (NCCL: this GPU)
 
     @classmethod
-    def from_env(cls) -> Processes:
-        """Join the job the environment describes (gloo backend), or be the only process."""
+    def from_env(cls, device: torch.device | None = None) -> Processes:
+        """Join the job the environment describes, or be the only process. ``device``: where this
+        process computes; CUDA joins with NCCL (this process's GPU made current), anything else gloo."""
+        device = torch.device("cpu") if device is None else device
         if int(os.environ.get("WORLD_SIZE", "1")) <= 1 and not dist.is_initialized():
-            return cls()
+            return cls(device=device)
         owns = not dist.is_initialized()
+        if device.type == "cuda":
+            torch.cuda.set_device(device)  # NCCL's object collectives use the current GPU
         if owns:
-            dist.init_process_group("gloo")
-        return cls(dist.get_rank(), dist.get_world_size(), owns)
+            dist.init_process_group(backend_for(device))
+        collectives = device if dist.get_backend() == "nccl" else torch.device("cpu")
+        return cls(dist.get_rank(), dist.get_world_size(), owns, collectives)
 
     @property
     def main(self) -> bool:
@@ -43,7 +51,7 @@ class Processes:
         """``value`` summed over processes (float64)."""
         if self.world_size == 1:
             return value
-        t = torch.tensor([value], dtype=torch.float64)
+        t = torch.tensor([value], dtype=torch.float64, device=self.device)
         dist.all_reduce(t)
         return float(t)
 
@@ -74,3 +82,8 @@ class Processes:
             if wait:
                 dist.barrier()
             dist.destroy_process_group()
+
+
+def backend_for(device: torch.device) -> str:
+    """The process-group backend for processes computing on ``device``: NCCL for CUDA, gloo otherwise."""
+    return "nccl" if device.type == "cuda" else "gloo"

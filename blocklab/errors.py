@@ -33,6 +33,11 @@ def names(items: Iterable[object]) -> str:
     return ", ".join(sorted(shown))
 
 
+class BlocklabWarning(UserWarning):
+    """Something the user asked for works but likely not as meant; the CLI prints it as one line
+    ``blocklab: warning: ...`` on stderr."""
+
+
 def one_line(text: str) -> str:
     """Collapse a (possibly multi-line) message into one line."""
     return " ".join(part.strip() for part in str(text).splitlines() if part.strip())

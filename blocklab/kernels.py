@@ -50,6 +50,7 @@ uses for F.gelu, F.relu, F.silu).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -58,6 +59,28 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .activations import GELU_SIGMOID_SCALE, get_activation, is_gated
+
+# ---- mixed precision: backward runs as forward ran ------------------------------------------------
+# Under torch.autocast the forward's matmuls run in bfloat16/float16 while the parameters, the
+# residual stream and the norms stay float32. Autograd runs a function's backward outside autocast,
+# so each function below records the autocast state its forward ran under and re-enters it in
+# backward (torch.amp.custom_fwd/custom_bwd do this for one device type; these functions serve any),
+# so recomputations (LN(x), act(h), the residual sum) repeat the forward bit for bit. In-place and
+# out= matmuls, which autocast does not cast, cast their operands to the gradient's dtype: a no-op
+# without autocast.
+
+
+def autocast_state(x: Tensor) -> torch.dtype | None:
+    """The dtype autocast runs matmuls in on x's device now, or None when autocast is off there."""
+    device = x.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
+
+
+def _as_forward_ran(ctx, x: Tensor) -> contextlib.AbstractContextManager:  # noqa: ANN001
+    """Backward's context: autocast as ``autocast_state`` found it in forward (saved on ``ctx``)."""
+    dtype = ctx.autocast
+    return contextlib.nullcontext() if dtype is None else torch.autocast(x.device.type, dtype=dtype)
+
 
 # ---- LayerNorm kernels: forward returning (out, mean, rstd), and the backward of
 # docs/concepts.md#layer-normalization ------------------------------------------------------------
@@ -127,11 +150,20 @@ class NormKernel(NamedTuple):
     backward: Callable
 
     def __call__(self, x: Tensor, gamma: Tensor | None, beta: Tensor | None) -> tuple:
-        return self.forward(x, gamma, beta, self.eps)
+        return self.forward(_norm_input(x, gamma), gamma, beta, self.eps)
 
     def grad(self, g: Tensor, x: Tensor, stats: tuple, gamma: Tensor | None, beta: Tensor | None) -> tuple:
         """(dx, dgamma, dbeta) given the (out, mean, rstd) this kernel returned for x."""
-        return self.backward(g, x, stats[1], stats[2], gamma, beta, self.eps)
+        return self.backward(g, _norm_input(x, gamma), stats[1], stats[2], gamma, beta, self.eps)
+
+
+def _norm_input(x: Tensor, gamma: Tensor | None) -> Tensor:
+    """x in the wider of its dtype and gamma's: a bfloat16 input under autocast (a sandwich norm after
+    a matmul) is normalised in float32 with the float32 parameters, as autocast does for F.layer_norm
+    on CUDA, and no kernel meets mixed dtypes. A no-op when the dtypes agree."""
+    if gamma is None or gamma.dtype == x.dtype:
+        return x
+    return x.to(torch.promote_types(x.dtype, gamma.dtype))
 
 
 # Every LayerNorm variant blocklab has, by name: the one list of them (config.NORMS adds "batch" and
@@ -229,16 +261,21 @@ def _linear_backward(
     grads: Sequence[Tensor], z: Tensor, weights: Sequence[Tensor], with_bias: bool
 ) -> tuple[Tensor, list[Tensor], Tensor | None]:
     """(dL/dz, [dL/dW_i], dL/db) for ``_linear_forward``, each output with its own gradient: no
-    concatenation (q, k and v's gradients come back from SDPA as three tensors)."""
+    concatenation (q, k and v's gradients come back from SDPA as three tensors).
+
+    The matmuls run in the gradients' dtype, the one the forward matmul ran in (bfloat16 under
+    autocast, where z and W are float32), as autograd does for F.linear; dL/dz comes back in z's
+    dtype, as through autocast's cast. (Without autocast every cast here is a no-op.)"""
     dz, dws, dbs = None, [], []
+    zm = z.to(grads[0].dtype)
     for g, w in zip(grads, weights, strict=True):
-        dw, db = _weight_grads(g, z, with_bias)
+        dw, db = _weight_grads(g, zm, with_bias)
         dws.append(dw)
         dbs.append(db)
-        g2 = g.reshape(-1, g.shape[-1])
-        dz = g2 @ w if dz is None else dz.addmm_(g2, w)
+        g2, wm = g.reshape(-1, g.shape[-1]), w.to(g.dtype)
+        dz = g2 @ wm if dz is None else dz.addmm_(g2, wm)
     db = (dbs[0] if len(dbs) == 1 else torch.cat(dbs)) if with_bias else None
-    return dz.view(z.shape), dws, db
+    return dz.view(z.shape).to(z.dtype), dws, db
 
 
 # ---- the autograd functions --------------------------------------------------------------------
@@ -254,7 +291,7 @@ class NormLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, norm, gamma, beta, bias, *weights):  # noqa: ANN001, ANN205
         z = x if norm is None else norm(x, gamma, beta)[0]
-        ctx.norm, ctx.with_bias = norm, bias is not None
+        ctx.norm, ctx.with_bias, ctx.autocast = norm, bias is not None, autocast_state(x)
         ctx.save_for_backward(x, gamma, beta, *weights)
         return _linear_forward(z, weights, bias)
 
@@ -262,11 +299,12 @@ class NormLinear(torch.autograd.Function):
     def backward(ctx, *grads):  # noqa: ANN001, ANN205
         x, gamma, beta, *weights = ctx.saved_tensors
         norm = ctx.norm
-        stats = None if norm is None else norm(x, gamma, beta)  # recompute (z, mean, rstd)
-        dz, dws, db = _linear_backward(grads, x if stats is None else stats[0], weights, ctx.with_bias)
-        if norm is None:
-            return dz, None, None, None, db, *dws
-        dx, dgamma, dbeta = norm.grad(dz, x, stats, gamma, beta)
+        with _as_forward_ran(ctx, x):
+            stats = None if norm is None else norm(x, gamma, beta)  # recompute (z, mean, rstd)
+            dz, dws, db = _linear_backward(grads, x if stats is None else stats[0], weights, ctx.with_bias)
+            if norm is None:
+                return dz, None, None, None, db, *dws
+            dx, dgamma, dbeta = norm.grad(dz, x, stats, gamma, beta)
         return dx, None, dgamma, dbeta, db, *dws
 
 
@@ -297,27 +335,32 @@ class ResidualNormLinear(torch.autograd.Function):
         s = _residual(x, c, wo, bo, alpha)
         z = norm(s, gamma, beta)[0]
         ctx.alpha, ctx.keep_sum, ctx.norm, ctx.with_bias = alpha, keep_sum, norm, bias is not None
+        ctx.autocast = autocast_state(x)
         ctx.set_materialize_grads(False)  # the unused output (pre-norm: z, post-norm: s) gets None
         ctx.save_for_backward(s if keep_sum else x, c, wo, bo, gamma, beta, *weights)
-        return s, z, *_linear_forward(z, weights, bias)
+        h = _linear_forward(z, weights, bias)
+        ctx.h_dtype = h[0].dtype  # bfloat16 under autocast, where s and z are float32
+        return s, z, *h
 
     @staticmethod
     def backward(ctx, gs, gz, *ghs):  # noqa: ANN001, ANN205
         kept, c, wo, bo, gamma, beta, *weights = ctx.saved_tensors
-        s = kept if ctx.keep_sum else _residual(kept, c, wo, bo, ctx.alpha)  # recompute, bit for bit
-        stats = ctx.norm(s, gamma, beta)
-        # an unused h (only in tests) gets no gradient: nothing flows through its W
-        ghs = [g if g is not None else s.new_zeros(*s.shape[:-1], w.shape[0])
-               for g, w in zip(ghs, weights, strict=True)]
-        dz, dws, db = _linear_backward(ghs, stats[0], weights, ctx.with_bias)
-        if gz is not None:
-            dz += gz
-        ds, dgamma, dbeta = ctx.norm.grad(dz, s, stats, gamma, beta)
-        if gs is not None:
-            ds += gs
-        dwo, dbo = _weight_grads(ds, c, bo is not None)
-        dc = ds @ wo
-        dx = ds if ctx.alpha == 1.0 else ds * ctx.alpha
+        with _as_forward_ran(ctx, kept):
+            s = kept if ctx.keep_sum else _residual(kept, c, wo, bo, ctx.alpha)  # recompute, bit for bit
+            stats = ctx.norm(s, gamma, beta)
+            # an unused h (only in tests) gets no gradient: nothing flows through its W
+            ghs = [g if g is not None else s.new_zeros(*s.shape[:-1], w.shape[0], dtype=ctx.h_dtype)
+                   for g, w in zip(ghs, weights, strict=True)]
+            dz, dws, db = _linear_backward(ghs, stats[0], weights, ctx.with_bias)
+            if gz is not None:
+                dz += gz
+            ds, dgamma, dbeta = ctx.norm.grad(dz, s, stats, gamma, beta)
+            if gs is not None:
+                ds += gs
+            go = ds.to(c.dtype)  # dL/d(o's output): o ran in c's dtype (bfloat16 under autocast)
+            dwo, dbo = _weight_grads(go, c, bo is not None)
+            dc = go @ wo.to(go.dtype)
+            dx = ds if ctx.alpha == 1.0 else ds * ctx.alpha
         return dx, dc, dwo, dbo, None, None, None, dgamma, dbeta, db, *dws
 
 
@@ -328,7 +371,7 @@ class ActLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, act, weight, bias, *h):  # noqa: ANN001, ANN205
         a = act.forward(*h)
-        ctx.act, ctx.with_bias = act, bias is not None
+        ctx.act, ctx.with_bias, ctx.autocast = act, bias is not None, autocast_state(h[0])
         ctx.save_for_backward(weight, *((a,) if act.saves_output else h))
         return F.linear(a, weight, bias)
 
@@ -336,11 +379,13 @@ class ActLinear(torch.autograd.Function):
     def backward(ctx, g):  # noqa: ANN001, ANN205
         weight, *saved = ctx.saved_tensors
         act = ctx.act
-        a = saved[0] if act.saves_output else act.forward(*saved)
-        dw, db = _weight_grads(g, a, ctx.with_bias)
-        # dL/da = g @ W, written over the recomputed act(h): one (N, d_ff) tensor less at the peak
-        da = g @ weight if act.saves_output else torch.matmul(g, weight, out=a)
-        return None, dw, db, *act.backward(da, *saved)
+        with _as_forward_ran(ctx, weight):
+            a = (saved[0] if act.saves_output else act.forward(*saved)).to(g.dtype)  # as W2 saw it
+            dw, db = _weight_grads(g, a, ctx.with_bias)
+            # dL/da = g @ W, written over the recomputed act(h): one (N, d_ff) tensor less at the peak
+            wm = weight.to(g.dtype)  # the forward matmul's dtype (bfloat16 under autocast)
+            da = g @ wm if act.saves_output else torch.matmul(g, wm, out=a)
+            return None, dw, db, *act.backward(da, *saved)
 
 
 class LayerNormFunction(torch.autograd.Function):
@@ -348,14 +393,15 @@ class LayerNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, norm, gamma, beta):  # noqa: ANN001, ANN205
-        ctx.norm = norm
+        ctx.norm, ctx.autocast = norm, autocast_state(x)
         ctx.save_for_backward(x, gamma, beta)
         return norm(x, gamma, beta)[0]
 
     @staticmethod
     def backward(ctx, g):  # noqa: ANN001, ANN205
         x, gamma, beta = ctx.saved_tensors
-        dx, dgamma, dbeta = ctx.norm.grad(g, x, ctx.norm(x, gamma, beta), gamma, beta)
+        with _as_forward_ran(ctx, x):
+            dx, dgamma, dbeta = ctx.norm.grad(g, x, ctx.norm(x, gamma, beta), gamma, beta)
         return dx, None, dgamma, dbeta
 
 

@@ -1,5 +1,6 @@
 """The training loop: AdamW, linear warmup then cosine decay, gradient clipping, held-out
-evaluation, early stop, checkpoints and ``--resume``, single process or DDP (gloo, CPU).
+evaluation, early stop, checkpoints and ``--resume``, single process or DDP (gloo; NCCL on CUDA),
+on any device, in float32 or mixed precision (``TrainConfig.device``, ``dtype``: blocklab/device.py).
 
     result = train(model_config, TrainConfig(steps=600), get_task("listops"), "runs/listops")
 
@@ -8,6 +9,11 @@ function of (seed, step) (``batch_indices``), so the same seed gives the same lo
 and a resumed run (weights, AdamW moments, RNG state restored) continues exactly where the
 interrupted one was. Under ``torchrun`` every process builds the same data and takes its slice
 of each global batch; gradients are averaged by ``DistributedDataParallel``.
+
+The model is initialised on the CPU (the same weights whatever the device), then moved; the data
+stay on the CPU and each batch moves to the device. Mixed precision runs forward passes under
+torch.autocast; the weights, AdamW's moments and the checkpoints stay float32, and float16 adds a
+gradient scaler (a step whose gradients overflow is skipped and logged ``"skipped": true``).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from .checkpoint import atomic_write_bytes, load_checkpoint, save_checkpoint
 from .config import ModelConfig
+from .device import Compute, device_rng_state, model_device, resolve_compute, same_rng, set_device_rng_state
 from .distributed import Processes
 from .model import Transformer
 from .nonfinite import NonFiniteError, check_parameters, watch_step
@@ -68,6 +75,7 @@ from .trainstate import (
     STATE_FILE,
     decode_rng,
     encode_rng,
+    encode_state,
     load_optimizer_state,
     read_train_state,
     save_optimizer_state,
@@ -99,16 +107,20 @@ def batch_indices(step: int, n: int, batch_size: int, seed: int) -> Tensor:
 def evaluate(model: nn.Module, data: TaskData, batch_size: int = 1024) -> dict[str, float]:
     """Held-out ``loss`` (mean cross-entropy over scored tokens), ``accuracy`` (exact match per example).
 
-    A split that carries an attention mask (a task that pads) is evaluated with it.
+    A split that carries an attention mask (a task that pads) is evaluated with it. Each batch moves
+    to the model's device; the forward runs in the caller's precision (inside ``Compute.autocast()``
+    for mixed precision).
     """
     was_training = model.training
     model.eval()
+    device = model_device(model)
     loss_sum, scored, correct = 0.0, 0, 0
     try:
         for start in range(0, len(data), batch_size):
-            x, y = data.inputs[start : start + batch_size], data.targets[start : start + batch_size]
+            rows = slice(start, start + batch_size)
+            x, y = data.inputs[rows].to(device), data.targets[rows].to(device)
             mask = data.attention_mask
-            logits = model(x) if mask is None else model(x, attention_mask=mask[start : start + batch_size])
+            logits = model(x) if mask is None else model(x, attention_mask=mask[rows].to(device))
             n = int((y != IGNORE_INDEX).sum())
             if n:
                 flat = torch.nn.functional.cross_entropy(
@@ -213,8 +225,10 @@ class TrainingInterrupted(KeyboardInterrupt):
         self.step, self.checkpoint, self.out_dir = step, checkpoint, out_dir
 
 
-# TrainConfig fields a resumed run may change: when to stop. Any other difference is another run.
-EXTENSIBLE = ("steps", "target_accuracy")
+# TrainConfig fields a resumed run may change: when to stop, and where it computes (a run moves from
+# one machine to another; on another device it continues, but not bit for bit). Any other difference
+# (dtype among them) is another run.
+EXTENSIBLE = ("steps", "target_accuracy", "device")
 
 
 @contextmanager
@@ -297,6 +311,7 @@ def train(
     task = task if task is not None else get_task()
     train_config = train_config if train_config is not None else task_train_config(task.name)
     check_task_fits(model_config, task)
+    compute = resolve_compute(train_config.device, train_config.dtype)  # DeviceError when unavailable
     world_size = int(os.environ.get("WORLD_SIZE", "1"))  # before joining the process group
     check_memory(
         model_config,
@@ -305,15 +320,16 @@ def train(
         force=force,
         what=f"training on {task.name}",
         eval_batch_size=train_config.eval_batch_size,
+        device=compute.device,
     )
     if detect_nonfinite and world_size > 1:
         raise ValueError("--detect-nonfinite needs a single process (a stop on one would hang the others)")
-    procs = Processes.from_env()
+    procs = Processes.from_env(compute.device)
     threads = torch.get_num_threads()
     if train_config.threads:
         torch.set_num_threads(train_config.threads)
     try:
-        with _Run(model_config, train_config, task, out_dir, list(callbacks), procs) as run:
+        with _Run(model_config, train_config, task, out_dir, list(callbacks), procs, compute) as run:
             run.detect_nonfinite = detect_nonfinite
             run.setup(resume, overwrite)
             result = run.loop(progress and procs.main, report)
@@ -335,6 +351,7 @@ class _Run:
         out_dir: str | Path | None,
         callbacks: list[Callback],
         procs: Processes,
+        compute: Compute,
     ) -> None:
         if tc.batch_size % procs.world_size:
             raise ValueError(
@@ -342,6 +359,8 @@ class _Run:
                 f"{procs.world_size} processes"
             )
         self.mc, self.tc, self.task, self.callbacks, self.procs = mc, tc, task, callbacks, procs
+        self.compute, self.device = compute, compute.device
+        self.scaler = compute.grad_scaler()  # float16 only; otherwise it passes everything through
         self.folder = Path(out_dir) if out_dir is not None and procs.main else None
         self.train_data, self.test_data = task.split("train"), task.split("test")
         self.lock: RunLock | None = None
@@ -367,8 +386,8 @@ class _Run:
 
     def setup(self, resume: bool, overwrite: bool) -> None:
         """Build model and optimizer; claim the folder; restore the newest checkpoint if resuming."""
-        torch.manual_seed(self.tc.seed)
-        self.model = Transformer(self.mc)
+        torch.manual_seed(self.tc.seed)  # seeds the CPU's generator and every GPU's
+        self.model = Transformer(self.mc).to(self.device)  # initialised on the CPU: the same weights anywhere
         self.model.tokenizer = self.task.tokenizer  # the trained model speaks its task's vocabulary
         self.optimizer = make_optimizer(self.model, self.tc)
         failure, found = None, None
@@ -386,7 +405,8 @@ class _Run:
             self._restore(Path(found))
         self.ddp: nn.Module = self.model
         if self.procs.world_size > 1:
-            self.ddp = DistributedDataParallel(self.model)
+            gpu = [self.device] if self.device.type == "cuda" else None
+            self.ddp = DistributedDataParallel(self.model, device_ids=gpu)
         if self.folder is not None:
             self.metrics_file = open(self.folder / METRICS, "a")  # noqa: SIM115 - closed in __exit__
 
@@ -491,6 +511,11 @@ class _Run:
         self.done = reached or self.step >= self.tc.steps
         self.stopped = "target" if reached else "steps"
         torch.set_rng_state(decode_rng(state["rng"][self.procs.rank]))
+        saved_device = (state.get("device_rng") or [None] * self.procs.world_size)[self.procs.rank]
+        if saved_device is not None and torch.device(saved_device["device"]).type == self.device.type:
+            set_device_rng_state(self.device, decode_rng(saved_device["state"], self.device))
+        if state.get("grad_scaler"):
+            self.scaler.load_state_dict(state["grad_scaler"])
         self.checkpoint, self.resumed_step = ckpt, self.step
         if self.folder is not None:
             truncate_metrics(self.folder / METRICS, self.step)  # drop what the killed run logged later
@@ -560,16 +585,16 @@ class _Run:
         local = batch.chunk(procs.world_size)[procs.rank]
         x, y = self.train_data.inputs[local], self.train_data.targets[local]
         mask = self.train_data.attention_mask  # a task that pads: pads are masked, not seen as tokens
-        mask = None if mask is None else mask[local]  # (b, T)
+        mask = None if mask is None else mask[local].to(self.device)  # (b, T)
         logged = step % c.log_every == 0 or step == c.steps
-        _, loss = self.ddp(x, y, attention_mask=mask)
+        n_local = int((y != IGNORE_INDEX).sum())
+        x, y = x.to(self.device), y.to(self.device)
+        with self.compute.autocast():
+            _, loss = self.ddp(x, y, attention_mask=mask)
         if procs.world_size == 1:
             self.loss = loss.item()
         else:  # the global batch's mean; each process's loss weighted so DDP's average is that mean
-            n_local, n_global = (
-                int((y != IGNORE_INDEX).sum()),
-                int((self.train_data.targets[batch] != IGNORE_INDEX).sum()),
-            )
+            n_global = int((self.train_data.targets[batch] != IGNORE_INDEX).sum())
             self.loss = procs.sum(loss.item() * n_local) / max(n_global, 1)
             if n_local * procs.world_size != n_global:
                 loss = loss * (n_local * procs.world_size / max(n_global, 1))
@@ -577,7 +602,8 @@ class _Run:
         if not math.isfinite(self.loss):
             raise self._diverged(row, f"the training loss is {self.loss}")
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        self.scaler.scale(loss).backward()  # float16: the loss scaled up, so small gradients survive
+        self.scaler.unscale_(self.optimizer)  # .grad is now dL/dparameter, for callbacks and clipping
         extra: dict[str, Any] = layer_grad_norms(self.model) if logged else {}
         if procs.main and self.callbacks:
             ctx = StepContext(step, self.model, x, y, self.loss, lr, c, self.task, logged, mask)
@@ -585,18 +611,25 @@ class _Run:
         max_norm = c.grad_clip if c.grad_clip > 0 else math.inf
         row["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
         if not math.isfinite(row["grad_norm"]):
-            raise self._diverged(row, f"the gradient norm is {row['grad_norm']}")
-        self.optimizer.step()
+            if not self.scaler.is_enabled():
+                raise self._diverged(row, f"the gradient norm is {row['grad_norm']}")
+            # float16 overflowed at this scale: the scaler skips the update and halves the scale
+            row["skipped"] = True
+        if self.scaler.is_enabled():
+            row["grad_scale"] = self.scaler.get_scale()
+        self.scaler.step(self.optimizer)  # optimizer.step(), unless float16 gradients overflowed
+        self.scaler.update()
         self.step = step
-        return {**row, **extra} if logged or extra or step % c.eval_every == 0 else None
+        due = logged or extra or step % c.eval_every == 0 or row.get("skipped")
+        return {**row, **extra} if due else None
 
     def _callbacks(self, ctx: StepContext) -> dict[str, Any]:
         """Run the callbacks, restoring RNG state and train mode so they cannot change the run."""
         merged: dict[str, Any] = {}
-        rng, mode = torch.get_rng_state(), self.model.training
+        mode = self.model.training
         for callback in self.callbacks:
-            out = callback(ctx)
-            torch.set_rng_state(rng)
+            with same_rng(self.device), self.compute.autocast():
+                out = callback(ctx)
             self.model.train(mode)
             merged.update(out or {})
         return merged
@@ -605,7 +638,8 @@ class _Run:
         """Evaluate, decide whether to stop, log, checkpoint."""
         c, step = self.tc, self.step
         if step % c.eval_every == 0 or step == c.steps:
-            self.eval = evaluate(self.model, self.test_data, c.eval_batch_size)
+            with self.compute.autocast():
+                self.eval = evaluate(self.model, self.test_data, c.eval_batch_size)
             assert row is not None
             row.update(eval_loss=self.eval["loss"], eval_accuracy=self.eval["accuracy"])
             if c.target_accuracy is not None and self.eval["accuracy"] >= c.target_accuracy:
@@ -628,8 +662,11 @@ class _Run:
             self.metrics_file.flush()  # a SIGKILL loses nothing written before a checkpoint
 
     def _save(self) -> None:
-        """Write checkpoints/step-N (rank 0) with every process's RNG state."""
+        """Write checkpoints/step-N (rank 0) with every process's RNG states (CPU and device)."""
         rng = self.procs.gather(encode_rng(torch.get_rng_state()))
+        on_device = device_rng_state(self.device)
+        device_rng = self.procs.gather(
+            None if on_device is None else {"device": str(self.device), "state": encode_rng(on_device)})
         if self.folder is None:
             return
         state = {
@@ -642,6 +679,8 @@ class _Run:
             "loss": self.loss,
             "eval": self.eval,
             "rng": rng,
+            "device_rng": device_rng if any(r is not None for r in device_rng) else None,
+            "grad_scaler": self.scaler.state_dict() or None,  # float16's scale and its growth counter
             "world_size": self.procs.world_size,
             "data_order": {
                 "scheme": "epoch permutations, train.batch_indices",

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from .device import DEVICE_CHOICES, DTYPE_CHOICES, is_device_name
 from .errors import names
 
 
@@ -36,6 +37,8 @@ class TrainConfig:
     log_every: int = 10  # a metrics.jsonl line (loss, lr, gradient norms, LN statistics)
     checkpoint_every: int = 200  # 0: only the final checkpoint
     keep_checkpoints: int = 2  # newest complete checkpoints kept on disk
+    device: str = "auto"  # cpu, cuda (cuda:N), mps, or auto: cuda if present, else mps, else cpu
+    dtype: str = "float32"  # the matmuls' dtype: bfloat16 / float16 run them under autocast (weights float32)
     seed: int = 0  # model init, data order, dropout
     target_accuracy: float | None = 0.995  # stop at the first evaluation reaching it; None: never
     threads: int = 1  # torch intra-op threads; 1 is fastest for small models (0: torch's default)
@@ -92,6 +95,8 @@ def _violations(c: TrainConfig) -> list[str]:
          f"at most {MAX_THREADS} (more threads than cores only slows training; the OpenMP runtime aborts "
          "when it cannot start them)"),
         ("seed", not is_int(c.seed) or c.seed < 2**64, "below 2**64 (torch seeds take 64 bits)"),
+        ("device", is_device_name(c.device), f"one of: {', '.join(DEVICE_CHOICES)}, cuda:N"),
+        ("dtype", c.dtype in DTYPE_CHOICES, f"one of: {', '.join(DTYPE_CHOICES)}"),
         ("min_lr_ratio", is_num(c.min_lr_ratio) and 0 <= c.min_lr_ratio <= 1, "a number in [0, 1]"),
         ("weight_decay", is_num(c.weight_decay) and c.weight_decay >= 0, "a number >= 0"),
         ("beta1", is_num(c.beta1) and 0 <= c.beta1 < 1, "a number in [0, 1)"),
