@@ -15,7 +15,7 @@ needs none.
 
 Availability is measured, not guessed: a device is available when torch says so, a dtype when a
 small matmul under autocast on that device comes out in it, and on a CPU the speed of that matmul
-in the low-precision dtype is compared with float32 (timed once per process): a CPU without native
+in the low-precision dtype is compared with float32 (one core, timed once per process): a CPU without native
 bfloat16 runs it in software, tens of times slower, and gets a warning that names both rates.
 """
 
@@ -28,7 +28,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 import torch
 
@@ -42,7 +42,8 @@ DTYPES: dict[str, torch.dtype] = {  # the matmuls' dtype; float32: no autocast
 }
 DTYPE_CHOICES: tuple[str, ...] = tuple(DTYPES)
 # A CPU whose low-precision matmul runs below this share of its float32 rate has no native support
-# for the dtype (here: bfloat16 ~0.5 GFLOP/s against float32 ~60): autocast slows it down.
+# for the dtype (issue 16 measured bfloat16 at 0.5 GFLOP/s against float32's 59 on this project's
+# machine): autocast slows it down.
 SLOW_SHARE = 0.5
 _PROBE_SIZE = 128  # the probe's square matmul: 4 MFLOP, ~10 ms where bfloat16 is emulated
 _PROBE_SECONDS = 0.02  # each rate is timed over at least this long
@@ -112,7 +113,7 @@ def model_device(model: torch.nn.Module) -> torch.device:
 # ---- dtypes: what autocast supports, and how fast --------------------------------------------------
 
 
-@lru_cache(maxsize=None)
+@cache
 def autocast_problem(device_type: str, dtype: torch.dtype) -> str | None:
     """Why autocast cannot compute in ``dtype`` on ``device_type`` (None: it can). Measured: a small
     matmul under autocast must come out in ``dtype`` (torch disables autocast, with a warning, for a
@@ -133,18 +134,24 @@ def autocast_problem(device_type: str, dtype: torch.dtype) -> str | None:
     return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def matmul_rate(dtype: torch.dtype) -> float:
-    """GFLOP/s of a square matmul on the CPU in ``dtype``, timed once per process (the first call
-    warms up; then as many as fit in ``_PROBE_SECONDS``)."""
+    """GFLOP/s of one CPU core on a square matmul in ``dtype``, timed once per process (the first
+    call warms up; then as many as fit in ``_PROBE_SECONDS``). One thread: on a loaded machine a
+    multi-threaded float32 matmul can stall waiting for busy cores, which says nothing about the dtype."""
     n = _PROBE_SIZE
     generator = torch.Generator().manual_seed(0)
     a, b = (torch.randn(n, n, generator=generator).to(dtype) for _ in range(2))
-    a @ b
-    reps, start = 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - start) < _PROBE_SECONDS or reps == 0:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
         a @ b
-        reps += 1
+        reps, start = 0, time.perf_counter()
+        while (elapsed := time.perf_counter() - start) < _PROBE_SECONDS or reps == 0:
+            a @ b
+            reps += 1
+    finally:
+        torch.set_num_threads(threads)
     return 2 * n**3 * reps / max(elapsed, 1e-9) / 1e9
 
 

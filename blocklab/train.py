@@ -75,7 +75,6 @@ from .trainstate import (
     STATE_FILE,
     decode_rng,
     encode_rng,
-    encode_state,
     load_optimizer_state,
     read_train_state,
     save_optimizer_state,
@@ -313,15 +312,15 @@ def train(
     check_task_fits(model_config, task)
     compute = resolve_compute(train_config.device, train_config.dtype)  # DeviceError when unavailable
     world_size = int(os.environ.get("WORLD_SIZE", "1"))  # before joining the process group
-    check_memory(
-        model_config,
-        max(1, train_config.batch_size // world_size),
-        task.seq_len,
-        force=force,
-        what=f"training on {task.name}",
-        eval_batch_size=train_config.eval_batch_size,
-        device=compute.device,
-    )
+    if compute.device.type == "cpu":  # the estimate is of host memory; a GPU reports its own out-of-memory
+        check_memory(
+            model_config,
+            max(1, train_config.batch_size // world_size),
+            task.seq_len,
+            force=force,
+            what=f"training on {task.name}",
+            eval_batch_size=train_config.eval_batch_size,
+        )
     if detect_nonfinite and world_size > 1:
         raise ValueError("--detect-nonfinite needs a single process (a stop on one would hang the others)")
     procs = Processes.from_env(compute.device)
@@ -511,15 +510,36 @@ class _Run:
         self.done = reached or self.step >= self.tc.steps
         self.stopped = "target" if reached else "steps"
         torch.set_rng_state(decode_rng(state["rng"][self.procs.rank]))
-        saved_device = (state.get("device_rng") or [None] * self.procs.world_size)[self.procs.rank]
-        if saved_device is not None and torch.device(saved_device["device"]).type == self.device.type:
-            set_device_rng_state(self.device, decode_rng(saved_device["state"], self.device))
-        if state.get("grad_scaler"):
-            self.scaler.load_state_dict(state["grad_scaler"])
+        self._restore_device_state(ckpt, state)
         self.checkpoint, self.resumed_step = ckpt, self.step
         if self.folder is not None:
             truncate_metrics(self.folder / METRICS, self.step)  # drop what the killed run logged later
             self.history = read_metrics(self.folder)
+
+    def _restore_device_state(self, ckpt: Path, state: dict[str, Any]) -> None:
+        """This process's device generator (a run resumed on the device type it was saved on) and
+        float16's gradient scale, from state.json; ValueError naming the file when damaged."""
+        path, rank = ckpt / STATE_FILE, self.procs.rank
+        saved = state.get("device_rng")
+        if saved is not None:
+            if not (isinstance(saved, list) and len(saved) == self.procs.world_size):
+                raise ValueError(f"{path}: device_rng is not a list of {self.procs.world_size} entries")
+            mine = saved[rank]
+            if not (mine is None or isinstance(mine, dict) and isinstance(mine.get("device"), str)
+                    and isinstance(mine.get("state"), str)):
+                raise ValueError(f"{path}: device_rng[{rank}] is not null or {{device, state}}")
+            current = device_rng_state(self.device)
+            if mine is not None and current is not None and mine["device"].split(":")[0] == self.device.type:
+                try:
+                    set_device_rng_state(self.device, decode_rng(mine["state"], current.numel()))
+                except ValueError as error:
+                    raise ValueError(f"{path}: device_rng[{rank}] is not a saved RNG state ({error})") \
+                        from None
+        scaler = state.get("grad_scaler")
+        if scaler is not None and self.scaler.is_enabled():
+            if not (isinstance(scaler, dict) and all(isinstance(v, (int, float)) for v in scaler.values())):
+                raise ValueError(f"{path}: grad_scaler is not an object of numbers")
+            self.scaler.load_state_dict(scaler)
 
     # -- the loop -------------------------------------------------------------------------------
 

@@ -115,14 +115,17 @@ def encode_rng(state: torch.Tensor) -> str:
     return base64.b64encode(state.numpy().tobytes()).decode("ascii")
 
 
-def decode_rng(text: str) -> torch.Tensor:
-    """Inverse of ``encode_rng``; ValueError when the text is not a CPU generator's state."""
+def decode_rng(text: str, size: int | None = None) -> torch.Tensor:
+    """Inverse of ``encode_rng``; ValueError when the text is not a generator state of ``size`` bytes
+    (default: a CPU generator's; a GPU's differs)."""
     try:
         raw = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError, TypeError):
         raise ValueError("not base64 text") from None
-    if len(raw) != torch.get_rng_state().numel():
+    if size is None and len(raw) != torch.get_rng_state().numel():
         raise ValueError(f"{len(raw)} bytes, a CPU generator's state has {torch.get_rng_state().numel()}")
+    if size is not None and len(raw) != size:
+        raise ValueError(f"{len(raw)} bytes, this device's generator state has {size}")
     return torch.frombuffer(bytearray(raw), dtype=torch.uint8).clone()
 
 

@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "blocklab"
 
 # Lowest first. Names are modules or packages (a package covers everything under it).
 FLOORS: list[tuple[str, ...]] = [
-    ("version", "errors", "activations", "measure", "distributed", "trainconfig"),  # no blocklab imports
+    ("version", "errors", "activations", "measure", "distributed", "device", "trainconfig"),  # errors only
     ("kernels",),  # tensors in, tensors out; its table of LayerNorm variants is the one list of them
     ("config", "hooks"),
     ("batchnorm", "norms", "feedforward", "attention", "embedding", "tokenizer"),  # the components

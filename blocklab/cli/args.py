@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..config import FIELDS, PRESETS, ModelConfig, preset
+from ..device import DEVICE_CHOICES, DTYPE_CHOICES
 from ..tasks import DEFAULT_TASK, TASKS, Task, get_task
 from ..trainconfig import TRAIN_FIELDS, TrainConfig
 
@@ -192,3 +193,18 @@ def add_checkpoint_flags(parser: argparse.ArgumentParser) -> None:
     )
     add_task_flags(parser, default=None, what="default: the checkpoint's")
     parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def add_device_flags(parser: argparse.ArgumentParser) -> None:
+    """``--device`` and ``--dtype`` for commands that run a model (``train`` has them as TrainConfig
+    fields); blocklab/device.py resolves and checks them (``resolve_compute``)."""
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help=f"{', '.join(DEVICE_CHOICES)} or cuda:N (default auto: cuda if present, else mps, else cpu)",
+    )
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        help=f"{', '.join(DTYPE_CHOICES)}: bfloat16/float16 run the matmuls under autocast (default float32)",
+    )

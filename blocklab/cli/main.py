@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 
-from ..errors import EXIT_USAGE, describe_error, split_debug_flag
+from ..errors import EXIT_USAGE, describe_error, show_warning, split_debug_flag
 from . import bench, lab, model, trace, training, weights
 
 # Each group's ``add_commands(sub)``, in the order ``blocklab --help`` lists them.
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; a failure prints one line to stderr and returns its status (errors.py)."""
     argv, debug = split_debug_flag(list(sys.argv[1:] if argv is None else argv))
+    warnings.showwarning = show_warning  # a BlocklabWarning is one line "blocklab: warning: ..."
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)

@@ -20,7 +20,7 @@ from ..model import Transformer
 from ..runfolder import check_output_files, write_output_file
 from ..trace.collect import collect_trace, trace_to_dict
 from ..trace.record import Trace
-from .args import add_config_flags, parse_token_ids, set_fields
+from .args import add_config_flags, add_device_flags, parse_token_ids, set_fields
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -55,6 +55,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", metavar="FILE", help="also write the trace as JSON (blocklab/trace/schema.json)")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with heatmaps")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print the walk (with --json/--html)")
+    add_device_flags(p)
     p.set_defaults(func=cmd_trace)
 
 
@@ -131,7 +132,10 @@ def target_id(tokenizer: Any, token: str) -> int:
 
 
 def collect_for_args(args: argparse.Namespace, overrides: dict[str, Any]) -> Trace:
-    """The model and input the flags name, traced."""
+    """The model and input the flags name, traced on ``--device`` in ``--dtype``."""
+    from ..device import resolve_compute
+
+    compute = resolve_compute(args.device, args.dtype)
     if args.checkpoint:
         if overrides:
             raise ValueError(f"config flags ({', '.join(overrides)}) apply to --preset, not to --checkpoint")
@@ -150,18 +154,19 @@ def collect_for_args(args: argparse.Namespace, overrides: dict[str, Any]) -> Tra
         raise ValueError(f"token id {bad[0]} is out of range: the model's vocabulary has ids 0..{V - 1}")
     labels = tok.tokens(ids) if tok is not None else [str(i) for i in ids]
     target = target_id(tok, args.target) if args.target is not None else None
-    return collect_trace(
-        subject.model,
-        ids,
-        labels,
-        position=args.position,
-        target=target,
-        target_token=args.target,
-        vocab=vocabulary(tok, V),
-        names=args.stages,
-        source=subject.source,
-        text=args.input,
-    )
+    with compute.autocast():
+        return collect_trace(
+            subject.model.to(compute.device),
+            ids,
+            labels,
+            position=args.position,
+            target=target,
+            target_token=args.target,
+            vocab=vocabulary(tok, V),
+            names=args.stages,
+            source=subject.source,
+            text=args.input,
+        )
 
 
 def cmd_trace(args: argparse.Namespace) -> int:

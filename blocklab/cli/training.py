@@ -14,6 +14,7 @@ import torch
 
 from ..checkpoint import Checkpoint, load_checkpoint
 from ..config import FIELDS, PRESETS, ModelConfig
+from ..device import resolve_compute
 from ..errors import UsageError
 from ..interop.tokenizer import tokenizer_from_spec
 from ..runfolder import CHECKPOINTS, CONFIG, read_run_config, resolve_checkpoint, run_files
@@ -23,6 +24,7 @@ from ..trainconfig import TRAIN_FIELDS, TrainConfig, task_train_config
 from .args import (
     add_checkpoint_flags,
     add_config_flags,
+    add_device_flags,
     add_task_flags,
     add_train_flags,
     config_from_args,
@@ -75,6 +77,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_checkpoint_flags(p)
     p.add_argument("--split", default="test", choices=("test", "train"))
     p.add_argument("--batch-size", "--batch_size", dest="batch_size", type=int, default=1024)
+    add_device_flags(p)
     p.set_defaults(func=eval_command)
 
     p = sub.add_parser("predict", help='a checkpoint\'s answer, e.g. --input "Max ( 3 , 9 , 4 )"')
@@ -82,6 +85,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--input", action="append", required=True, help="a query in the task's format (repeatable)"
     )
+    add_device_flags(p)
     p.set_defaults(func=predict_command)
 
 
@@ -219,10 +223,12 @@ def checkpoint_task(ckpt: Checkpoint, args: argparse.Namespace, file: Path) -> T
 
 def eval_command(args: argparse.Namespace) -> int:
     """``blocklab eval``: loss and exact-match accuracy of a checkpoint on a split of its task."""
+    compute = resolve_compute(args.device, args.dtype)
     ckpt, file = open_checkpoint(args.checkpoint)
     task = checkpoint_task(ckpt, args, file)
     data = task.split(args.split)
-    result = evaluate(ckpt.model, data, args.batch_size)
+    with compute.autocast():
+        result = evaluate(ckpt.model.to(compute.device), data, args.batch_size)
     if args.json:
         print(
             json.dumps(
@@ -246,8 +252,9 @@ def eval_command(args: argparse.Namespace) -> int:
 
 def predict_command(args: argparse.Namespace) -> int:
     """``blocklab predict``: the model's answer to each ``--input``, with its probability."""
+    compute = resolve_compute(args.device, args.dtype)
     ckpt, file = open_checkpoint(args.checkpoint)
-    model = ckpt.model.eval()
+    model = ckpt.model.to(compute.device).eval()
     task = None if "task" not in ckpt.meta and not args.task else checkpoint_task(ckpt, args, file)
     results = []
     for text in args.input:
@@ -259,8 +266,9 @@ def predict_command(args: argparse.Namespace) -> int:
             tokenizer = tokenizer_from_spec(ckpt.tokenizer)
             ids = tokenizer.encode(text)
             positions = [len(ids) - 1]
-        with torch.no_grad():
-            probs = torch.softmax(model(torch.tensor([ids]))[0, positions].float(), dim=-1)  # (P, vocab)
+        with torch.no_grad(), compute.autocast():
+            logits = model(torch.tensor([ids], device=compute.device))[0, positions]  # (P, vocab)
+        probs = torch.softmax(logits.float(), dim=-1).cpu()  # (P, vocab)
         top = probs.argmax(-1)
         answer = task.decode_answer(top.tolist()) if task else tokenizer.decode(top.tolist())
         results.append({"input": text, "answer": answer, "probability": float(probs.max(-1).values.prod())})

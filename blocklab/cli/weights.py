@@ -7,7 +7,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
-from .args import parse_token_ids
+from .args import add_device_flags, parse_token_ids
 
 if TYPE_CHECKING:
     import torch
@@ -105,6 +105,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="past max_seq_len, drop this many oldest tokens at a time (1: the last max_seq_len)",
     )
     p.add_argument("--no-cache", dest="use_cache", action="store_false", help="re-run the window each step")
+    add_device_flags(p)
     p.set_defaults(func=cmd_generate)
 
 
@@ -214,12 +215,14 @@ class TerminalStream:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     """Stream each prompt's continuation (or print JSON lines with the ids and text, with --json)."""
+    from ..device import resolve_compute
     from ..generate import generate
     from ..tokenizer import pad_batch
     from .trace import checkpoint_subject
 
+    compute = resolve_compute(args.device, args.dtype)
     subject = checkpoint_subject(args.checkpoint)  # a run folder too, like trace
-    model, tokenizer = subject.model, subject.tokenizer
+    model, tokenizer = subject.model.to(compute.device), subject.tokenizer
     if not args.ids and tokenizer is None:
         raise UsageError(f"{args.checkpoint} has no tokenizer: give token ids with --ids")
     prompts = [parse_token_ids(t, "--input") if args.ids else tokenizer.encode(t) for t in args.input]
@@ -234,7 +237,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if stream is not None:
             stream(tokens, active)
 
-    generate(model, ids, config=config, attention_mask=mask, on_token=on_token)
+    with compute.autocast():
+        generate(model, ids.to(compute.device), config=config, attention_mask=mask.to(compute.device),
+                 on_token=on_token)
     if stream is not None:
         stream.close()
         return 0

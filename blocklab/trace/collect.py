@@ -14,6 +14,7 @@ from here on.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 
@@ -22,6 +23,7 @@ from torch import Tensor, nn
 
 from ..block import LAYOUTS
 from ..config import ModelConfig
+from ..device import model_device
 from ..hooks import select_names
 from ..norms import LayerNorm
 from .explain import explain_all  # words about the numbers, kept apart from the numbers
@@ -155,7 +157,8 @@ def collect_trace(
             f"--position {position} is outside the input's {T} positions (0..{T - 1}, or -1 for the last)")
     positions = list(range(T)) if position is None else [position % T]
     config: ModelConfig = model.config
-    tokens_t = torch.tensor([ids])
+    device = model_device(model)  # the forward runs where the model is (in the caller's autocast)
+    tokens_t = torch.tensor([ids], device=device)
     targets = None
     if target is not None:
         targets = torch.full_like(tokens_t, -100)
@@ -173,36 +176,41 @@ def collect_trace(
         for handle in handles:
             handle.remove()
         model.train(was_training)
-    modules = dict(model.named_modules())
-    norm_inputs = {**{n: cache[src] for n, src in input_of.items() if n in shown}, **embed_inputs}
-    norm_for_stage = {NORM_MODULE_STAGE.get(path, path): path for path in norm_inputs}
-    trace = Trace(source=source, config=config, ids=ids, tokens=tokens, positions=positions, text=text)
-    if target is not None:
-        trace.target = {"position": T - 1, "id": int(target), "token": target_token or str(target)}
-    for name, value in cache.items():
-        if name not in shown:
-            continue
-        kind = _kind(name)
-        stage_positions = [T - 1] if kind == "loss" else positions
-        rows, heads = _rows(name, value, stage_positions)
-        stats, masked = row_stats(rows)
-        parts = name.split(".")
-        stage = Stage(
-            name=name, kind=kind, block=int(parts[1]) if parts[0] == "blocks" else None,
-            shape=tuple(value.shape), positions=stage_positions, rows=rows, stats=stats, heads=heads,
-            masked=masked if bool(masked.any()) else None,
-            columns=list(vocab) if vocab is not None and kind in ("logits", "probs") else None,
-        )
-        module_path = norm_for_stage.get(name)
-        if kind == "norm" or module_path is not None:
-            module = modules.get(module_path or name)
-            stage.norm_module = _norm_label(module)
-            if isinstance(module, LayerNorm) and module_path in norm_inputs:
-                stage.norm = _norm_numbers(module, norm_inputs[module_path], stage_positions)
-        if kind in ("ffn.hidden", "ffn.act"):
-            stage.frac_le_zero = (rows <= 0).to(torch.float64).mean(-1)
-        trace.stages.append(stage)
-    explain_all(trace, model)
+    if device.type != "cpu":  # the numbers are read on the CPU: the cache, and a CPU copy of the model
+        cache = {name: value.cpu() for name, value in cache.items()}
+        embed_inputs = {path: value.cpu() for path, value in embed_inputs.items()}
+        model = copy.deepcopy(model).cpu()
+    with torch.autocast("cpu", enabled=False):  # the numbers are read in float32/64, not the forward's dtype
+        modules = dict(model.named_modules())
+        norm_inputs = {**{n: cache[src] for n, src in input_of.items() if n in shown}, **embed_inputs}
+        norm_for_stage = {NORM_MODULE_STAGE.get(path, path): path for path in norm_inputs}
+        trace = Trace(source=source, config=config, ids=ids, tokens=tokens, positions=positions, text=text)
+        if target is not None:
+            trace.target = {"position": T - 1, "id": int(target), "token": target_token or str(target)}
+        for name, value in cache.items():
+            if name not in shown:
+                continue
+            kind = _kind(name)
+            stage_positions = [T - 1] if kind == "loss" else positions
+            rows, heads = _rows(name, value, stage_positions)
+            stats, masked = row_stats(rows)
+            parts = name.split(".")
+            stage = Stage(
+                name=name, kind=kind, block=int(parts[1]) if parts[0] == "blocks" else None,
+                shape=tuple(value.shape), positions=stage_positions, rows=rows, stats=stats, heads=heads,
+                masked=masked if bool(masked.any()) else None,
+                columns=list(vocab) if vocab is not None and kind in ("logits", "probs") else None,
+            )
+            module_path = norm_for_stage.get(name)
+            if kind == "norm" or module_path is not None:
+                module = modules.get(module_path or name)
+                stage.norm_module = _norm_label(module)
+                if isinstance(module, LayerNorm) and module_path in norm_inputs:
+                    stage.norm = _norm_numbers(module, norm_inputs[module_path], stage_positions)
+            if kind in ("ffn.hidden", "ffn.act"):
+                stage.frac_le_zero = (rows <= 0).to(torch.float64).mean(-1)
+            trace.stages.append(stage)
+        explain_all(trace, model)
     return trace
 
 
