@@ -314,7 +314,7 @@ def test_torchrun_two_processes_match_one_process(tmp_path: Path) -> None:
 def test_batch_not_divisible_by_processes_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     from blocklab import distributed
 
-    monkeypatch.setattr(distributed.Processes, "from_env", classmethod(lambda cls: cls(0, 3)))
+    monkeypatch.setattr(distributed.Processes, "from_env", classmethod(lambda cls, device=None: cls(0, 3)))
     config, task = tiny()
     with pytest.raises(ValueError, match="batch_size=16 must be divisible by the 3 processes"):
         train(config, TrainConfig(steps=1, batch_size=16), task)
