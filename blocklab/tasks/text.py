@@ -1,4 +1,6 @@
-"""text: character-level language modelling on a text file the user gives.
+"""text: character-level language modelling on a text file: the user's (option ``path``), or by default
+the one shipped with blocklab, the opening of Shakespeare's *Coriolanus* (50 KB, public domain;
+``tasks/data/SOURCES.md`` says where it comes from).
 
 The whole corpus is held in memory and cut into windows, about 24 bytes a character plus 24 a
 token of each training window while the splits are built; so a file larger than ``max_mb``
@@ -28,16 +30,20 @@ from blocklab.tasks.base import (
 )
 from blocklab.tasks.tokenizer import Tokenizer
 
+DEFAULT_CORPUS = Path(__file__).parent / "data" / "coriolanus.txt"
 DEFAULT_MAX_MB = 32
 CHAR_BYTES = 24  # the text, its ids as a list and a tensor, the held-out windows (measured ~16)
 WINDOW_TOKEN_BYTES = 24  # a training window's index and token tensors (measured ~16)
 
 
 def read_text(path: str | Path | None, max_mb: int = DEFAULT_MAX_MB) -> str:
-    """The file's UTF-8 text; ValueError if the path is missing, not a regular file, larger than
-    ``max_mb`` megabytes, unreadable or empty. Never reads more than the cap."""
-    if path is None or str(path) == "":
-        raise ValueError("text option path is required: the text file to model")
+    """The file's UTF-8 text (None: the shipped corpus); ValueError if the path is missing, not a regular
+    file, larger than ``max_mb`` megabytes, unreadable or empty. Never reads more than the cap."""
+    if path is None:
+        path = DEFAULT_CORPUS
+    if str(path) == "":
+        raise ValueError("text option path is empty: give the text file to model (or leave it out for "
+                         "the shipped corpus)")
     where = f"text option path={str(path)!r}"
     limit = max_mb * 1024 * 1024
     try:
