@@ -7,6 +7,7 @@ from .cache import ActivationCache, run_with_cache
 from .config import PRESETS, ModelConfig, preset
 from .feedforward import FeedForward
 from .hooks import TRANSFORMERLENS_ALIASES, HookPoint, hooks
+from .load import Loaded, load
 from .model import IGNORE_INDEX, Transformer
 from .nonfinite import NonFiniteError, detect_nonfinite, find_first_nonfinite
 from .norms import LayerNorm, layer_norm_stats
@@ -23,6 +24,7 @@ __all__ = [
     "FeedForward",
     "HookPoint",
     "LayerNorm",
+    "Loaded",
     "ModelConfig",
     "MultiHeadAttention",
     "NonFiniteError",
@@ -37,6 +39,7 @@ __all__ = [
     "get_activation",
     "hooks",
     "layer_norm_stats",
+    "load",
     "preset",
     "run_with_cache",
     "__version__",

@@ -35,6 +35,15 @@ LEAN_RESIDUALS = ("add", "deepnorm")
 LEAN_MAX_TIME_COST = 0.05
 LEAN_MIN_D_MODEL = 384
 
+# The fields that take one of a few names, and those names (validation and the CLI's --help use it).
+CHOICES: dict[str, tuple[str, ...]] = {
+    "activation": ACTIVATION_NAMES,
+    "norm": NORMS,
+    "norm_position": NORM_POSITIONS,
+    "residual": RESIDUALS,
+    "pos_encoding": POS_ENCODINGS,
+}
+
 
 def resolve_d_ff(d_ff: int | float | str, d_model: int) -> int:
     """d_ff as an integer, or a ratio times d_model: ``4.0``, ``"4x"``, ``"8/3x"``.
@@ -158,13 +167,7 @@ def _violations(c: ModelConfig) -> list[str]:
     if errors:
         return errors
     need(c.d_model % c.n_heads == 0, f"n_heads={c.n_heads} must divide d_model={c.d_model}")
-    for name, allowed in (
-        ("activation", ACTIVATION_NAMES),
-        ("norm", NORMS),
-        ("norm_position", NORM_POSITIONS),
-        ("residual", RESIDUALS),
-        ("pos_encoding", POS_ENCODINGS),
-    ):
+    for name, allowed in CHOICES.items():
         value = getattr(c, name)
         need(value in allowed, f"{name}={value!r} is not one of: {', '.join(allowed)}")
     need(isinstance(c.eps, float) and math.isfinite(c.eps) and c.eps > 0,

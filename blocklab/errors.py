@@ -13,10 +13,7 @@ Never a traceback unless ``--debug`` is given (anywhere on the command line).
 from __future__ import annotations
 
 import errno
-import sys
-import warnings
 from collections.abc import Iterable
-from typing import TextIO
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -39,19 +36,6 @@ def names(items: Iterable[object]) -> str:
 class BlocklabWarning(UserWarning):
     """Something the user asked for works but likely not as meant; the CLI prints it as one line
     ``blocklab: warning: ...`` on stderr."""
-
-
-def show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-                 file: TextIO | None = None, line: str | None = None) -> None:
-    """``warnings.showwarning`` for the CLI: a BlocklabWarning as one line ``blocklab: warning: ...``
-    on stderr; any other warning as Python shows it."""
-    if not issubclass(category, BlocklabWarning):
-        _python_showwarning(message, category, filename, lineno, file, line)
-        return
-    print(f"blocklab: warning: {one_line(str(message))}", file=sys.stderr if file is None else file)
-
-
-_python_showwarning = warnings.showwarning
 
 
 def one_line(text: str) -> str:

@@ -186,7 +186,7 @@ class Transformer(HookedModule):
             raise ValueError(
                 "this model has no tokenizer: set model.tokenizer (a task's, e.g. "
                 "blocklab.tasks.get_task('tiny-lm').tokenizer), or load the model with "
-                "blocklab.interop.load_model / load_pretrained, which attach the tokenizer stored with it"
+                "blocklab.load(path), which attaches the tokenizer stored with it"
             )
         return self.tokenizer
 

@@ -19,8 +19,9 @@ from matplotlib.figure import Figure
 
 from .checkpoint import atomic_write_bytes, load_checkpoint
 from .model import Transformer
-from .runfolder import CONFIG, REPORT, read_json, read_metrics, resolve_checkpoint
+from .runfolder import CONFIG, MODEL_FILE, REPORT, latest_checkpoint, read_json, read_metrics
 from .tasks import IGNORE_INDEX, Task, exact_match, task_from_dict
+from .trainstate import STATE_FILE, tokens_per_second
 
 N_EXAMPLES = 3  # held-out examples shown with attention maps
 MAX_TICKS = 16  # token labels per axis of an attention map, at most (8 pt stays readable)
@@ -238,7 +239,10 @@ def write_report(folder: str | Path, model: Transformer | None = None, task: Tas
     rows = read_metrics(folder)
     task = task if task is not None else task_from_dict(config["task"])
     if model is None:
-        model = load_checkpoint(resolve_checkpoint(folder)).model
+        newest = latest_checkpoint(folder)
+        if newest is None:
+            raise ValueError(f"{folder} holds no checkpoint yet, so there is no model to report on")
+        model = load_checkpoint(newest / MODEL_FILE).model
     evals = [r for r in rows if "eval_accuracy" in r]
     last = rows[-1] if rows else {}
     final = evals[-1] if evals else {}
@@ -249,7 +253,7 @@ def write_report(folder: str | Path, model: Transformer | None = None, task: Tas
         ("held-out loss", final.get("eval_loss")),
         ("last training loss", last.get("loss")),
         ("wall time (s)", round(last.get("time", 0.0), 1)),
-        ("tokens/s (training)", _mean_rate(rows)),
+        ("tokens/s (training)", _training_rate(folder)),
         ("processes", config.get("world_size", 1)),
     ]
     parts = [
@@ -291,6 +295,15 @@ def write_report(folder: str | Path, model: Transformer | None = None, task: Tas
     return out
 
 
-def _mean_rate(rows: list[dict[str, Any]]) -> str:
-    rates = [r["tokens_per_s"] for r in rows if "tokens_per_s" in r]
-    return f"{sum(rates) / len(rates):,.0f}" if rates else "-"
+def _training_rate(folder: Path) -> str:
+    """The run's tokens/s as ``blocklab train`` prints it: the newest checkpoint's totals (state.json).
+    (The metrics lines' ``tokens_per_s`` is each logging window's own rate, for the curves.)"""
+    newest = latest_checkpoint(folder)
+    try:
+        state = read_json(newest / STATE_FILE) if newest is not None else {}
+    except (OSError, ValueError):
+        return "-"
+    tokens, seconds = state.get("tokens"), state.get("train_seconds")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (tokens, seconds)):
+        return "-"
+    return f"{tokens_per_second(tokens, seconds):,.0f}"

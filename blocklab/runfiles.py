@@ -219,24 +219,6 @@ def publish_checkpoint(folder: str | Path, step: int, write: Callable[[Path], No
     return final
 
 
-def resolve_checkpoint(path: str | Path) -> Path:
-    """A model file from a file, a checkpoint folder or a run folder (its newest checkpoint)."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(2, "no such checkpoint", str(path))
-    if path.is_file():
-        return path
-    if (path / MODEL_FILE).is_file():
-        return path / MODEL_FILE
-    latest = latest_checkpoint(path)
-    if latest is None:
-        raise ValueError(f"{path} holds no checkpoint (expected {MODEL_FILE} or {CHECKPOINTS}/step-N/)")
-    return latest / MODEL_FILE
-
-
-# ---- config.json -----------------------------------------------------------------------------------
-
-
 def run_config(model_config: Any, train_config: Any, task: Any, world_size: int = 1) -> dict[str, Any]:
     """config.json: everything needed to rebuild the run."""
     return {

@@ -57,7 +57,6 @@ from .runfiles import (  # noqa: F401 - the layout's names, re-exported: runfold
     read_metrics,
     read_run_config,
     remove_leftovers,
-    resolve_checkpoint,
     run_config,
     truncate_metrics,
     write_json,

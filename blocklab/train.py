@@ -24,6 +24,7 @@ import os
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from .checkpoint import atomic_write_bytes, load_checkpoint, save_checkpoint
 from .config import ModelConfig
 from .device import Compute, device_rng_state, model_device, resolve_compute, same_rng, set_device_rng_state
 from .distributed import Processes
+from .errors import BlocklabWarning
 from .model import Transformer
 from .nonfinite import NonFiniteError, check_parameters, watch_step
 from .resources import check_memory
@@ -65,6 +67,7 @@ from .trainconfig import (  # noqa: F401 - re-exported: blocklab.train is where 
     TRAIN_FIELDS,
     TrainConfig,
     lr_at,
+    schedule_warning,
     task_train_config,
     train_config_from_dict,
 )
@@ -79,6 +82,7 @@ from .trainstate import (
     read_train_state,
     save_optimizer_state,
     state_bytes,
+    tokens_per_second,
 )
 
 
@@ -331,6 +335,8 @@ def train(
         with _Run(model_config, train_config, task, out_dir, list(callbacks), procs, compute) as run:
             run.detect_nonfinite = detect_nonfinite
             run.setup(resume, overwrite)
+            if procs.main and not run.done and (problem := schedule_warning(train_config)) is not None:
+                warnings.warn(problem, BlocklabWarning, stacklevel=2)
             result = run.loop(progress and procs.main, report)
         procs.close(wait=True)
         return result
@@ -588,7 +594,7 @@ class _Run:
             eval=dict(self.eval),
             stopped=self.stopped,
             seconds=seconds,
-            tokens_per_s=self.tokens / max(self.train_seconds, 1e-9),
+            tokens_per_s=tokens_per_second(self.tokens, self.train_seconds),
             history=self.history,
             out_dir=Path(self.folder) if self.folder else None,
             checkpoint=self.checkpoint,
@@ -733,9 +739,9 @@ class _Run:
             return TrainingInterrupted(f"{where}; no checkpoint was written yet, so a new run starts over",
                                        self.step, None, self.folder)
         kept = "saved" if save else "the last checkpoint is"
-        return TrainingInterrupted(
-            f"{where}; {kept} {self.checkpoint}; continue with: blocklab train --resume --out {self.folder}",
-            self.step, self.checkpoint, self.folder)
+        # how to resume is the caller's to say (the CLI prints its command: cli/training.py)
+        return TrainingInterrupted(f"{where}; {kept} {self.checkpoint}", self.step, self.checkpoint,
+                                   self.folder)
 
     def _stop_nonfinite(self, error: NonFiniteError) -> TrainingDiverged:
         """--detect-nonfinite: checkpoint the last good weights (if finite), then stop naming the stage."""
@@ -758,7 +764,7 @@ class _Run:
 
     def _status(self) -> str:
         acc = f"  acc {self.eval['accuracy']:.1%}" if self.eval else ""
-        tps = self.tokens / max(self.train_seconds, 1e-9)
+        tps = tokens_per_second(self.tokens, self.train_seconds)
         return f"loss {self.loss:.4f}{acc}  {tps:,.0f} tok/s"
 
     def _write_report(self, report: bool) -> None:

@@ -149,3 +149,13 @@ def lr_at(step: int, c: TrainConfig) -> float:
         return c.lr * step / c.warmup
     progress = (step - c.warmup - 1) / max(1, c.steps - c.warmup - 1)
     return c.lr * (c.min_lr_ratio + (1 - c.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
+
+
+def schedule_warning(c: TrainConfig) -> str | None:
+    """What is wrong with the schedule that is not an error (the run still trains), or None."""
+    if c.warmup < c.steps:
+        return None
+    peak = "is reached only at the last step" if c.warmup == c.steps else "is never reached"
+    return (f"TrainConfig.warmup={c.warmup} >= steps={c.steps}: the whole run is warmup, so the peak "
+            f"learning rate lr={c.lr:g} {peak} and the cosine decay never runs; "
+            "lower --warmup or raise --steps")

@@ -143,6 +143,14 @@ def _integer(value: Any, low: int = 0) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= low
 
 
+def tokens_per_second(tokens: float, seconds: float) -> float:
+    """Training throughput, one definition for ``blocklab train``'s last line, the progress bar and
+    report.html: the training tokens over the training seconds (forward, backward and update; not
+    evaluation, checkpoints or logging), both summed over every session of a resumed run, as state.json
+    records them (``tokens``, ``train_seconds``)."""
+    return tokens / max(seconds, 1e-9)
+
+
 def read_train_state(folder: str | Path, meta: dict[str, Any], world_size: int) -> dict[str, Any]:
     """A checkpoint folder's state.json, checked: every field's type, the step against the folder's
     name and the model file's ``meta``, the digest the model file records, one RNG state per process.

@@ -27,7 +27,8 @@ def _last_eval(folder):
 
 def test_ablate_tiny_grid_end_to_end_and_resume(tmp_path, capsys):
     out = tmp_path / "grid"
-    args = ["ablate", *TINY, "--vary", "n_layers=1,2", "--seeds", "2", "--out", str(out), "--target", "0.05"]
+    args = ["ablate", *TINY, "--vary", "n_layers=1,2", "--seeds", "2", "--out", str(out),
+            "--steps-to-accuracy", "0.05"]
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert printed.count("skipped") == 0 and "summary.json" in printed

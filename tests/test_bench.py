@@ -238,12 +238,11 @@ def test_sweep_shapes_and_rows(report, tmp_path) -> None:
 
 
 @pytest.mark.parametrize(("flag", "value", "message"), [
-    ("--dtype", "float16", "invalid choice"),
-    ("--rounds", "0", "argument --rounds: '0' is not a whole number >= 1"),
-    ("--rounds", "many", "argument --rounds: 'many' is not a whole number >= 1"),
+    ("--dtype", "float16", "--dtype: unknown value 'float16'; did you mean bfloat16? (choose from float32, "
+                           "bfloat16)"),
+    ("--rounds", "0", "--rounds: '0' must be an integer >= 1"),
+    ("--rounds", "many", "--rounds: 'many' is not an integer"),
 ])
 def test_cli_bench_rejects_a_bad_value(capsys, flag, value, message) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main(["bench", flag, value])
-    assert exit_info.value.code == 2
+    assert main(["bench", flag, value]) == 2
     assert message in capsys.readouterr().err

@@ -5,10 +5,11 @@ import argparse
 import pytest
 
 from blocklab.cli.args import (
+    Parser,
     add_config_flags,
     add_train_flags,
+    parse_accuracy,
     parse_bool,
-    parse_target,
     parse_token_ids,
     parse_value,
     parse_vary,
@@ -40,12 +41,21 @@ def test_value_parsers() -> None:
     assert parse_bool(" Yes ") is True and parse_bool("off") is False
     with pytest.raises(argparse.ArgumentTypeError, match="'maybe' is not true or false"):
         parse_bool("maybe")
-    assert parse_target("0.9") == 0.9 and parse_target("99.5") == pytest.approx(0.995)
-    assert parse_target("none") is None
+
+
+
+def test_an_accuracy_is_a_fraction_or_a_percentage_with_its_sign() -> None:
+    assert parse_accuracy("0.9") == 0.9 and parse_accuracy("1") == 1.0
+    assert parse_accuracy("99.5%") == pytest.approx(0.995) and parse_accuracy("100%") == 1.0
+    assert parse_accuracy("none") is None and parse_accuracy("off") is None and parse_accuracy("0") is None
+    # 1.5 could mean 1.5% or 150%: refused, as is anything outside (0, 1] and what is not a number
+    for bad in ("1.5", "99.5", "150%", "-0.5", "0%", "nan", "x", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="fraction in"):
+            parse_accuracy(bad)
 
 
 def test_only_the_fields_given_on_the_command_line_are_set() -> None:
-    parser = argparse.ArgumentParser()
+    parser = Parser()
     add_config_flags(parser)
     add_train_flags(parser)
     args = parser.parse_args(["--d-model", "32", "--final_norm", "auto", "--target-accuracy", "none"])

@@ -399,10 +399,11 @@ def test_missing_folder_and_package_fail_in_one_cli_line(tmp_path, capsys):
     assert main(["import", str(tmp_path / "nope"), "--out", str(tmp_path / "x.safetensors")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("blocklab: error: ") and "\n" not in err
-    assert str(tmp_path / "nope") in err and "no such model folder or installed package" in err
+    assert str(tmp_path / "nope") in err and "no such file, folder or installed model package" in err
     (tmp_path / "empty").mkdir()
     assert main(["import", str(tmp_path / "empty"), "--out", str(tmp_path / "x.safetensors")]) == 2
-    assert "no config.json" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "a folder that is empty, no model blocklab knows; blocklab loads a run folder" in err
 
 
 def test_hf_tokenizer_spec_round_trips_through_tokenizer_from_spec(minilm):

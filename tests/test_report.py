@@ -122,6 +122,25 @@ def test_attention_maps_and_answers_are_the_models(run: tuple[Path, object]) -> 
         assert answer["correct"] == ("yes" if answer["predicted"] == answer["expected"] else "no")
 
 
+def test_the_report_and_blocklab_train_print_the_same_tokens_per_second(tmp_path: Path, capsys) -> None:
+    from blocklab.cli import main
+
+    out = tmp_path / "run"
+    # a log window that does not divide the run: the mean of the windows' rates would differ
+    assert main(["train", "--task", "tiny-lm", "--steps", "7", "--warmup", "1", "--log-every", "3",
+                 "--out", str(out), "-q"]) == 0
+    printed = capsys.readouterr().out
+    cli_rate = printed.split(" tokens/s")[0].rsplit(" ", 1)[1]  # "... 2.1 s, 12,345 tokens/s; run folder"
+    page = Page()
+    page.feed((out / "report.html").read_text())
+    shown = page.cells[page.cells.index("tokens/s (training)") + 1]
+    assert shown == cli_rate and shown.replace(",", "").isdigit()
+    from blocklab.runfolder import read_metrics
+
+    windows = [r["tokens_per_s"] for r in read_metrics(out) if "tokens_per_s" in r]
+    assert len(windows) == 2  # steps 3 and 6 (step 7 is outside every full window)
+
+
 def test_attention_maps_share_one_colour_scale_per_layer_with_a_colorbar(run: tuple[Path, object]) -> None:
     _, result = run
     task = get_task("listops")

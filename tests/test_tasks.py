@@ -324,9 +324,22 @@ def test_text_vocabulary_is_pad_then_sorted_characters(text_file: Path) -> None:
     assert vocab == ["<PAD>", *sorted(set(TRAIN_CHARS + TEST_CHARS))]
 
 
+def test_text_without_a_path_models_the_shipped_corpus() -> None:
+    import blocklab
+
+    corpus = Path(blocklab.__file__).parent / "tasks" / "data" / "coriolanus.txt"
+    text = corpus.read_text(encoding="utf-8")
+    assert 40_000 < corpus.stat().st_size < 100_000 and text.startswith("First Citizen:\n")
+    task = get_task("text")
+    assert task.to_dict()["path"] is None and task.text == text
+    assert task.tokenizer.vocab_size == 1 + len(set(text))  # <PAD> and one id per character
+    train, test = task.split("train"), task.split("test")
+    assert train.inputs.shape[1] == test.inputs.shape[1] == 64
+
+
 def test_text_file_errors_are_clear(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="path is required"):
-        get_task("text")
+    with pytest.raises(ValueError, match="path is empty"):
+        get_task("text", path="")
     with pytest.raises(ValueError, match="no such file"):
         get_task("text", path=str(tmp_path / "missing.txt"))
     (tmp_path / "empty.txt").write_text("")

@@ -192,7 +192,7 @@ def test_a_model_without_tokenizer_says_how_to_attach_one():
     model = bl.Transformer(bl.preset("tiny-lm"))
     for call in (lambda: model.to_tokens("I like"), lambda: model.to_str_tokens([1, 2]),
                  lambda: model.to_string([1, 2])):
-        with pytest.raises(ValueError, match=r"no tokenizer: set model.tokenizer .*load_model"):
+        with pytest.raises(ValueError, match=r"no tokenizer: set model.tokenizer .*blocklab.load"):
             call()
 
 

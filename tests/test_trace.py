@@ -288,7 +288,7 @@ def test_cli_trace_of_a_checkpoint_uses_its_tokenizer_or_needs_ids(tmp_path: Pat
                  "--stages", "embed", "--width", "200"]) == 0
     assert re.search(r"^\s+0  11\s", capsys.readouterr().out, re.M)  # rows labelled by id
     assert main(["trace", "--checkpoint", str(without), "--tokens", "1", "--d-model", "32"]) == 2
-    assert "apply to --preset, not to --checkpoint" in capsys.readouterr().err
+    assert "apply to --preset, not to --model" in capsys.readouterr().err
 
 
 # ---- the page in a real browser -------------------------------------------------------------------

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -644,8 +645,8 @@ def test_ctrl_c_checkpoints_the_interrupted_step_and_resume_is_bit_identical(tmp
     error = caught.value
     assert isinstance(error, KeyboardInterrupt) and error.step == 5
     assert error.checkpoint == tmp_path / "run" / "checkpoints" / "step-000005"
-    assert str(error) == (f"training interrupted at step 5 of 9; saved {error.checkpoint}; continue with: "
-                          f"blocklab train --resume --out {tmp_path / 'run'}")
+    assert str(error) == f"training interrupted at step 5 of 9; saved {error.checkpoint}"
+    assert error.out_dir == tmp_path / "run"
     assert [s for s, _ in checkpoint_dirs(tmp_path / "run")] == [5]
     resumed = train(config, c, task, tmp_path / "run", resume=True, report=False)
     plain = train(config, c, task)
@@ -654,8 +655,7 @@ def test_ctrl_c_checkpoints_the_interrupted_step_and_resume_is_bit_identical(tmp
 
 def test_a_second_ctrl_c_stops_at_once_naming_the_last_checkpoint(tmp_path: Path) -> None:
     config, task = tiny("tiny-lm")
-    with pytest.raises(TrainingInterrupted, match=r"at step 4 of 6; the last checkpoint is .*step-000003; "
-                                                  "continue with: blocklab train --resume"):
+    with pytest.raises(TrainingInterrupted, match=r"at step 4 of 6; the last checkpoint is .*step-000003$"):
         train(config, EXTEND, task, tmp_path, callbacks=[_interrupt_at(5, times=2)], report=False)
     assert [s for s, _ in checkpoint_dirs(tmp_path)] == [3]  # step 5 was cut short: nothing saved for it
 
@@ -734,3 +734,24 @@ def test_train_config_refuses_values_that_crash_later_and_the_largest_allowed_lr
     largest = 3.4028234663852886e38 * (1 - 0.9)  # the boundary itself is allowed: training diverges, no crash
     with pytest.raises(TrainingDiverged, match="step 2: the training loss is nan"):
         train(config, TrainConfig(steps=3, batch_size=8, lr=largest, warmup=0, target_accuracy=None), task)
+
+
+def test_warmup_as_long_as_the_run_warns_once_it_is_sure_to_train(tmp_path: Path, capsys) -> None:
+    from blocklab.cli import main
+    from blocklab.errors import BlocklabWarning
+
+    config, task = tiny("tiny-lm")
+    with pytest.warns(BlocklabWarning, match=r"warmup=4 >= steps=4: the whole run is warmup, so the peak "
+                                             r"learning rate lr=0.005 is reached only at the last step"):
+        train(config, EXTEND.replace(steps=4, warmup=4), task, report=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # warmup < steps: silent
+        train(config, EXTEND.replace(steps=4, warmup=3), task, report=False)
+    argv = ["train", "--task", "tiny-lm", "--steps", "3", "--out", str(tmp_path / "run"), "-q", "--no-report"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert err == ("blocklab: warning: TrainConfig.warmup=20 >= steps=3: the whole run is warmup, so the "
+                   "peak learning rate lr=0.005 is never reached and the cosine decay never runs; lower "
+                   "--warmup or raise --steps\n")
+    assert main([*argv, "--resume"]) == 0  # nothing left to train: nothing to warn about
+    assert "warning" not in capsys.readouterr().err

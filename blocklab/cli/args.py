@@ -1,21 +1,142 @@
 """Every flag builder and argument parser of the ``blocklab`` command, in one place.
 
-Library modules take typed values; turning the command line's text into them happens here:
-booleans, numbers-or-text, ``--vary FIELD=V1,V2``, token ids, the ModelConfig / TrainConfig flags
-(generated from the dataclass fields, so a new field is a new flag), the task flags.
+Library modules take typed values; turning the command line's text into them happens here. The
+grammar every command follows:
+
+- ``--json [FILE|-]``: the result as JSON; ``--json`` or ``--json -`` prints it on stdout instead of
+  the text, ``--json FILE`` writes it to FILE and prints the text as usual.
+- ``--model PATH`` (alias ``--checkpoint``): anything ``blocklab.load`` reads.
+- ``--out PATH``: where the command writes; paths start with ``~`` expanded, an empty path is refused.
+- ``--jobs N``: worker processes; default one per CPU core this process may use.
+- a flag name means one thing everywhere; every flag that takes one of a few values lists them and
+  its default in ``--help``; numbers the configs validate are left to them, the rest are checked here.
+- a mistake is one line ``blocklab: error: ...`` (a mistyped flag or command gets "did you mean").
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable, Iterable
-from typing import Any
+import difflib
+import json
+import re
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
 
-from ..config import FIELDS, PRESETS, ModelConfig, preset
+from rich_argparse import RawDescriptionRichHelpFormatter, RichHelpFormatter
+
+from ..config import CHOICES, FIELDS, PRESETS, ModelConfig, preset
 from ..device import DEVICE_CHOICES, DTYPE_CHOICES
+from ..errors import UsageError
 from ..tasks import DEFAULT_TASK, TASKS, Task, get_task
 from ..trainconfig import TRAIN_FIELDS, TrainConfig
+
+# ---- the parser: one-line errors, "did you mean", readable help ------------------------------------
+
+
+class HelpFormatter(RichHelpFormatter):
+    """rich-argparse's help, with help texts taken literally (no console markup in them)."""
+
+    help_markup = False
+    text_markup = False
+
+
+class RawDescriptionHelpFormatter(RawDescriptionRichHelpFormatter):
+    """``HelpFormatter`` keeping the description's and epilog's line breaks (for examples)."""
+
+    help_markup = False
+    text_markup = False
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose mistakes are one line (``UsageError``, exit 2) ending in a hint, with
+    "did you mean" for a mistyped flag, command or choice. Flags are never abbreviated: ``--step``
+    is not ``--steps`` (an abbreviation would change meaning the day a longer flag is added)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        """Raise the message as one line naming the flag (``--steps: ...``), with where help is."""
+        message = re.sub(r"^argument COMMAND: ", "", message)
+        if message == "the following arguments are required: COMMAND":
+            message = f"no command given; the commands are {', '.join(self.commands())}"
+        message = re.sub(r"^argument (-[^/:\s]+)(/-[^/:\s]+)*: ", r"\1: ", message)
+        raise UsageError(f"{message}; see '{self.prog} --help'")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """Unknown choices (and commands) get the nearest known one."""
+        if action.choices is None or value in action.choices:
+            return
+        known = [str(c) for c in action.choices]
+        what = "command" if isinstance(action, argparse._SubParsersAction) else "value"
+        raise argparse.ArgumentError(action, f"unknown {what} {value!r}{did_you_mean(str(value), known)} "
+                                             f"(choose from {', '.join(known)})")
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        """Parse with ``--d_model`` read as ``--d-model``: every flag may be spelled with ``_`` or ``-``."""
+        return super().parse_known_args(None if args is None else dashed(args), namespace)
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        """Parse; an unknown argument is refused naming the command it was given to."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = self.command_parser(getattr(parsed, "command", None)) or self
+            command.refuse_extra(extras)
+        return parsed
+
+    def command_parser(self, name: str | None) -> Parser | None:
+        """The subcommand parser called ``name`` (None when there is none)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and name in action.choices:
+                return action.choices[name]
+        return None
+
+    def commands(self) -> list[str]:
+        """The names of this parser's subcommands."""
+        subparsers = [a for a in self._actions if isinstance(a, argparse._SubParsersAction)]
+        return [name for action in subparsers for name in action.choices]
+
+    def option_strings(self) -> list[str]:
+        """Every flag this parser knows."""
+        return [s for action in self._actions for s in action.option_strings]
+
+    def refuse_extra(self, extras: list[str]) -> NoReturn:
+        """Refuse the first unknown flag (or stray value), with the nearest known flag."""
+        flag = next((e for e in extras if e.startswith("-") and e != "-"), None)
+        if flag is None:
+            self.error(f"unexpected argument {extras[0]!r}")
+        name = flag.split("=", 1)[0]
+        self.error(f"unknown flag {name}{did_you_mean(name, self.option_strings())}")
+
+
+def dashed(argv: Sequence[str]) -> list[str]:
+    """``--d_model=8`` -> ``--d-model=8`` (flags only, up to a ``--`` separator; values untouched)."""
+    out, flags = [], True
+    for arg in argv:
+        if arg == "--":
+            flags = False
+        if flags and arg.startswith("--") and "_" in arg.split("=", 1)[0]:
+            name, sep, value = arg.partition("=")
+            arg = name.replace("_", "-") + sep + value
+        out.append(arg)
+    return out
+
+
+def did_you_mean(text: str, known: Iterable[str]) -> str:
+    """``"; did you mean --steps?"`` for the nearest of ``known``, or ``""``."""
+    close = difflib.get_close_matches(text, list(known), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def add_command(sub: argparse._SubParsersAction, name: str, summary: str, description: str) -> Parser:
+    """A subcommand: ``summary`` is its line in ``blocklab --help``, ``description`` its own help's text."""
+    return sub.add_parser(name, help=summary, description=description)
+
 
 # ---- value parsers -------------------------------------------------------------------------------
 
@@ -35,16 +156,39 @@ def parse_optional_bool(text: str) -> bool | None:
     return None if text.strip().lower() == "auto" else parse_bool(text)
 
 
+def parse_int(text: str) -> int:
+    """An integer written in decimal ('1.5' and '1e3' are refused: a count is never rounded)."""
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def parse_float(text: str) -> float:
+    """A number (``1e-3``, ``0.5``, ``nan`` and ``inf`` too: the configs say which they allow)."""
+    try:
+        return float(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def at_least(minimum: int, most: int | None = None) -> Callable[[str], int]:
+    """A parser of integers >= ``minimum`` (and <= ``most``), for numbers no config validates."""
+
+    def parse(text: str) -> int:
+        value = parse_int(text)
+        if value < minimum or (most is not None and value > most):
+            rule = f"between {minimum} and {most}" if most is not None else f">= {minimum}"
+            raise argparse.ArgumentTypeError(f"{text!r} must be an integer {rule}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
 def parse_int_or_ratio(text: str) -> int | str:
     """``--d-ff``: '256' -> 256; '4x', '8/3x', '4.0' stay text for ``resolve_d_ff``."""
     return int(text) if text.strip().isdigit() else text
-
-
-def parse_count(text: str) -> int:
-    """A whole number >= 1 (``--rounds``)."""
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
-    return int(text)
 
 
 def parse_value(text: str) -> Any:
@@ -57,12 +201,51 @@ def parse_value(text: str) -> Any:
     return {"none": None, "true": True, "false": False}.get(text.lower(), text)
 
 
-def parse_target(text: str) -> float | None:
-    """``--target-accuracy``: a number in (0, 1] (or a percentage like 99.5), or ``none``."""
-    if text.strip().lower() in ("none", "off", "0"):
+ACCURACY_RULE = "a fraction in (0, 1] like 0.995, a percentage like 99.5%, or none"
+
+
+def parse_accuracy(text: str) -> float | None:
+    """An accuracy: a fraction in (0, 1] (``0.995``) or a percentage with its sign (``99.5%``);
+    ``none``, ``off`` or ``0``: no target. ``1.5`` is refused: 1.5% or 150%, it is not a fraction."""
+    value = text.strip().lower()
+    if value in ("none", "off", "0"):
         return None
-    value = float(text.rstrip("%"))
-    return value / 100 if value > 1 or text.endswith("%") else value
+    percent = value.endswith("%")
+    try:
+        number = float(value.removesuffix("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {ACCURACY_RULE}") from None
+    fraction = number / 100 if percent else number
+    if not 0 < fraction <= 1:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text!r} is not {ACCURACY_RULE}")
+    return fraction
+
+
+def parse_path(text: str) -> str:
+    """A path from a flag: ``~`` expanded, an empty path refused."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; name a file or folder")
+    return str(Path(text).expanduser())
+
+
+def parse_json_target(text: str) -> str:
+    """``--json``'s value: ``-`` (stdout) or a file path."""
+    return text if text == "-" else parse_path(text)
+
+
+def parse_name(text: str) -> str:
+    """A name (task, preset, claim): not empty, surrounding spaces dropped."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty name")
+    return text.strip()
+
+
+def parse_names(text: str) -> list[str]:
+    """``"a,b"`` -> ["a", "b"]; a list that names nothing (``","``) is refused."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"{text!r} names nothing; give comma-separated names like a,b")
+    return names
 
 
 def parse_token_ids(text: str, flag: str = "--tokens") -> list[int]:
@@ -97,12 +280,31 @@ def parse_vary(items: list[str]) -> dict[str, list[Any]]:
     return grid
 
 
+def literal(text: str) -> str:
+    """A help text shown as written (argparse %-formats help texts: ``99.5%`` must be ``99.5%%``)."""
+    return text.replace("%", "%%")
+
+
+def one_of(values: Iterable[Any], default: Any) -> str:
+    """The help text of a choice: ``one of: a, b, c (default: a)``."""
+    return f"one of: {', '.join(map(str, values))} (default: {default})"
+
+
 # ---- flags generated from the config dataclasses ---------------------------------------------------
 
 
-def field_flags(name: str) -> list[str]:
-    """``--d-model`` and ``--d_model`` for field ``d_model`` (one spelling for names without ``_``)."""
-    return [f"--{name.replace('_', '-')}"] + ([f"--{name}"] if "_" in name else [])
+def field_flag(name: str) -> str:
+    """``--d-model`` for field ``d_model`` (``--d_model`` is read the same: ``Parser`` takes either)."""
+    return f"--{name.replace('_', '-')}"
+
+
+def shown(value: Any) -> str:
+    """A default as the user writes it: ``true``, ``none``, ``1e-05``."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def set_fields(args: argparse.Namespace, names: Iterable[str]) -> dict[str, Any]:
@@ -111,31 +313,86 @@ def set_fields(args: argparse.Namespace, names: Iterable[str]) -> dict[str, Any]
     return {name: getattr(args, name) for name in names if hasattr(args, name)}
 
 
-_MODEL_FIELD_TYPES: dict[str, Callable[[str], Any]] = {
-    "d_ff": parse_int_or_ratio,
-    "final_norm": parse_optional_bool,
+def _field_parser(name: str, default: Any) -> tuple[Callable[[str], Any], str, str]:
+    """(parser, metavar, what the values are) for a config field, from its default's type."""
+    if name == "d_ff":
+        return parse_int_or_ratio, "N|RATIO", "an integer or a ratio times d_model like 4x or 8/3x"
+    if name == "final_norm":
+        return parse_optional_bool, "true|false|auto", "true, false or auto (auto: on unless post-norm)"
+    if name == "target_accuracy":
+        return parse_accuracy, "ACCURACY", ACCURACY_RULE
+    if name in CHOICES:
+        return str, "NAME", f"one of: {', '.join(CHOICES[name])}"
+    if isinstance(default, bool):
+        return parse_bool, "true|false", "true or false"
+    if isinstance(default, int):
+        return parse_int, "N", ""
+    if isinstance(default, float):
+        return parse_float, "X", ""
+    return str, "TEXT", ""
+
+
+# What each config field means, for --help (the rules themselves are the configs' to check).
+FIELD_HELP = {
+    "vocab_size": "token ids are 0..N-1",
+    "max_seq_len": "the longest input, in tokens",
+    "d_model": "width of the residual stream",
+    "n_heads": "attention heads (they must divide d-model)",
+    "n_layers": "blocks in the stack",
+    "d_ff": "hidden width of the feed-forward",
+    "activation": "the feed-forward's activation",
+    "norm": "the normalization",
+    "norm_position": "post: after each residual add; pre: before each branch; sandwich: both",
+    "residual": "how a branch joins the residual stream",
+    "eps": "the norms' epsilon",
+    "bias": "biases in the linear layers and norms",
+    "causal": "each position sees only itself and earlier ones (a language model)",
+    "pos_encoding": "the position code added to the token embedding",
+    "tie_embeddings": "the output head shares the token embedding's weights",
+    "final_norm": "a norm after the last block",
+    "dropout": "dropout probability while training",
+    "type_vocab_size": "BERT's token-type (segment) embeddings; 0: none",
+    "embed_norm": "a norm on the embeddings (BERT)",
+    "fused": "memory-lean fused autograd functions (the same math)",
+    "checkpoint_blocks": "recompute each block in backward: memory flat in depth",
+    "steps": "optimizer steps; the cosine decay spans all of them",
+    "batch_size": "examples per step",
+    "lr": "peak learning rate, reached after warmup",
+    "warmup": "linear warmup steps",
+    "min_lr_ratio": "the cosine ends at lr times this",
+    "weight_decay": "AdamW's decay on matrices and embeddings",
+    "beta1": "AdamW's beta1",
+    "beta2": "AdamW's beta2",
+    "grad_clip": "largest global gradient norm; 0: no clipping",
+    "eval_every": "held-out evaluation every N steps",
+    "eval_batch_size": "examples per evaluation forward pass",
+    "log_every": "a metrics.jsonl line every N steps",
+    "checkpoint_every": "a checkpoint every N steps; 0: only the final one",
+    "keep_checkpoints": "newest checkpoints kept on disk",
+    "seed": "seed of the model's init, the data order and dropout",
+    "target_accuracy": "stop at the first evaluation reaching this held-out accuracy",
+    "threads": "torch threads; 0: torch's default",
 }
 
 
+def _field_help(name: str, values: str, default: str) -> str:
+    parts = [part for part in (FIELD_HELP.get(name), values) if part]
+    return literal(f"{'; '.join(parts)} (default: {default})")
+
+
 def add_config_flags(parser: argparse.ArgumentParser, with_preset: bool = True) -> None:
-    """``--preset NAME`` plus one flag per ModelConfig field (``--d-model`` or ``--d_model``)."""
-    group = parser.add_argument_group("model config (ModelConfig fields; override the preset)")
+    """``--preset NAME`` plus one flag per ModelConfig field (``--d-model``)."""
+    group = parser.add_argument_group(
+        "model config", "ModelConfig fields; each overrides the preset (ModelConfig validates them)"
+    )
     if with_preset:
-        group.add_argument("--preset", default="listops-seed", help=f"one of: {', '.join(PRESETS)}")
+        group.add_argument("--preset", default="listops-seed", type=parse_name, metavar="NAME",
+                           help=one_of(PRESETS, "listops-seed"))
     for f in dataclasses.fields(ModelConfig):
-        default = f.default
-        kind = _MODEL_FIELD_TYPES.get(f.name) or (parse_bool if isinstance(default, bool) else type(default))
-        metavar = (
-            "true|false" if kind is parse_bool else ("true|false|auto" if f.name == "final_norm" else None)
-        )
-        group.add_argument(
-            *field_flags(f.name),
-            dest=f.name,
-            type=kind,
-            default=argparse.SUPPRESS,
-            metavar=metavar,
-            help=f"default: the preset's, else {default!r}",
-        )
+        kind, metavar, values = _field_parser(f.name, f.default)
+        default = "auto" if f.name == "final_norm" else shown(f.default)
+        group.add_argument(field_flag(f.name), dest=f.name, type=kind, default=argparse.SUPPRESS,
+                           metavar=metavar, help=_field_help(f.name, values, f"the preset's, else {default}"))
 
 
 def config_from_args(args: argparse.Namespace, **task_overrides: Any) -> ModelConfig:
@@ -144,33 +401,31 @@ def config_from_args(args: argparse.Namespace, **task_overrides: Any) -> ModelCo
 
 
 def add_train_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per TrainConfig field (``--batch-size`` or ``--batch_size``); unset: the task's default."""
-    group = parser.add_argument_group("training (TrainConfig fields)")
+    """One flag per TrainConfig field (``--batch-size``); unset: the task's default."""
+    group = parser.add_argument_group("training", "TrainConfig fields (TrainConfig validates them)")
     for f in dataclasses.fields(TrainConfig):
-        kind = parse_target if f.name == "target_accuracy" else type(f.default)
-        group.add_argument(
-            *field_flags(f.name),
-            dest=f.name,
-            type=kind,
-            default=argparse.SUPPRESS,
-            help=f"default {f.default!r}",
-        )
+        kind, metavar, values = _field_parser(f.name, f.default)
+        group.add_argument(field_flag(f.name), dest=f.name, type=kind, default=argparse.SUPPRESS,
+                           metavar=metavar,
+                           help=_field_help(f.name, values, f"the task's, else {shown(f.default)}"))
+
+
+# ---- flags shared by several commands: one builder each ------------------------------------------
 
 
 def add_task_flags(
     parser: argparse.ArgumentParser, default: str | None = DEFAULT_TASK, what: str = ""
 ) -> None:
     """``--task NAME`` and repeatable ``--task-option KEY=VALUE``."""
-    what = what or f"default {default}"
-    parser.add_argument("--task", default=default, help=f"{', '.join(TASKS)} ({what})")
+    parser.add_argument("--task", default=default, type=parse_name, metavar="NAME",
+                        help=one_of(TASKS, what or default))
     parser.add_argument(
         "--task-option",
-        "--task_option",
         dest="task_options",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a task option, e.g. path=corpus.txt seq_len=32 (repeatable)",
+        help="a task option, e.g. path=corpus.txt or seq_len=32 (repeatable)",
     )
 
 
@@ -179,32 +434,113 @@ def task_from_args(args: argparse.Namespace, seed: int | None = None, name: str 
     options: dict[str, Any] = {} if seed is None else {"seed": seed}
     for item in args.task_options:
         key, sep, value = item.partition("=")
-        if not sep or not key:
+        if not sep or not key.strip():
             raise ValueError(f"--task-option {item!r} must look like KEY=VALUE, e.g. seq_len=32")
         options[key.strip().replace("-", "_")] = parse_value(value.strip())
     return get_task(name or args.task or DEFAULT_TASK, **options)
 
 
-def add_checkpoint_flags(parser: argparse.ArgumentParser) -> None:
-    """``--checkpoint`` (a file, a checkpoint folder or a run folder), ``--task`` (default: the one
-    the checkpoint records) and ``--json``."""
-    parser.add_argument(
-        "--checkpoint", required=True, help="model.safetensors, a checkpoint folder or a run folder"
-    )
-    add_task_flags(parser, default=None, what="default: the checkpoint's")
-    parser.add_argument("--json", action="store_true", help="print JSON")
+def add_model_flag(parser: argparse.ArgumentParser, required: bool = True, what: str = "") -> None:
+    """``--model PATH`` (alias ``--checkpoint``): a run folder, checkpoint, Hugging Face folder or package."""
+    from ..load import ACCEPTED
+
+    parser.add_argument("--model", "--checkpoint", dest="model", required=required, type=parse_path,
+                        metavar="PATH", help=f"{what or 'the model'}: {ACCEPTED}")
+
+
+def add_model_and_task_flags(parser: argparse.ArgumentParser) -> None:
+    """``--model`` and ``--task`` (default: the task the model's checkpoint records)."""
+    add_model_flag(parser)
+    add_task_flags(parser, default=None, what="the one the checkpoint records")
+
+
+def add_json_flag(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--json [FILE|-]``: ``what`` as JSON, on stdout instead of the text, or written to FILE."""
+    parser.add_argument("--json", nargs="?", const="-", default=None, type=parse_json_target, metavar="FILE",
+                        help=f"{what} as JSON: --json (or --json -) prints it instead of the text; "
+                             "--json FILE writes it to FILE")
+
+
+def add_out_flag(parser: argparse.ArgumentParser, what: str, required: bool = False) -> None:
+    """``--out PATH``: where the command writes (``~`` expanded; empty refused)."""
+    parser.add_argument("--out", required=required, type=parse_path, metavar="PATH", help=what)
+
+
+def add_jobs_flag(parser: argparse.ArgumentParser) -> None:
+    """``--jobs N``: worker processes; the one default rule is one per CPU core this process may use."""
+    parser.add_argument("--jobs", type=at_least(1), default=None, metavar="N",
+                        help="worker processes run at once (default: one per CPU core this process may use; "
+                             "1: one at a time, in this process)")
+
+
+def jobs_from_args(args: argparse.Namespace) -> int:
+    """``--jobs``, or one per available CPU core."""
+    from ..experiments.runs import default_jobs
+
+    return args.jobs if args.jobs is not None else default_jobs()
+
+
+def add_seed_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup, what: str,
+                  default: int | None = 0, shown: str = "0") -> None:
+    """``--seed N``: the seed of the command's randomness (``what`` says which; ``default`` None when
+    giving it at all means something, as for generate, where a seed only goes with sampling)."""
+    parser.add_argument("--seed", type=parse_int, default=default, metavar="N",
+                        help=f"{what} (default: {shown})")
 
 
 def add_device_flags(parser: argparse.ArgumentParser) -> None:
     """``--device`` and ``--dtype`` for commands that run a model (``train`` has them as TrainConfig
     fields); blocklab/device.py resolves and checks them (``resolve_compute``)."""
     parser.add_argument(
-        "--device",
-        default="auto",
-        help=f"{', '.join(DEVICE_CHOICES)} or cuda:N (default auto: cuda if present, else mps, else cpu)",
+        "--device", default="auto", metavar="DEVICE",
+        help=f"{', '.join(DEVICE_CHOICES)} or cuda:N (default: auto: cuda if present, else mps, else cpu)",
     )
     parser.add_argument(
-        "--dtype",
-        default="float32",
-        help=f"{', '.join(DTYPE_CHOICES)}: bfloat16/float16 run the matmuls under autocast (default float32)",
+        "--dtype", default="float32", metavar="DTYPE",
+        help=f"{', '.join(DTYPE_CHOICES)}: bfloat16/float16: the matmuls under autocast (default: float32)",
     )
+
+
+def add_quiet_flag(parser: argparse.ArgumentParser, what: str) -> None:
+    """``-q`` / ``--quiet``."""
+    parser.add_argument("-q", "--quiet", action="store_true", help=what)
+
+
+OUTPUT_FLAGS = ("json", "html", "plot")  # the flags naming a file the command writes ("-": stdout)
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Refuse, before any work, an output file that is the command's input, inside an input folder,
+    inside a blocklab folder, or named by two flags (runfolder.check_output_files: a command writes
+    only what it owns)."""
+    from ..runfolder import check_output_files
+
+    named = (getattr(args, "model", None), getattr(args, "path", None))
+    inputs = [p for p in named if p and Path(p).exists()]  # a package name is not a path
+    outputs = {f"--{name}": getattr(args, name, None) for name in OUTPUT_FLAGS}
+    check_output_files({flag: path for flag, path in outputs.items() if path != "-"}, inputs)
+
+
+def emit_json(target: str | None, data: Any, lines: bool = False) -> bool:
+    """Carry out ``--json``: ``-`` prints ``data`` on stdout and returns True (the caller prints no
+    text); a FILE is written (atomically) and False returned; None (no ``--json``): False. Strict
+    JSON: a NaN or infinity is written as null. ``lines``: ``data`` is a list, one JSON line each."""
+    if target is None:
+        return False
+    from ..runfiles import json_safe
+
+    rows = data if lines else [data]
+    text = "\n".join(json.dumps(json_safe(row), allow_nan=False) for row in rows)
+    if target == "-":
+        print(text)
+        return True
+    from ..checkpoint import atomic_write_bytes
+
+    atomic_write_bytes(target, (text + "\n").encode())
+    return False
+
+
+def say_written(path: str | None, to_stderr: bool = False) -> None:
+    """``wrote FILE`` after writing a flag's file (nothing for None or ``-``, stdout)."""
+    if path is not None and path != "-":
+        print(f"wrote {path}", file=sys.stderr if to_stderr else sys.stdout)

@@ -3,33 +3,40 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from ..bench import FULL, MIN_ROUNDS_FOR_VERDICT, QUICK
-from ..runfolder import check_output_files, write_output_file
-from .args import parse_count
+from ..runfolder import check_output_file
+from .args import add_command, add_json_flag, at_least, emit_json, one_of, parse_path, say_written
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``bench``."""
-    p = sub.add_parser(
-        "bench",
-        help="blocklab's block vs PyTorch, transformers and x-transformers blocks: "
+    p = add_command(
+        sub, "bench",
+        "blocklab's block vs PyTorch, transformers and x-transformers blocks: "
         "tokens/s, saved activations, peak memory, FLOP rate, sweeps",
+        "Benchmark blocklab's block against the same block from PyTorch, transformers and x-transformers, "
+        "measured side by side in one run (interleaved rounds): tokens/s, activation memory saved for "
+        "backward, peak memory, FLOP rate, and sweeps over width and sequence length.",
     )
     p.add_argument("--quick", action="store_true", help=f"{QUICK.rounds} interleaved rounds instead of "
                    f"{FULL.rounds}, fewer sweep points")
-    p.add_argument("--rounds", type=parse_count, metavar="N",
+    p.add_argument("--rounds", type=at_least(1), metavar="N",
                    help=f"interleaved rounds of the comparison (default {FULL.rounds}, --quick "
                    f"{QUICK.rounds}; a speed verdict needs {MIN_ROUNDS_FOR_VERDICT})")
     p.add_argument(
         "--compile", action="store_true", help="also torch.compile every block (compile time reported)"
     )
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
-    p.add_argument("--json", metavar="FILE", help="write the full report as JSON")
-    p.add_argument("--plot", metavar="FILE", help="sweep plot (PNG); default: next to --json, else none")
+    p.add_argument("--dtype", default="float32", choices=DTYPES, metavar="DTYPE",
+                   help=one_of(DTYPES, "float32"))
+    add_json_flag(p, "the full report")
+    p.add_argument("--plot", type=parse_path, metavar="FILE",
+                   help="sweep plot (PNG); default: next to --json FILE, else none")
     p.set_defaults(func=cmd_bench)
+
+
+DTYPES = ("float32", "bfloat16")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -37,12 +44,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from ..bench import run_bench
     from ..bench_report import print_report
 
-    plot = args.plot or (str(Path(args.json).with_suffix(".png")) if args.json else None)
-    check_output_files({"--json": args.json, "--plot": plot})  # before minutes of measuring
+    json_file = args.json if args.json != "-" else None
+    plot = args.plot or (str(Path(json_file).with_suffix(".png")) if json_file else None)
+    if plot is not None and args.plot is None:  # the plot next to --json FILE (main checked the flags)
+        check_output_file(plot, flag="--plot")
     report = run_bench(
         quick=args.quick, compile=args.compile, dtype=args.dtype, plot=plot, rounds=args.rounds
     )
+    if emit_json(args.json, report):
+        return 0
     print_report(report)
-    if args.json:
-        write_output_file(args.json, json.dumps(report, indent=1).encode(), flag="--json")
+    say_written(args.json)
     return 0

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from ..config import PRESET_NOTES, PUBLISHED_TOTALS, ModelConfig, preset
-from .args import add_config_flags, config_from_args
+from .args import add_command, add_config_flags, add_json_flag, config_from_args, emit_json, say_written
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``params``."""
-    p = sub.add_parser("params", help="analytic parameter count with a per-component breakdown")
+    p = add_command(
+        sub, "params", "analytic parameter count with a per-component breakdown",
+        "Count the parameters of a preset plus any ModelConfig flag, per component, from the formulas "
+        "(no model is built), and compare with the published total of a known preset.",
+    )
     add_config_flags(p)
-    p.add_argument("--json", action="store_true", help='print {"total": int, "components": {...}}')
+    add_json_flag(p, 'the count: {"total": int, "components": {...}, "per_layer": {...}}')
     p.set_defaults(func=cmd_params)
 
 
@@ -23,8 +26,7 @@ def cmd_params(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     count = count_parameters(config)
-    if args.json:
-        print(json.dumps(count.to_dict()))
+    if emit_json(args.json, count.to_dict()):
         return 0
     from rich.console import Console
     from rich.table import Table
@@ -53,6 +55,7 @@ def cmd_params(args: argparse.Namespace) -> int:
         console.print(f"published total: {published:,} ({verdict})")
     if args.preset in PRESET_NOTES:
         console.print(f"note: {PRESET_NOTES[args.preset]}")
+    say_written(args.json)
     return 0
 
 

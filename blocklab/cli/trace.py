@@ -1,64 +1,87 @@
 """``blocklab trace``: pick the model and the input, collect, then print / write JSON / write HTML.
 
 The model is a preset built with a fixed seed (``listops-seed`` and ``tiny-lm`` bring their
-task's tokenizer) or a checkpoint (a blocklab file, a Hugging Face folder or an installed
-model package), which brings its own tokenizer when it has one.
+task's tokenizer) or ``--model`` (anything ``blocklab.load`` reads: a run, a checkpoint, a Hugging
+Face folder or an installed model package), which brings its own tokenizer when it has one.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..config import FIELDS
 from ..model import Transformer
-from ..runfolder import check_output_files, write_output_file
+from ..runfolder import write_output_file
 from ..trace.collect import collect_trace, trace_to_dict
 from ..trace.record import Trace
-from .args import add_config_flags, add_device_flags, parse_token_ids, set_fields
+from .args import (
+    add_command,
+    add_config_flags,
+    add_device_flags,
+    add_json_flag,
+    add_model_flag,
+    add_quiet_flag,
+    add_seed_flag,
+    at_least,
+    emit_json,
+    parse_int,
+    parse_path,
+    parse_token_ids,
+    say_written,
+    set_fields,
+)
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``trace``."""
-    p = sub.add_parser("trace", help="walk one input through the model and print every stage's numbers")
-    add_config_flags(p)
-    p.add_argument("--seed", type=int, default=0, help="seed the preset's weights are drawn with (default 0)")
-    p.add_argument(
-        "--checkpoint",
-        help="trace a trained or imported model instead of a preset: a blocklab "
-        "checkpoint file, a Hugging Face model folder, or a package name",
+    p = add_command(
+        sub, "trace", "walk one input through the model and print every stage's numbers",
+        "Walk one input through a model and print every stage (embeddings, each block's norms, "
+        "attention, feed-forward and residual stream, the final norm, the logits): per-position "
+        "statistics and the vectors themselves. The model is a preset with weights drawn from --seed, or "
+        "--model (a trained or imported model, with its tokenizer).",
     )
-    p.add_argument("--input", help='text in the model\'s vocabulary, e.g. "Max ( 1 , 6 , 2 )"')
-    p.add_argument("--tokens", help="token ids instead of text, e.g. 1,2,3")
-    p.add_argument("--target", help="the token the last position should predict (adds the loss stage)")
-    p.add_argument("--position", type=int, help="show only this position (-1 = last; default all)")
-    p.add_argument("--decimals", type=int, default=4, help="digits after the decimal point (default 4)")
+    add_config_flags(p)
+    add_seed_flag(p, "seed the preset's weights are drawn with")
+    add_model_flag(p, required=False, what="trace this model instead of a preset")
+    p.add_argument("--input", metavar="TEXT",
+                   help='text in the model\'s vocabulary, e.g. "Max ( 1 , 6 , 2 )"')
+    p.add_argument("--tokens", metavar="IDS", help="token ids instead of text, e.g. 1,2,3")
+    p.add_argument("--target", metavar="TOKEN",
+                   help="the token the last position should predict (adds the loss stage)")
+    p.add_argument("--position", type=parse_int, metavar="N",
+                   help="show only this position (-1: the last; default: all)")
+    p.add_argument("--decimals", type=at_least(0, 12), default=4, metavar="N",
+                   help="digits after the decimal point, 0 to 12 (default: 4)")
     p.add_argument(
         "--max-features",
-        "--max_features",
         dest="max_features",
-        type=int,
+        type=at_least(0),
         default=16,
-        help="features of each vector printed (default 16; 0 = all)",
+        metavar="N",
+        help="features of each vector printed (default: 16; 0: all)",
     )
     p.add_argument(
         "--stages",
         action="append",
+        metavar="GLOB",
         help="only stages matching this glob (repeatable), e.g. 'blocks.0.*' or '*.ln1'",
     )
-    p.add_argument("--width", type=int, help="width of the tables (default: the terminal's, else 160)")
-    p.add_argument("--json", metavar="FILE", help="also write the trace as JSON (blocklab/trace/schema.json)")
-    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with heatmaps")
-    p.add_argument("-q", "--quiet", action="store_true", help="do not print the walk (with --json/--html)")
+    p.add_argument("--width", type=at_least(MIN_WIDTH), metavar="N",
+                   help=f"width of the tables, >= {MIN_WIDTH} (default: the terminal's, else 160)")
+    add_json_flag(p, "the trace (blocklab/trace/schema.json)")
+    p.add_argument("--html", type=parse_path, metavar="FILE",
+                   help="also write a self-contained HTML page with heatmaps")
+    add_quiet_flag(p, "do not print the walk (with --json FILE or --html)")
     add_device_flags(p)
     p.set_defaults(func=cmd_trace)
 
 
+MIN_WIDTH = 40  # narrower, the tables' columns no longer fit one number each
 PRESET_TASKS = {"listops-seed": "listops", "tiny-lm": "tiny-lm"}  # presets that come with a tokenizer
 
 
@@ -87,22 +110,12 @@ def preset_subject(name: str, seed: int, overrides: dict[str, Any]) -> Subject:
     )
 
 
-def checkpoint_subject(path: str) -> Subject:
-    """A trained or imported model with the tokenizer stored alongside it: a checkpoint file, a
-    training run's folder (its newest checkpoint), a checkpoint folder, a Hugging Face model
-    folder or an installed model package."""
-    from ..checkpoint import FORMAT, read_checkpoint_header
-    from ..interop.pretrained import load_model
-    from ..runfolder import CHECKPOINTS, MODEL_FILE, resolve_checkpoint
+def model_subject(path: str) -> Subject:
+    """A trained or imported model with its stored tokenizer (anything ``blocklab.load`` reads)."""
+    from ..load import load
 
-    folder = Path(path)
-    weights = folder / MODEL_FILE
-    ours = folder.is_dir() and (
-        (folder / CHECKPOINTS).is_dir()
-        or (weights.is_file() and read_checkpoint_header(weights)[0].get("format") == FORMAT)
-    )
-    model, tokenizer = load_model(resolve_checkpoint(folder) if ours else path)
-    return Subject(model.eval(), tokenizer, f"checkpoint {path}")
+    loaded = load(path)
+    return Subject(loaded.model, loaded.tokenizer, loaded.source.describe())
 
 
 def vocabulary(tokenizer: Any, size: int) -> list[str] | None:
@@ -136,10 +149,10 @@ def collect_for_args(args: argparse.Namespace, overrides: dict[str, Any]) -> Tra
     from ..device import resolve_compute
 
     compute = resolve_compute(args.device, args.dtype)
-    if args.checkpoint:
+    if args.model:
         if overrides:
-            raise ValueError(f"config flags ({', '.join(overrides)}) apply to --preset, not to --checkpoint")
-        subject = checkpoint_subject(args.checkpoint)
+            raise ValueError(f"config flags ({', '.join(overrides)}) apply to --preset, not to --model")
+        subject = model_subject(args.model)
     else:
         subject = preset_subject(args.preset, args.seed, overrides)
     tok = subject.tokenizer
@@ -170,15 +183,13 @@ def collect_for_args(args: argparse.Namespace, overrides: dict[str, Any]) -> Tra
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    """Trace, then print (unless --quiet) and write --json / --html."""
-    if args.decimals < 0 or args.decimals > 12:
-        raise ValueError(f"--decimals {args.decimals} must be between 0 and 12")
+    """Trace, then print (unless --quiet or --json on stdout) and write --json FILE / --html."""
     # One short sequence: the matmuls are too small for a second thread to pay off, and on a busy
     # machine waiting for it costs more than the work (0.5 s instead of 0.03 s for listops-seed).
     torch.set_num_threads(1)
-    inputs = [args.checkpoint] if args.checkpoint and Path(args.checkpoint).exists() else []
-    check_output_files({"--json": args.json, "--html": args.html}, inputs)  # never over the model read
     trace = collect_for_args(args, set_fields(args, FIELDS))
+    if emit_json(args.json, trace_to_dict(trace)):
+        args.quiet = True
     if not args.quiet:
         from rich.console import Console
 
@@ -190,12 +201,10 @@ def cmd_trace(args: argparse.Namespace) -> int:
         elif not console.is_terminal:
             console.width = 160
         render_text(trace, console, decimals=args.decimals, max_features=args.max_features)
-    if args.json:
-        write_output_file(args.json, (json.dumps(trace_to_dict(trace)) + "\n").encode(), inputs, "--json")
-        print(f"wrote {args.json}")
+    say_written(args.json)
     if args.html:
         from ..trace.html import render_html
 
-        write_output_file(args.html, render_html(trace, args.decimals).encode(), inputs, "--html")
-        print(f"wrote {args.html}")
+        write_output_file(args.html, render_html(trace, args.decimals).encode(), flag="--html")
+        say_written(args.html, to_stderr=args.json == "-")
     return 0

@@ -3,31 +3,38 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..checkpoint import Checkpoint, load_checkpoint
 from ..config import FIELDS, PRESETS, ModelConfig
 from ..device import resolve_compute
 from ..errors import UsageError
-from ..interop.tokenizer import tokenizer_from_spec
-from ..runfolder import CHECKPOINTS, CONFIG, read_run_config, resolve_checkpoint, run_files
+from ..load import Loaded, load
+from ..runfolder import CHECKPOINTS, CONFIG, read_run_config, run_files
 from ..tasks import DEFAULT_TASK, Task, task_from_dict
-from ..train import EXTENSIBLE, TrainingDiverged, evaluate, train
+from ..train import EXTENSIBLE, TrainingDiverged, TrainingInterrupted, check_task_fits, evaluate, train
 from ..trainconfig import TRAIN_FIELDS, TrainConfig, task_train_config
 from .args import (
-    add_checkpoint_flags,
+    add_command,
     add_config_flags,
     add_device_flags,
+    add_json_flag,
+    add_model_and_task_flags,
+    add_out_flag,
+    add_quiet_flag,
     add_task_flags,
     add_train_flags,
+    at_least,
     config_from_args,
+    emit_json,
+    one_of,
+    say_written,
     set_fields,
     task_from_args,
 )
@@ -35,21 +42,23 @@ from .args import (
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``train``, ``eval`` and ``predict``."""
-    p = sub.add_parser("train", help="train a model on a built-in task; writes a run folder with a report")
+    p = add_command(
+        sub, "train", "train a model on a built-in task; writes a run folder with a report",
+        "Train a model (a preset plus any ModelConfig flag) on a built-in task. The run folder holds "
+        "config.json, metrics.jsonl, checkpoints/ and report.html; --resume continues it from its newest "
+        "checkpoint (with a larger --steps, it extends a finished run).",
+    )
     add_config_flags(p)
     p.set_defaults(preset=None)  # None: the task's own preset if it has one (tiny-lm), else listops-seed
-    add_task_flags(p, default=None, what="default listops")
+    add_task_flags(p, default=None, what="listops")
     add_train_flags(p)
-    p.add_argument(
-        "--out", help="run folder (default runs/TASK): config.json, metrics.jsonl, checkpoints/, report.html"
-    )
+    add_out_flag(p, "run folder (default runs/TASK): config.json, metrics.jsonl, checkpoints/, report.html")
     p.add_argument(
         "--resume", action="store_true", help="continue the run in --out from its newest checkpoint"
     )
-    p.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
+    p.add_argument("--overwrite", action="store_true", help="replace a blocklab run already in --out")
     p.add_argument(
         "--detect-nonfinite",
-        "--detect_nonfinite",
         dest="detect_nonfinite",
         action="store_true",
         help="stop at the first NaN/Inf, naming its stage, layer and position; keep the last good "
@@ -62,31 +71,48 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--log-diagnostics",
-        "--log_diagnostics",
         dest="log_diagnostics",
-        type=int,
+        type=at_least(0),
         metavar="K",
         help="gradient flow and LayerNorm statistics every K steps (default: eval-every; 0: off)",
     )
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--no-report", "--no_report", dest="report", action="store_false", help="skip report.html")
-    p.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    add_quiet_flag(p, "no progress bar")
+    p.add_argument("--no-report", dest="report", action="store_false", help="skip report.html")
+    add_json_flag(p, "the outcome (step, accuracy, loss, seconds, tokens/s)")
     p.set_defaults(func=train_command)
 
-    p = sub.add_parser("eval", help="held-out loss and exact-match accuracy of a checkpoint")
-    add_checkpoint_flags(p)
-    p.add_argument("--split", default="test", choices=("test", "train"))
-    p.add_argument("--batch-size", "--batch_size", dest="batch_size", type=int, default=1024)
+    p = add_command(
+        sub, "eval", "held-out loss and exact-match accuracy of a trained model",
+        "Score a model on a split of its task: the loss and the exact-match accuracy (every answer "
+        "position right). The task is the one its checkpoint records, or --task.",
+    )
+    add_model_and_task_flags(p)
+    p.add_argument("--split", default="test", choices=("test", "train"), metavar="SPLIT",
+                   help=one_of(("test", "train"), "test"))
+    p.add_argument("--batch-size", dest="batch_size", type=at_least(1), default=1024,
+                   metavar="N", help="examples per forward pass (default: 1024)")
     add_device_flags(p)
+    add_json_flag(p, "the scores")
     p.set_defaults(func=eval_command)
 
-    p = sub.add_parser("predict", help='a checkpoint\'s answer, e.g. --input "Max ( 3 , 9 , 4 )"')
-    add_checkpoint_flags(p)
+    p = add_command(
+        sub, "predict", 'a trained model\'s answer to a query, e.g. --input "Max ( 3 , 9 , 4 )"',
+        "A model's answer to each --input, with its probability: the task's answer when the checkpoint "
+        "records a task (or --task names one), else the most likely next token.",
+    )
+    add_model_and_task_flags(p)
     p.add_argument(
-        "--input", action="append", required=True, help="a query in the task's format (repeatable)"
+        "--input", action="append", required=True, metavar="TEXT",
+        help="a query in the task's format (repeatable)",
     )
     add_device_flags(p)
+    add_json_flag(p, "the answers")
     p.set_defaults(func=predict_command)
+
+
+def resume_command(out: Path) -> str:
+    """The command that continues the run in ``out`` (config.json holds everything else)."""
+    return f"blocklab train --resume --out {shlex.quote(str(out))}"
 
 
 def _main_process() -> bool:
@@ -156,6 +182,7 @@ def train_command(args: argparse.Namespace) -> int:
         from ..diagnostics import DiagnosticsLogger
 
         callbacks.append(DiagnosticsLogger(every))
+    json_on_stdout = args.json == "-"
     try:
         result = train(
             model_config,
@@ -165,7 +192,7 @@ def train_command(args: argparse.Namespace) -> int:
             callbacks=callbacks,
             resume=args.resume,
             overwrite=args.overwrite,
-            progress=not args.quiet,
+            progress=not args.quiet and not json_on_stdout,
             report=args.report,
             detect_nonfinite=args.detect_nonfinite,
             force=args.force,
@@ -173,6 +200,11 @@ def train_command(args: argparse.Namespace) -> int:
     except TrainingDiverged as error:
         print(f"blocklab: error: {error}", file=sys.stderr, flush=True)
         return 1
+    except TrainingInterrupted as stop:  # Ctrl-C: say how to go on from the checkpoint it names
+        if stop.checkpoint is None or stop.out_dir is None:
+            raise
+        message = f"{stop}; continue with: {resume_command(stop.out_dir)}"
+        raise TrainingInterrupted(message, stop.step, stop.checkpoint, stop.out_dir) from None
     if not _main_process():
         return 0
     summary = {
@@ -186,8 +218,7 @@ def train_command(args: argparse.Namespace) -> int:
         "seconds": result.seconds,
         "tokens_per_s": result.tokens_per_s,
     }
-    if args.json:
-        print(json.dumps(summary))
+    if emit_json(args.json, summary):
         return 0
     why = "target accuracy reached" if result.stopped == "target" else "all steps done"
     if result.resumed_step is not None and result.step == result.resumed_step:
@@ -203,67 +234,56 @@ def train_command(args: argparse.Namespace) -> int:
     print(
         f"{result.seconds:.1f} s, {result.tokens_per_s:,.0f} tokens/s; run folder {out}: {', '.join(written)}"
     )
+    say_written(args.json)
     return 0
 
 
-def open_checkpoint(path: str) -> tuple[Checkpoint, Path]:
-    """Load the model behind ``--checkpoint`` (a file, a checkpoint folder or a run folder)."""
-    file = resolve_checkpoint(path)
-    return load_checkpoint(file), file
-
-
-def checkpoint_task(ckpt: Checkpoint, args: argparse.Namespace, file: Path) -> Task:
-    """The task a checkpoint was trained on (its metadata), or the one ``--task`` names."""
-    if getattr(args, "task", None):
-        return task_from_args(args)
-    if "task" not in ckpt.meta:
-        raise ValueError(f"{file} does not record a task (not trained by blocklab train?); pass --task NAME")
-    return task_from_dict(ckpt.meta["task"])
+def model_task(loaded: Loaded, args: argparse.Namespace) -> Task | None:
+    """The task ``--task`` names, else the one the checkpoint records (None: neither); refused when
+    the model cannot run it (another vocabulary, too short, not causal)."""
+    task = task_from_args(args) if args.task else loaded.task
+    if task is not None:
+        check_task_fits(loaded.model.config, task)
+    return task
 
 
 def eval_command(args: argparse.Namespace) -> int:
-    """``blocklab eval``: loss and exact-match accuracy of a checkpoint on a split of its task."""
-    compute = resolve_compute(args.device, args.dtype)
-    ckpt, file = open_checkpoint(args.checkpoint)
-    task = checkpoint_task(ckpt, args, file)
+    """``blocklab eval``: loss and exact-match accuracy of a model on a split of its task."""
+    loaded = load(args.model)
+    task = model_task(loaded, args)
+    if task is None:
+        raise UsageError(f"{loaded.source.path} does not record a task (not trained by blocklab train?); "
+                         "pass --task NAME")
     data = task.split(args.split)
+    compute = resolve_compute(args.device, args.dtype)
     with compute.autocast():
-        result = evaluate(ckpt.model.to(compute.device), data, args.batch_size)
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "checkpoint": str(file),
-                    "task": task.to_dict(),
-                    "split": args.split,
-                    "examples": len(data),
-                    **result,
-                }
-            )
-        )
+        result = evaluate(loaded.model.to(compute.device), data, args.batch_size)
+    record = {"model": str(loaded.source.path), "task": task.to_dict(), "split": args.split,
+              "examples": len(data), **result}
+    if emit_json(args.json, record):
         return 0
-    step = f" (step {ckpt.meta['step']})" if "step" in ckpt.meta else ""
+    step = f" (step {loaded.meta['step']})" if "step" in loaded.meta else ""
     print(
-        f"{file}{step}: {task.name} {args.split} split, {len(data)} examples: "
+        f"{loaded.source.path}{step}: {task.name} {args.split} split, {len(data)} examples: "
         f"loss {result['loss']:.4f}, exact match {result['accuracy']:.2%}"
     )
+    say_written(args.json)
     return 0
 
 
 def predict_command(args: argparse.Namespace) -> int:
     """``blocklab predict``: the model's answer to each ``--input``, with its probability."""
     compute = resolve_compute(args.device, args.dtype)
-    ckpt, file = open_checkpoint(args.checkpoint)
-    model = ckpt.model.to(compute.device).eval()
-    task = None if "task" not in ckpt.meta and not args.task else checkpoint_task(ckpt, args, file)
+    loaded = load(args.model)
+    model, tokenizer = loaded.model.to(compute.device).eval(), loaded.tokenizer
+    task = model_task(loaded, args)
+    if task is None and tokenizer is None:
+        raise UsageError(f"{loaded.source.path} has neither a task nor a tokenizer; pass --task NAME")
     results = []
     for text in args.input:
         if task is not None:
             ids, positions = task.encode_query(text)
         else:  # no task recorded (an imported model): predict the next token
-            if ckpt.tokenizer is None:
-                raise ValueError(f"{file} has neither a task nor a tokenizer; pass --task NAME")
-            tokenizer = tokenizer_from_spec(ckpt.tokenizer)
             ids = tokenizer.encode(text)
             positions = [len(ids) - 1]
         with torch.no_grad(), compute.autocast():
@@ -272,9 +292,9 @@ def predict_command(args: argparse.Namespace) -> int:
         top = probs.argmax(-1)
         answer = task.decode_answer(top.tolist()) if task else tokenizer.decode(top.tolist())
         results.append({"input": text, "answer": answer, "probability": float(probs.max(-1).values.prod())})
-    if args.json:
-        print(json.dumps(results if len(results) > 1 else results[0]))
+    if emit_json(args.json, results if len(results) > 1 else results[0]):
         return 0
     for r in results:
         print(f"{r['input']} -> {r['answer']}  (p={r['probability']:.3f})")
+    say_written(args.json)
     return 0

