@@ -1,7 +1,9 @@
 """The whole command line under random arguments: hypothesis builds command lines from the real flag
 names of every command (read from the parser) and values that are often wrong, runs them in a sandbox
-folder, and asserts: exit 0 or 2 (1 only for a diverged run's own report), one ``blocklab: error:`` line
-on a mistake, never a traceback or an internal error, never a file written outside the sandbox.
+folder (tests/fuzzing.py's ``Sandbox``: the working folder and HOME inside it, another tool's folder
+beside it), and asserts: exit 0 or 2 (1 only for a diverged run's own report), one ``blocklab: error:``
+line on a mistake, never a traceback or an internal error, nothing outside the sandbox touched (the
+other tool's folder, named by ``../outside``, is refused by every command that would write there).
 
 Sizes stay tiny (every number drawn is at most 3, the presets are the two small ones) so that the
 commands really run; only ``bench`` (minutes by design) is left out, and ``claims`` runs with
@@ -15,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from fuzzing import Sandbox
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -30,7 +33,7 @@ COMMANDS = {name: PARSER.command_parser(name) for name in PARSER.commands() if n
 SMALL_INTS = ["-1", "0", "1", "2", "3", "1.5", "x", "", "1e3"]
 NUMBERS = ["0", "0.5", "1", "-1", "nan", "inf", "1e-3", "x", ""]
 PATHS = ["out", "sub/deeper", "~/home-out", "", " ", "../outside", ".", "missing/x", "/", "~"]
-FILES = ["-", "out.json", "~/j.json", "", "../outside.json", "sub/", ".", "/"]
+FILES = ["-", "out.json", "~/j.json", "", "../outside", "sub/", ".", "/"]
 BY_DEST: dict[str, list[str]] = {
     "preset": ["listops-seed", "tiny-lm", "nope", ""],
     "task": ["tiny-lm", "listops", "copy", "text", "nope", ""],
@@ -134,14 +137,12 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
 def test_random_command_lines_exit_0_or_2_and_write_only_in_their_sandbox(
         data, models, tmp_path, monkeypatch, capsys) -> None:
     argv = data.draw(command_lines(models))
-    temp = tmp_path / "temp"  # "../outside" from the sandbox is still in here
-    temp.mkdir(exist_ok=True)
-    sandbox = Path(tempfile.mkdtemp(dir=temp, prefix="sandbox-"))
-    (sandbox / "home").mkdir()
-    monkeypatch.chdir(sandbox)
-    monkeypatch.setenv("HOME", str(sandbox / "home"))
+    sandbox = Sandbox(Path(tempfile.mkdtemp(dir=tmp_path)))
+    (sandbox.inside / "home").mkdir()
+    monkeypatch.chdir(sandbox.inside)  # "../outside" is the other tool's folder
+    monkeypatch.setenv("HOME", str(sandbox.inside / "home"))
     monkeypatch.setattr("blocklab.experiments.runs.default_jobs", lambda: 1)  # a 2-core machine, shared
-    before, around = snapshot(models), sorted(tmp_path.parent.iterdir())
+    before = snapshot(models)
     status, _, err = run_cli(argv, capsys)
     event(f"{argv[0]} exit {status}")
     assert "Traceback" not in err and "internal error" not in err, (argv, err)
@@ -151,8 +152,7 @@ def test_random_command_lines_exit_0_or_2_and_write_only_in_their_sandbox(
     else:
         assert status in (0, 2), (argv, status, err)
         assert len(errors) == (status == 2), (argv, err)
-    assert [p.name for p in tmp_path.iterdir()] == ["temp"], argv
-    assert sorted(tmp_path.parent.iterdir()) == around and snapshot(models) == before, argv
+    assert sandbox.untouched() and snapshot(models) == before, argv
 
 
 def test_the_fuzz_reaches_every_command_but_bench() -> None:
