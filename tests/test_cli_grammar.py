@@ -10,7 +10,7 @@ from collections import defaultdict
 import pytest
 
 from blocklab.cli import build_parser
-from blocklab.cli.args import parse_bool, parse_optional_bool
+from blocklab.cli.args import FIELD_HELP, parse_bool, parse_bool_or_auto, parse_optional_bool
 from blocklab.config import CHOICES, FIELDS, NORMS, PRESETS
 from blocklab.tasks import TASKS
 from blocklab.trainconfig import TRAIN_FIELDS
@@ -77,7 +77,7 @@ def allowed_values(action: argparse.Action) -> list[str] | None:
         return list(CHOICES[action.dest])
     if action.type is parse_bool:
         return ["true", "false"]
-    if action.type is parse_optional_bool:
+    if action.type in (parse_optional_bool, parse_bool_or_auto):
         return ["true", "false", "auto"]
     return {"preset": list(PRESETS), "task": list(TASKS)}.get(action.dest)
 
@@ -102,6 +102,21 @@ def test_every_config_field_is_a_flag_with_a_default_in_its_help() -> None:
     for field in (*FIELDS, *TRAIN_FIELDS):
         assert field in by_dest and "(default: " in by_dest[field].help, field
         assert by_dest[field].option_strings == [f"--{field.replace('_', '-')}"]
+        assert FIELD_HELP.get(field), f"{field}: no line in cli/args.py FIELD_HELP saying what it means"
+
+
+def test_private_config_fields_are_no_flags() -> None:
+    # ModelConfig._derived (init=False) records which fields were derived; it is no user setting
+    flags = {o for parser in COMMANDS.values() for a in parser._actions for o in a.option_strings}
+    assert not [f for f in flags if f.startswith("---") or f.startswith("--_")]
+    assert "_derived" not in {a.dest for a in COMMANDS["train"]._actions}
+
+
+def test_fused_takes_true_false_or_auto() -> None:
+    train = COMMANDS["train"]
+    for text, value in (("true", True), ("false", False), ("auto", "auto"), ("AUTO", "auto")):
+        assert train.parse_args(["--fused", text]).fused == value
+    assert "true, false or auto" in next(a for a in train._actions if a.dest == "fused").help
 
 
 def test_a_new_variant_appears_in_help_by_itself(monkeypatch) -> None:

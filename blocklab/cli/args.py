@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 
 from rich_argparse import RawDescriptionRichHelpFormatter, RichHelpFormatter
 
-from ..config import CHOICES, FIELDS, PRESETS, ModelConfig, preset
+from ..config import CHOICES, FIELDS, LEAN_MIN_D_MODEL, PRESETS, ModelConfig, preset
 from ..device import DEVICE_CHOICES, DTYPE_CHOICES
 from ..errors import UsageError
 from ..tasks import DEFAULT_TASK, TASKS, Task, get_task
@@ -154,6 +154,11 @@ def parse_bool(text: str) -> bool:
 def parse_optional_bool(text: str) -> bool | None:
     """'auto' -> None, else ``parse_bool``."""
     return None if text.strip().lower() == "auto" else parse_bool(text)
+
+
+def parse_bool_or_auto(text: str) -> bool | str:
+    """'auto' -> 'auto', else ``parse_bool`` (``fused``)."""
+    return "auto" if text.strip().lower() == "auto" else parse_bool(text)
 
 
 def parse_int(text: str) -> int:
@@ -319,6 +324,9 @@ def _field_parser(name: str, default: Any) -> tuple[Callable[[str], Any], str, s
         return parse_int_or_ratio, "N|RATIO", "an integer or a ratio times d_model like 4x or 8/3x"
     if name == "final_norm":
         return parse_optional_bool, "true|false|auto", "true, false or auto (auto: on unless post-norm)"
+    if name == "fused":
+        return parse_bool_or_auto, "true|false|auto", (
+            f"true, false or auto (auto: fused from d-model {LEAN_MIN_D_MODEL} up)")
     if name == "target_accuracy":
         return parse_accuracy, "ACCURACY", ACCURACY_RULE
     if name in CHOICES:
@@ -354,6 +362,7 @@ FIELD_HELP = {
     "type_vocab_size": "BERT's token-type (segment) embeddings; 0: none",
     "embed_norm": "a norm on the embeddings (BERT)",
     "fused": "memory-lean fused autograd functions (the same math)",
+    "keep_residual": "speed mode of the fused path: keep each residual sum for backward (d floats/token)",
     "checkpoint_blocks": "recompute each block in backward: memory flat in depth",
     "steps": "optimizer steps; the cosine decay spans all of them",
     "batch_size": "examples per step",
@@ -380,6 +389,11 @@ def _field_help(name: str, values: str, default: str) -> str:
     return literal(f"{'; '.join(parts)} (default: {default})")
 
 
+def public_fields(cls: type) -> list[dataclasses.Field]:
+    """A config's fields a user sets: given to __init__, name not private (``_derived`` is neither)."""
+    return [f for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")]
+
+
 def add_config_flags(parser: argparse.ArgumentParser, with_preset: bool = True) -> None:
     """``--preset NAME`` plus one flag per ModelConfig field (``--d-model``)."""
     group = parser.add_argument_group(
@@ -388,7 +402,7 @@ def add_config_flags(parser: argparse.ArgumentParser, with_preset: bool = True) 
     if with_preset:
         group.add_argument("--preset", default="listops-seed", type=parse_name, metavar="NAME",
                            help=one_of(PRESETS, "listops-seed"))
-    for f in dataclasses.fields(ModelConfig):
+    for f in public_fields(ModelConfig):
         kind, metavar, values = _field_parser(f.name, f.default)
         default = "auto" if f.name == "final_norm" else shown(f.default)
         group.add_argument(field_flag(f.name), dest=f.name, type=kind, default=argparse.SUPPRESS,
@@ -403,7 +417,7 @@ def config_from_args(args: argparse.Namespace, **task_overrides: Any) -> ModelCo
 def add_train_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per TrainConfig field (``--batch-size``); unset: the task's default."""
     group = parser.add_argument_group("training", "TrainConfig fields (TrainConfig validates them)")
-    for f in dataclasses.fields(TrainConfig):
+    for f in public_fields(TrainConfig):
         kind, metavar, values = _field_parser(f.name, f.default)
         group.add_argument(field_flag(f.name), dest=f.name, type=kind, default=argparse.SUPPRESS,
                            metavar=metavar,
