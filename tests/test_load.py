@@ -57,6 +57,17 @@ def test_a_run_folder_loads_its_newest_checkpoint_with_task_and_tokenizer(run) -
         "I like transformers")
 
 
+def test_one_function_finds_a_runs_newest_checkpoint_for_load_report_and_resume() -> None:
+    """Issue 14 item 6: the loader, the report and train(resume=True) ask the same function."""
+    import blocklab.report
+    import blocklab.train
+    from blocklab import runfiles
+
+    loader = sys.modules["blocklab.load"]  # blocklab.load is the function; its module by name
+    for module in (loader, blocklab.report, blocklab.train):
+        assert module.latest_checkpoint is runfiles.latest_checkpoint, module.__name__
+
+
 def test_a_checkpoint_folder_and_its_file_load_that_checkpoint(run) -> None:
     folder, trained = run
     older = folder / "checkpoints" / "step-000002"
