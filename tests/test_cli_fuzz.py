@@ -46,7 +46,7 @@ BY_DEST: dict[str, list[str]] = {
     "only": [",", "nope", "a,,b", ""],
 }
 BY_METAVAR: dict[str, list[str]] = {
-    "N": SMALL_INTS, "K": SMALL_INTS, "ID": SMALL_INTS, "X": NUMBERS,
+    "N": SMALL_INTS, "K": SMALL_INTS, "ID": SMALL_INTS, "X": NUMBERS, "P": ["0.9", "1", "0", "1.5", "x"],
     "true|false": ["true", "false", "maybe", ""], "true|false|auto": ["auto", "true", "no", "2"],
     "N|RATIO": ["2", "4x", "8/3x", "0", "x", "-2x"],
     "ACCURACY": ["0.5", "1.5", "50%", "none", "x", "0", "99.5"],
