@@ -494,7 +494,7 @@ def jobs_from_args(args: argparse.Namespace) -> int:
     return args.jobs if args.jobs is not None else default_jobs()
 
 
-def add_seed_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup, what: str,
+def add_seed_flag(parser: argparse.ArgumentParser, what: str,
                   default: int | None = 0, shown: str = "0") -> None:
     """``--seed N``: the seed of the command's randomness (``what`` says which; ``default`` None when
     giving it at all means something, as for generate, where a seed only goes with sampling)."""

@@ -75,7 +75,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                           help="sample from the k most likely tokens")
     sampling.add_argument("--top-p", dest="top_p", type=parse_float, default=None, metavar="P",
                           help="sample from the most likely tokens holding probability p (nucleus)")
-    add_seed_flag(sampling, "random seed for sampling; only with sampling", default=None, shown="0")
+    add_seed_flag(p, "random seed of the draws; only with a sampling flag", default=None, shown="0")
     p.add_argument("--repetition-penalty", dest="repetition_penalty", type=parse_float, default=None,
                    metavar="X", help="> 1 discourages tokens already in the row (greedy or sampled)")
     p.add_argument("--stop", action="append", default=[], metavar="TEXT",
