@@ -10,7 +10,7 @@ from collections import defaultdict
 import pytest
 
 from blocklab.cli import build_parser
-from blocklab.cli.args import FIELD_HELP, parse_bool, parse_bool_or_auto, parse_optional_bool
+from blocklab.cli.args import FIELD_HELP, _field_parser, parse_bool, parse_bool_or_auto, parse_optional_bool
 from blocklab.config import CHOICES, FIELDS, NORMS, PRESETS
 from blocklab.tasks import TASKS
 from blocklab.trainconfig import TRAIN_FIELDS
@@ -129,3 +129,11 @@ def test_every_help_renders(capsys) -> None:
         text = parser.format_help()
         assert text.startswith("Usage: blocklab ") and "Traceback" not in text, name
     assert "blocklab COMMAND --help" in PARSER.format_help()
+
+
+def test_a_number_field_that_may_be_unset_takes_a_number_or_none() -> None:
+    # e.g. a ``pos_std: float | None = None``: the flag's text must become a float or None, never a str
+    parse, metavar, values = _field_parser("some_std", None, "float | None")
+    assert (parse("0.5"), parse("none"), metavar) == (0.5, None, "X|none")
+    with pytest.raises(argparse.ArgumentTypeError, match="'x' is not a number"):
+        parse("x")

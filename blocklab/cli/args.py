@@ -177,6 +177,11 @@ def parse_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
 
 
+def parse_float_or_none(text: str) -> float | None:
+    """'none' -> None (the field's own default rule), else ``parse_float``."""
+    return None if text.strip().lower() == "none" else parse_float(text)
+
+
 def at_least(minimum: int, most: int | None = None) -> Callable[[str], int]:
     """A parser of integers >= ``minimum`` (and <= ``most``), for numbers no config validates."""
 
@@ -318,8 +323,9 @@ def set_fields(args: argparse.Namespace, names: Iterable[str]) -> dict[str, Any]
     return {name: getattr(args, name) for name in names if hasattr(args, name)}
 
 
-def _field_parser(name: str, default: Any) -> tuple[Callable[[str], Any], str, str]:
-    """(parser, metavar, what the values are) for a config field, from its default's type."""
+def _field_parser(name: str, default: Any, annotation: str) -> tuple[Callable[[str], Any], str, str]:
+    """(parser, metavar, what the values are) for a config field, from its default's type (or its
+    annotation, ``float | None``, when the default is None)."""
     if name == "d_ff":
         return parse_int_or_ratio, "N|RATIO", "an integer or a ratio times d_model like 4x or 8/3x"
     if name == "final_norm":
@@ -331,6 +337,8 @@ def _field_parser(name: str, default: Any) -> tuple[Callable[[str], Any], str, s
         return parse_accuracy, "ACCURACY", ACCURACY_RULE
     if name in CHOICES:
         return str, "NAME", f"one of: {', '.join(CHOICES[name])}"
+    if default is None and str(annotation).replace(" ", "") == "float|None":
+        return parse_float_or_none, "X|none", "a number, or none"
     if isinstance(default, bool):
         return parse_bool, "true|false", "true or false"
     if isinstance(default, int):
@@ -361,6 +369,9 @@ FIELD_HELP = {
     "dropout": "dropout probability while training",
     "type_vocab_size": "BERT's token-type (segment) embeddings; 0: none",
     "embed_norm": "a norm on the embeddings (BERT)",
+    "embed_scale": "the factor on the token embedding",
+    "embed_std": "std of the token embedding's part of the input at init (after the factor)",
+    "pos_std": "learned positions' init std (none: embed-std)",
     "fused": "memory-lean fused autograd functions (the same math)",
     "keep_residual": "speed mode of the fused path: keep each residual sum for backward (d floats/token)",
     "checkpoint_blocks": "recompute each block in backward: memory flat in depth",
@@ -403,7 +414,7 @@ def add_config_flags(parser: argparse.ArgumentParser, with_preset: bool = True) 
         group.add_argument("--preset", default="listops-seed", type=parse_name, metavar="NAME",
                            help=one_of(PRESETS, "listops-seed"))
     for f in public_fields(ModelConfig):
-        kind, metavar, values = _field_parser(f.name, f.default)
+        kind, metavar, values = _field_parser(f.name, f.default, f.type)
         default = "auto" if f.name == "final_norm" else shown(f.default)
         group.add_argument(field_flag(f.name), dest=f.name, type=kind, default=argparse.SUPPRESS,
                            metavar=metavar, help=_field_help(f.name, values, f"the preset's, else {default}"))
@@ -418,7 +429,7 @@ def add_train_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per TrainConfig field (``--batch-size``); unset: the task's default."""
     group = parser.add_argument_group("training", "TrainConfig fields (TrainConfig validates them)")
     for f in public_fields(TrainConfig):
-        kind, metavar, values = _field_parser(f.name, f.default)
+        kind, metavar, values = _field_parser(f.name, f.default, f.type)
         group.add_argument(field_flag(f.name), dest=f.name, type=kind, default=argparse.SUPPRESS,
                            metavar=metavar,
                            help=_field_help(f.name, values, f"the task's, else {shown(f.default)}"))
