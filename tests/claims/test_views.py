@@ -52,7 +52,10 @@ def test_a_synthetic_report_validates_and_a_disagreeing_claim_depends():
 
 def test_markdown_has_a_row_per_setup_with_its_numbers():
     lines = claims_markdown(_report()).splitlines()
-    assert len(lines) == 2 + 3 + 1
+    assert len(lines) == 2 + 3 + 1 + 2
+    caption = ("*blocklab claims (full, 1 s, 2 jobs, "
+               "load average 1.0 (max 1.5) on 2 cpus); torch 2, Python 3.11.*")
+    assert lines[-1] == caption
     first = "| `pre-norm-depth` | **depends** | default (source) | holds | depth 6 48: pre 99% 98%"
     assert lines[2].startswith(first)
     assert "learned-positions (confound) | partly" in lines[3] and "at depth 48 post-norm ends" in lines[3]
@@ -69,6 +72,8 @@ def test_details_name_each_setup_its_verdict_and_the_source():
     text = claims_details_markdown(_report())
     assert "### `pre-norm-depth` — depends" in text and "Wang et al. 2019" in text
     assert "- **learned-positions** (confound; " in text and "): **partly** — depth 6 48: pre 99% 98%" in text
+    assert "the position signal next to the tokens'; `{\"model\": {\"pos_encoding\": \"learned\"}}`)" in text
+    assert '`{"train": {"lr": 0.001}}`' in text and "- **default** (source; blocklab's listops model" in text
     verdict = "the verdict depends on the setup: holds in default, low-lr; partly in learned-positions."
     assert verdict in text
     assert "The source's setup: depth" in text

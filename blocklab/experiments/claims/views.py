@@ -22,6 +22,14 @@ def _failed(setup: dict[str, Any]) -> str:
     return "; ".join(ch["check"] for ch in setup["checks"] if not ch["ok"]) or "-"
 
 
+def _changed(setup: dict[str, Any]) -> str:
+    """What a setup changes from blocklab's defaults, as JSON ('' when nothing)."""
+    fields = {k: setup[k] for k in ("model", "train") if setup[k]}
+    if setup["init"] != "default":
+        fields["init"] = setup["init"]
+    return json.dumps(fields) if fields else ""
+
+
 def _title(report: dict[str, Any]) -> str:
     load = report["load_average"]
     return (
@@ -68,6 +76,8 @@ def claims_markdown(report: dict[str, Any]) -> str:
                 f"| {head} | {s['name']} ({s['role']}) | {s['verdict']} | {cell(s['headline'])} "
                 f"| {cell(_failed(s))} |"
             )
+    machine = report["machine"]
+    lines += ["", f"*{_title(report)}; torch {machine['torch']}, Python {machine['python']}.*"]
     return "\n".join(lines) + "\n"
 
 
@@ -87,7 +97,11 @@ def claims_details_markdown(report: dict[str, Any]) -> str:
             lines += ["", f"The source's setup: {used}."]
         lines += ["", f"Method: {c['method']}", ""]
         for s in c["setups"]:
-            lines.append(f"- **{s['name']}** ({s['role']}; {s['why']}): **{s['verdict']}** — {s['headline']}")
+            changed = _changed(s)
+            what = f"; `{changed}`" if changed else ""
+            lines.append(
+                f"- **{s['name']}** ({s['role']}; {s['why']}{what}): **{s['verdict']}** — {s['headline']}"
+            )
         lines += ["", f"Verdict: {c['reason']}."]
         if c["notes"]:
             lines += ["", c["notes"]]
@@ -106,13 +120,11 @@ def _setup_html(setup: dict[str, Any], plot: Callable[[Numbers, Figure], None]) 
         f"{esc(ch['check'])}</li>"
         for ch in setup["checks"]
     )
-    fields = {k: setup[k] for k in ("model", "train") if setup[k]} | (
-        {"init": setup["init"]} if setup["init"] != "default" else {}
-    )
+    fields = _changed(setup)
     return [
         f"<h3>setup <code>{esc(setup['name'])}</code> ({setup['role']}) "
         f"<span class={setup['verdict']}>{setup['verdict']}</span></h3>",
-        f"<p>{esc(setup['why'])}{f' &mdash; <code>{esc(json.dumps(fields))}</code>' if fields else ''}</p>",
+        f"<p>{esc(setup['why'])}{f' &mdash; <code>{esc(fields)}</code>' if fields else ''}</p>",
         f"<p class=headline>{esc(setup['headline'])}</p><ul>{checks}</ul>",
         png(fig),
         f"<details><summary>numbers ({setup['runs']} training runs, {setup['seconds']:.1f} s)</summary>"
