@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 from ..runs import RunSpec
 from .base import Claim, Numbers, Results, Setup, Source, Verdict, from_checks
 from .shared import (
+    EMBEDDING_CHANGE,
     TRAIN_FULL,
     TRAIN_QUICK,
     accuracy,
@@ -192,4 +193,9 @@ CLAIM = Claim(
     headline=headline,
     plot=plot,
     runs=runs,
+    notes=(
+        "The earlier record trained listops-padded without an attention mask, so both models saw the pads as "
+        "tokens and BatchNorm counted them in its statistics; the trainer now passes the mask (attention "
+        "skips the pads, BatchNorm leaves them out), and the padded comparison is re-run. " + EMBEDDING_CHANGE
+    ),
 )

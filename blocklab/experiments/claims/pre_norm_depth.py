@@ -12,7 +12,16 @@ from matplotlib.figure import Figure
 
 from ..runs import RunSpec
 from .base import Claim, Numbers, Results, Setup, Source, Verdict, from_checks
-from .shared import TRAIN_FULL, TRAIN_QUICK, accuracy_axis, fin, learned_positions, pct, run_spec
+from .shared import (
+    EMBEDDING_CHANGE,
+    TRAIN_FULL,
+    TRAIN_QUICK,
+    accuracy_axis,
+    fin,
+    learned_positions,
+    pct,
+    run_spec,
+)
 
 NAME = "pre-norm-depth"
 POSITIONS = ("pre", "post")
@@ -113,4 +122,11 @@ CLAIM = Claim(
     headline=headline,
     plot=plot,
     runs=runs,
+    notes=(
+        "The earlier record read 'pre-norm does not train deep stacks at this budget' from the default setup "
+        "alone (its verdict failed the first check), while post-norm stayed at chance from depth 24. Issue 13"
+        " traced pre-norm's failure to the embedding: the same 6-layer pre-norm model trains with learned "
+        "positions or with unit-scale tokens. The low-lr setup asks whether post-norm's trouble at depth is "
+        "one of step size. " + EMBEDDING_CHANGE
+    ),
 )

@@ -12,7 +12,16 @@ from matplotlib.figure import Figure
 
 from ..runs import RunSpec
 from .base import Claim, Numbers, Results, Setup, Source, Verdict, from_checks
-from .shared import TRAIN_FULL, TRAIN_QUICK, bars, diagnose, learned_positions, pct, run_spec
+from .shared import (
+    EMBEDDING_CHANGE,
+    TRAIN_FULL,
+    TRAIN_QUICK,
+    bars,
+    diagnose,
+    learned_positions,
+    pct,
+    run_spec,
+)
 
 NAME = "relu-sparsity"
 HALF = (0.4, 0.6)  # "about half": the fraction of zeros in every layer within these bounds
@@ -106,4 +115,9 @@ CLAIM = Claim(
     headline=headline,
     plot=plot,
     runs=runs,
+    notes=(
+        "The earlier record noted that many FFN units were already dead at init on a batch, because the "
+        "position code dominated the small token embeddings: every sequence gave the first layer nearly the "
+        "same input. " + EMBEDDING_CHANGE
+    ),
 )
