@@ -6,7 +6,9 @@ order ``transformers``' ``generate`` uses, so that the same settings give the sa
     repetition penalty   l_t <- l_t / r if l_t > 0 else l_t * r, for each token t already in the row
                          (prompt included, padding not)
     greedy               argmax l  (unless do_sample, or with do_sample=None, temperature / top_k / top_p)
-    sampling             l / temperature; top-k keeps l >= the k-th largest; top-p drops the least
+    sampling             l / temperature (a constant, or with temperature_end a linear schedule from
+                         temperature at the first new token to temperature_end at the last);
+                         top-k keeps l >= the k-th largest; top-p drops the least
                          likely tokens while their summed probability stays <= 1 - p (the most
                          likely one always stays); then one draw of torch.multinomial(softmax(l))
                          from a torch.Generator seeded with ``seed``
@@ -51,7 +53,7 @@ from .attention import KVCache
 from .model import Transformer
 
 OnToken = Callable[[Tensor, Tensor], None]  # (new tokens (B,), active rows (B,) bool)
-SAMPLING_ONLY = ("temperature", "top_k", "top_p", "seed")
+SAMPLING_ONLY = ("temperature", "temperature_end", "top_k", "top_p", "seed")
 
 
 @dataclass(frozen=True)
@@ -59,8 +61,9 @@ class GenerationConfig:
     """How to generate; validated at construction (ValueError naming field, value and rule)."""
 
     max_new_tokens: int = 20
-    do_sample: bool | None = None  # None: sample when temperature, top_k or top_p is set, else greedy
+    do_sample: bool | None = None  # None: sample when a temperature, top_k or top_p is set, else greedy
     temperature: float = 1.0  # sampling: divides the logits
+    temperature_end: float | None = None  # sampling: the temperature moves linearly to this by the last token
     top_k: int | None = None  # sampling: only the k most likely tokens
     top_p: float | None = None  # sampling: only the most likely tokens that hold probability p
     seed: int | None = None  # sampling: seeds the draws (None: a fresh random seed)
@@ -82,7 +85,14 @@ class GenerationConfig:
         """Whether tokens are drawn (else argmax): ``do_sample``, or when None, any sampling setting."""
         if self.do_sample is not None:
             return self.do_sample
-        return self.temperature != 1.0 or self.top_k is not None or self.top_p is not None
+        return (self.temperature != 1.0 or self.temperature_end is not None or self.top_k is not None
+                or self.top_p is not None)
+
+    def temperature_at(self, step: int) -> float:
+        """The temperature of the step-th new token (from 0): constant, or linear up to temperature_end."""
+        if self.temperature_end is None or self.max_new_tokens < 2:
+            return self.temperature
+        return self.temperature + (self.temperature_end - self.temperature) * step / (self.max_new_tokens - 1)
 
     def replace(self, **changes: Any) -> GenerationConfig:
         """A copy with some fields changed (validated again)."""
@@ -117,6 +127,8 @@ def _violations(c: GenerationConfig) -> list[str]:
          "false or None (sample when temperature, top_k or top_p is set)")
     need(isinstance(c.use_cache, bool), f"use_cache={c.use_cache!r} must be true or false")
     need(_is_number(c.temperature) and c.temperature > 0, f"temperature={c.temperature!r} must be > 0")
+    need(c.temperature_end is None or (_is_number(c.temperature_end) and c.temperature_end > 0),
+         f"temperature_end={c.temperature_end!r} must be > 0 (or None: a constant temperature)")
     need(c.top_k is None or (_is_int(c.top_k) and c.top_k >= 1), f"top_k={c.top_k!r} must be an integer >= 1")
     need(c.top_p is None or (_is_number(c.top_p) and 0 < c.top_p <= 1),
          f"top_p={c.top_p!r} must be in (0, 1]")
@@ -131,7 +143,7 @@ def _violations(c: GenerationConfig) -> list[str]:
     need(_is_int(c.window_shift) and c.window_shift >= 1,
          f"window_shift={c.window_shift!r} must be an integer >= 1")
     if not errors and not c.sampling:
-        defaults = {"temperature": 1.0, "top_k": None, "top_p": None, "seed": None}
+        defaults = {"temperature": 1.0, "temperature_end": None, "top_k": None, "top_p": None, "seed": None}
         why = (", but do_sample=False" if c.do_sample is False
                else ": set do_sample=True (or a temperature, top_k, top_p)")
         for name in SAMPLING_ONLY:
@@ -164,14 +176,18 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
 
 
 def next_token(
-    logits: Tensor, config: GenerationConfig, seen: Tensor | None, generator: torch.Generator | None
+    logits: Tensor,
+    config: GenerationConfig,
+    seen: Tensor | None,
+    generator: torch.Generator | None,
+    step: int = 0,
 ) -> Tensor:
-    """(B, V) float32 logits -> (B,) token ids, as the module docstring's step describes."""
+    """(B, V) float32 logits of the step-th new token -> (B,) token ids, as the module docstring says."""
     if config.repetition_penalty is not None and seen is not None:
         logits = penalize_repetition(logits, seen, config.repetition_penalty)
     if not config.sampling:
         return logits.argmax(-1)
-    logits = logits / config.temperature
+    logits = logits / config.temperature_at(step)
     if config.top_k is not None:
         logits = top_k_filter(logits, config.top_k)
     if config.top_p is not None and config.top_p < 1:
@@ -303,8 +319,8 @@ def generate(
     out, prompt_len = tokens.long(), tokens.shape[1]
     window = Window(model, config, prompt_len)
     try:
-        for _ in range(config.max_new_tokens):
-            new = next_token(window.logits(out, mask), config, seen, generator)  # (B,)
+        for step in range(config.max_new_tokens):
+            new = next_token(window.logits(out, mask), config, seen, generator, step)  # (B,)
             active = ~done
             if filler is not None:
                 new = new.masked_fill(done, filler)

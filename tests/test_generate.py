@@ -183,6 +183,39 @@ def test_sampled_left_padded_batch_equals_transformers(gpt2):
     assert torch.equal(ours, hf_generate(hf, ids, mask, max_new_tokens=20, do_sample=True, top_k=8))
 
 
+class StepTemperature:
+    """A transformers logits processor dividing the step-th new token's logits by temperatures[step]
+    (transformers has no temperature schedule; its own warpers still do top-k, top-p and the draws)."""
+
+    def __init__(self, prompt_len, temperatures):
+        self.prompt_len, self.temperatures = prompt_len, temperatures
+
+    def __call__(self, input_ids, scores):
+        return scores / self.temperatures[input_ids.shape[1] - self.prompt_len]
+
+
+@pytest.mark.parametrize("start, end, filters", [
+    (2.0, 0.3, {}),
+    (0.4, 1.6, {"top_k": 12, "top_p": 0.9}),
+])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_temperature_schedule_equals_transformers_per_step(gpt2, start, end, filters, seed):
+    from transformers import LogitsProcessorList
+
+    hf, model = gpt2
+    n = 24
+    ids, mask, _ = left_padded([3, 6, 1], seed=seed)
+    ours = generate(model, ids, n, attention_mask=mask, temperature=start, temperature_end=end, seed=seed,
+                    **filters)
+    temperatures = torch.linspace(start, end, n, dtype=torch.float64).tolist()  # first .. last new token
+    torch.manual_seed(seed)
+    theirs = hf_generate(hf, ids, mask, max_new_tokens=n, do_sample=True, **filters,
+                         logits_processor=LogitsProcessorList([StepTemperature(ids.shape[1], temperatures)]))
+    assert torch.equal(ours, theirs)
+    constant = generate(model, ids, n, attention_mask=mask, temperature=start, seed=seed, **filters)
+    assert not torch.equal(ours, constant)  # the schedule changes the draws
+
+
 def test_filters_equal_transformers_logits_processors():
     from transformers.generation.logits_process import (
         RepetitionPenaltyLogitsProcessor,
@@ -348,6 +381,8 @@ def test_streaming_happens_before_generation_ends():
     ({"do_sample": False, "top_k": 5}, r"top_k=5 only applies to sampling, but do_sample=False"),
     ({"seed": 3}, r"GenerationConfig.seed=3 only applies to sampling: set do_sample=True \(or a temperature"),
     ({"do_sample": True, "temperature": 0.0}, r"GenerationConfig.temperature=0.0 must be > 0"),
+    ({"temperature_end": -1.0}, r"GenerationConfig.temperature_end=-1.0 must be > 0 \(or None"),
+    ({"do_sample": False, "temperature_end": 0.5}, r"temperature_end=0.5 only applies to sampling, but do_s"),
     ({"do_sample": True, "top_k": 0}, r"GenerationConfig.top_k=0 must be an integer >= 1"),
     ({"do_sample": True, "top_p": 1.5}, r"GenerationConfig.top_p=1.5 must be in \(0, 1\]"),
     ({"repetition_penalty": 0}, r"GenerationConfig.repetition_penalty=0 must be > 0"),
@@ -399,6 +434,7 @@ def test_config_object_and_field_overrides_combine():
 
 def test_a_sampling_setting_turns_sampling_on_unless_do_sample_is_false():
     assert GenerationConfig(top_p=0.9).sampling and GenerationConfig(temperature=0.5).sampling
+    assert GenerationConfig(temperature_end=0.5).sampling
     assert not GenerationConfig().sampling and not GenerationConfig(repetition_penalty=1.2).sampling
     model = _model()
     prompt = torch.randint(0, VOCAB, (4, 3))
@@ -465,6 +501,25 @@ def test_cli_sampling_flags_equal_transformers_sampling(gpt2, gpt2_folder, capsy
                            eos_token_id=stop)
     new = expected[0, 3:].tolist()
     new = new[: new.index(stop) + 1] if stop in new else new
+    assert json.loads(out.out)["new_ids"] == new
+
+
+def test_cli_temperature_end_schedules_the_temperature(gpt2, gpt2_folder, capsys):
+    import json
+
+    from transformers import LogitsProcessorList
+
+    hf, _ = gpt2
+    code, out = run_cli(capsys, "--checkpoint", gpt2_folder, "--input", "w5 w17 w3", "--max-new-tokens", 15,
+                        "--temperature", 1.5, "--temperature-end", 0.5, "--stop-id", 23, "--json")
+    assert code == 0  # no --seed: sampling is seeded with 0
+    torch.manual_seed(0)
+    prompt = torch.tensor([[5, 17, 3]])
+    schedule = StepTemperature(3, torch.linspace(1.5, 0.5, 15, dtype=torch.float64).tolist())
+    expected = hf_generate(hf, prompt, max_new_tokens=15, do_sample=True, eos_token_id=23,
+                           logits_processor=LogitsProcessorList([schedule]))
+    new = expected[0, 3:].tolist()
+    new = new[: new.index(23) + 1] if 23 in new else new
     assert json.loads(out.out)["new_ids"] == new
 
 

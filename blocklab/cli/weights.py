@@ -71,6 +71,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     sampling.add_argument("--sample", action="store_true", help="sample from the softmax instead of argmax")
     sampling.add_argument("--temperature", type=parse_float, default=None, metavar="X",
                           help="divides the logits (default: 1)")
+    sampling.add_argument("--temperature-end", dest="temperature_end", type=parse_float, default=None,
+                          metavar="X",
+                          help="the temperature moves linearly from --temperature to this by the last new token")
     sampling.add_argument("--top-k", dest="top_k", type=parse_int, default=None, metavar="K",
                           help="sample from the k most likely tokens")
     sampling.add_argument("--top-p", dest="top_p", type=parse_float, default=None, metavar="P",
@@ -89,7 +92,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-cache", dest="use_cache", action="store_false", help="re-run the window each step")
     add_device_flags(p)
     add_json_flag(p, "one line per prompt with its ids, new ids and text")
-    p.set_defaults(func=cmd_generate)
     p.set_defaults(func=cmd_generate)
 
 
@@ -127,7 +129,7 @@ def generation_config(args: argparse.Namespace, tokenizer: Any) -> GenerationCon
 
     sampled = {
         name: getattr(args, name)
-        for name in ("temperature", "top_k", "top_p", "seed")
+        for name in ("temperature", "temperature_end", "top_k", "top_p", "seed")
         if getattr(args, name) is not None
     }
     eos = getattr(tokenizer, "eos_id", None)
