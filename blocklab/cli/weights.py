@@ -73,7 +73,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                           help="divides the logits (default: 1)")
     sampling.add_argument("--temperature-end", dest="temperature_end", type=parse_float, default=None,
                           metavar="X",
-                          help="the temperature moves linearly from --temperature to this by the last new token")
+                          help="the temperature moves linearly from --temperature to X by the last new token")
     sampling.add_argument("--top-k", dest="top_k", type=parse_int, default=None, metavar="K",
                           help="sample from the k most likely tokens")
     sampling.add_argument("--top-p", dest="top_p", type=parse_float, default=None, metavar="P",
