@@ -7,10 +7,13 @@ The estimate, in bytes, for float32 (4 bytes a value), P parameters, N = batch x
     optimizer    8 P                          AdamW keeps two moments per parameter
     activations  4 N (L a + 3 d + 3 V)        training: what autograd keeps for backward
 
-per token and layer, a = 6 d + f d_ff + h (+ 2 h T with the explicit attention path):
+per token and layer, on the lean path (``config.uses_lean_path``),
+a = 6 d + f d_ff + h (+ 2 h T with the explicit attention path):
 the block input, q, k, v and the attention output (5 d), the input of the second sublayer
 (d), the FFN activation (f = 1; 2 for gated activations, which add w3's output), one softmax
-statistic per head (h). Outside the blocks: the embedding, final norm and head input (3 d),
+statistic per head (h). Module by module, autograd also keeps each norm's output and statistics
+and the activation's output: a = 8 d + 2 f d_ff + h + 4 (docs/performance.md's ledger: the
+norms' outputs (2 d), their mean and rstd (4), act(h) beside h (and the gate's product)). Outside the blocks: the embedding, final norm and head input (3 d),
 and the logits, their log-softmax and their gradient (3 V). Inference keeps no graph: one
 layer's activations plus the logits, a + 2 V per token. With ``checkpoint_blocks`` a block
 keeps only its input (d) and recomputes the rest in backward, so L a becomes L d + a.
@@ -69,11 +72,14 @@ def format_bytes(n: float) -> str:
 
 
 def activation_values_per_token(config: ModelConfig, seq_len: int, explicit_attention: bool = False) -> int:
-    """Values autograd keeps per token for one block: 6 d + f d_ff + h (+ 2 h T explicit)."""
+    """Values autograd keeps per token for one block: lean 6 d + f d_ff + h, module by module
+    8 d + 2 f d_ff + h + 4 (+ 2 h T explicit)."""
     c = config
     ffn = (2 if is_gated(c.activation) else 1) * c.d_ff
     attention = c.n_heads + (2 * c.n_heads * seq_len if explicit_attention else 0)
-    return 6 * c.d_model + ffn + attention
+    if c.uses_lean_path:
+        return 6 * c.d_model + ffn + attention
+    return 8 * c.d_model + 2 * ffn + attention + 4  # (module path) norms' outputs and stats, act(h)
 
 
 def estimate_memory(

@@ -179,7 +179,8 @@ def read_train_state(folder: str | Path, meta: dict[str, Any], world_size: int) 
         ("seconds", _number(state.get("seconds")), "a number >= 0"),
         ("train_seconds", _number(state.get("train_seconds")), "a number >= 0"),
         ("tokens", _integer(state.get("tokens")), "an integer >= 0"),
-        ("loss", state.get("loss") is None or _number(state.get("loss"), -math.inf), "a number or null"),
+        ("loss", "loss" in state and (state["loss"] is None or _number(state["loss"], -math.inf)),
+         "a number or null"),
         ("eval", isinstance(state.get("eval"), dict) and all(
             isinstance(k, str) and _number(v, -math.inf) for k, v in state["eval"].items()),
          "an object of numbers"),

@@ -38,7 +38,9 @@ def _peak_step_bytes(model: Transformer, tokens: torch.Tensor) -> int:
     "config",
     [
         ModelConfig(vocab_size=50, max_seq_len=64, d_model=128, n_heads=4, n_layers=3, d_ff="8/3x",
-                    activation="swiglu", norm_position="pre"),
+                    activation="swiglu", norm_position="pre"),  # module by module (fused="auto" at d 128)
+        ModelConfig(vocab_size=50, max_seq_len=64, d_model=128, n_heads=4, n_layers=3, d_ff=512,
+                    norm_position="post", fused=True),  # the lean path
         pytest.param(ModelConfig(vocab_size=500, max_seq_len=64, d_model=128, n_heads=4, n_layers=2, d_ff=512,
                                  causal=True, checkpoint_blocks=True), marks=pytest.mark.slow),
     ],
