@@ -13,7 +13,8 @@ the block input, q, k, v and the attention output (5 d), the input of the second
 (d), the FFN activation (f = 1; 2 for gated activations, which add w3's output), one softmax
 statistic per head (h). Module by module, autograd also keeps each norm's output and statistics
 and the activation's output: a = 8 d + 2 f d_ff + h + 4 (docs/performance.md's ledger: the
-norms' outputs (2 d), their mean and rstd (4), act(h) beside h (and the gate's product)). Outside the blocks: the embedding, final norm and head input (3 d),
+norms' outputs (2 d), their mean and rstd (4), act(h) beside h (and the gate's product)).
+Outside the blocks: the embedding, final norm and head input (3 d),
 and the logits, their log-softmax and their gradient (3 V). Inference keeps no graph: one
 layer's activations plus the logits, a + 2 V per token. With ``checkpoint_blocks`` a block
 keeps only its input (d) and recomputes the rest in backward, so L a becomes L d + a.
