@@ -28,7 +28,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save as safetensors_bytes
 
-from .config import ModelConfig, from_dict
+from .config import ModelConfig, from_saved_dict
 from .model import Transformer
 from .nonfinite import NonFiniteError, check_parameters
 from .resources import check_memory
@@ -233,7 +233,7 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> Checkpoint:
             what = "an object" + (" or null" if type(None) in allowed else "")
             raise _fail(path, f"its {name} metadata must be {what}, found {type(value).__name__}")
     try:
-        config = from_dict(config_dict)
+        config = from_saved_dict(config_dict)
     except (ValueError, TypeError) as error:
         raise _fail(path, f"invalid config: {error}") from None
     # a header can claim any config: refuse one that cannot fit before building it

@@ -34,6 +34,7 @@ LEAN_RESIDUALS = ("add", "deepnorm")
 # measures both paths across d_model and prints the width this rule gives; docs/performance.md shows it).
 LEAN_MAX_TIME_COST = 0.05
 LEAN_MIN_D_MODEL = 384
+EMBED_SCALES = ("sqrt_d_model", "none")  # the factor on the token embedding (embedding.SCALE_FACTORS)
 
 # The fields that take one of a few names, and those names (validation and the CLI's --help use it).
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -42,6 +43,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "norm_position": NORM_POSITIONS,
     "residual": RESIDUALS,
     "pos_encoding": POS_ENCODINGS,
+    "embed_scale": EMBED_SCALES,
 }
 
 
@@ -94,6 +96,10 @@ class ModelConfig:
     bias: bool = True
     causal: bool = False
     pos_encoding: str = "sinusoidal"
+    # how big the token part of x0 is next to the position part (blocklab/embedding.py says why)
+    embed_scale: str = "none"  # tok = factor * E[token]: "sqrt_d_model" (Vaswani et al.) or "none"
+    embed_std: float = 0.02  # std of the token part at init, after the factor: E ~ N(0, (std/factor)^2)
+    pos_std: float | None = None  # learned positions' init std (None: embed_std); learned only
     tie_embeddings: bool = False
     final_norm: bool | None = None  # None: on for pre-norm and sandwich, off for post-norm
     dropout: float = 0.0
@@ -110,8 +116,10 @@ class ModelConfig:
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 - frozen
         set_("d_ff", resolve_d_ff(self.d_ff, self.d_model) if isinstance(self.d_model, int) else self.d_ff)
-        if isinstance(self.eps, int) and not isinstance(self.eps, bool):
-            set_("eps", float(self.eps))
+        for name in ("eps", "embed_std", "pos_std"):  # 1 -> 1.0, so equal configs compare equal
+            value = getattr(self, name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                set_(name, float(value))
         if self.final_norm is None:  # pre-norm and sandwich end with a norm; post-norm's last block has one
             set_("final_norm", self.norm_position != "post" and self.norm != "none")
             set_("_derived", frozenset({"final_norm"}))
@@ -153,6 +161,10 @@ def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _is_positive_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
 def _violations(c: ModelConfig) -> list[str]:
     """Every rule the config breaks, as messages naming field, value and what is allowed."""
     errors: list[str] = []
@@ -172,6 +184,12 @@ def _violations(c: ModelConfig) -> list[str]:
         need(value in allowed, f"{name}={value!r} is not one of: {', '.join(allowed)}")
     need(isinstance(c.eps, float) and math.isfinite(c.eps) and c.eps > 0,
          f"eps={c.eps!r} must be a finite number > 0")
+    need(_is_positive_number(c.embed_std), f"embed_std={c.embed_std!r} must be a finite number > 0")
+    if c.pos_std is not None:
+        need(_is_positive_number(c.pos_std), f"pos_std={c.pos_std!r} must be a finite number > 0 (or unset)")
+        need(c.pos_encoding == "learned",
+             f"pos_std={c.pos_std!r} initialises learned positions, but pos_encoding={c.pos_encoding!r} "
+             "has none: leave pos_std unset or use pos_encoding='learned'")
     for name in ("bias", "causal", "tie_embeddings", "final_norm", "embed_norm",
                  "keep_residual", "checkpoint_blocks"):
         value = getattr(c, name)
@@ -219,6 +237,17 @@ def _why_no_lean_path(c: ModelConfig) -> str:
     return "fused=False"
 
 
+# Fields added after blocklab first saved configs, and the value every model saved before then was
+# built with: a checkpoint's config without the field describes a model with this value.
+SAVED_BEFORE: dict[str, Any] = {"embed_scale": "none", "embed_std": 0.02}
+
+
+def from_saved_dict(d: dict[str, Any]) -> ModelConfig:
+    """A config read back from a file blocklab wrote: fields the file predates take the value its
+    model was built with (``SAVED_BEFORE``), not today's defaults."""
+    return from_dict({**SAVED_BEFORE, **d})
+
+
 def from_dict(d: dict[str, Any]) -> ModelConfig:
     """Build a config from a dict, rejecting unknown keys by name."""
     unknown = set(d) - set(FIELDS)
@@ -233,6 +262,7 @@ def _gpt(n_layers: int, d_model: int, n_heads: int, n_ctx: int) -> dict[str, Any
         vocab_size=50257, max_seq_len=n_ctx, d_model=d_model, n_heads=n_heads, n_layers=n_layers,
         d_ff=4 * d_model, activation="gelu_tanh", norm_position="pre", pos_encoding="learned",
         tie_embeddings=True, causal=True, eps=1e-5,
+        embed_scale="none", embed_std=0.02, pos_std=0.01,  # openai/gpt-2 src/model.py: wte 0.02, wpe 0.01
     )
 
 
@@ -261,11 +291,11 @@ PUBLISHED_TOTALS: dict[str, int] = {
 PRESETS: dict[str, dict[str, Any]] = {
     "listops-seed": dict(
         vocab_size=18, max_seq_len=8, d_model=64, n_heads=4, n_layers=2, d_ff=256,
-        activation="relu", norm_position="post",
+        activation="relu", norm_position="post", embed_scale="none", embed_std=0.02,
     ),
     "tiny-lm": dict(
         vocab_size=6, max_seq_len=4, d_model=16, n_heads=2, n_layers=2, d_ff=64,
-        activation="relu", norm_position="post", causal=True,
+        activation="relu", norm_position="post", causal=True, embed_scale="none", embed_std=0.02,
     ),
     "gpt2": _gpt(12, 768, 12, 1024),
     "gpt2-medium": _gpt(24, 1024, 16, 1024),
@@ -283,7 +313,24 @@ PRESETS: dict[str, dict[str, Any]] = {
         vocab_size=30522, max_seq_len=512, d_model=768, n_heads=12, n_layers=12, d_ff=3072,
         activation="gelu", norm_position="post", eps=1e-12, pos_encoding="learned",
         tie_embeddings=True, type_vocab_size=2, embed_norm=True,
+        embed_scale="none", embed_std=0.02,
     ),
+}
+
+# How each preset sizes its input embedding (ModelConfig embed_scale, embed_std, pos_std; the
+# reasons are in blocklab/embedding.py). `blocklab params --preset NAME` prints the line.
+EMBEDDING_CHOICES: dict[str, str] = {
+    "listops-seed": "GPT-2's token init, no factor, N(0, 0.02^2), with the sinusoidal code of amplitude 1",
+    "tiny-lm": "GPT-2's token init, no factor, N(0, 0.02^2), with the sinusoidal code of amplitude 1",
+    **{name: "GPT-2's released code (openai/gpt-2 src/model.py): x0 = wte[t] + wpe[p], no factor, "
+             "wte ~ N(0, 0.02^2), wpe ~ N(0, 0.01^2)"
+       for name in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")},
+    **{name: "as GPT-2 (Brown et al. 2020 use GPT-2's model): no factor, token table N(0, 0.02^2), "
+             "positions N(0, 0.01^2)"
+       for name in ("gpt3-small", "gpt3-medium", "gpt3-large", "gpt3-xl", "gpt3-2.7b", "gpt3-6.7b",
+                    "gpt3-13b", "gpt3-175b")},
+    "bert-base": "BERT's layout: x0 = LayerNorm(word + position + token type), no factor, every table "
+                 "N(0, 0.02^2) (BERT's code: a truncated normal of std 0.02)",
 }
 
 

@@ -11,6 +11,9 @@ term as ``autograd.grad(F(x), x, dL/dF)``, the identity term through the block's
 ``Residual`` module), so they sum to the total dL/dx by construction of the chain rule,
 not by subtraction. Nothing of the model is re-implemented here.
 
+The input: the token and position parts of x0 (the ``tok`` and ``pos`` stages), their mean L2
+norms and the token share ``embedding.TOKEN_SHARE``, averaged over the (valid) positions.
+
 Forward statistics per layer: the residual stream's per-position L2 norm and variance,
 the LayerNorm inputs' mean and variance (``norms.layer_norm_stats``), the fraction of FFN
 pre-activations <= 0 and of "dead" hidden units (<= 0 at every position of the batch),
@@ -28,6 +31,7 @@ from torch import Tensor
 
 from .block import LAYOUTS
 from .config import ModelConfig
+from .embedding import embedding_parts
 from .kernels import LAYER_NORM_VARIANTS
 from .model import Transformer
 from .norms import layer_norm_stats
@@ -70,6 +74,8 @@ class Diagnostics:
     layers: list[LayerDiagnostics]
     grad_resid_out: float  # ||dL/dx_N||, the gradient entering the stack from above
     resid_norm_out: float
+    # x0's parts, means over positions: tok_l2 (||tok||), pos_l2 (||pos||), tok_share (TOKEN_SHARE)
+    embedding: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -92,6 +98,7 @@ class Diagnostics:
             "ffn_frac_le0": self.profile("ffn_frac_le0"),
             "ffn_dead": self.profile("ffn_dead"),
             "attn_entropy": [sum(h) / len(h) for h in self.profile("attn_entropy")],
+            **{f"embed_{k}": v for k, v in self.embedding.items()},
         }
         for group in ("attn", "ffn.w1", "ffn.w2", "ln1", "ln2"):
             if group in self.layers[0].grad_params:
@@ -132,7 +139,16 @@ def _stage_names(model: Transformer) -> list[str]:
     wanted = {"resid_pre", "resid_mid", "resid_post", "ln1", "ln2", "ffn.hidden", "attn.weights"}
     wanted |= {stage for c in layout.connections.values() for stage in (c.x, c.branch, c.out)}
     wanted |= set(layout.norm_inputs.values())
-    return [f"blocks.{i}.{s}" for i in range(len(model.blocks)) for s in sorted(wanted)]
+    parts = [name for name in ("tok", "pos") if name in model.hook_names()]
+    return parts + [f"blocks.{i}.{s}" for i in range(len(model.blocks)) for s in sorted(wanted)]
+
+
+def _embedding_stats(cache: dict[str, Tensor], valid: Tensor) -> dict[str, float]:
+    """Mean ||tok||, ||pos|| and token share over the valid positions (``embedding.embedding_parts``)."""
+    pos = cache["pos"][valid] if "pos" in cache else None
+    parts = embedding_parts(cache["tok"][valid], pos)  # (N_valid,) each
+    return {"tok_l2": float(parts.tok_l2.mean()), "pos_l2": float(parts.pos_l2.mean()),
+            "tok_share": float(parts.tok_share.mean())}
 
 
 def _valid_positions(tokens: Tensor, attention_mask: Tensor | None) -> Tensor:
@@ -226,7 +242,7 @@ def _measure(
         (_, loss), cache = model.run_with_cache(
             tokens, targets=targets, attention_mask=attention_mask, names=_stage_names(model), detach=False
         )
-        stages = list(cache)
+        stages = [name for name in cache if name.startswith("blocks.")]
         params = {n: p for n, p in model.named_parameters() if n.startswith("blocks.") and p.requires_grad}
         wrt = [cache[n] for n in stages] + list(params.values())
         all_grads = torch.autograd.grad(loss, wrt, retain_graph=True, allow_unused=True)
@@ -254,6 +270,7 @@ def _measure(
     diagnostics = Diagnostics(
         loss=float(loss.detach()), layers=layers, grad_resid_out=_norm(grads[last]),
         resid_norm_out=float(cache[last].detach()[valid].double().norm(dim=-1).mean()),
+        embedding=_embedding_stats(cache, valid),
     )
     return diagnostics, kept
 
@@ -307,4 +324,8 @@ def diagnostics_table(diag: Diagnostics, title: str = "") -> Any:
             fmt(sum(row.attn_entropy) / len(row.attn_entropy)),
         )
     table.add_row("out", fmt(diag.grad_resid_out), *[""] * 9, fmt(diag.resid_norm_out), *[""] * 5)
+    e = diag.embedding
+    if e:
+        table.caption = (f"x0 = tok + pos: mean ||tok|| {fmt(e['tok_l2'])}, mean ||pos|| {fmt(e['pos_l2'])}, "
+                         f"token share ||tok||/(||tok||+||pos||) {e['tok_share']:.1%} (mean over positions)")
     return table

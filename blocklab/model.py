@@ -1,6 +1,6 @@
 """The stack (docs/concepts.md#the-stack): embeddings, positions, N blocks, final norm, LM head, loss.
 
-    x0 = Embed(tokens) + PE                PE: sinusoidal (fixed) or learned
+    x0 = tok + pos                         tok = scale * E[tokens], pos = PE[positions] (embedding.py)
     x_{l+1} = Block_l(x_l)                 l = 0..N-1
     logits = ln_f(x_N) @ W_vocab^T         ln_f for pre-norm; head optionally tied to Embed
     loss = cross_entropy(logits, targets)  targets of -100 (padding) are ignored
@@ -18,6 +18,7 @@ from .attention import KVCache
 from .block import TransformerBlock, deepnorm_beta
 from .cache import HookedModule
 from .config import ModelConfig
+from .embedding import build_positions, build_token_embedding, init_embeddings
 from .hooks import HookPoint, name_hook_points
 from .norms import NoNorm, build_norm
 from .tokenizer import BatchEncoding, TextTokenizer, to_str_tokens, to_string
@@ -25,70 +26,24 @@ from .tokenizer import BatchEncoding, TextTokenizer, to_str_tokens, to_string
 IGNORE_INDEX = -100  # targets at padding / unscored positions
 
 
-def sinusoidal_table(max_seq_len: int, d_model: int, dtype: torch.dtype = torch.float32) -> Tensor:
-    """PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(p / 10000^(2i/d)); (max_seq_len, d)."""
-    pos = torch.arange(max_seq_len, dtype=torch.float64)[:, None]  # (P, 1)
-    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (ceil(d/2),)
-    angle = pos / torch.pow(10000.0, two_i / d_model)  # (P, ceil(d/2))
-    pe = torch.zeros(max_seq_len, d_model, dtype=torch.float64)
-    pe[:, 0::2] = torch.sin(angle)
-    pe[:, 1::2] = torch.cos(angle[:, : d_model // 2])
-    return pe.to(dtype)
-
-
-class SinusoidalPositions(nn.Module):
-    """Fixed positional encoding; a non-persistent buffer, so it adds no state-dict key."""
-
-    def __init__(self, max_seq_len: int, d_model: int) -> None:
-        super().__init__()
-        self.max_seq_len, self.d_model = max_seq_len, d_model
-        self.register_buffer("pe", sinusoidal_table(max_seq_len, d_model), persistent=False)
-
-    def _apply(self, fn, recurse=True):  # noqa: ANN001, ANN202 - nn.Module's signature
-        # .double() etc. would cast the float32 table; rebuild it from float64 at the new dtype
-        super()._apply(fn, recurse)
-        table = sinusoidal_table(self.max_seq_len, self.d_model, torch.float64)
-        self.pe = table.to(self.pe.device, self.pe.dtype)
-        return self
-
-    def forward(self, seq_len: int, start: int = 0) -> Tensor:  # (T, d_model), positions start..start+T
-        return self.pe[start : start + seq_len]
-
-
-class LearnedPositions(nn.Embedding):
-    """Learned positional embedding; key ``pos.weight (max_seq_len, d_model)``."""
-
-    def forward(self, seq_len: int, start: int = 0) -> Tensor:  # (T, d_model), positions start..start+T
-        return self.weight[start : start + seq_len]
-
-
-def build_positions(config: ModelConfig) -> nn.Module | None:
-    """The positional encoding a config names (None for "none")."""
-    table = {
-        "sinusoidal": lambda: SinusoidalPositions(config.max_seq_len, config.d_model),
-        "learned": lambda: LearnedPositions(config.max_seq_len, config.d_model),
-        "none": lambda: None,
-    }
-    return table[config.pos_encoding]()
-
-
 class Transformer(HookedModule):
     """Keys: ``embed.weight``, ``pos.weight`` (learned), ``token_type.weight``, ``embed_ln.*``,
     ``blocks.{i}.*``, ``ln_f.*`` (when final_norm), ``head.weight`` (absent from the parameters
     when tied to ``embed``). Stages, in forward order (``STAGES``; ``blocks``: each block's, in its
-    order): ``embed``, ``blocks.{i}.*``, ``ln_f``, ``logits``, ``probs``, ``loss``.
+    order): ``tok`` (the token part of x0, after its scale), ``pos`` (the position part), ``embed``
+    (x0), ``blocks.{i}.*``, ``ln_f``, ``logits``, ``probs``, ``loss``.
 
     ``tokenizer``: the model's tokenizer (``blocklab.tokenizer.TextTokenizer``) or None; the loaders
     set it, ``to_tokens`` / ``to_str_tokens`` / ``to_string`` use it.
     """
 
     tokenizer: TextTokenizer | None
-    STAGES = ("embed", "blocks", "ln_f", "logits", "probs", "loss")
+    STAGES = ("tok", "pos", "embed", "blocks", "ln_f", "logits", "probs", "loss")
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         c = self.config = config
-        self.embed = nn.Embedding(c.vocab_size, c.d_model)
+        self.embed = build_token_embedding(c)
         self.pos = build_positions(c)
         self.token_type = nn.Embedding(c.type_vocab_size, c.d_model) if c.type_vocab_size else None
         norm = lambda: build_norm(c.norm, c.d_model, c.eps, c.bias, fused=c.components_fused)  # noqa: E731
@@ -116,17 +71,48 @@ class Transformer(HookedModule):
                 order.append(stage)
         return order
 
-    def _check_tokens(self, tokens: Tensor, past: int = 0) -> None:
+    def _check_tokens(self, tokens: Tensor, past: int = 0, position_ids: Tensor | None = None) -> None:
         if tokens.dim() != 2:
             raise ValueError(f"tokens must be (batch, seq) integers, got shape {tuple(tokens.shape)}")
-        T = past + tokens.shape[1]
-        if T > self.config.max_seq_len:
-            raise ValueError(f"sequence length {T} exceeds max_seq_len={self.config.max_seq_len}")
+        if position_ids is not None:
+            self._check_position_ids(tokens, position_ids)
+        else:
+            T = past + tokens.shape[1]
+            if T > self.config.max_seq_len:
+                raise ValueError(f"sequence length {T} exceeds max_seq_len={self.config.max_seq_len}")
         if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.config.vocab_size):
             raise ValueError(
                 f"token ids must be in [0, {self.config.vocab_size}); got min {int(tokens.min())}, "
                 f"max {int(tokens.max())}"
             )
+
+    def _check_position_ids(self, tokens: Tensor, position_ids: Tensor) -> None:
+        if position_ids.shape != tokens.shape or position_ids.dtype not in (torch.int64, torch.int32):
+            raise ValueError(
+                f"position_ids must be (batch, seq) integers like tokens {tuple(tokens.shape)}, got "
+                f"{position_ids.dtype} of shape {tuple(position_ids.shape)}"
+            )
+        if position_ids.numel() and (int(position_ids.min()) < 0
+                                     or int(position_ids.max()) >= self.config.max_seq_len):
+            raise ValueError(
+                f"position_ids must be in [0, {self.config.max_seq_len}) (max_seq_len); got min "
+                f"{int(position_ids.min())}, max {int(position_ids.max())}"
+            )
+
+    def _embed(
+        self, tokens: Tensor, past: int, position_ids: Tensor | None, token_type_ids: Tensor | None,
+        pad: Tensor | None,
+    ) -> Tensor:
+        """x0 = tok + pos (+ token type), then embed_ln (``pad`` (B, T): True at padding) and dropout:
+        the ``embed`` stage (B, T, d_model)."""
+        x = self.hook_tok(self.embed(tokens))  # (B, T, d_model), after the factor
+        if self.pos is not None:
+            pos = self.pos(tokens.shape[1], past, position_ids)  # (T, d_model) or (B, T, d_model)
+            x = x + self.hook_pos(pos.expand_as(x))
+        if self.token_type is not None:
+            types = token_type_ids if token_type_ids is not None else torch.zeros_like(tokens)
+            x = x + self.token_type(types)
+        return self.hook_embed(self.drop(self.embed_ln(x, pad)))
 
     def encode(
         self,
@@ -140,21 +126,14 @@ class Transformer(HookedModule):
 
         attention_mask: (B, T), 1 for real tokens and 0 for padding (Hugging Face convention).
         kv_cache: one KVCache per block (generation): tokens are the positions after the cached ones.
-        position_ids: (B, T) position of each token (default past, past+1, ...).
+        position_ids: (B, T) position of each token (default past, past+1, ...); left-padded batches
+        give each row's real tokens positions 0, 1, ... whatever the padding before them.
         """
         past = kv_cache[0].length if kv_cache is not None else 0
-        self._check_tokens(tokens, past)
+        self._check_tokens(tokens, past, position_ids)
         key_padding_mask = attention_mask == 0 if attention_mask is not None else None  # True at padding
         pad = key_padding_mask[:, past:] if key_padding_mask is not None else None  # these tokens' own
-        T = tokens.shape[1]
-        x = self.embed(tokens)  # (B, T, d_model)
-        if self.pos is not None:  # (T, d) or, with position_ids, (B, T, d)
-            table = self.pos(self.config.max_seq_len)  # (max_seq_len, d)
-            x = x + (self.pos(T, past) if position_ids is None else table[position_ids])
-        if self.token_type is not None:
-            types = token_type_ids if token_type_ids is not None else torch.zeros_like(tokens)
-            x = x + self.token_type(types)
-        x = self.hook_embed(self.drop(self.embed_ln(x, pad)))
+        x = self._embed(tokens, past, position_ids, token_type_ids, pad)
         if kv_cache is None:
             for block in self.blocks:
                 x = block(x, key_padding_mask)
@@ -169,9 +148,11 @@ class Transformer(HookedModule):
         targets: Tensor | None = None,
         attention_mask: Tensor | None = None,
         token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Logits (B, T, vocab); with targets (B, T), also the mean cross-entropy over targets != -100."""
-        logits = self.hook_logits(self.head(self.encode(tokens, attention_mask, token_type_ids)))
+        hidden = self.encode(tokens, attention_mask, token_type_ids, position_ids=position_ids)
+        logits = self.hook_logits(self.head(hidden))
         full = logits if logits.dtype == torch.float64 else logits.float()  # softmax/CE never in bf16
         if self.hook_probs.active:  # softmax only when someone looks at it
             self.hook_probs(torch.softmax(full, dim=-1))
@@ -210,12 +191,14 @@ class Transformer(HookedModule):
 
 
 def init_weights(model: Transformer) -> None:
-    """GPT-style init: linears and embeddings N(0, 0.02), biases 0, norms gamma 1 beta 0.
-
-    DeepNorm re-initialises each block's v, o and FFN weights with Xavier-normal gain beta.
+    """Embeddings as the config says (``embedding.init_embeddings``); then GPT-style linears
+    N(0, 0.02) with biases 0 (a head tied to the embedding keeps the embedding's init); norms
+    gamma 1, beta 0. DeepNorm re-initialises each block's v, o and FFN weights with Xavier-normal
+    gain beta.
     """
+    init_embeddings(model.config, model.embed, model.pos, model.token_type)
     for module in model.modules():
-        if isinstance(module, (nn.Linear, nn.Embedding)):
+        if isinstance(module, nn.Linear) and module.weight is not model.embed.weight:
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)

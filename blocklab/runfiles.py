@@ -28,7 +28,7 @@ import torch
 
 from .checkpoint import atomic_write_bytes, fsync_dir
 from .config import ModelConfig
-from .config import from_dict as model_config_from_dict
+from .config import from_saved_dict as model_config_from_dict
 from .trainconfig import TrainConfig, train_config_from_dict
 from .version import __version__
 

@@ -275,11 +275,28 @@ def check_task_fits(config: ModelConfig, task: Task) -> None:
 
 
 def make_optimizer(model: nn.Module, c: TrainConfig) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices and embeddings only (biases and norm gains are not decayed)."""
+    """AdamW with weight decay on matrices and embeddings only (biases and norm gains are not decayed).
+
+    The fused implementation (one kernel for every parameter's update) where this torch has it
+    for the parameters' device (CPU since torch 2.4), else the multi-tensor ``foreach`` one. Both
+    are deterministic; they round differently from the one-tensor-at-a-time loop in the last bits.
+    """
     decay = [p for p in model.parameters() if p.dim() >= 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": c.weight_decay}, {"params": rest, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=c.lr, betas=(c.beta1, c.beta2), foreach=False)
+    try:
+        return torch.optim.AdamW(groups, lr=c.lr, betas=(c.beta1, c.beta2), fused=True)
+    except RuntimeError:  # "fused=True requires ... supported devices": this torch has no fused kernel here
+        return torch.optim.AdamW(groups, lr=c.lr, betas=(c.beta1, c.beta2), foreach=True)
+
+
+def resolve_threads(threads: int) -> int:
+    """torch intra-op threads for this process: ``threads``, or for 0 ("auto") the cores this
+    process may run on, divided among the processes torchrun started on this machine."""
+    if threads:
+        return threads
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
 
 
 def train(
@@ -329,8 +346,7 @@ def train(
         raise ValueError("--detect-nonfinite needs a single process (a stop on one would hang the others)")
     procs = Processes.from_env(compute.device)
     threads = torch.get_num_threads()
-    if train_config.threads:
-        torch.set_num_threads(train_config.threads)
+    torch.set_num_threads(resolve_threads(train_config.threads))
     try:
         with _Run(model_config, train_config, task, out_dir, list(callbacks), procs, compute) as run:
             run.detect_nonfinite = detect_nonfinite

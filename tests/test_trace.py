@@ -86,8 +86,9 @@ def close_at(printed: str, value: float, decimals: int) -> bool:
 
 
 def test_layernorm_rows_have_mean_zero_and_variance_var_over_var_plus_eps() -> None:
-    # no positions and small embeddings: LayerNorm inputs of variance ~4e-4, where eps = 1e-5 shows
-    model = listops_model(pos_encoding="none")
+    # no positions and small embeddings (GPT-2's N(0, 0.02^2), no factor): LayerNorm inputs of
+    # variance ~4e-4, where eps = 1e-5 shows
+    model = listops_model(pos_encoding="none", embed_scale="none", embed_std=0.02)
     trace = collect_trace(model, IDS, TOKENIZER.tokens(IDS))
     _, cache = model.run_with_cache(torch.tensor([IDS]))
     checked = 0
@@ -108,6 +109,47 @@ def test_layernorm_rows_have_mean_zero_and_variance_var_over_var_plus_eps() -> N
     words = trace.stage("blocks.0.ln1").explanation
     assert "var/(var+eps)" in words and "because eps = 1e-05" in words and "not d-1" in words
     assert checked == 4
+
+
+# ---- the parts of x0 ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("fields", "factor"), [
+    (dict(embed_scale="sqrt_d_model", embed_std=1.0), 8.0),  # sqrt(64)
+    (dict(embed_scale="none", embed_std=0.02), 1.0),
+    (dict(embed_scale="sqrt_d_model", embed_std=1.0, pos_encoding="learned"), 8.0),
+    (dict(embed_scale="none", embed_std=1.0, pos_encoding="none"), 1.0),
+])
+def test_token_and_position_shares_equal_a_hand_computation(fields: dict, factor: float) -> None:
+    model = listops_model(**fields)
+    trace = collect_trace(model, IDS, TOKENIZER.tokens(IDS), names="embed")
+    assert [s.name for s in trace.stages] == ["embed"]  # the parts are read, not shown, when not asked for
+    E = model.embed.weight.detach().double()
+    d = 64
+    sinusoid = [[math.sin(p / 10000 ** (j / d)) if j % 2 == 0 else math.cos(p / 10000 ** ((j - 1) / d))
+                 for j in range(d)] for p in range(8)]
+    pos_rows = {"sinusoidal": lambda: torch.tensor(sinusoid, dtype=torch.float64),
+                "learned": lambda: model.pos.weight.detach().double(),
+                "none": lambda: torch.zeros(8, d, dtype=torch.float64)}[model.config.pos_encoding]()
+    parts = trace.stage("embed").parts
+    for p, token in enumerate(IDS):
+        tok = math.sqrt(sum((factor * float(v)) ** 2 for v in E[token]))
+        pos = math.sqrt(sum(float(v) ** 2 for v in pos_rows[p]))
+        assert float(parts.tok_l2[p]) == pytest.approx(tok, rel=1e-6)
+        assert float(parts.pos_l2[p]) == pytest.approx(pos, rel=1e-6, abs=1e-12)
+        assert float(parts.tok_share[p]) == pytest.approx(tok / (tok + pos), rel=1e-6)
+    record = trace_to_dict(trace)
+    VALIDATOR.validate(record)
+    assert record["stages"][0]["parts"]["tok_share"] == pytest.approx(parts.tok_share.tolist(), rel=1e-12)
+    printed = sections(text_of(trace, decimals=4))["embed"]
+    header, rows = grid(printed, "x0 = tok + pos: the parts")
+    assert header[2:4] == ["||tok||", "||pos||"] and len(rows) == 8
+    for p, row in enumerate(rows):
+        assert close_at(row[2], float(parts.tok_l2[p]), 4) and close_at(row[3], float(parts.pos_l2[p]), 4)
+        assert row[-1] == f"{100 * float(parts.tok_share[p]):.1f}%"
+    share = float(parts.tok_share.mean())
+    if model.config.pos_encoding != "none":
+        assert f"token share ||tok|| / (||tok|| + ||pos||) {share:.1%}" in trace.stage("embed").explanation
 
 
 # ---- printed numbers ------------------------------------------------------------------------------

@@ -477,15 +477,35 @@ def test_resume_flags_must_agree_with_config_json(trained_run: Path, capsys: pyt
     assert "--lr 0.1 (the run has 0.005)" in err and err.count("\n") == 1
 
 
-def test_default_train_command_reaches_99_percent_held_out(tmp_path: Path) -> None:
-    """The README's main command, as is: listops, listops-seed, default TrainConfig."""
-    assert main(["train", "-q", "--out", str(tmp_path)]) == 0
-    ckpt = sorted((tmp_path / "checkpoints").iterdir())[-1] / "model.safetensors"
+def _held_out_accuracy(run: Path) -> float:
+    """Exact match of the run's last checkpoint on its listops test split, counted here."""
+    ckpt = sorted((run / "checkpoints").iterdir())[-1] / "model.safetensors"
     model = load_checkpoint(ckpt).model.eval()
     test = get_task("listops").split("test")
     with torch.no_grad():
         predicted = model(test.inputs)[:, 7].argmax(-1)
-    assert float((predicted == test.targets[:, 7]).double().mean()) >= 0.99
+    return float((predicted == test.targets[:, 7]).double().mean())
+
+
+def test_default_train_command_reaches_99_percent_held_out(tmp_path: Path) -> None:
+    """The README's main command, as is: listops, listops-seed, default TrainConfig."""
+    assert main(["train", "-q", "--out", str(tmp_path)]) == 0
+    assert _held_out_accuracy(tmp_path) >= 0.99
+
+
+@pytest.mark.slow
+def test_pre_norm_six_layers_reaches_99_percent_with_the_cli_defaults(tmp_path: Path) -> None:
+    """Issue 13: with the default input embedding, depth and pre-norm train like the default model."""
+    assert main(["train", "-q", "--no-report", "--norm-position", "pre", "--n-layers", "6",
+                 "--out", str(tmp_path)]) == 0
+    assert _held_out_accuracy(tmp_path) >= 0.99
+
+
+def test_pre_norm_three_narrow_layers_reach_99_percent_with_the_cli_defaults(tmp_path: Path) -> None:
+    """The fast version of the test above: pre-norm, 3 layers of d_model 32, every other flag default."""
+    assert main(["train", "-q", "--no-report", "--norm-position", "pre", "--n-layers", "3", "--d-model", "32",
+                 "--d-ff", "128", "--out", str(tmp_path)]) == 0
+    assert _held_out_accuracy(tmp_path) >= 0.99
 
 
 def test_predict_without_a_recorded_task_gives_the_next_token(

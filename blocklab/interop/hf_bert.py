@@ -51,7 +51,10 @@ EMBEDDINGS = {"word_embeddings": "embed", "position_embeddings": "pos", "token_t
 
 # What blocklab must be set to for BERT's layout (export checks these).
 LAYOUT = dict(norm_position="post", norm="standard", residual="add", bias=True, causal=False,
-              pos_encoding="learned", embed_norm=True, final_norm=False, tie_embeddings=True)
+              pos_encoding="learned", embed_norm=True, final_norm=False, tie_embeddings=True,
+              embed_scale="none")  # x0 = LayerNorm(word + position + token_type): no factor
+# How BERT initialises its tables (initializer_range): imported configs say so.
+INIT = dict(embed_std=0.02)
 
 
 def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
@@ -65,7 +68,7 @@ def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
         vocab_size=get("vocab_size"), max_seq_len=get("max_position_embeddings"), d_model=get("hidden_size"),
         n_heads=get("num_attention_heads"), n_layers=get("num_hidden_layers"), d_ff=get("intermediate_size"),
         activation=ACTIVATIONS[act], eps=float(get("layer_norm_eps")),
-        dropout=float(get("hidden_dropout_prob")), type_vocab_size=get("type_vocab_size"), **LAYOUT,
+        dropout=float(get("hidden_dropout_prob")), type_vocab_size=get("type_vocab_size"), **LAYOUT, **INIT,
     )
 
 

@@ -39,7 +39,10 @@ LAYER_CONV1D = {"attn.c_proj": "attn.o", "mlp.c_fc": "ffn.w1", "mlp.c_proj": "ff
 
 # What blocklab must be set to for GPT-2's layout (export checks these).
 LAYOUT = dict(norm_position="pre", norm="standard", residual="add", bias=True, causal=True,
-              pos_encoding="learned", embed_norm=False, final_norm=True, type_vocab_size=0)
+              pos_encoding="learned", embed_norm=False, final_norm=True, type_vocab_size=0,
+              embed_scale="none")  # x0 = wte[t] + wpe[p]: no factor on the token rows
+# How transformers initialises GPT2Model's tables (initializer_range): imported configs say so.
+INIT = dict(embed_std=0.02)
 
 
 def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
@@ -54,7 +57,7 @@ def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
         vocab_size=get("vocab_size"), max_seq_len=get("n_positions"), d_model=d_model, n_heads=get("n_head"),
         n_layers=get("n_layer"), d_ff=get("n_inner") or 4 * d_model, activation=ACTIVATIONS[act],
         eps=float(get("layer_norm_epsilon")), dropout=float(get("resid_pdrop")),
-        tie_embeddings=get("tie_word_embeddings"), **LAYOUT,
+        tie_embeddings=get("tie_word_embeddings"), **LAYOUT, **INIT,
     )
 
 

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from ..block import LAYOUTS
 from ..config import ModelConfig
 from ..device import model_device
+from ..embedding import embedding_parts
 from ..hooks import select_names
 from ..norms import LayerNorm
 from .explain import explain_all  # words about the numbers, kept apart from the numbers
@@ -32,6 +33,7 @@ from .record import STAT_NAMES, NormNumbers, Stage, Trace
 NORM_STAGES = ("ln1", "ln2", "ln1_out", "ln2_out", "ln_f")
 # A norm module's numbers belong to the stage of the same name; the embedding norm feeds `embed`.
 NORM_MODULE_STAGE = {"embed_ln": "embed"}
+EMBED_PARTS = ("tok", "pos")  # the stages x0 is the sum of; the `embed` stage reports their norms and share
 
 
 def norm_input_stages(config: ModelConfig) -> dict[str, str]:
@@ -169,6 +171,8 @@ def collect_trace(
     shown = select_names(model.hook_names(), names)
     input_of = norm_input_stages(config)
     needed = shown + [input_of[n] for n in shown if n in input_of and input_of[n] not in shown]
+    # the embed stage's parts are read even when only `embed` is asked for
+    needed += [p for p in EMBED_PARTS if "embed" in shown and p not in needed and p in model.hook_names()]
     try:
         with torch.no_grad():
             _, cache = model.run_with_cache(tokens_t, names=needed, targets=targets)
@@ -209,6 +213,9 @@ def collect_trace(
                     stage.norm = _norm_numbers(module, norm_inputs[module_path], stage_positions)
             if kind in ("ffn.hidden", "ffn.act"):
                 stage.frac_le_zero = (rows <= 0).to(torch.float64).mean(-1)
+            if name == "embed" and "tok" in cache:
+                pos = cache["pos"][0, stage_positions] if "pos" in cache else None
+                stage.parts = embedding_parts(cache["tok"][0, stage_positions], pos)
             trace.stages.append(stage)
         explain_all(trace, model)
     return trace
@@ -253,6 +260,8 @@ def stage_to_dict(stage: Stage) -> dict:
         record["frac_le_zero"] = _numbers(stage.frac_le_zero)
     if stage.heads is not None:
         record["heads"] = _numbers(stage.heads)
+    if stage.parts is not None:
+        record["parts"] = {k: _numbers(getattr(stage.parts, k)) for k in ("tok_l2", "pos_l2", "tok_share")}
     if stage.masked is not None:
         record["masked"] = [int(v) for v in stage.masked]
     return record

@@ -76,16 +76,41 @@ def _change(before: float, after: float) -> str:
     return f"mean L2 norm per position stayed at {_n(after)}"
 
 
+TOKEN_FACTOR_WORDS = {
+    "sqrt_d_model": "looked up each token's row of E and multiplied it by sqrt(d_model) = {f}",
+    "none": "looked up each token's row of E (no factor)",
+}
+POSITION_WORDS = {"sinusoidal": "the fixed sinusoidal code PE[p] (entries in [-1, 1], norm sqrt(d/2) = {n})",
+                  "learned": "the learned position embedding, row p of pos.weight", "none": ""}
+
+
+def _tok(s: Stage, w: Walk) -> str:
+    c = w.trace.config
+    words = TOKEN_FACTOR_WORDS[c.embed_scale].format(f=_n(math.sqrt(c.d_model)))
+    return f"token part of x0: {words}; mean L2 norm per position {_n(_l2(s))}"
+
+
+def _pos(s: Stage, w: Walk) -> str:
+    c = w.trace.config
+    words = POSITION_WORDS[c.pos_encoding].format(n=_n(math.sqrt(c.d_model / 2)))
+    return f"position part of x0: {words}; mean L2 norm per position {_n(_l2(s))}"
+
+
 def _embed(s: Stage, w: Walk) -> str:
     c = w.trace.config
-    parts = ["looked up each token's vector"]
-    parts += {"sinusoidal": ["added the sinusoidal position encoding"],
-              "learned": ["added the learned position embedding"], "none": []}[c.pos_encoding]
+    parts = ["token part"]
+    parts += {"sinusoidal": ["sinusoidal position code"], "learned": ["learned positions"], "none": []}[
+        c.pos_encoding]
     if c.type_vocab_size:
-        parts.append("added the token-type embedding")
+        parts.append("token-type embedding")
+    words = f"x0 = {' + '.join(parts)}"
     if s.norm_module:
-        parts.append(f"normalized with {s.norm_module}")
-    return f"embedding: {', '.join(parts)}; mean L2 norm per position {_n(_l2(s))}"
+        words += f", normalized with {s.norm_module}"
+    share = ""
+    if s.parts is not None and c.pos_encoding != "none":
+        mean_share = float(s.parts.tok_share.mean())
+        share = f"; token share ||tok|| / (||tok|| + ||pos||) {mean_share:.1%} (mean over positions)"
+    return f"embedding: {words}; mean L2 norm per position {_n(_l2(s))}{share}"
 
 
 def _resid_pre(s: Stage, w: Walk) -> str:
@@ -246,7 +271,7 @@ def _loss(s: Stage, w: Walk) -> str:
 
 
 EXPLAINERS: dict[str, Callable[[Stage, Walk], str]] = {
-    "embed": _embed, "resid_pre": _resid_pre,
+    "tok": _tok, "pos": _pos, "embed": _embed, "resid_pre": _resid_pre,
     "attn.q": _qkv, "attn.k": _qkv, "attn.v": _qkv, "attn.scores": _scores, "attn.weights": _weights,
     "attn.z": _z, "attn.result": _result,
     "attn.out": _attn_out, "resid_mid": _residual, "resid_post": _residual, "norm": _norm,

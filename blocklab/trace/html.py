@@ -22,7 +22,15 @@ from torch import Tensor
 
 from ..block import LAYOUTS
 from .record import PER_HEAD_KINDS, STAT_NAMES, Stage, Trace
-from .text import column_labels, fmt, norm_cells, norm_headers
+from .text import (
+    PARTS_HEADERS,
+    PARTS_TITLE,
+    column_labels,
+    fmt,
+    norm_cells,
+    norm_headers,
+    parts_cells,
+)
 
 MAX_COLUMNS = 512  # a heatmap shows at most this many features (vocabularies can be 50k wide)
 STREAM_KINDS = ("embed", "resid_pre", "resid_mid", "resid_post")
@@ -167,6 +175,9 @@ def _section(page: Page, stage: Stage) -> str:
         parts.append(page.heatmap(stage.rows, labels, cols, sequential,
                                   f"{what}: positions x {stage.rows.shape[1]} features", group))
     parts.append(_stats_table(t, stage, d))
+    if stage.parts is not None:
+        rows = [[str(p), t.tokens[p], *parts_cells(stage.parts, i, d)] for i, p in enumerate(stage.positions)]
+        parts.append(_table(["pos", "token", *PARTS_HEADERS], rows, PARTS_TITLE))
     if stage.norm is not None:
         parts.append(_norm_table(t, stage, d))
     parts.append("</section>")

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from torch import Tensor
 
 from ..config import ModelConfig
+from ..embedding import EmbeddingParts
 
 STAT_NAMES: tuple[str, ...] = ("mean", "var", "std", "min", "max", "l2")
 # stages whose features are heads side by side: a row is head 0's d_k (or d_model) values, then head 1's, ...
@@ -52,6 +53,7 @@ class Stage:
     norm_module: str = ""  # the norm's class and variant ("" when the stage is no norm)
     frac_le_zero: Tensor | None = None  # FFN stages: fraction of units <= 0 per position
     heads: Tensor | None = None  # attention scores/weights: (h, P, T), one query row per position
+    parts: EmbeddingParts | None = None  # the embed stage: ||tok||, ||pos|| and the token share (P,)
     masked: Tensor | None = None  # (P,) entries left out of the statistics (-inf scores)
     explanation: str = ""
 

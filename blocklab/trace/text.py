@@ -18,6 +18,7 @@ from rich.text import Text
 from torch import Tensor
 
 from ..block import LAYOUTS
+from ..embedding import EmbeddingParts
 from .record import PER_HEAD_KINDS, STAT_NAMES, NormNumbers, Stage, Trace
 
 STAT_HEADERS = {"mean": "mean", "var": "var", "std": "std", "min": "min", "max": "max", "l2": "L2"}
@@ -103,6 +104,24 @@ def stats_grid(trace: Trace, stage: Stage, decimals: int) -> Grid:
     return grid("per position", ["pos", "token", *(STAT_HEADERS[k] for k in STAT_NAMES), *extra], rows)
 
 
+PARTS_TITLE = "x0 = tok + pos: the parts"
+PARTS_HEADERS = ["||tok||", "||pos||", "token share ||tok||/(||tok||+||pos||)"]
+
+
+def parts_cells(parts: EmbeddingParts, i: int, decimals: int) -> list[str]:
+    """One position's token and position norms and the token share (in %)."""
+    share = float(parts.tok_share[i])
+    shown = f"{100 * share:.1f}%" if math.isfinite(share) else "nan"
+    return [fmt(float(parts.tok_l2[i]), decimals), fmt(float(parts.pos_l2[i]), decimals), shown]
+
+
+def parts_grid(trace: Trace, stage: Stage, decimals: int) -> Grid:
+    """The embed stage: x0's token and position parts per position, their norms and the token share."""
+    rows = [_row_label(trace, p) + parts_cells(stage.parts, i, decimals)
+            for i, p in enumerate(stage.positions)]
+    return grid(PARTS_TITLE, ["pos", "token", *PARTS_HEADERS], rows)
+
+
 def norm_headers(variant: str) -> list[str]:
     """Column names of the LayerNorm table: mu, var, the denominator, z_hat mean/var, var/denominator^2."""
     denom = {"eps_outside_sqrt": "sqrt(var)+eps", "rms": "sqrt(ms+eps)"}.get(variant, "sqrt(var+eps)")
@@ -176,6 +195,8 @@ def render_stage(trace: Trace, stage: Stage, decimals: int, max_features: int, w
     if stage.kind == "loss":
         return text.append(f"loss = {fmt(float(stage.rows[0, 0]), decimals)}\n", style="bold")
     grids = [stats_grid(trace, stage, decimals)]
+    if stage.parts is not None:
+        grids.append(parts_grid(trace, stage, decimals))
     if stage.heads is not None:
         grids += head_grids(trace, stage, decimals, width)
     elif stage.norm is not None:
