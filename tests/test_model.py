@@ -170,7 +170,7 @@ def test_bad_inputs_give_clear_errors() -> None:
 # ---- every config field reaches the model, or is refused ------------------------------------------
 
 from blocklab.activations import ACTIVATION_NAMES  # noqa: E402
-from blocklab.config import FIELDS, NORM_POSITIONS, NORMS, POS_ENCODINGS, RESIDUALS  # noqa: E402
+from blocklab.config import EMBED_SCALES, FIELDS, NORM_POSITIONS, NORMS, POS_ENCODINGS, RESIDUALS  # noqa: E402
 from blocklab.measure import saved_activations  # noqa: E402
 
 ALTERNATIVES: dict[str, list] = {
@@ -188,6 +188,9 @@ ALTERNATIVES: dict[str, list] = {
     "bias": [True, False],
     "causal": [True, False],
     "pos_encoding": list(POS_ENCODINGS),
+    "embed_scale": list(EMBED_SCALES),
+    "embed_std": [1.0, 0.02],
+    "pos_std": [0.5, None],
     "tie_embeddings": [True, False],
     "final_norm": [True, False],
     "dropout": [0.1],
@@ -200,7 +203,8 @@ ALTERNATIVES: dict[str, list] = {
 SMALL = dict(d_model=16, n_heads=2, d_ff=32)  # the listops shape, narrower: the test builds ~150 models
 BASES = {
     "post": ModelConfig(**SMALL),
-    "pre-rms-lean": ModelConfig(**SMALL, norm_position="pre", norm="rms", fused=True),
+    # learned positions: the base where pos_std is observable (sinusoidal bases refuse it, naming it)
+    "pre-rms-lean": ModelConfig(**SMALL, norm_position="pre", norm="rms", fused=True, pos_encoding="learned"),
     "no-norm": ModelConfig(**SMALL, norm="none", norm_position="pre"),
 }
 
@@ -211,8 +215,9 @@ SAME_BY_THE_MATH = {("no-norm", "norm_position")}
 
 
 def _fingerprint(config: ModelConfig) -> list:
-    """What a model of ``config`` shows: parameter shapes, eval and train outputs, bytes kept for
-    backward, and whether it accepts a 12-token input."""
+    """What a model of ``config`` shows: parameter shapes, eval and train outputs, the gradient of each
+    parameter (how it learns: embed_scale draws the same token part at init but moves it at another
+    rate), bytes kept for backward, and whether it accepts a 12-token input."""
     torch.manual_seed(0)
     model = Transformer(config)
     tokens = torch.randint(0, 18, (2, 8), generator=torch.Generator().manual_seed(0))
@@ -221,13 +226,16 @@ def _fingerprint(config: ModelConfig) -> list:
         torch.manual_seed(1)
         train_out = model.train()(tokens)
     kept = saved_activations(model, lambda t: model(t, targets=t)[1], tokens)[0].nbytes
+    model.zero_grad()
+    model(tokens, targets=tokens)[1].backward()
+    grads = torch.stack([p.grad.norm() if p.grad is not None else torch.tensor(0.0) for p in model.parameters()])
     try:
         model(torch.zeros(1, 12, dtype=torch.long))
         accepts_12 = True
     except ValueError:
         accepts_12 = False
     shapes = sorted((k, tuple(v.shape)) for k, v in model.state_dict().items())
-    return [shapes, eval_out, train_out, kept, accepts_12]
+    return [shapes, eval_out, train_out, grads, kept, accepts_12]
 
 
 def _same(a: list, b: list) -> bool:
