@@ -145,9 +145,10 @@ class ModelConfig:
 
     def replace(self, **changes: Any) -> ModelConfig:
         """A copy with some fields changed (validated again); fields this config derived (final_norm
-        left unset) are derived again, so ``replace(norm_position="pre")`` gets pre-norm's final norm."""
+        left unset) are derived again, so ``replace(norm_position="pre")`` gets pre-norm's final norm;
+        a learned table's ``pos_std`` goes with it (``changed_from``)."""
         kept = {k: v for k, v in self.to_dict().items() if k not in self._derived}
-        return from_dict({**kept, **changes})
+        return from_dict(changed_from(kept, changes))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict of every field."""
@@ -248,6 +249,14 @@ def from_saved_dict(d: dict[str, Any]) -> ModelConfig:
     return from_dict({**SAVED_BEFORE, **d})
 
 
+def changed_from(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``changes``; a ``pos_std`` of base's learned positions goes when the changes
+    take the learned table away without giving a pos_std (gpt2's 0.01 describes its learned table)."""
+    if changes.get("pos_encoding", "learned") != "learned" and "pos_std" not in changes:
+        base = {k: v for k, v in base.items() if k != "pos_std"}
+    return {**base, **changes}
+
+
 def from_dict(d: dict[str, Any]) -> ModelConfig:
     """Build a config from a dict, rejecting unknown keys by name."""
     unknown = set(d) - set(FIELDS)
@@ -338,4 +347,4 @@ def preset(name: str, **overrides: Any) -> ModelConfig:
     """The named preset's config, with any fields overridden."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; presets are: {', '.join(PRESETS)}")
-    return from_dict({**PRESETS[name], **overrides})
+    return from_dict(changed_from(PRESETS[name], overrides))

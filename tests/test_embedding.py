@@ -180,3 +180,14 @@ def test_a_config_saved_before_the_embedding_fields_loads_as_the_model_it_was() 
         old.pop(name)
     loaded = from_saved_dict(old)
     assert (loaded.embed_scale, loaded.embed_std, loaded.pos_std) == ("none", 0.02, None)
+
+
+def test_a_presets_learned_pos_std_goes_with_its_learned_table() -> None:
+    """gpt2's pos_std=0.01 describes its learned table: overriding the position code drops it, and a
+    pos_std given with the override is still refused."""
+    assert bl.preset("gpt2").pos_std == 0.01
+    assert bl.preset("gpt2", pos_encoding="sinusoidal").pos_std is None
+    assert bl.preset("gpt2").replace(pos_encoding="none").pos_std is None
+    assert bl.preset("gpt2").replace(n_layers=1).pos_std == 0.01
+    with pytest.raises(ValueError, match="ModelConfig.pos_std=0.01 initialises learned positions"):
+        bl.preset("gpt2", pos_encoding="sinusoidal", pos_std=0.01)

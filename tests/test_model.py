@@ -228,7 +228,8 @@ def _fingerprint(config: ModelConfig) -> list:
     kept = saved_activations(model, lambda t: model(t, targets=t)[1], tokens)[0].nbytes
     model.zero_grad()
     model(tokens, targets=tokens)[1].backward()
-    grads = torch.stack([p.grad.norm() if p.grad is not None else torch.tensor(0.0) for p in model.parameters()])
+    no_grad = torch.zeros(())
+    grads = torch.stack([p.grad.norm() if p.grad is not None else no_grad for p in model.parameters()])
     try:
         model(torch.zeros(1, 12, dtype=torch.long))
         accepts_12 = True
