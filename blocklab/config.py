@@ -97,8 +97,8 @@ class ModelConfig:
     causal: bool = False
     pos_encoding: str = "sinusoidal"
     # how big the token part of x0 is next to the position part (blocklab/embedding.py says why)
-    embed_scale: str = "none"  # tok = factor * E[token]: "sqrt_d_model" (Vaswani et al.) or "none"
-    embed_std: float = 0.02  # std of the token part at init, after the factor: E ~ N(0, (std/factor)^2)
+    embed_scale: str = "sqrt_d_model"  # tok = factor * E[token]: "sqrt_d_model" (Vaswani et al.) or "none"
+    embed_std: float = 1.0  # std of the token part at init, after the factor: E ~ N(0, (std/factor)^2)
     pos_std: float | None = None  # learned positions' init std (None: embed_std); learned only
     tie_embeddings: bool = False
     final_norm: bool | None = None  # None: on for pre-norm and sandwich, off for post-norm
@@ -300,11 +300,11 @@ PUBLISHED_TOTALS: dict[str, int] = {
 PRESETS: dict[str, dict[str, Any]] = {
     "listops-seed": dict(
         vocab_size=18, max_seq_len=8, d_model=64, n_heads=4, n_layers=2, d_ff=256,
-        activation="relu", norm_position="post", embed_scale="none", embed_std=0.02,
+        activation="relu", norm_position="post", embed_scale="sqrt_d_model", embed_std=1.0,
     ),
     "tiny-lm": dict(
         vocab_size=6, max_seq_len=4, d_model=16, n_heads=2, n_layers=2, d_ff=64,
-        activation="relu", norm_position="post", causal=True, embed_scale="none", embed_std=0.02,
+        activation="relu", norm_position="post", causal=True, embed_scale="sqrt_d_model", embed_std=1.0,
     ),
     "gpt2": _gpt(12, 768, 12, 1024),
     "gpt2-medium": _gpt(24, 1024, 16, 1024),
@@ -329,8 +329,9 @@ PRESETS: dict[str, dict[str, Any]] = {
 # How each preset sizes its input embedding (ModelConfig embed_scale, embed_std, pos_std; the
 # reasons are in blocklab/embedding.py). `blocklab params --preset NAME` prints the line.
 EMBEDDING_CHOICES: dict[str, str] = {
-    "listops-seed": "GPT-2's token init, no factor, N(0, 0.02^2), with the sinusoidal code of amplitude 1",
-    "tiny-lm": "GPT-2's token init, no factor, N(0, 0.02^2), with the sinusoidal code of amplitude 1",
+    **{name: "Vaswani et al. 2017 (section 3.4; tensor2tensor's init): tok = sqrt(d_model) E[t], "
+             "E ~ N(0, 1/d_model), so token entries start at std 1 beside the sinusoidal code's 1/sqrt(2)"
+       for name in ("listops-seed", "tiny-lm")},
     **{name: "GPT-2's released code (openai/gpt-2 src/model.py): x0 = wte[t] + wpe[p], no factor, "
              "wte ~ N(0, 0.02^2), wpe ~ N(0, 0.01^2)"
        for name in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")},

@@ -26,7 +26,7 @@ class TrainConfig:
     steps: int = 1000  # total optimizer steps; the cosine decays over all of them
     batch_size: int = 128  # global batch: split across processes under torchrun
     lr: float = 5e-3  # peak learning rate, reached after warmup
-    warmup: int = 100  # linear warmup steps, from lr/warmup to lr
+    warmup: int = 50  # linear warmup steps, from lr/warmup to lr
     min_lr_ratio: float = 0.1  # the cosine ends at lr * min_lr_ratio
     weight_decay: float = 0.01  # AdamW decay on matrices and embeddings (not biases, not norms)
     beta1: float = 0.9
