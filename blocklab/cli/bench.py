@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..bench import FULL, MIN_ROUNDS_FOR_VERDICT, QUICK
-from ..runfolder import check_output_file
+from ..runfolder import check_output_files
 from .args import add_command, add_json_flag, at_least, emit_json, one_of, parse_path, say_written
 
 
@@ -47,7 +47,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     json_file = args.json if args.json != "-" else None
     plot = args.plot or (str(Path(json_file).with_suffix(".png")) if json_file else None)
     if plot is not None and args.plot is None:  # the plot next to --json FILE (main checked the flags)
-        check_output_file(plot, flag="--plot")
+        check_output_files({"--json": json_file, "--plot": plot})  # --json b.png: both on one path
     report = run_bench(
         quick=args.quick, compile=args.compile, dtype=args.dtype, plot=plot, rounds=args.rounds
     )
