@@ -173,7 +173,7 @@ def sniff_problem(path: Path) -> str | None:
         if size < 8:
             return f"is truncated: {size} bytes, too short for a safetensors header"
         n = int.from_bytes(head[:8], "little")
-        if not (0 < n <= _HEADER_LIMIT and head[8:9] == b"{"):
+        if not (0 < n <= _HEADER_LIMIT and head[8:9] in (b"{", b"")):  # b"": cut right after the length
             if _looks_like_text(head):
                 return "is a text file, not a safetensors checkpoint"
             return f"is not a safetensors file (it starts with bytes {head[:8].hex(' ')})"
