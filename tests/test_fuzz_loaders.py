@@ -32,7 +32,7 @@ TRAIN = TrainConfig(steps=2, batch_size=4, eval_every=1, checkpoint_every=1, kee
                     target_accuracy=None)
 GPT2_SHAPED = bl.ModelConfig(vocab_size=11, max_seq_len=8, d_model=8, n_heads=2, n_layers=1, d_ff=16,
                              norm_position="pre", pos_encoding="learned", causal=True, tie_embeddings=True,
-                             activation="gelu_tanh", final_norm=True)
+                             activation="gelu_tanh", final_norm=True, embed_scale="none", embed_std=0.02)
 
 
 @pytest.fixture(scope="module")
