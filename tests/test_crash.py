@@ -33,8 +33,9 @@ DELAY_SPREAD = 1.5
 def _train_config(checkpoint_every: int):  # noqa: ANN202 - TrainConfig, imported lazily
     from blocklab.train import TrainConfig
 
+    # threads=1, the driver's own count: a forked child that grows torch's OpenMP pool can hang
     return TrainConfig(steps=STEPS, batch_size=8, warmup=10, eval_every=20, log_every=1,
-                       checkpoint_every=checkpoint_every, keep_checkpoints=2, target_accuracy=None)
+                       checkpoint_every=checkpoint_every, keep_checkpoints=2, target_accuracy=None, threads=1)
 
 
 def _run(out: Path | None, checkpoint_every: int, steps: int = STEPS) -> None:
@@ -98,7 +99,9 @@ def drive(root: Path, seed: int) -> dict[str, object]:
     rng = random.Random(seed)
     reference, crashed = root / "reference", root / "crashed"
     started = time.perf_counter()
-    pid = _fork(reference, checkpoint_every=0)  # never interrupted; only the final checkpoint
+    # never interrupted; a checkpoint every step like the trials, so its time sets their kill delays
+    # (a run without them is several times faster: the kills would all land before the first step)
+    pid = _fork(reference, checkpoint_every=1)
     assert os.waitpid(pid, 0)[1] == 0
     max_delay = DELAY_SPREAD * (time.perf_counter() - started) / TRIALS
     trials = []

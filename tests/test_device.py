@@ -142,7 +142,8 @@ def test_the_cli_prints_the_slow_dtype_warning_as_one_line(tmp_path: Path) -> No
     rates = device_module.matmul_rate(torch.bfloat16), device_module.matmul_rate(torch.float32)
     run = subprocess.run(
         [sys.executable, "-m", "blocklab", "train", "--task", "tiny-lm", "--d-model", "16", "--n-heads", "2",
-         "--n-layers", "1", "--d-ff", "32", "--steps", "1", "--batch-size", "4", "--device", "cpu",
+         "--n-layers", "1", "--d-ff", "32", "--steps", "1", "--warmup", "0", "--batch-size", "4",
+         "--device", "cpu",
          "--dtype", "bfloat16", "-q", "--no-report", "--json", "--out", str(tmp_path / "run")],
         capture_output=True, text=True, timeout=300, check=False,
     )

@@ -24,7 +24,7 @@ QUICK = ["--steps", "3", "--batch-size", "8", "--eval-every", "1000", "--checkpo
          "--target-accuracy", "none", "--log-diagnostics", "0", "-q", "--no-report"]
 GPT2_SHAPED = bl.ModelConfig(vocab_size=10, max_seq_len=8, d_model=16, n_heads=2, n_layers=1, d_ff=32,
                              norm_position="pre", pos_encoding="learned", causal=True, tie_embeddings=True,
-                             activation="gelu_tanh", final_norm=True)
+                             activation="gelu_tanh", final_norm=True, embed_scale="none", embed_std=0.02)
 SMALL = ["--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--d-ff", "32"]
 
 

@@ -333,6 +333,8 @@ def _field_parser(name: str, default: Any, annotation: str) -> tuple[Callable[[s
     if name == "fused":
         return parse_bool_or_auto, "true|false|auto", (
             f"true, false or auto (auto: fused from d-model {LEAN_MIN_D_MODEL} up)")
+    if name in ("device", "dtype"):  # the same spelling as add_device_flags
+        return str, name.upper(), ""
     if name == "target_accuracy":
         return parse_accuracy, "ACCURACY", ACCURACY_RULE
     if name in CHOICES:
@@ -391,7 +393,9 @@ FIELD_HELP = {
     "keep_checkpoints": "newest checkpoints kept on disk",
     "seed": "seed of the model's init, the data order and dropout",
     "target_accuracy": "stop at the first evaluation reaching this held-out accuracy",
-    "threads": "torch threads; 0: torch's default",
+    "threads": "torch threads; 0: auto, the cores this process may use (split under torchrun)",
+    "device": "where the model runs: auto, cpu, cuda, cuda:N or mps",
+    "dtype": "float32, or bfloat16/float16: the matmuls under autocast, weights kept in float32",
 }
 
 
