@@ -292,7 +292,6 @@ RECORDED: dict[str, str] = {
     "train-loop": "python benchmarks/train_loop.py",
     "hooks-overhead": "python benchmarks/hooks_overhead.py --rounds 300",
     "generate": "python benchmarks/generate.py",
-    "fused-by-shape": "python benchmarks/fused_by_shape.py",
     "ablate-demo": "blocklab ablate --task listops --vary norm_position=post,pre --vary n_layers=2,6 "
                    "--seeds 2 --steps 300 --jobs 2 --out runs/ablate-demo",
 }
