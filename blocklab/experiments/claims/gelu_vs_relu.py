@@ -22,6 +22,7 @@ from .shared import (
     TRAIN_QUICK,
     accuracy_axis,
     bars,
+    earlier_embedding,
     fin,
     learned_positions,
     pct,
@@ -138,7 +139,7 @@ CLAIM = Claim(
     method="Held-out accuracy and loss on listops after the same budget, several seeds; the cost is the "
     "median "
     "forward+backward time of a GELU FFN over a ReLU one, interleaved in one process.",
-    setups=(SOURCE, learned_positions(SOURCE)),
+    setups=(SOURCE, learned_positions(SOURCE), earlier_embedding(SOURCE)),
     # timing: the FFN the cost is measured on (d_model, tokens, interleaved repetitions)
     quick={**TRAIN_QUICK, "seeds": 2, "timing": [256, 512, 20]},
     full={**TRAIN_FULL, "seeds": 3, "timing": [256, 512, 20]},

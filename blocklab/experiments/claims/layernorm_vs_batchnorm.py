@@ -25,6 +25,7 @@ from .shared import (
     accuracy,
     accuracy_axis,
     bars,
+    earlier_embedding,
     fin,
     fresh_model,
     learned_positions,
@@ -185,7 +186,7 @@ CLAIM = Claim(
     "statistics in eval) at batch sizes 1, 8 and 64 on listops, and on padded variable-length batches "
     "(listops-padded, 1-4 arguments; the trainer passes the attention mask: attention skips pads, BatchNorm "
     "leaves them out of its statistics).",
-    setups=(SOURCE, learned_positions(SOURCE)),
+    setups=(SOURCE, learned_positions(SOURCE), earlier_embedding(SOURCE)),
     quick={**TRAIN_QUICK, "batch": 16, "batch_sizes": [1, 8, 64]},
     full={**TRAIN_FULL, "batch": 16, "batch_sizes": [1, 8, 64]},
     measure=measure,

@@ -21,6 +21,7 @@ from .shared import (
     accuracy_axis,
     bars,
     curves,
+    earlier_embedding,
     fin,
     learned_positions,
     pct,
@@ -114,7 +115,7 @@ CLAIM = Claim(
     method="Train listops with residual none and add at several depths (pre-norm, the stack that trains at "
     "depth, "
     "so only the residual differs); held-out accuracy at a fixed budget.",
-    setups=(SOURCE, learned_positions(SOURCE)),
+    setups=(SOURCE, learned_positions(SOURCE), earlier_embedding(SOURCE)),
     quick={**TRAIN_QUICK, "depths": [2, 6, 12], "trains_at": 0.3, "fails_below": 0.15},
     full={**TRAIN_FULL, "depths": [2, 10, 20], "trains_at": 0.9, "fails_below": 0.5},
     measure=measure,

@@ -18,6 +18,7 @@ from .shared import (
     TRAIN_QUICK,
     accuracy,
     accuracy_axis,
+    earlier_embedding,
     fin,
     learned_positions,
     pct,
@@ -110,7 +111,7 @@ CLAIM = Claim(
     ),
     method="Train with LayerNorm (standard) and without (norm none) over a learning-rate sweep; held-out "
     "accuracy at the same budget.",
-    setups=(SOURCE, learned_positions(SOURCE)),
+    setups=(SOURCE, learned_positions(SOURCE), earlier_embedding(SOURCE)),
     quick={**TRAIN_QUICK, "lrs": [1e-3, 1e-2, 1e-1], "trains_at": 0.3},
     full={**TRAIN_FULL, "lrs": [3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1], "trains_at": 0.9},
     measure=measure,

@@ -17,6 +17,7 @@ from .shared import (
     TRAIN_FULL,
     TRAIN_QUICK,
     accuracy_axis,
+    earlier_embedding,
     fin,
     learned_positions,
     pct,
@@ -109,6 +110,7 @@ CLAIM = Claim(
     setups=(
         SOURCE,
         learned_positions(SOURCE),
+        earlier_embedding(SOURCE),
         SOURCE.but(
             "low-lr",
             "a 3x lower peak learning rate, 1e-3: whether post-norm's trouble at depth is one of step size",

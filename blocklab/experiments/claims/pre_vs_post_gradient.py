@@ -13,7 +13,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from .base import Claim, Numbers, Results, Setup, Source, Verdict, from_checks
-from .shared import diagnose, learned_positions
+from .shared import diagnose, earlier_embedding, learned_positions
 
 GROWS = 1.5  # post-norm: last/first third at least this at every depth
 FLAT = 1.5  # pre-norm: last/first third within [1/FLAT, FLAT] at every depth
@@ -113,6 +113,7 @@ CLAIM = Claim(
         XAVIER,
         XAVIER.but("default-init", "blocklab's own init (GPT-2's N(0, 0.02) block weights)", init="default"),
         learned_positions(XAVIER),
+        earlier_embedding(XAVIER),
     ),
     quick={"d_model": 32, "batch": 32, "depths": [6, 12, 24], "seeds": 1},
     full={"d_model": 64, "batch": 64, "depths": [6, 12, 24], "seeds": 4},

@@ -12,7 +12,17 @@ from matplotlib.figure import Figure
 
 from ..runs import RunSpec
 from .base import Claim, Numbers, Results, Setup, Source, Verdict, from_checks
-from .shared import EMBEDDING_CHANGE, TRAIN_FULL, TRAIN_QUICK, curves, fin, learned_positions, pct, run_spec
+from .shared import (
+    EMBEDDING_CHANGE,
+    TRAIN_FULL,
+    TRAIN_QUICK,
+    curves,
+    earlier_embedding,
+    fin,
+    learned_positions,
+    pct,
+    run_spec,
+)
 
 NAME = "pre-vs-post-warmup"
 POSITIONS = ("post", "pre")
@@ -123,6 +133,7 @@ CLAIM = Claim(
             train={"lr": 1e-2},
         ),
         learned_positions(SOURCE),
+        earlier_embedding(SOURCE),
     ),
     quick={**TRAIN_QUICK, "depth": 4, "warmup": 50},
     full={**TRAIN_FULL, "depth": 6, "warmup": 100},

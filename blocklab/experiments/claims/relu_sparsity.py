@@ -18,6 +18,7 @@ from .shared import (
     TRAIN_QUICK,
     bars,
     diagnose,
+    earlier_embedding,
     learned_positions,
     pct,
     run_spec,
@@ -107,7 +108,7 @@ CLAIM = Claim(
     ),
     method="Fraction of FFN pre-activations <= 0 per layer (and of dead units, <= 0 on every position of the "
     "batch) on listops batches at init and after training.",
-    setups=(SOURCE, learned_positions(SOURCE)),
+    setups=(SOURCE, learned_positions(SOURCE), earlier_embedding(SOURCE)),
     quick=TRAIN_QUICK,
     full=TRAIN_FULL,
     measure=measure,

@@ -14,7 +14,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from .base import Claim, Numbers, Results, Setup, Source, Verdict, from_checks
-from .shared import diagnose, g2, learned_positions
+from .shared import diagnose, earlier_embedding, g2, learned_positions
 
 FAMILIES: dict[str, dict[str, Any]] = {
     "post-norm": {"norm_position": "post"},
@@ -159,6 +159,7 @@ CLAIM = Claim(
             init="default",
         ),
         learned_positions(XAVIER),
+        earlier_embedding(XAVIER),
     ),
     quick={"d_model": 32, "batch": 16, "depths": [2, 6, 10, 20], "seeds": 1},
     full={"d_model": 64, "batch": 64, "depths": [2, 6, 10, 20], "seeds": 3},

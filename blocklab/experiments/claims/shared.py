@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ...config import preset
+from ...config import SAVED_BEFORE, preset
 from ...diagnostics import Diagnostics, measure
 from ...model import Transformer
 from ...tasks import Task, get_task
@@ -170,4 +170,15 @@ def learned_positions(setup: Setup) -> Setup:
         "learned positions (GPT-2's) instead of the sinusoidal code: changes the kind and the size of the "
         "position signal next to the tokens'",
         model={"pos_encoding": "learned"},
+    )
+
+
+def earlier_embedding(setup: Setup) -> Setup:
+    """``setup`` with the input embedding blocklab had before issue 13: GPT-2's N(0, 0.02^2) token table,
+    unscaled (``config.SAVED_BEFORE``)."""
+    return setup.but(
+        "tokens-0.02",
+        "the earlier default embedding: GPT-2's N(0, 0.02^2) token table with no sqrt(d_model) factor, so "
+        "the tokens are a few percent of the block's input next to the sinusoidal code of amplitude 1",
+        model=dict(SAVED_BEFORE),
     )
