@@ -292,6 +292,9 @@ RECORDED: dict[str, str] = {
     "train-loop": "python benchmarks/train_loop.py",
     "hooks-overhead": "python benchmarks/hooks_overhead.py --rounds 300",
     "generate": "python benchmarks/generate.py",
+    "time-to-target": "python benchmarks/time_to_target.py --seeds 0-9",
+    "trainer-costs": "python benchmarks/time_to_target.py --costs",
+    "optimizer-bits": "python benchmarks/optimizer_bits.py",
     "ablate-demo": "blocklab ablate --task listops --vary norm_position=post,pre --vary n_layers=2,6 "
                    "--seeds 2 --steps 300 --jobs 2 --out runs/ablate-demo",
 }

@@ -49,6 +49,27 @@ def test_every_training_and_init_claim_has_a_source_setup_and_a_confound(claim):
     assert claim.source.citation and claim.source.section and claim.source.statement
 
 
+# Claims about training stability: their confounds must include a learning rate other than the source's.
+STABILITY = {"pre-vs-post-warmup", "pre-norm-depth"}
+
+
+def _changes(claim, field):
+    """The setups of ``claim`` whose ModelConfig/TrainConfig ``field`` differs from its source setup's."""
+    source = next(s for s in claim.setups if s.role == "source")
+    base = {**source.model, **source.train}
+    return [s.name for s in claim.setups if {**s.model, **s.train}.get(field, None) != base.get(field, None)]
+
+
+@pytest.mark.parametrize("claim", [c for c in CLAIMS if c.kind != "exact"], ids=lambda c: c.name)
+def test_every_training_and_init_claim_varies_the_position_code_and_the_embedding_scale(claim):
+    # issue 13: the earlier record measured one embedding; both parts of x0 are varied in every claim
+    assert _changes(claim, "pos_encoding"), claim.name
+    embedding = [s for s in claim.setups if {**s.model}.get("embed_scale") == "none"]
+    assert embedding and all(s.model.get("embed_std") == 0.02 for s in embedding), claim.name
+    if claim.name in STABILITY:
+        assert _changes(claim, "lr"), claim.name
+
+
 @pytest.fixture
 def tiny_claims(monkeypatch):
     shrunk = [dataclasses.replace(c, quick=TINY[c.name]) for c in CLAIMS]
