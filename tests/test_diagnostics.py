@@ -164,14 +164,19 @@ def test_identity_plus_branch_sums_to_the_total_gradient():
                                            msg=f"{norm_position} {residual} {kind}")
 
 
-def test_forward_statistics_equal_hand_computation():
-    model = _model(norm_position="pre")
-    tokens, targets, mask = _batch(model.config, seed=3, padded=True)
+def _measured_and_by_hand(model, seed):
+    """The model's diagnostics and a float64 hand forward on one padded batch, and its valid positions."""
+    tokens, targets, mask = _batch(model.config, seed=seed, padded=True)
     diag = measure(model, tokens, targets, attention_mask=mask)
     hand = Hand(model)
     with torch.no_grad():
         hand.forward(tokens, targets, mask)
-    valid = mask.bool()
+    return diag, hand, mask.bool()
+
+
+def test_forward_statistics_equal_hand_computation():
+    model = _model(norm_position="pre")
+    diag, hand, valid = _measured_and_by_hand(model, seed=3)
     rel = 1e-6  # the model's sinusoidal table is stored in float32; the hand one is float64
     for layer in diag.layers:
         i = layer.layer
@@ -197,12 +202,7 @@ def test_forward_statistics_equal_hand_computation():
 @pytest.mark.parametrize("embed_scale", ["sqrt_d_model", "none"])
 def test_token_and_position_parts_of_x0_equal_hand_computation(embed_scale):
     model = _model(norm_position="pre", embed_scale=embed_scale, embed_std=0.3)
-    tokens, targets, mask = _batch(model.config, seed=5, padded=True)
-    diag = measure(model, tokens, targets, attention_mask=mask)
-    hand = Hand(model)
-    with torch.no_grad():
-        hand.forward(tokens, targets, mask)
-    valid = mask.bool()
+    diag, hand, valid = _measured_and_by_hand(model, seed=5)
     tok, pos = hand.tok[valid].norm(dim=-1), hand.pos[valid].norm(dim=-1)  # (N_valid,) each
     share = [float(a) / (float(a) + float(b)) for a, b in zip(tok, pos, strict=True)]
     e = diag.embedding
