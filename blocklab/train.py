@@ -290,13 +290,30 @@ def make_optimizer(model: nn.Module, c: TrainConfig) -> torch.optim.AdamW:
         return torch.optim.AdamW(groups, lr=c.lr, betas=(c.beta1, c.beta2), foreach=True)
 
 
+# Processes one parent runs side by side on this machine (experiments.runs' worker pool), set in each
+# worker by ``share_cores``. Without it every worker's "auto" would take all the cores: 2 workers x 2
+# threads on 2 cores oversubscribe OpenMP, whose spinning threads then run a small model ~10x slower.
+_side_by_side = 1
+
+
+def share_cores(processes: int) -> None:
+    """Declare this process one of ``processes`` that share the machine's cores (a pool's workers):
+    "auto" threads (``resolve_threads(0)``) then divide the cores among them, as under torchrun."""
+    if processes < 1:
+        raise ValueError(f"processes={processes}: at least one process runs")
+    global _side_by_side
+    _side_by_side = processes
+
+
 def resolve_threads(threads: int) -> int:
     """torch intra-op threads for this process: ``threads``, or for 0 ("auto") the cores this
-    process may run on, divided among the processes torchrun started on this machine."""
+    process may run on, divided among the processes torchrun started on this machine (or the
+    worker processes sharing it, ``share_cores``)."""
     if threads:
         return threads
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
+    sharing = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))) * _side_by_side
+    return max(1, cores // sharing)
 
 
 def train(

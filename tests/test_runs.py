@@ -81,3 +81,17 @@ def test_no_worker_outlives_a_killed_grid(how: str, tmp_path: Path) -> None:
             except ProcessLookupError:
                 pass
         parent.wait()
+
+
+def test_workers_share_the_cores() -> None:
+    """A run trains with one thread unless its spec sets threads; "auto" (0) in a worker is its share
+    of the cores, never all of them (2 workers x 2 threads on 2 cores oversubscribe OpenMP ~10x)."""
+    from blocklab.experiments.runs import RunSpec, run_many
+
+    train = {"steps": 2, "batch_size": 4, "log_every": 1, "eval_every": 2, "checkpoint_every": 0,
+             "target_accuracy": None}
+    specs = [RunSpec(key=key, preset="tiny-lm", task={"name": "tiny-lm"}, train={**train, **extra})
+             for key, extra in (("lab", {}), ("auto", {"threads": 0}), ("three", {"threads": 3}))]
+    results = run_many(specs, jobs=2)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert [results[k]["threads"] for k in ("lab", "auto", "three")] == [1, max(1, cores // 2), 3]

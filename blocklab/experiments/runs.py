@@ -2,9 +2,12 @@
 
 A ``RunSpec`` names everything a run needs (preset, ModelConfig and TrainConfig fields, task,
 seed, folder). ``run_one`` trains it with ``train.train`` and returns a JSON-ready result;
-``run_many`` runs a list of them, ``jobs`` at a time, each worker with one torch thread, and
-calls back as each finishes (for progress bars and resumable grids). Results are the same
-inline or in a worker: training is deterministic given the spec. Workers end with their parent
+``run_many`` runs a list of them, ``jobs`` at a time in worker processes, and calls back as each
+finishes (for progress bars and resumable grids). A run trains with one torch thread unless its
+spec sets ``threads`` (0: its share of the cores, ``train.share_cores``): a grid is parallel across
+runs, and one thread makes a run's numbers the same inline or in a worker and whatever the
+machine's core count (1 and 2 threads differ in the last bits, and training amplifies them).
+Training is deterministic given the spec. Workers end with their parent
 however it ends (Ctrl-C, SIGTERM, SIGKILL): ``end_with_parent``; they ignore Ctrl-C themselves.
 """
 
@@ -28,7 +31,7 @@ import torch
 from ..config import preset
 from ..diagnostics import DiagnosticsLogger, measure
 from ..tasks import task_from_dict
-from ..train import TrainConfig, TrainingDiverged, train
+from ..train import TrainConfig, TrainingDiverged, resolve_threads, share_cores, train
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,9 @@ class RunSpec:
         return asdict(self)
 
 
+LAB_THREADS = 1  # a run's torch threads unless its spec sets them (see the module's docstring)
+
+
 def steps_to_target(history: list[dict[str, Any]], target: float) -> int | None:
     """The first evaluated step whose held-out accuracy reached ``target`` (None: never)."""
     for row in history:
@@ -66,7 +72,7 @@ def run_one(spec: RunSpec, target: float = 0.9) -> dict[str, Any]:
     """
     task = task_from_dict(spec.task)
     config = preset(spec.preset, **{**task.config_overrides(), **spec.model})
-    tc = TrainConfig(**spec.train)
+    tc = TrainConfig(**{"threads": LAB_THREADS, **spec.train})
     callbacks = [DiagnosticsLogger(spec.log_diagnostics)] if spec.log_diagnostics else []
     start = time.perf_counter()
     result: dict[str, Any] = {"key": spec.key, "spec": spec.to_dict(), "diverged": False}
@@ -103,6 +109,7 @@ def run_one(spec: RunSpec, target: float = 0.9) -> dict[str, Any]:
         loss=run.loss,
         steps=run.step,
         stopped=run.stopped,
+        threads=resolve_threads(tc.threads),
         seconds=time.perf_counter() - start,
         tokens_per_s=run.tokens_per_s,
         curve=curve,
@@ -140,10 +147,11 @@ def end_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="blocklab-parent-watch", daemon=True).start()
 
 
-def _worker_init(parent: int) -> None:
+def _worker_init(parent: int, workers: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
     end_with_parent(parent)
-    torch.set_num_threads(1)  # one core per worker: jobs workers share the machine
+    share_cores(workers)  # a run's "auto" threads: its share of the cores (one each for jobs = cores)
+    torch.set_num_threads(resolve_threads(0))
 
 
 def stop_workers(pool: ProcessPoolExecutor) -> None:
@@ -180,8 +188,9 @@ def run_many(
             finish(spec, run_one(spec, target))
     else:
         context = get_context("spawn")  # fork after torch has started threads can deadlock
-        pool = ProcessPoolExecutor(min(jobs, len(specs)), mp_context=context, initializer=_worker_init,
-                                   initargs=(os.getpid(),))
+        workers = min(jobs, len(specs))
+        pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init,
+                                   initargs=(os.getpid(), workers))
         try:
             pending = {pool.submit(run_one, spec, target): spec for spec in specs}
             while pending:
