@@ -9,6 +9,7 @@ from blocklab.experiments.claims import (
     claims_details_markdown,
     claims_html,
     claims_markdown,
+    claims_summary_markdown,
     combine,
     gelu_approximations,
     pre_norm_depth,
@@ -83,3 +84,17 @@ def test_details_name_each_setup_its_verdict_and_the_source():
     assert verdict in text
     assert "The source's setup: depth" in text
     assert text.count("The source's setup") == 1  # not for the exact claim
+
+
+def test_summary_has_a_row_per_claim_linking_to_its_details():
+    lines = claims_summary_markdown(_report(), "docs/lab.md").splitlines()
+    assert lines[:2] == ["| claim | verdict | per setup |", "|---|---|---|"]
+    assert lines[2] == (
+        "| [`pre-norm-depth`](docs/lab.md#pre-norm-depth): Pre-norm trains deep stacks where post-norm "
+        "struggles. | **depends** | default holds, learned-positions partly, tokens-0.02 partly, "
+        "low-lr holds |"
+    )
+    assert lines[3].startswith("| [`gelu-approximations`](docs/lab.md#gelu-approximations): ")
+    assert lines[3].endswith("| **partly** | exact partly |")
+    assert len(lines) == 2 + 2 + 2
+    assert '<a id="pre-norm-depth"></a>' in claims_details_markdown(_report())

@@ -8,7 +8,7 @@ One module per claim (its statement, source, setups, measurement, verdict checks
 from .base import OVERALL, VERDICTS, Claim, Setup, Source, Verdict, combine, from_checks
 from .registry import CLAIMS, REGISTRY, claims_html, run_claims, select
 from .runner import SCHEMA_VERSION, schema
-from .views import claims_details_markdown, claims_markdown, claims_table
+from .views import claims_details_markdown, claims_markdown, claims_summary_markdown, claims_table
 
 __all__ = [
     "CLAIMS",
@@ -23,6 +23,7 @@ __all__ = [
     "claims_details_markdown",
     "claims_html",
     "claims_markdown",
+    "claims_summary_markdown",
     "claims_table",
     "combine",
     "from_checks",

@@ -155,11 +155,12 @@ def curves(ax: Axes, runs: dict[str, list[dict[str, Any]]]) -> None:
 
 # Why a training claim's earlier record is read again setup by setup (issue 13); its notes end with it.
 EMBEDDING_CHANGE = (
-    "The record made before issue 13 measured one setup, whose input embedding was GPT-2's N(0, 0.02^2) "
-    "token table next to the sinusoidal position code of amplitude 1, so the tokens were a small part of "
-    "the block's input and every layer mostly saw the position pattern. The learned-positions setup, whose "
-    "tokens and positions start at one size, is the check: where its verdict differs from the default "
-    "setup's, the earlier conclusion was about the input embedding, not about the block."
+    "Why the earlier record read differently: it measured one setup, whose input embedding was GPT-2's "
+    "N(0, 0.02^2) token table next to the sinusoidal position code of amplitude 1, so the tokens were a "
+    "few percent of the block's input and every layer mostly saw the position pattern. The tokens-0.02 "
+    "setup is that embedding, measured beside the new default (tokens scaled to the positions' size) and "
+    "beside learned positions (tokens and positions start at one size): where tokens-0.02's verdict "
+    "differs from the other two's, the earlier conclusion was about the input embedding, not the block."
 )
 
 

@@ -81,6 +81,19 @@ def claims_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def claims_summary_markdown(report: dict[str, Any], details: str = "") -> str:
+    """A short Markdown table, one row per claim: the claim, its overall verdict and each setup's verdict
+    (the README's). ``details``: a link target for the claim names, e.g. ``docs/lab.md``."""
+    cell = lambda text: text.replace("|", "\\|")  # noqa: E731
+    lines = ["| claim | verdict | per setup |", "|---|---|---|"]
+    for c in report["claims"]:
+        name = f"[`{c['name']}`]({details}#{c['name']})" if details else f"`{c['name']}`"
+        setups = ", ".join(f"{s['name']} {s['verdict']}" for s in c["setups"])
+        lines.append(f"| {name}: {cell(c['statement'])} | **{c['verdict']}** | {cell(setups)} |")
+    lines += ["", f"*{_title(report)}.*"]
+    return "\n".join(lines) + "\n"
+
+
 def claims_details_markdown(report: dict[str, Any]) -> str:
     """Per claim: its statement, source and the source's setup, then each setup's verdict and numbers,
     the overall verdict and the claim's notes (what the numbers say, what changed from earlier records)."""
@@ -88,6 +101,8 @@ def claims_details_markdown(report: dict[str, Any]) -> str:
     for c in report["claims"]:
         src = c["source"]
         lines = [
+            f'<a id="{c["name"]}"></a>',  # the summary's link target, whatever the verdict
+            "",
             f"### `{c['name']}` — {c['verdict']}",
             "",
             f"*{c['statement']}* Source: {src['citation']}, {src['section']}: {src['statement']}",
