@@ -493,9 +493,10 @@ def test_default_train_command_reaches_99_percent_held_out(tmp_path: Path) -> No
     assert _held_out_accuracy(tmp_path) >= 0.99
 
 
-@pytest.mark.slow
 def test_pre_norm_six_layers_reaches_99_percent_with_the_cli_defaults(tmp_path: Path) -> None:
-    """Issue 13: with the default input embedding, depth and pre-norm train like the default model."""
+    """Issue 13: with the default input embedding, depth and pre-norm train like the default model.
+    In the default suite: it stops at its target in about 8 s on 2 cores (issue 13 asks for the slow
+    marker only past a minute)."""
     assert main(["train", "-q", "--no-report", "--norm-position", "pre", "--n-layers", "6",
                  "--out", str(tmp_path)]) == 0
     assert _held_out_accuracy(tmp_path) >= 0.99
