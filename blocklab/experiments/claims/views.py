@@ -18,6 +18,11 @@ VERDICT_STYLE = {"holds": "green", "partly": "yellow", "fails": "red", "depends"
 Plotter = Callable[[str], Callable[[Numbers, Figure], None]]  # claim name -> its plot
 
 
+def _cell(text: str) -> str:
+    """Text for a Markdown table cell (a | would end the cell)."""
+    return text.replace("|", "\\|")
+
+
 def _failed(setup: dict[str, Any]) -> str:
     return "; ".join(ch["check"] for ch in setup["checks"] if not ch["ok"]) or "-"
 
@@ -64,7 +69,6 @@ def claims_table(report: dict[str, Any]) -> Any:
 
 def claims_markdown(report: dict[str, Any]) -> str:
     """A Markdown table: claim, overall verdict, and per setup its verdict, numbers and failed checks."""
-    cell = lambda text: text.replace("|", "\\|")  # noqa: E731
     lines = [
         "| claim | verdict | setup | setup verdict | measured | checks that did not hold |",
         "|---|---|---|---|---|---|",
@@ -73,8 +77,8 @@ def claims_markdown(report: dict[str, Any]) -> str:
         for i, s in enumerate(c["setups"]):
             head = f"`{c['name']}` | **{c['verdict']}**" if i == 0 else " | "
             lines.append(
-                f"| {head} | {s['name']} ({s['role']}) | {s['verdict']} | {cell(s['headline'])} "
-                f"| {cell(_failed(s))} |"
+                f"| {head} | {s['name']} ({s['role']}) | {s['verdict']} | {_cell(s['headline'])} "
+                f"| {_cell(_failed(s))} |"
             )
     machine = report["machine"]
     lines += ["", f"*{_title(report)}; torch {machine['torch']}, Python {machine['python']}.*"]
@@ -84,12 +88,11 @@ def claims_markdown(report: dict[str, Any]) -> str:
 def claims_summary_markdown(report: dict[str, Any], details: str = "") -> str:
     """A short Markdown table, one row per claim: the claim, its overall verdict and each setup's verdict
     (the README's). ``details``: a link target for the claim names, e.g. ``docs/lab.md``."""
-    cell = lambda text: text.replace("|", "\\|")  # noqa: E731
     lines = ["| claim | verdict | per setup |", "|---|---|---|"]
     for c in report["claims"]:
         name = f"[`{c['name']}`]({details}#{c['name']})" if details else f"`{c['name']}`"
         setups = ", ".join(f"{s['name']} {s['verdict']}" for s in c["setups"])
-        lines.append(f"| {name}: {cell(c['statement'])} | **{c['verdict']}** | {cell(setups)} |")
+        lines.append(f"| {name}: {_cell(c['statement'])} | **{c['verdict']}** | {_cell(setups)} |")
     lines += ["", f"*{_title(report)}.*"]
     return "\n".join(lines) + "\n"
 
