@@ -63,3 +63,19 @@ def test_only_the_fields_given_on_the_command_line_are_set() -> None:
     assert set_fields(args, FIELDS) == {"d_model": 32, "final_norm": None}
     assert set_fields(args, TRAIN_FIELDS) == {"target_accuracy": None}
     assert set_fields(parser.parse_args([]), FIELDS + TRAIN_FIELDS) == {}
+
+
+def test_ablate_help_gives_the_threads_a_lab_run_uses(capsys: pytest.CaptureFixture) -> None:
+    """train's runs default to auto threads (0); a grid's runs to one each (runs.LAB_THREADS)."""
+    from blocklab.cli import main
+    from blocklab.experiments.runs import LAB_THREADS
+
+    def threads_help(command: str) -> str:
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        after = text[text.index("--threads N torch threads"):]
+        return after[after.index("(default:"):].split(")")[0] + ")"
+
+    assert threads_help("train") == "(default: the task's, else 0)"
+    assert threads_help("ablate") == f"(default: the task's, else {LAB_THREADS})"

@@ -393,7 +393,8 @@ FIELD_HELP = {
     "keep_checkpoints": "newest checkpoints kept on disk",
     "seed": "seed of the model's init, the data order and dropout",
     "target_accuracy": "stop at the first evaluation reaching this held-out accuracy",
-    "threads": "torch threads; 0: auto, the cores this process may use (split under torchrun)",
+    "threads": "torch threads; 0: auto, the cores this process may use (split under torchrun and among "
+               "a grid's workers)",
     "device": "where the model runs: auto, cpu, cuda, cuda:N or mps",
     "dtype": "float32, or bfloat16/float16: the matmuls under autocast, weights kept in float32",
 }
@@ -429,14 +430,15 @@ def config_from_args(args: argparse.Namespace, **task_overrides: Any) -> ModelCo
     return preset(getattr(args, "preset", "listops-seed"), **{**task_overrides, **set_fields(args, FIELDS)})
 
 
-def add_train_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per TrainConfig field (``--batch-size``); unset: the task's default."""
+def add_train_flags(parser: argparse.ArgumentParser, defaults: dict[str, Any] | None = None) -> None:
+    """One flag per TrainConfig field (``--batch-size``); unset: the task's default, else ``defaults``'
+    (a command's own, e.g. the lab's one thread per run), else TrainConfig's."""
     group = parser.add_argument_group("training", "TrainConfig fields (TrainConfig validates them)")
     for f in public_fields(TrainConfig):
         kind, metavar, values = _field_parser(f.name, f.default, f.type)
+        default = shown((defaults or {}).get(f.name, f.default))
         group.add_argument(field_flag(f.name), dest=f.name, type=kind, default=argparse.SUPPRESS,
-                           metavar=metavar,
-                           help=_field_help(f.name, values, f"the task's, else {shown(f.default)}"))
+                           metavar=metavar, help=_field_help(f.name, values, f"the task's, else {default}"))
 
 
 # ---- flags shared by several commands: one builder each ------------------------------------------

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from ..config import FIELDS
+from ..experiments.runs import LAB_THREADS
 from ..runfolder import write_output_file
 from ..trainconfig import TRAIN_FIELDS
 from .args import (
@@ -80,7 +81,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_json_flag(p, "the summary (summary.json)")
     add_config_flags(p)
     add_task_flags(p)
-    add_train_flags(p)
+    add_train_flags(p, {"threads": LAB_THREADS})  # each run one thread: --jobs runs them side by side
     p.set_defaults(func=cmd_ablate)
 
     p = add_command(
