@@ -21,13 +21,21 @@ exact GELU):
   input batch excluded.
 - FLOPs: model FLOPs counted analytically (``block_flops``), the same for every block, against the
   machine's matmul rate, measured in the same rounds on the block's largest matmul.
+- floor: what a block's step would take if only its matmuls and its attention core cost time: its
+  linear layers' FLOPs (plus what it recomputes, ``Candidate.recomputed_flops``) at the matmul
+  rate of the round, plus SDPA alone (forward + backward, timed in the same round). Norms,
+  activations, residual adds, allocation and Python cost nothing in it. A block's step over its
+  floor is its overhead; a peer's step over a variant's floor is the most that variant could show
+  against that peer on this machine.
 - verdict: each variant with a ``Target`` is checked against the fastest peer (the one its median
   ratio is lowest against): ``met`` when it keeps at most the target's floats per token and the
   whole speed interval is at or above the target, ``not met`` when it keeps more or the whole
   interval is below, otherwise undecided (too few rounds, or the interval straddles the target).
+  Beside it, the same test on the ratio the variant would show at its floor: a target not met
+  even there is out of reach on this machine, whatever the code does.
 
 ``run_bench`` returns the whole report as one JSON-ready dict, laid out as ``bench_schema.json``
-(``format`` "blocklab-bench", ``version`` 2) describes.
+(``format`` "blocklab-bench", ``version`` 3) describes.
 """
 
 from __future__ import annotations
@@ -52,9 +60,11 @@ from .bench_blocks import (
     Shape,
     Target,
     Variant,
+    attention_probe,
     block_flops,
     blocklab_candidate,
     build_candidates,
+    linear_flops,
     make_input,
     matmul_probe,
     train_step,
@@ -71,7 +81,7 @@ from .measure import (
     within_round_ratios,
 )
 
-FORMAT, VERSION = "blocklab-bench", 2  # the JSON layout: bench_schema.json
+FORMAT, VERSION = "blocklab-bench", 3  # the JSON layout: bench_schema.json
 BOOTSTRAP = Bootstrap()  # 95%, 10,000 resamples, seed 0
 
 # ---- the comparison at one shape ---------------------------------------------------------------
@@ -109,11 +119,17 @@ def compare(
     matmul, matmul_flops = matmul_probe(shape)
     steps: dict[str, Callable[[], None]] = {c.name: (lambda c=c: train_step(c, x, g)) for c in candidates}
     steps["matmul"] = matmul
+    causal_kinds = sorted({c.causal for c in candidates})
+    for causal in causal_kinds:
+        steps[ATTENTION_PROBES[causal]] = attention_probe(shape, causal)
     load: list[float] = []
     times = time_rounds(steps, rounds, min_seconds, warmup=2 if compile else 1,
                         before_round=lambda: load.append(os.getloadavg()[0]))
-    matmul_times = times.pop("matmul")
+    probes = {name: times.pop(name) for name in ["matmul", *(ATTENTION_PROBES[c] for c in causal_kinds)]}
+    matmul_times = probes["matmul"]
     best_rate = matmul_flops / min(matmul_times)  # FLOP/s
+    floors = {c.name: floor_seconds(shape, c, matmul_flops, matmul_times, probes[ATTENTION_PROBES[c.causal]])
+              for c in candidates}
     for c in candidates:
         t = times[c.name]
         rows[c.name].update(
@@ -121,6 +137,8 @@ def compare(
             tokens_per_s=shape.tokens / min(t),
             tokens_per_s_median=statistics.median(shape.tokens / s for s in t),
             fraction_of_matmul=block_flops(shape, c.causal) / min(t) / best_rate,
+            floor_ms=1e3 * statistics.median(floors[c.name]),
+            over_floor=statistics.median(within_round_ratios(t, floors[c.name])),
         )
     return {
         "shape": asdict(shape), "rounds": rounds, "compiled": compile,
@@ -128,8 +146,22 @@ def compare(
         "noise": {"load_average_per_round": load,
                   "matmul_gflops_per_round": [matmul_flops / t / 1e9 for t in matmul_times]},
         "blocks": rows, "ratios": speed_ratios(candidates, times, variants, bootstrap),
-        "seconds_per_round": {**times, "matmul": matmul_times}, "skipped": skipped,
+        "seconds_per_round": {**times, **probes}, "floor_seconds_per_round": floors, "skipped": skipped,
     }
+
+
+ATTENTION_PROBES = {False: "attention", True: "attention-causal"}  # SDPA alone, timed in the rounds
+
+
+def floor_seconds(
+    shape: Shape, candidate: Candidate, matmul_flops: float, matmul_times: Sequence[float],
+    attention_times: Sequence[float],
+) -> list[float]:
+    """The candidate's floor in each round: its linear layers' FLOPs and what it recomputes, at that
+    round's matmul rate, plus that round's SDPA alone (see the module docstring)."""
+    flops = linear_flops(shape) + candidate.recomputed_flops
+    return [flops * t_matmul / matmul_flops + t_attention
+            for t_matmul, t_attention in zip(matmul_times, attention_times, strict=True)]
 
 
 def speed_ratios(
@@ -148,13 +180,18 @@ def speed_ratios(
             if c.variant == v.name or c.kind == "causal twin":
                 continue
             base = own[c.causal]
-            per_round = within_round_ratios(times[c.name], times[base])
-            low, high = bootstrap.interval(per_round)
             ratios[v.name][c.name] = {
-                "against": base, "median": statistics.median(per_round), "low": low, "high": high,
+                "against": base, **ratio_summary(times[c.name], times[base], bootstrap),
                 "best_round": min(times[c.name]) / min(times[base]),
             }
     return ratios
+
+
+def ratio_summary(num: Sequence[float], den: Sequence[float], bootstrap: Bootstrap) -> dict[str, float]:
+    """The within-round ratios num[r] / den[r]: their median and its bootstrap interval (low, high)."""
+    per_round = within_round_ratios(num, den)
+    low, high = bootstrap.interval(per_round)
+    return {"median": statistics.median(per_round), "low": low, "high": high}
 
 
 MIN_ROUNDS_FOR_VERDICT = 10
@@ -176,9 +213,13 @@ def target_verdict(floats_per_d: float, low: float, high: float, rounds: int, ta
     return decide(low, high, target.speed)
 
 
-def verdicts(compared: dict[str, Any], variants: Sequence[Variant] = VARIANTS) -> list[dict[str, Any]]:
+def verdicts(
+    compared: dict[str, Any], variants: Sequence[Variant] = VARIANTS, bootstrap: Bootstrap = BOOTSTRAP
+) -> list[dict[str, Any]]:
     """Each variant's target checked on one comparison (with memory measured): what it keeps, and
-    its speed against the fastest peer, the one its median ratio is lowest against."""
+    its speed against the fastest peer, the one its median ratio is lowest against; and the same
+    speed test on the ratio it would show at its floor (``at_floor``: the peer's step over the
+    variant's floor, round by round)."""
     out = []
     for v in variants:
         if v.target is None:
@@ -187,10 +228,16 @@ def verdicts(compared: dict[str, Any], variants: Sequence[Variant] = VARIANTS) -
         peers = {k: r for k, r in ratios.items() if compared["blocks"][k]["kind"] == "peer"}
         fastest = min(peers, key=lambda k: peers[k]["median"])
         speed, floats = peers[fastest], compared["blocks"][v.name]["saved_floats_per_token_per_d"]
+        own = speed["against"]  # the variant, or its causal twin against a causal peer
+        at_floor = ratio_summary(compared["seconds_per_round"][fastest],
+                                 compared["floor_seconds_per_round"][own], bootstrap)
         out.append({
             "variant": v.name, "target": asdict(v.target), "floats_per_d": floats, "fastest_peer": fastest,
             "speed": speed, "rounds": compared["rounds"],
             "verdict": target_verdict(floats, speed["low"], speed["high"], compared["rounds"], v.target),
+            "at_floor": {**at_floor, "against": own,
+                         "verdict": target_verdict(floats, at_floor["low"], at_floor["high"],
+                                                   compared["rounds"], v.target)},
         })
     return out
 
@@ -212,20 +259,6 @@ def accounting(shape: Shape, **config: Any) -> list[dict[str, Any]]:
 # ---- sweeps and depth -------------------------------------------------------------------------
 
 
-def _attention_core(shape: Shape) -> Callable[[], None]:
-    """SDPA alone, forward + backward, at ``shape``: what the T^2 term costs."""
-    h, dk = shape.n_heads, shape.d_model // shape.n_heads
-    q, k, v = (torch.randn(shape.batch, h, shape.seq, dk, dtype=shape.torch_dtype, requires_grad=True)
-               for _ in range(3))
-    g = torch.ones(shape.batch, h, shape.seq, dk, dtype=shape.torch_dtype)
-
-    def step() -> None:
-        torch.nn.functional.scaled_dot_product_attention(q, k, v).backward(g)
-        q.grad = k.grad = v.grad = None
-
-    return step
-
-
 def attention_flop_share(shape: Shape) -> float:
     """Attention's share of the block's model FLOPs: 4T / (8d + 4 d_ff + 4T)."""
     return 4 * shape.seq / (2 * (4 * shape.d_model + 2 * shape.d_ff) + 4 * shape.seq)
@@ -241,7 +274,7 @@ def sweep(shapes: Sequence[Shape], rounds: int, min_seconds: float, peer: str = 
             c.module.to(shape.torch_dtype)
         x, g = make_input(shape)
         steps = {c.name: (lambda c=c: train_step(c, x, g)) for c in candidates}
-        steps["attention"] = _attention_core(shape)
+        steps["attention"] = attention_probe(shape)
         times = time_rounds(steps, rounds, min_seconds)
         row = {"d_model": shape.d_model, "seq": shape.seq, "batch": shape.batch,
                "attention_flop_share": attention_flop_share(shape)}
@@ -342,7 +375,7 @@ def run_bench(
                        **asdict(bootstrap), "min_rounds_for_verdict": MIN_ROUNDS_FOR_VERDICT},
     }
     report["compare"] = compare(base, plan.rounds, plan.min_seconds, bootstrap=bootstrap)
-    report["verdicts"] = verdicts(report["compare"])
+    report["verdicts"] = verdicts(report["compare"], bootstrap=bootstrap)
     report["accounting"] = {v.name: accounting(base, **v.config) for v in VARIANTS if v.target}
     if compile:
         targeted = tuple(v for v in VARIANTS if v.target)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .block import TransformerBlock
@@ -86,6 +87,7 @@ class Candidate:
     note: str = ""
     variant: str = ""
     kind: str = "peer"
+    recomputed_flops: float = 0.0  # matmul FLOPs a step runs beyond block_flops (see recomputed_flops)
 
 
 # ---- blocklab's variants and the peers ---------------------------------------------------------
@@ -100,7 +102,8 @@ def blocklab_candidate(shape: Shape, name: str = "blocklab", **config: Any) -> C
     })
     block = TransformerBlock(c)
     note = "pre-norm" + ("" if c.uses_lean_path else ", module path") + (", causal" if c.causal else "")
-    return Candidate(name, block, block, causal=c.causal, note=note)
+    return Candidate(name, block, block, causal=c.causal, note=note,
+                     recomputed_flops=recomputed_flops(shape, c))
 
 
 def _torch_layer(shape: Shape, norm_first: bool) -> Candidate:
@@ -198,17 +201,33 @@ def build_candidates(
 # ---- what is counted --------------------------------------------------------------------------
 
 
-def block_flops(shape: Shape, causal: bool = False, gated: bool = False) -> float:
-    """Model FLOPs of one forward + backward step (a multiply-add is 2; backward = 2 x forward).
+def linear_flops(shape: Shape, gated: bool = False) -> float:
+    """FLOPs of the block's linear layers in one forward + backward step (a multiply-add is 2;
+    backward = 2 x forward): per token, forward 2 (4 d^2 + 2 d d_ff) for q, k, v, o, W1, W2
+    (3 d d_ff when gated)."""
+    d, d_ff = shape.d_model, shape.d_ff
+    return 3.0 * shape.tokens * 2 * (4 * d * d + (3 if gated else 2) * d * d_ff)
 
-    Per token, forward: 2 (4 d^2 + 2 d d_ff) for q, k, v, o, W1, W2 (3 d d_ff when gated), and
-    4 T d for QK^T and PV (half of it when causal). Norms, softmax and activations are not counted,
-    nor what a block recomputes: every block is credited the same work.
-    """
-    d, d_ff, T = shape.d_model, shape.d_ff, shape.seq
-    matmuls = 2 * (4 * d * d + (3 if gated else 2) * d * d_ff)
-    attention = 4 * T * d * (0.5 if causal else 1.0)
-    return 3.0 * shape.tokens * (matmuls + attention)
+
+def attention_flops(shape: Shape, causal: bool = False) -> float:
+    """FLOPs of QK^T and PV in one forward + backward step: per token, forward 4 T d (half of it
+    when causal)."""
+    return 3.0 * shape.tokens * 4 * shape.seq * shape.d_model * (0.5 if causal else 1.0)
+
+
+def block_flops(shape: Shape, causal: bool = False, gated: bool = False) -> float:
+    """Model FLOPs of one forward + backward step: the linear layers and attention. Norms, softmax and
+    activations are not counted, nor what a block recomputes: every block is credited the same work."""
+    return linear_flops(shape, gated) + attention_flops(shape, causal)
+
+
+def recomputed_flops(shape: Shape, config: ModelConfig) -> float:
+    """Matmul FLOPs a blocklab block runs beyond ``block_flops`` in one step: the lean path recomputes
+    the residual sum s = x + c Wo^T + bo in backward (kernels.ResidualNormLinear), one (d x d) matmul per
+    token, unless it keeps s (``keep_residual``, the speed mode); the module path recomputes nothing."""
+    if not config.uses_lean_path or config.keep_residual:
+        return 0.0
+    return 2.0 * shape.tokens * shape.d_model * shape.d_model
 
 
 def make_input(shape: Shape, seed: int = 1) -> tuple[Tensor, Tensor]:
@@ -229,3 +248,17 @@ def matmul_probe(shape: Shape) -> tuple[Callable[[], None], float]:
     a = torch.randn(shape.tokens, shape.d_model, dtype=shape.torch_dtype)
     b = torch.randn(shape.d_model, shape.d_ff, dtype=shape.torch_dtype)
     return (lambda: torch.mm(a, b)), 2.0 * shape.tokens * shape.d_model * shape.d_ff
+
+
+def attention_probe(shape: Shape, causal: bool = False) -> Callable[[], None]:
+    """SDPA alone, forward + backward, at ``shape`` (what every block's attention core costs)."""
+    h, dk = shape.n_heads, shape.d_model // shape.n_heads
+    q, k, v = (torch.randn(shape.batch, h, shape.seq, dk, dtype=shape.torch_dtype, requires_grad=True)
+               for _ in range(3))
+    g = torch.ones(shape.batch, h, shape.seq, dk, dtype=shape.torch_dtype)
+
+    def step() -> None:
+        F.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(g)
+        q.grad = k.grad = v.grad = None
+
+    return step

@@ -71,6 +71,33 @@ def test_block_flops_match_torch_flop_counter(activation) -> None:
     assert backward.get_total_flops() == 2 * expected / 3
 
 
+@pytest.mark.parametrize("config, recomputed_per_token", [
+    ({}, 2 * 32 * 32),  # the lean path recomputes s = x + c Wo^T + bo: one (d x d) matmul per token
+    ({"keep_residual": True}, 0), ({"fused": False}, 0), ({"norm_position": "post"}, 2 * 32 * 32),
+])
+def test_recomputed_flops_match_torch_flop_counter(config, recomputed_per_token) -> None:
+    """A step's counted FLOPs beyond the module path's (the oracle: FlopCounterMode on both) are what
+    the floor credits the block for recomputing."""
+    shape = Shape(d_model=32, n_heads=4, d_ff=64, batch=2, seq=16)
+
+    def addmm_inplace(self_shape, a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+        return 2 * a_shape[0] * a_shape[1] * b_shape[1]  # the counter knows addmm, not its in-place form
+
+    def counted(**fields) -> int:
+        torch.manual_seed(0)
+        c = blocklab_candidate(shape, **fields)
+        x = torch.randn(2, 16, 32, requires_grad=True)
+        mapping = {torch.ops.aten.addmm_: addmm_inplace}
+        with FlopCounterMode(display=False, custom_mapping=mapping) as counter:
+            c.run(x).backward(torch.ones_like(x))
+        return counter.get_total_flops()
+
+    base = {k: v for k, v in config.items() if k not in ("fused", "keep_residual")}
+    extra = counted(**config) - counted(**base, fused=False)
+    candidate = blocklab_candidate(shape, **config)
+    assert extra == candidate.recomputed_flops == recomputed_per_token * shape.tokens
+
+
 def test_accounting_of_the_tiny_block_is_9d_plus_heads() -> None:
     rows = accounting(TINY)
     assert sum(r["floats_per_token"] for r in rows) == 9 * 16 + 2
@@ -107,6 +134,30 @@ def test_every_ratio_is_read_from_the_recorded_rounds(report) -> None:
             assert r["median"] == statistics.median(per_round)
             assert r["best_round"] == min(seconds[name]) / min(seconds[r["against"]])
             assert min(per_round) <= r["low"] <= r["high"] <= max(per_round)
+
+
+def test_every_floor_is_read_from_the_recorded_rounds(report) -> None:
+    result = report["compare"]
+    seconds, floors = result["seconds_per_round"], result["floor_seconds_per_round"]
+    d, d_ff, tokens = TINY.d_model, TINY.d_ff, TINY.tokens
+    linear = 3 * tokens * 2 * (4 * d * d + 2 * d * d_ff)  # q, k, v, o, W1, W2, forward + backward
+    probe = 2 * tokens * d * d_ff  # the matmul probe: (tokens x d) @ (d x d_ff)
+    for name, row in result["blocks"].items():
+        recomputed = 2 * tokens * d * d if name in ("blocklab", "blocklab-causal") else 0
+        attention = seconds["attention-causal" if row["causal"] else "attention"]
+        expected = [(linear + recomputed) * m / probe + a
+                    for m, a in zip(seconds["matmul"], attention, strict=True)]
+        assert floors[name] == pytest.approx(expected, rel=1e-12)
+        assert row["floor_ms"] == pytest.approx(1e3 * statistics.median(expected), rel=1e-12)
+        per_round = [s / f for s, f in zip(seconds[name], expected, strict=True)]
+        assert row["over_floor"] == pytest.approx(statistics.median(per_round), rel=1e-12)
+    for v in report["verdicts"]:
+        f = v["at_floor"]
+        against = f"{v['variant']}-causal" if result["blocks"][v["fastest_peer"]]["causal"] else v["variant"]
+        assert f["against"] == against
+        per_round = [s / fl for s, fl in zip(seconds[v["fastest_peer"]], floors[against], strict=True)]
+        assert f["median"] == pytest.approx(statistics.median(per_round), rel=1e-12)
+        assert min(per_round) <= f["low"] <= f["high"] <= max(per_round)
 
 
 def test_the_tiny_run_keeps_more_than_the_targets_so_its_verdicts_are_not_met(report) -> None:
@@ -184,13 +235,20 @@ def test_the_fastest_peer_is_the_one_with_the_lowest_median_ratio() -> None:
         # the unfused variant is "slower" than any peer, but it is no peer
         "ratios": {"blocklab": {"blocklab-unfused": ratio(0.90, 0.85, 0.95), "a": ratio(1.03, 1.01, 1.05),
                                 "b": ratio(0.99, 0.98, 1.02)}},
+        "seconds_per_round": {"b": [2.0, 2.2, 2.1]},
+        "floor_seconds_per_round": {"blocklab": [2.0, 2.0, 2.0]},
     }
     lean = VARIANTS[:1]
     (v,) = verdicts(compared, lean)
     assert v["fastest_peer"] == "b" and v["verdict"] == UNDECIDED
+    # at its floor: b's step over blocklab's floor, 1.0, 1.1, 1.05 in the three rounds
+    assert v["at_floor"]["median"] == pytest.approx(1.05) and v["at_floor"]["against"] == "blocklab"
+    assert 1.0 <= v["at_floor"]["low"] <= v["at_floor"]["high"] <= 1.1 and v["at_floor"]["verdict"] == MET
     compared["ratios"]["blocklab"]["b"] = ratio(1.02, 1.005, 1.03)
+    compared["floor_seconds_per_round"]["blocklab"] = [2.5, 2.5, 2.5]  # b's step is 0.80-0.88 of it
     (v,) = verdicts(compared, lean)
     assert v["fastest_peer"] == "b" and v["verdict"] == MET
+    assert v["at_floor"]["median"] == pytest.approx(0.84) and v["at_floor"]["verdict"] == NOT_MET
 
 
 def test_a_variant_is_one_table_entry() -> None:
