@@ -19,6 +19,7 @@ import statistics
 import textwrap
 import time
 import timeit
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -32,8 +33,9 @@ from blocklab.model import Transformer
 
 
 class _StripHooks(ast.NodeTransformer):
-    """``self.hook_x(e)`` -> ``e``; ``self.hook_x.active``, ``any_attached(...)`` and
-    ``any(... p.fns ...)`` (is a hook attached?) -> ``False``."""
+    """``self.hook_x(e)`` -> ``e``; ``self.hook_x.observe(...)`` and ``self.hook_x.see(...)`` (a stage
+    shown to observers only) -> ``None``; ``self.hook_x.active``, ``any_attached(...)``,
+    ``any_intervention(...)`` and ``any(... p.fns ...)`` (is a hook attached?) -> ``False``."""
 
     @staticmethod
     def _is_hook(node: ast.AST) -> bool:
@@ -43,6 +45,9 @@ class _StripHooks(ast.NodeTransformer):
     def visit_Call(self, node: ast.Call) -> ast.AST:
         if self._is_hook(node.func) and len(node.args) == 1 and not node.keywords:
             return self.visit(node.args[0])
+        if isinstance(node.func, ast.Attribute) and node.func.attr in ("observe", "see") \
+                and self._is_hook(node.func.value):
+            return ast.copy_location(ast.Constant(None), node)
         if self._asks_for_hooks(node):
             return ast.copy_location(ast.Constant(False), node)
         return self.generic_visit(node)
@@ -51,7 +56,7 @@ class _StripHooks(ast.NodeTransformer):
     def _asks_for_hooks(node: ast.Call) -> bool:
         name = node.func.id if isinstance(node.func, ast.Name) else ""
         reads_fns = any(isinstance(n, ast.Attribute) and n.attr == "fns" for n in ast.walk(node))
-        return name == "any_attached" or (name == "any" and reads_fns)
+        return name in ("any_attached", "any_intervention") or (name == "any" and reads_fns)
 
     def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
         if node.attr == "active" and self._is_hook(node.value):
@@ -59,20 +64,29 @@ class _StripHooks(ast.NodeTransformer):
         return self.generic_visit(node)
 
 
+def _strip(cls: type, name: str, fn: Callable) -> Callable:
+    """``fn`` (a method of ``cls``) recompiled from its source without hooks; ``fn`` itself when it
+    touches none."""
+    source = inspect.getsource(fn)
+    if not any(word in source for word in ("hook_", ".fns", "any_attached", "any_intervention")):
+        return fn
+    tree = _StripHooks().visit(ast.parse(textwrap.dedent(source)))
+    tree.body[0].decorator_list = []  # @property: re-applied by the caller
+    namespace: dict = {}
+    exec(compile(ast.fix_missing_locations(tree), f"<{cls.__name__}.{name} without hooks>", "exec"),
+         fn.__globals__, namespace)
+    return namespace[name]
+
+
 def _without_hooks(cls: type) -> type:
-    """A subclass of ``cls`` whose methods that call hook points are recompiled without them."""
-    methods = {}
-    for name, fn in vars(cls).items():
-        if not inspect.isfunction(fn) or name == "__init__":
-            continue
-        source = inspect.getsource(fn)
-        if not any(word in source for word in ("hook_", ".fns", "any_attached")):
-            continue
-        tree = _StripHooks().visit(ast.parse(textwrap.dedent(source)))
-        namespace: dict = {}
-        exec(compile(ast.fix_missing_locations(tree), f"<{cls.__name__}.{name} without hooks>", "exec"),
-             fn.__globals__, namespace)
-        methods[name] = namespace[name]
+    """A subclass of ``cls`` whose methods and properties that touch hook points are recompiled
+    without them."""
+    methods: dict = {}
+    for name, member in vars(cls).items():
+        if inspect.isfunction(member) and name != "__init__":
+            methods[name] = _strip(cls, name, member)
+        elif isinstance(member, property) and member.fset is None:
+            methods[name] = property(_strip(cls, name, member.fget))
     return type(f"{cls.__name__}WithoutHooks", (cls,), methods)
 
 
@@ -85,8 +99,10 @@ def without_hooks(model: Transformer) -> Transformer:
     for module in plain.modules():
         if type(module) in PLAIN:
             module.__class__ = PLAIN[type(module)]
-        if isinstance(module, TransformerBlock):  # re-bind the variant chosen at construction
-            module._forward = getattr(module, module._forward.__func__.__name__)
+        if isinstance(module, TransformerBlock):  # re-bind the wirings chosen at construction
+            module._module_path = getattr(module, module._module_path.__func__.__name__)
+            if module._lean_path is not None:
+                module._lean_path = getattr(module, module._lean_path.__func__.__name__)
     return plain
 
 
@@ -132,15 +148,17 @@ def measure(config: bl.ModelConfig, batch: int, rounds: int, budget_s: float = 8
 
 
 def hook_work_per_forward(config: bl.ModelConfig, batch: int) -> tuple[dict[str, int], dict[str, float]]:
-    """How often one unused forward calls a hook point, reads ``.active`` and asks ``any_attached``
-    (counted by wrapping them for one forward), and what each costs alone (timeit, seconds)."""
+    """How often one unused forward calls a hook point (``__call__``, or ``see``/``observe`` on the
+    lean path), reads ``.active`` and asks ``any_attached``/``any_intervention`` (counted by wrapping
+    them for one forward), and what each costs alone (timeit, seconds)."""
     from blocklab import block as block_module
 
     torch.manual_seed(0)
     model = Transformer(config).eval()
     tokens = torch.randint(0, config.vocab_size, (batch, config.max_seq_len))
-    counts = {"call": 0, "active": 0, "any_attached": 0}
-    call, active, asked = HookPoint.__call__, HookPoint.active, block_module.any_attached
+    counts = {"call": 0, "see": 0, "observe": 0, "active": 0, "any_attached": 0, "any_intervention": 0}
+    call, see, observe, active = HookPoint.__call__, HookPoint.see, HookPoint.observe, HookPoint.active
+    asked, intervened = block_module.any_attached, block_module.any_intervention
 
     def counted(name: str, fn):  # noqa: ANN001, ANN202
         def wrapper(*args):  # noqa: ANN002, ANN202
@@ -148,20 +166,26 @@ def hook_work_per_forward(config: bl.ModelConfig, batch: int) -> tuple[dict[str,
             return fn(*args)
         return wrapper
 
-    HookPoint.__call__ = counted("call", call)
+    HookPoint.__call__, HookPoint.see, HookPoint.observe = counted("call", call), counted("see", see), \
+        counted("observe", observe)
     HookPoint.active = property(counted("active", active.fget))
     block_module.any_attached = counted("any_attached", asked)
+    block_module.any_intervention = counted("any_intervention", intervened)
     try:
         with torch.no_grad():
             model(tokens)
     finally:
-        HookPoint.__call__, HookPoint.active, block_module.any_attached = call, active, asked
+        HookPoint.__call__, HookPoint.see, HookPoint.observe, HookPoint.active = call, see, observe, active
+        block_module.any_attached, block_module.any_intervention = asked, intervened
     point, x, points = HookPoint(), torch.zeros(1), list(hook_points(model.blocks[0]).values())
     n = 200_000
     cost = {
         "call": timeit.timeit(lambda: point(x), number=n) / n,
+        "see": timeit.timeit(lambda: point.see(x), number=n) / n,
+        "observe": timeit.timeit(lambda: point.observe(lambda: x), number=n) / n,
         "active": timeit.timeit(lambda: point.active, number=n) / n,
         "any_attached": timeit.timeit(lambda: asked(points), number=n) / n,
+        "any_intervention": timeit.timeit(lambda: intervened(points), number=n) / n,
     }
     empty = timeit.timeit(lambda: None, number=n) / n  # the lambda's own call
     return counts, {k: max(v - empty, 0.0) for k, v in cost.items()}
@@ -193,9 +217,10 @@ def main() -> None:
               f"{t['ratio']:6.3f} {t['control']:8.3f}")
         counts, cost = hook_work_per_forward(config, batch)
         spent = sum(counts[k] * cost[k] for k in counts)
-        estimates.append(f"{label:46s} {counts['call']:3d} calls, {counts['active']:2d} .active, "
-                         f"{counts['any_attached']} any_attached = {spent * 1e6:5.2f}us "
-                         f"= {100 * spent / t['plain']:.2f}% of the forward")
+        shown, asked = counts["see"] + counts["observe"], counts["any_attached"] + counts["any_intervention"]
+        estimates.append(f"{label:46s} {counts['call']:3d} calls, {shown:2d} see/observe, {counts['active']} "
+                         f".active, {asked} any_* = {spent * 1e6:5.2f}us = {100 * spent / t['plain']:.2f}% "
+                         "of the forward")
     print("ratio = with / without (1.000 = free); control = an identical copy / with hooks (the noise);")
     print("both are medians of ratios within a round; times are medians")
     print("\nthe hook work of one forward, counted, each kind timed alone:")
