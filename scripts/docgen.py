@@ -65,7 +65,7 @@ __all__ = ["MACHINE_DEPENDENT", "api_reference", "cli_reference", "emit", "field
            "lines_matching", "machine", "mask_table", "py_above", "recorded", "render", "results_json", "run",
            "setup", "sh"]
 
-MODE = os.environ.get("DOCGEN_MODE", "write")  # "write" or "check"; set by main()
+MODE = os.environ.get("DOCGEN_MODE", "write")  # "write", "check" or "record"; set by main()
 _work: Path | None = None
 _outputs: dict[tuple[str, int], str] = {}
 _running: list[subprocess.Popen] = []  # the command under way, stopped with its group if docgen is stopped
@@ -91,10 +91,20 @@ def work_dir() -> Path:
     return _work
 
 
+# ATen runs AVX-512 kernels where the CPU has them, and their float rounding differs from the AVX2 kernels':
+# a training run then takes another path (the default `blocklab train` reached its target at step 125 with
+# AVX-512 and 150 with AVX2, on the same code). Pages are written and checked with the AVX2 kernels, so every
+# x86-64 machine with AVX2 prints the same numbers (ATen caps the setting at what the CPU has; other
+# architectures ignore it). Long recorded runs (`record`) measure speed and keep the machine's best kernels.
+SAME_KERNELS_EVERYWHERE = {"ATEN_CPU_CAPABILITY": "avx2"}
+
+
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "CLICOLOR_FORCE")}
     env.update(COLUMNS="100", LINES="40", NO_COLOR="1", PYTHONHASHSEED="0", PYTHONUNBUFFERED="1",
                PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}")
+    if MODE != "record":
+        env.update(SAME_KERNELS_EVERYWHERE)
     return env
 
 
@@ -578,6 +588,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _stop)  # a stopped run stops its command and removes its scratch folder
     os.chdir(ROOT)
     if args.mode == "record":
+        MODE = "record"
         for name in args.names or list(RECORDED):
             record(name)
         return 0
