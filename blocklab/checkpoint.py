@@ -53,8 +53,20 @@ class Checkpoint:
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so a crash leaves either the old file or the new one, never half."""
+    """Write ``data`` to ``path`` so a crash leaves either the old file or the new one, never half.
+
+    The new file is written beside the old one and renamed over it. Two kinds of path are not
+    replaced, since replacing would destroy what they are: a path that is not a regular file
+    (/dev/null, /dev/stdout, a named pipe) is written into as it is, and a symbolic link keeps
+    pointing where it did while the file it names is replaced.
+    """
     path = Path(path)
+    if path.exists() and not path.is_file() and not path.is_dir():  # both follow symbolic links
+        with open(path, "wb") as stream:  # a device or a pipe: nothing to keep whole
+            stream.write(data)
+        return
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))  # raises nothing for a dangling link: it names a new file
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import tempfile
 
 import pytest
@@ -191,6 +192,7 @@ def test_random_queries_get_an_answer_or_one_error_line(words, command, listops_
     event(f"{command} exit {status}")
     if status == 0 and command == "predict":
         assert out.startswith(f"{text} -> ")
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)  # --json /dev/null wrote into it, never over it
 
 
 TRAIN_VALUES = {
