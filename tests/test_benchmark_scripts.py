@@ -1,6 +1,10 @@
-"""The benchmark scripts' own machinery, which their printed ratios rest on (no timing here)."""
+"""The benchmark scripts: the machinery their printed ratios rest on, and that each still runs (no
+timing is asserted here)."""
 
 import importlib.util
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -51,3 +55,36 @@ def test_hooks_overhead_peer_touches_no_hook_point_and_agrees(fields, grad, monk
     assert hooked_calls > 0 and calls["n"] == 0
     assert torch.equal(got, expected)
     assert model.blocks[0].uses_lean_path == plain.blocks[0].uses_lean_path  # the same wiring ran
+
+
+# Each script at its smallest setting: it must still run and print its verdict line. They are not
+# imported by the library, so nothing else would notice when a change breaks one (hooks_overhead.py
+# did break so). The numbers are not checked here: the records under benchmarks/results/ are.
+SMOKE_RUNS = [
+    ("block_step.py --rounds 1", "torch-pre"),
+    ("fused_by_shape.py --rounds 1", "load average"),
+    ("generate.py --layers 1 --d-model 64 --heads 2 --vocab 100 --prompt 4 --new 4 --repeats 1",
+     "same tokens: True"),
+    ("hooks_overhead.py --rounds 1", "of the forward"),
+    ("optimizer_bits.py --steps 2", "fused"),
+    ("steps_to_target.py --models post2 --designs gpt-init+sin --seeds 0 --jobs 1 "
+     "--train steps=20,eval_every=10", "reached"),
+    ("time_to_target.py --seeds 0", "blocklab time / plain time"),
+    ("time_to_target.py --costs --steps 3", "bare (none of the above)"),
+    ("train_loop.py --steps 3 --rounds 1", "blocklab.train time / plain loop time"),
+]
+
+
+@pytest.mark.parametrize(("command", "expected"), SMOKE_RUNS, ids=[c for c, _ in SMOKE_RUNS])
+def test_every_benchmark_script_still_runs(command, expected, tmp_path) -> None:
+    script, *args = command.split()
+    env = {**os.environ, "COLUMNS": "120", "NO_COLOR": "1", "OMP_NUM_THREADS": "1"}  # beside other tests
+    done = subprocess.run([sys.executable, str(BENCHMARKS / script), *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    assert expected in done.stdout
+
+
+def test_every_benchmark_script_has_a_smoke_run() -> None:
+    scripts = {p.name for p in BENCHMARKS.glob("*.py")}
+    assert scripts == {command.split()[0] for command, _ in SMOKE_RUNS}
