@@ -31,6 +31,8 @@ from blocklab.feedforward import FeedForward
 from blocklab.hooks import HookPoint, hook_points
 from blocklab.model import Transformer
 
+HOOK_CHECKS = ("any_attached", "any_intervention")  # blocklab.hooks' "is a hook attached?" functions
+
 
 class _StripHooks(ast.NodeTransformer):
     """``self.hook_x(e)`` -> ``e``; ``self.hook_x.observe(...)`` and ``self.hook_x.see(...)`` (a stage
@@ -56,7 +58,7 @@ class _StripHooks(ast.NodeTransformer):
     def _asks_for_hooks(node: ast.Call) -> bool:
         name = node.func.id if isinstance(node.func, ast.Name) else ""
         reads_fns = any(isinstance(n, ast.Attribute) and n.attr == "fns" for n in ast.walk(node))
-        return name in ("any_attached", "any_intervention") or (name == "any" and reads_fns)
+        return name in HOOK_CHECKS or (name == "any" and reads_fns)
 
     def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
         if node.attr == "active" and self._is_hook(node.value):
@@ -68,7 +70,7 @@ def _strip(cls: type, name: str, fn: Callable) -> Callable:
     """``fn`` (a method of ``cls``) recompiled from its source without hooks; ``fn`` itself when it
     touches none."""
     source = inspect.getsource(fn)
-    if not any(word in source for word in ("hook_", ".fns", "any_attached", "any_intervention")):
+    if not any(word in source for word in ("hook_", ".fns", *HOOK_CHECKS)):
         return fn
     tree = _StripHooks().visit(ast.parse(textwrap.dedent(source)))
     tree.body[0].decorator_list = []  # @property: re-applied by the caller

@@ -83,6 +83,7 @@ from .measure import (
 
 FORMAT, VERSION = "blocklab-bench", 3  # the JSON layout: bench_schema.json
 BOOTSTRAP = Bootstrap()  # 95%, 10,000 resamples, seed 0
+ATTENTION_PROBES = {False: "attention", True: "attention-causal"}  # SDPA alone, timed in the rounds
 
 # ---- the comparison at one shape ---------------------------------------------------------------
 
@@ -148,9 +149,6 @@ def compare(
         "blocks": rows, "ratios": speed_ratios(candidates, times, variants, bootstrap),
         "seconds_per_round": {**times, **probes}, "floor_seconds_per_round": floors, "skipped": skipped,
     }
-
-
-ATTENTION_PROBES = {False: "attention", True: "attention-causal"}  # SDPA alone, timed in the rounds
 
 
 def floor_seconds(
