@@ -137,7 +137,7 @@ def compare(
             step_ms=1e3 * min(t), step_ms_median=1e3 * statistics.median(t),
             tokens_per_s=shape.tokens / min(t),
             tokens_per_s_median=statistics.median(shape.tokens / s for s in t),
-            fraction_of_matmul=block_flops(shape, c.causal) / min(t) / best_rate,
+            fraction_of_matmul=block_flops(shape, c.causal, c.gated) / min(t) / best_rate,
             floor_ms=1e3 * statistics.median(floors[c.name]),
             over_floor=statistics.median(within_round_ratios(t, floors[c.name])),
         )
@@ -157,7 +157,7 @@ def floor_seconds(
 ) -> list[float]:
     """The candidate's floor in each round: its linear layers' FLOPs and what it recomputes, at that
     round's matmul rate, plus that round's SDPA alone (see the module docstring)."""
-    flops = linear_flops(shape) + candidate.recomputed_flops
+    flops = linear_flops(shape, candidate.gated) + candidate.recomputed_flops
     return [flops * t_matmul / matmul_flops + t_attention
             for t_matmul, t_attention in zip(matmul_times, attention_times, strict=True)]
 

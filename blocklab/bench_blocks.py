@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .activations import is_gated
 from .block import TransformerBlock
 from .config import ModelConfig
 from .measure import clear_grads
@@ -87,6 +88,7 @@ class Candidate:
     note: str = ""
     variant: str = ""
     kind: str = "peer"
+    gated: bool = False  # a gated FFN (SwiGLU, GeGLU): three d x d_ff matmuls, not two (block_flops)
     recomputed_flops: float = 0.0  # matmul FLOPs a step runs beyond block_flops (see recomputed_flops)
 
 
@@ -102,7 +104,7 @@ def blocklab_candidate(shape: Shape, name: str = "blocklab", **config: Any) -> C
     })
     block = TransformerBlock(c)
     note = "pre-norm" + ("" if c.uses_lean_path else ", module path") + (", causal" if c.causal else "")
-    return Candidate(name, block, block, causal=c.causal, note=note,
+    return Candidate(name, block, block, causal=c.causal, note=note, gated=is_gated(c.activation),
                      recomputed_flops=recomputed_flops(shape, c))
 
 

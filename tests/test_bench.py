@@ -265,6 +265,18 @@ def test_a_variant_is_one_table_entry() -> None:
     assert [v["variant"] for v in verdicts(result, (VARIANTS[0], rms))] == ["blocklab", "blocklab-rms"]
 
 
+def test_a_gated_variant_is_credited_its_third_matmul() -> None:
+    swiglu = Variant("blocklab-swiglu", {"activation": "swiglu"}, "pre-norm, SwiGLU")
+    result = compare(TINY, rounds=2, peers=(), variants=(swiglu,), memory=False)
+    seconds, d, d_ff, tokens = result["seconds_per_round"], TINY.d_model, TINY.d_ff, TINY.tokens
+    linear = 3 * tokens * 2 * (4 * d * d + 3 * d * d_ff)  # W1, W3 and W2: three d x d_ff matmuls
+    recomputed = 2 * tokens * d * d  # the lean path's residual sum
+    probe = 2 * tokens * d * d_ff
+    expected = [(linear + recomputed) * m / probe + a
+                for m, a in zip(seconds["matmul"], seconds["attention"], strict=True)]
+    assert result["floor_seconds_per_round"]["blocklab-swiglu"] == pytest.approx(expected, rel=1e-12)
+
+
 def test_the_plans_give_enough_rounds_for_a_verdict() -> None:
     assert FULL.rounds >= 20 and QUICK.rounds >= MIN_ROUNDS_FOR_VERDICT  # issue 17: >= 20 interleaved rounds
     with pytest.raises(ValueError, match=r"Plan.rounds=0 must be at least 1"):
