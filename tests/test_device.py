@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
 import subprocess
 import sys
 import warnings
@@ -227,19 +225,11 @@ def test_float32_and_float64_lean_paths_agree() -> None:
 # ---- training in mixed precision on the CPU -------------------------------------------------------
 
 
-def _interrupt_at(step: int):
-    def callback(ctx: object) -> None:  # Ctrl-C arriving during a step
-        if ctx.step == step:
-            os.kill(os.getpid(), signal.SIGINT)
-
-    return callback
-
-
-def test_a_bfloat16_autocast_run_trains_and_resumes_bit_for_bit(tmp_path: Path) -> None:
+def test_a_bfloat16_autocast_run_trains_and_resumes_bit_for_bit(tmp_path: Path, ctrl_c) -> None:
     config, task = tiny_lm(fused=True)
     mixed = RUN.replace(device="cpu", dtype="bfloat16")
     with pytest.raises(TrainingInterrupted):
-        train(config, mixed, task, tmp_path / "run", callbacks=[_interrupt_at(3)], report=False)
+        train(config, mixed, task, tmp_path / "run", callbacks=[ctrl_c(3)], report=False)
     resumed = train(config, mixed, task, tmp_path / "run", resume=True, report=False)
     plain = train(config, mixed, task)
     full = train(config, RUN.replace(device="cpu"), task)

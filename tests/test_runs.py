@@ -53,6 +53,7 @@ def alive(pid: int) -> bool:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the process tree from /proc")
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM", "Ctrl-C"])
+@pytest.mark.usefixtures("ctrl_c")  # the grid's parent must not inherit an ignored SIGINT
 def test_no_worker_outlives_a_killed_grid(how: str, tmp_path: Path) -> None:
     parent = subprocess.Popen([sys.executable, "-c", GRID, str(tmp_path)], start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

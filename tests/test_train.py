@@ -649,20 +649,11 @@ def test_an_edited_state_json_or_config_json_is_refused(tmp_path: Path) -> None:
         train(config, EXTEND.replace(lr=1), task, tmp_path, resume=True, report=False)
 
 
-def _interrupt_at(step: int, times: int = 1):
-    def callback(ctx: object) -> None:  # Ctrl-C arriving during a step
-        if ctx.step == step:
-            for _ in range(times):
-                os.kill(os.getpid(), signal.SIGINT)
-
-    return callback
-
-
-def test_ctrl_c_checkpoints_the_interrupted_step_and_resume_is_bit_identical(tmp_path: Path) -> None:
+def test_ctrl_c_checkpoints_the_interrupted_step_and_resume_is_bit_identical(tmp_path: Path, ctrl_c) -> None:
     config, task = tiny("tiny-lm", dropout=0.1)
     c = EXTEND.replace(steps=9, checkpoint_every=100)
     with pytest.raises(TrainingInterrupted) as caught:
-        train(config, c, task, tmp_path / "run", callbacks=[_interrupt_at(5)], report=False)
+        train(config, c, task, tmp_path / "run", callbacks=[ctrl_c(5)], report=False)
     error = caught.value
     assert isinstance(error, KeyboardInterrupt) and error.step == 5
     assert error.checkpoint == tmp_path / "run" / "checkpoints" / "step-000005"
@@ -674,13 +665,14 @@ def test_ctrl_c_checkpoints_the_interrupted_step_and_resume_is_bit_identical(tmp
     assert resumed.step == 9 and losses(read_metrics(tmp_path / "run")) == losses(plain.history)
 
 
-def test_a_second_ctrl_c_stops_at_once_naming_the_last_checkpoint(tmp_path: Path) -> None:
+def test_a_second_ctrl_c_stops_at_once_naming_the_last_checkpoint(tmp_path: Path, ctrl_c) -> None:
     config, task = tiny("tiny-lm")
     with pytest.raises(TrainingInterrupted, match=r"at step 4 of 6; the last checkpoint is .*step-000003$"):
-        train(config, EXTEND, task, tmp_path, callbacks=[_interrupt_at(5, times=2)], report=False)
+        train(config, EXTEND, task, tmp_path, callbacks=[ctrl_c(5, times=2)], report=False)
     assert [s for s, _ in checkpoint_dirs(tmp_path)] == [3]  # step 5 was cut short: nothing saved for it
 
 
+@pytest.mark.usefixtures("ctrl_c")  # the child must not inherit an ignored SIGINT
 def test_ctrl_c_in_a_real_process_prints_the_resume_command(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = subprocess.Popen(
