@@ -681,12 +681,18 @@ def test_ctrl_c_in_a_real_process_prints_the_resume_command(tmp_path: Path) -> N
          "--log-diagnostics", "0", "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    deadline = time.time() + 120
-    while not (out / "metrics.jsonl").exists() or len((out / "metrics.jsonl").read_text().splitlines()) < 3:
-        assert time.time() < deadline and proc.poll() is None
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    metrics = out / "metrics.jsonl"
+    try:
+        deadline = time.time() + 120
+        while not metrics.exists() or len(metrics.read_text().splitlines()) < 3:
+            assert time.time() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:  # a run that ignored the signal must not outlive the test (it would train for hours)
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     step = checkpoint_dirs(out)[-1][0]
     assert proc.returncode == 130 and err.count("\n") == 1, err
     assert err == (f"blocklab: training interrupted at step {step} of 100000; saved "
