@@ -305,6 +305,7 @@ RECORDED: dict[str, str] = {
     "time-to-target": "python benchmarks/time_to_target.py --seeds 0-9",
     "trainer-costs": "python benchmarks/time_to_target.py --costs",
     "optimizer-bits": "python benchmarks/optimizer_bits.py",
+    "page-faults": "python benchmarks/page_faults.py",
     "ablate-demo": "blocklab ablate --task listops --vary norm_position=post,pre --vary n_layers=2,6 "
                    "--seeds 2 --steps 300 --jobs 2 --out runs/ablate-demo",
 }
