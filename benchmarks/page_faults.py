@@ -8,7 +8,8 @@ it. Which block pays for them depends on how many large blocks it allocates and 
 they are part of what the bench compares. Two settings, each in its own processes (glibc reads them
 at start-up):
 
-    default   glibc's own (its mmap and trim thresholds rise with the blocks freed, up to 32 MiB)
+    default   glibc's own (its mmap threshold rises to the largest mmapped block freed, up to
+              32 MiB on 64-bit, and its trim threshold to twice that)
     reuse     MALLOC_MMAP_THRESHOLD_=1 GiB, MALLOC_TRIM_THRESHOLD_=4 GiB: nothing freed goes back
               to the kernel, so after the first steps a step faults on (almost) no page
 
