@@ -33,12 +33,14 @@ import resource
 import statistics
 import subprocess
 import sys
+from dataclasses import asdict
 from typing import Any
 
 import torch
 
 from blocklab.bench import BOOTSTRAP, PEERS, VARIANTS, Shape, compare, speed_ratios
 from blocklab.bench_blocks import build_candidates, make_input, train_step
+from blocklab.bench_report import ratio_text, shape_text
 from blocklab.measure import within_round_ratios
 
 SETTINGS: dict[str, dict[str, str]] = {
@@ -118,7 +120,7 @@ def main() -> None:
     pooled = {s: {n: [t for r in runs[s] for t in r["seconds"][n]] for n in names} for s in SETTINGS}
     floors = {s: {n: [t for r in runs[s] for t in r["floors"][n]] for n in names} for s in SETTINGS}
     rounds = args.processes * args.rounds
-    print(f"bench shape (d_model 512, 8 heads, d_ff 2048, batch 8, seq 256, float32), forward + backward; "
+    print(f"bench shape ({shape_text(asdict(Shape()))}), forward + backward; "
           f"{args.processes} processes per setting x {args.rounds} interleaved rounds = {rounds} rounds "
           f"each; {torch.get_num_threads()} threads; load average {load:.2f} at the start, "
           f"{os.getloadavg()[0]:.2f} at the end")
@@ -137,8 +139,7 @@ def main() -> None:
     for variant, blocks in ratios["default"].items():
         for block in blocks:
             cells = [ratios[s][variant][block] for s in SETTINGS]
-            print(f"{variant:16s} {block:18s} " + " ".join(
-                f"{r['median']:>7.3f}x [{r['low']:.3f}-{r['high']:.3f}]" for r in cells))
+            print(f"{variant:16s} {block:18s} " + " ".join(f"{ratio_text(r):>22s}" for r in cells))
 
 
 if __name__ == "__main__":

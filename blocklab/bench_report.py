@@ -43,11 +43,13 @@ def _mb(n: float) -> str:
     return f"{n / 2**20:.1f}"
 
 
-def _ratio(r: dict[str, Any]) -> str:
+def ratio_text(r: dict[str, Any]) -> str:
+    """A ratio summary (``bench.ratio_summary``) as the report prints it: median [low-high]."""
     return f"{r['median']:.3f}x [{r['low']:.3f}-{r['high']:.3f}]"
 
 
-def _shape(s: dict[str, Any]) -> str:
+def shape_text(s: dict[str, Any]) -> str:
+    """A bench ``Shape`` (as a dict, ``asdict``) as the report prints it."""
     return (f"d_model {s['d_model']}, {s['n_heads']} heads, d_ff {s['d_ff']}, batch {s['batch']}, "
             f"seq {s['seq']}, {s['dtype']}")
 
@@ -60,7 +62,7 @@ def _blocks_table(result: dict[str, Any], how: str) -> Any:
     """Every block: tokens/s (median and best round), what it keeps, its share of the matmul rate."""
     from rich.table import Table
 
-    table = Table(title=f"one block, forward + backward, {how}: {_shape(result['shape'])}; "
+    table = Table(title=f"one block, forward + backward, {how}: {shape_text(result['shape'])}; "
                         f"{result['rounds']} interleaved rounds")
     columns = ["block", "tokens/s", "(best)", "saved", "held MB", "peak MB", "of matmul", "over floor"]
     columns += ["compile s"] if result["compiled"] else []
@@ -95,7 +97,7 @@ def _ratios_table(result: dict[str, Any], confidence: float) -> Any:
         cells = [_label(name, result["blocks"][name])]
         for ratios in result["ratios"].values():
             r = ratios.get(name)
-            cells += [_ratio(r), f"{r['best_round']:.3f}x"] if r else ["", ""]
+            cells += [ratio_text(r), f"{r['best_round']:.3f}x"] if r else ["", ""]
         table.add_row(*cells)
     return table
 
