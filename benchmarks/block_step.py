@@ -14,8 +14,8 @@ import argparse
 import os
 import statistics
 
-from blocklab.bench import BOOTSTRAP, PEERS, Shape, blocklab_candidate, make_input, train_step
-from blocklab.measure import time_rounds, within_round_ratios
+from blocklab.bench.measure import time_rounds, within_round_ratios
+from blocklab.bench.runner import BOOTSTRAP, PEERS, Shape, blocklab_candidate, make_input, train_step
 
 
 def main() -> None:

@@ -24,9 +24,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from blocklab.generate import GenerationConfig, generate  # noqa: E402
-from blocklab.interop import load_pretrained  # noqa: E402
-from blocklab.tokenizer import pad_batch  # noqa: E402
+from blocklab.nn.generate import GenerationConfig, generate  # noqa: E402
+from blocklab.nn.tokens import pad_batch  # noqa: E402
+from blocklab.weights import load_pretrained  # noqa: E402
 
 
 def _timed(fn) -> float:

@@ -25,13 +25,13 @@ import torch
 from torch import nn
 
 import blocklab as bl
-from blocklab.attention import MultiHeadAttention
-from blocklab.block import TransformerBlock
-from blocklab.feedforward import FeedForward
-from blocklab.hooks import HookPoint, hook_points
-from blocklab.model import Transformer
+from blocklab.nn.attention import MultiHeadAttention
+from blocklab.nn.block import TransformerBlock
+from blocklab.nn.feedforward import FeedForward
+from blocklab.nn.hooks import HookPoint, hook_points
+from blocklab.nn.model import Transformer
 
-HOOK_CHECKS = ("any_attached", "any_intervention")  # blocklab.hooks' "is a hook attached?" functions
+HOOK_CHECKS = ("any_attached", "any_intervention")  # blocklab.nn.hooks' "is a hook attached?" functions
 
 
 class _StripHooks(ast.NodeTransformer):
@@ -153,7 +153,7 @@ def hook_work_per_forward(config: bl.ModelConfig, batch: int) -> tuple[dict[str,
     """How often one unused forward calls a hook point (``__call__``, or ``see``/``observe`` on the
     lean path), reads ``.active`` and asks ``any_attached``/``any_intervention`` (counted by wrapping
     them for one forward), and what each costs alone (timeit, seconds)."""
-    from blocklab import block as block_module
+    from blocklab.nn import block as block_module
 
     torch.manual_seed(0)
     model = Transformer(config).eval()

@@ -25,7 +25,7 @@ import torch
 
 import blocklab as bl
 from blocklab.tasks import get_task
-from blocklab.train import TrainConfig, make_optimizer
+from blocklab.training.loop import TrainConfig, make_optimizer
 
 IMPLEMENTATIONS: dict[str, dict[str, bool]] = {
     "for-loop": {"foreach": False, "fused": False},

@@ -15,7 +15,7 @@ at start-up):
 
 Processes alternate (default, reuse, reuse, default, ...) so a drift of the machine hits both
 settings alike. Each times every block in interleaved rounds as `blocklab bench` does
-(``blocklab.bench.compare``, bench shape), then counts each block's minor page faults per step; the
+(``blocklab.bench.runner.compare``, bench shape), then counts each block's minor page faults per step; the
 ratios pool the rounds of a setting's processes: the median within-round ratio with its 95%
 bootstrap interval, and each block's step over its floor (linear FLOPs at the round's matmul rate
 plus SDPA alone, as in the bench).
@@ -38,10 +38,10 @@ from typing import Any
 
 import torch
 
-from blocklab.bench import BOOTSTRAP, PEERS, VARIANTS, Shape, compare, speed_ratios
-from blocklab.bench_blocks import build_candidates, make_input, train_step
-from blocklab.bench_report import ratio_text, shape_text
-from blocklab.measure import within_round_ratios
+from blocklab.bench.blocks import build_candidates, make_input, train_step
+from blocklab.bench.measure import within_round_ratios
+from blocklab.bench.report import ratio_text, shape_text
+from blocklab.bench.runner import BOOTSTRAP, PEERS, VARIANTS, Shape, compare, speed_ratios
 
 SETTINGS: dict[str, dict[str, str]] = {
     "default": {},

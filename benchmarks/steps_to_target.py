@@ -1,4 +1,4 @@
-"""Steps to target: how many optimizer steps ``blocklab.train`` needs to reach the held-out target
+"""Steps to target: how many optimizer steps ``blocklab.training.loop`` needs to reach the held-out target
 (exact match >= TrainConfig.target_accuracy, evaluated every ``eval_every`` steps) on listops, for
 several input-embedding designs and two models, over seeds. Steps are deterministic (same seed,
 same steps, whatever the load), so this can run on a busy machine; the seconds cannot.
@@ -7,7 +7,7 @@ same steps, whatever the load), so this can run on a busy machine; the seconds c
     .venv/bin/python benchmarks/steps_to_target.py --models post2 --designs vaswani+sin --seeds 0-9
     .venv/bin/python benchmarks/steps_to_target.py --train lr=3e-3,warmup=50 --jsonl runs.jsonl
 
-A design is a set of ModelConfig embedding fields (blocklab/embedding.py); a model is the default
+A design is a set of ModelConfig embedding fields (blocklab/nn/embedding.py); a model is the default
 ``blocklab train`` model (post-norm, 2 layers) or pre-norm with 6 layers. ``--train`` overrides
 TrainConfig fields for every run. Each run uses the task split of its seed, as ``blocklab train
 --seed S`` does. A run that never reaches the target counts as "-" (its steps are TrainConfig.steps).
@@ -76,8 +76,8 @@ def run_one(model: str, design: str, seed: int, train: dict[str, Any]) -> dict[s
     torch.set_num_threads(1)
     import blocklab as bl
     from blocklab.tasks import get_task
-    from blocklab.train import task_train_config
-    from blocklab.train import train as train_run
+    from blocklab.training.loop import task_train_config
+    from blocklab.training.loop import train as train_run
 
     task = get_task("listops", seed=seed)
     config = bl.preset("listops-seed", **task.config_overrides(), **MODELS[model], **DESIGNS[design])

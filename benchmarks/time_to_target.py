@@ -1,10 +1,10 @@
-"""Time to target: ``blocklab.train`` with its defaults against a plain PyTorch loop, on listops.
+"""Time to target: ``blocklab.training.loop`` with its defaults against a plain PyTorch loop, on listops.
 
 The plain loop is written the way a user would (issue 17): ``nn.Embedding`` with its default
 N(0, 1) init plus the sinusoidal position code, ``nn.TransformerEncoder`` (post-norm, 2 layers,
 d_model 64, 4 heads, d_ff 256, the layer's defaults otherwise), a linear head, AdamW lr 3e-3 with
 50 linear warmup steps then constant, batch 128, gradient clipping at 1.0, evaluation on
-blocklab's listops test split every 25 steps. ``blocklab.train`` runs with its defaults (the
+blocklab's listops test split every 25 steps. ``blocklab.training.loop`` runs with its defaults (the
 default model and TrainConfig, a run folder with metrics, checkpoints and per-layer gradient
 norms; the HTML report, written after the run, is left out here and costed by ``--costs``).
 Both stop at the first evaluation with held-out exact match >= TrainConfig's target.
@@ -16,7 +16,7 @@ seed is what to read on a shared machine. Steps are deterministic; seconds are n
     .venv/bin/python benchmarks/time_to_target.py --seeds 0-2 --rounds 2
     .venv/bin/python benchmarks/time_to_target.py --costs         # what each trainer feature costs
 
-``--costs`` times ``blocklab.train`` for a fixed number of steps with one feature turned off at a
+``--costs`` times ``blocklab.training.loop`` for a fixed number of steps with one feature turned off at a
 time (interleaved rounds, medians), and prints what each costs per step against the full run.
 """
 
@@ -38,7 +38,7 @@ from torch import nn
 
 import blocklab as bl
 from blocklab.tasks import get_task
-from blocklab.train import task_train_config, train
+from blocklab.training.loop import task_train_config, train
 
 # the plain loop's settings (issue 17); the model is blocklab's default shape
 PLAIN = dict(lr=3e-3, warmup=50, batch_size=128, grad_clip=1.0, eval_every=25)
@@ -100,7 +100,7 @@ def plain_run(seed: int, max_steps: int, target: float, dropout: float) -> dict[
 
 
 def blocklab_run(seed: int, **train_kwargs: Any) -> dict[str, Any]:
-    """``blocklab.train`` with its defaults (a run folder in a temporary directory)."""
+    """``blocklab.training.loop`` with its defaults (a run folder in a temporary directory)."""
     start = time.perf_counter()
     task = get_task("listops", seed=seed)
     config = bl.preset("listops-seed", **task.config_overrides())
@@ -188,8 +188,8 @@ def costs(steps: int, rounds: int) -> None:
             variants[name]()
             seconds[name].append(time.perf_counter() - start)
     full = statistics.median(seconds[names[0]])
-    print(f"blocklab.train, default model on listops, {steps} steps per run, median of {rounds} interleaved "
-          f"rounds, threads={base.threads} (0 = auto); load average {os.getloadavg()[0]:.2f}")
+    print(f"blocklab.training.loop, default model on listops, {steps} steps per run, median of {rounds} "
+          f"interleaved rounds, threads={base.threads} (0 = auto); load average {os.getloadavg()[0]:.2f}")
     print(f"{'variant':44s} {'seconds':>8} {'ms/step':>8} {'vs full, ms/step':>17}")
     for name in names:
         t = statistics.median(seconds[name])

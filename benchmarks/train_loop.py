@@ -1,4 +1,4 @@
-"""Training tokens/s of ``blocklab.train`` against a plain PyTorch loop doing the same work.
+"""Training tokens/s of ``blocklab.training.loop`` against a plain PyTorch loop doing the same work.
 
 Both train the default model (listops-seed on listops, batch 128) for the same number of steps
 with AdamW and gradient clipping at 1.0; the trainer also computes its per-layer gradient norms
@@ -16,9 +16,9 @@ import statistics
 import torch
 
 import blocklab as bl
-from blocklab.measure import median_ratio, time_rounds
+from blocklab.bench.measure import median_ratio, time_rounds
 from blocklab.tasks import get_task
-from blocklab.train import TrainConfig, train
+from blocklab.training.loop import TrainConfig, train
 
 
 def plain_loop(config: bl.ModelConfig, data: object, steps: int, batch: int) -> None:
@@ -47,7 +47,7 @@ def main() -> None:
     config = bl.preset("listops-seed", **task.config_overrides())
     c = TrainConfig(steps=args.steps, eval_every=args.steps, target_accuracy=None, checkpoint_every=0)
     runs = {
-        "blocklab.train": lambda: train(config, c, task, report=False),
+        "blocklab.training.loop": lambda: train(config, c, task, report=False),
         "plain PyTorch loop": lambda: plain_loop(config, task.split("train"), args.steps, c.batch_size),
     }
     times = time_rounds(runs, args.rounds, min_seconds=0.0)
@@ -58,8 +58,8 @@ def main() -> None:
     )
     for name, t in times.items():
         print(f"  {name:20s} {statistics.median(tokens / s for s in t):9,.0f} tokens/s")
-    ratio = median_ratio(times["blocklab.train"], times["plain PyTorch loop"])
-    print(f"  blocklab.train time / plain loop time: {ratio:.3f}x (median over rounds)")
+    ratio = median_ratio(times["blocklab.training.loop"], times["plain PyTorch loop"])
+    print(f"  blocklab.training.loop time / plain loop time: {ratio:.3f}x (median over rounds)")
 
 
 if __name__ == "__main__":

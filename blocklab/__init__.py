@@ -1,19 +1,37 @@
-"""blocklab: the transformer block you can see, train, ablate and load real weights into."""
+"""blocklab: the transformer block you can see, train, ablate and load real weights into.
 
-from .activations import ACTIVATION_NAMES, get_activation
-from .attention import MultiHeadAttention
-from .block import Residual, TransformerBlock
-from .cache import ActivationCache, run_with_cache
-from .config import PRESETS, ModelConfig, preset
-from .feedforward import FeedForward
-from .hooks import TRANSFORMERLENS_ALIASES, HookPoint, hooks
-from .load import Loaded, load
-from .model import IGNORE_INDEX, Transformer
-from .nonfinite import NonFiniteError, detect_nonfinite, find_first_nonfinite
-from .norms import LayerNorm, layer_norm_stats
-from .params import ParamCount, count_parameters
-from .resources import estimate_memory
+The public API, re-exported (``import blocklab as bl``); nothing is defined here. The package, lowest
+layer first (each subpackage's ``__init__`` says what it holds and what it may import; imports go
+down the layers only, tests/test_layers.py checks it):
+
+    errors, version, device    what every layer may use
+    files/                     atomic writes, strict JSON, the folders a command may claim
+    nn/                        the model: config, layouts, components, block, stack, hooks, cache
+    tasks/                     the toy tasks and their tokenizer
+    inspect/                   the tracer, diagnostics, non-finite detection
+    training/                  the loop, the run folder, checkpoints, train config and state
+    weights/                   one loader for every model path; Hugging Face folders in and out
+    lab/                       ablation grids and claims
+    bench/                     the side-by-side benchmark
+    cli/                       the ``blocklab`` command
+
+May import: any.
+"""
+
+from .inspect.nonfinite import NonFiniteError, detect_nonfinite, find_first_nonfinite
+from .nn.activations import ACTIVATION_NAMES, get_activation
+from .nn.attention import MultiHeadAttention
+from .nn.block import Residual, TransformerBlock
+from .nn.cache import ActivationCache, run_with_cache
+from .nn.config import PRESETS, ModelConfig, preset
+from .nn.feedforward import FeedForward
+from .nn.hooks import TRANSFORMERLENS_ALIASES, HookPoint, hooks
+from .nn.memory import estimate_memory
+from .nn.model import IGNORE_INDEX, Transformer
+from .nn.norms import LayerNorm, layer_norm_stats
+from .nn.params import ParamCount, count_parameters
 from .version import __version__
+from .weights.load import Loaded, load
 
 __all__ = [
     "ACTIVATION_NAMES",

@@ -1,4 +1,7 @@
-"""``python -m blocklab`` (and ``torchrun -m blocklab``) runs the CLI."""
+"""``python -m blocklab`` (and ``torchrun -m blocklab``) runs the CLI.
+
+May import: cli.
+"""
 
 import sys
 

@@ -17,6 +17,8 @@ Availability is measured, not guessed: a device is available when torch says so,
 small matmul under autocast on that device comes out in it, and on a CPU the speed of that matmul
 in the low-precision dtype is compared with float32 (one core, timed once per process): a CPU without native
 bfloat16 runs it in software, tens of times slower, and gets a warning that names both rates.
+
+May import: errors.
 """
 
 from __future__ import annotations

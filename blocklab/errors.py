@@ -8,6 +8,8 @@
     130  interrupted (Ctrl-C).
 
 Never a traceback unless ``--debug`` is given (anywhere on the command line).
+
+May import: nothing.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import blocklab as bl
-from blocklab.hooks import HookPoint
+from blocklab.nn.hooks import HookPoint
 
 BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
 
@@ -72,7 +72,7 @@ SMOKE_RUNS = [
      "--train steps=20,eval_every=10", "reached"),
     ("time_to_target.py --seeds 0", "blocklab time / plain time"),
     ("time_to_target.py --costs --steps 3", "bare (none of the above)"),
-    ("train_loop.py --steps 3 --rounds 1", "blocklab.train time / plain loop time"),
+    ("train_loop.py --steps 3 --rounds 1", "blocklab.training.loop time / plain loop time"),
 ]
 
 

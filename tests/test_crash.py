@@ -31,7 +31,7 @@ DELAY_SPREAD = 1.5
 
 
 def _train_config(checkpoint_every: int):  # noqa: ANN202 - TrainConfig, imported lazily
-    from blocklab.train import TrainConfig
+    from blocklab.training.loop import TrainConfig
 
     # threads=1, the driver's own count: a forked child that grows torch's OpenMP pool can hang
     return TrainConfig(steps=STEPS, batch_size=8, warmup=10, eval_every=20, log_every=1,
@@ -42,7 +42,7 @@ def _run(out: Path | None, checkpoint_every: int, steps: int = STEPS) -> None:
     """Train tiny-lm, resuming the run in ``out`` if there is one."""
     from blocklab import preset
     from blocklab.tasks import get_task
-    from blocklab.train import train
+    from blocklab.training.loop import train
 
     task = get_task("tiny-lm")
     train(preset("tiny-lm", **task.config_overrides()), _train_config(checkpoint_every).replace(steps=steps),
@@ -70,10 +70,12 @@ def _inspect(out: Path) -> dict[str, object]:
     """What a kill left behind: the newest checkpoint (which must load) and any half-written files."""
     import torch
 
-    from blocklab.checkpoint import load_checkpoint
-    from blocklab.runfolder import MODEL_FILE, latest_checkpoint, read_json, read_metrics
-    from blocklab.train import make_optimizer
-    from blocklab.trainstate import OPTIMIZER_FILE, STATE_FILE, load_optimizer_state
+    from blocklab.files.folders import MODEL_FILE
+    from blocklab.files.jsonfiles import read_json
+    from blocklab.training.checkpoint import load_checkpoint
+    from blocklab.training.loop import make_optimizer
+    from blocklab.training.runfiles import latest_checkpoint, read_metrics
+    from blocklab.training.state import OPTIMIZER_FILE, STATE_FILE, load_optimizer_state
 
     partial = [p.name for p in out.rglob("*") if p.name.startswith((".tmp-step-", ".old-step-"))
                or (p.name.startswith(".") and p.name.endswith(".tmp"))]
@@ -121,8 +123,9 @@ def drive(root: Path, seed: int) -> dict[str, object]:
 def test_sigkill_at_random_moments_never_loses_a_checkpoint_and_resume_is_exact(tmp_path: Path) -> None:
     import torch
 
-    from blocklab.checkpoint import load_checkpoint
-    from blocklab.runfolder import MODEL_FILE, latest_checkpoint, read_metrics
+    from blocklab.files.folders import MODEL_FILE
+    from blocklab.training.checkpoint import load_checkpoint
+    from blocklab.training.runfiles import latest_checkpoint, read_metrics
 
     result = subprocess.run([sys.executable, __file__, str(tmp_path), "9"], capture_output=True, text=True,
                             timeout=240, check=False)

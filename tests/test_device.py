@@ -21,7 +21,6 @@ import torch
 
 import blocklab as bl
 import blocklab.device as device_module
-from blocklab.checkpoint import load_checkpoint
 from blocklab.cli import main
 from blocklab.device import (
     Compute,
@@ -33,12 +32,13 @@ from blocklab.device import (
     same_rng,
     slow_dtype_warning,
 )
-from blocklab.distributed import Processes, backend_for
 from blocklab.errors import BlocklabWarning
-from blocklab.model import Transformer
-from blocklab.runfolder import read_metrics
+from blocklab.nn.model import Transformer
 from blocklab.tasks import get_task
-from blocklab.train import TrainConfig, TrainingInterrupted, train
+from blocklab.training.checkpoint import load_checkpoint
+from blocklab.training.distributed import Processes, backend_for
+from blocklab.training.loop import TrainConfig, TrainingInterrupted, train
+from blocklab.training.runfiles import read_metrics
 
 HAS_CUDA = torch.cuda.is_available()
 HAS_MPS = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())

@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from blocklab import ModelConfig, Transformer, count_parameters
-from blocklab.activations import ACTIVATION_NAMES
 from blocklab.cli import main
-from blocklab.config import FIELDS, NORM_POSITIONS, NORMS, POS_ENCODINGS, PRESETS, RESIDUALS
+from blocklab.nn.activations import ACTIVATION_NAMES
+from blocklab.nn.config import FIELDS, NORM_POSITIONS, NORMS, POS_ENCODINGS, PRESETS, RESIDUALS
 
 # ---- random ModelConfigs ------------------------------------------------------------------------
 
@@ -170,8 +170,8 @@ VALID_QUERY = st.builds(lambda op, a, b, c: f"{op} ( {a} , {b} , {c} )".split(),
 @pytest.fixture(scope="module")
 def listops_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> str:
     from blocklab import preset
-    from blocklab.checkpoint import save_checkpoint
     from blocklab.tasks import get_task
+    from blocklab.training.checkpoint import save_checkpoint
 
     task = get_task("listops")
     path = tmp_path_factory.mktemp("ckpt") / "listops.safetensors"
@@ -221,7 +221,7 @@ TRAIN_VALUES = {
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(flags=st.lists(st.sampled_from(sorted(TRAIN_VALUES)), max_size=5), data=st.data())
 def test_random_train_command_lines_never_trace_back(flags, data, tmp_path, monkeypatch, capsys) -> None:
-    monkeypatch.setattr("blocklab.report.write_report", lambda *a, **k: None)  # not what is tested here
+    monkeypatch.setattr("blocklab.training.report.write_report", lambda *a, **k: None)  # not tested here
     out = tempfile.mkdtemp(dir=tmp_path)
     argv = ["train", "--task", "tiny-lm", "--steps", "2", "--out", out, "-q"]
     for flag in flags:

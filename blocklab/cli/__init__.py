@@ -3,6 +3,8 @@
 cli/main.py      the parser, the command table, error handling
 cli/args.py      every flag builder and argument parser
 cli/<group>.py   one module per command group (model, weights, lab, trace, training, bench)
+
+May import: any.
 """
 
 from .main import build_parser, main

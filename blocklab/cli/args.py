@@ -27,11 +27,11 @@ from typing import Any, NoReturn
 
 from rich_argparse import RawDescriptionRichHelpFormatter, RichHelpFormatter
 
-from ..config import CHOICES, FIELDS, LEAN_MIN_D_MODEL, PRESETS, ModelConfig, preset
 from ..device import DEVICE_CHOICES, DTYPE_CHOICES
 from ..errors import UsageError
+from ..nn.config import CHOICES, FIELDS, LEAN_MIN_D_MODEL, PRESETS, ModelConfig, preset
 from ..tasks import DEFAULT_TASK, TASKS, Task, get_task
-from ..trainconfig import TRAIN_FIELDS, TrainConfig
+from ..training.train_config import TRAIN_FIELDS, TrainConfig
 
 # ---- the parser: one-line errors, "did you mean", readable help ------------------------------------
 
@@ -473,7 +473,7 @@ def task_from_args(args: argparse.Namespace, seed: int | None = None, name: str 
 
 def add_model_flag(parser: argparse.ArgumentParser, required: bool = True, what: str = "") -> None:
     """``--model PATH`` (alias ``--checkpoint``): a run folder, checkpoint, Hugging Face folder or package."""
-    from ..load import ACCEPTED
+    from ..weights.load import ACCEPTED
 
     parser.add_argument("--model", "--checkpoint", dest="model", required=required, type=parse_path,
                         metavar="PATH", help=f"{what or 'the model'}: {ACCEPTED}")
@@ -506,7 +506,7 @@ def add_jobs_flag(parser: argparse.ArgumentParser) -> None:
 
 def jobs_from_args(args: argparse.Namespace) -> int:
     """``--jobs``, or one per available CPU core."""
-    from ..experiments.runs import default_jobs
+    from ..lab.grid import default_jobs
 
     return args.jobs if args.jobs is not None else default_jobs()
 
@@ -542,9 +542,9 @@ OUTPUT_FLAGS = ("json", "html", "plot")  # the flags naming a file the command w
 
 def check_outputs(args: argparse.Namespace) -> None:
     """Refuse, before any work, an output file that is the command's input, inside an input folder,
-    inside a blocklab folder, or named by two flags (runfolder.check_output_files: a command writes
+    inside a blocklab folder, or named by two flags (files.folders.check_output_files: a command writes
     only what it owns)."""
-    from ..runfolder import check_output_files
+    from ..files.folders import check_output_files
 
     named = (getattr(args, "model", None), getattr(args, "path", None))
     inputs = [p for p in named if p and Path(p).exists()]  # a package name is not a path
@@ -558,14 +558,14 @@ def emit_json(target: str | None, data: Any, lines: bool = False) -> bool:
     JSON: a NaN or infinity is written as null. ``lines``: ``data`` is a list, one JSON line each."""
     if target is None:
         return False
-    from ..runfiles import json_safe
+    from ..files.jsonfiles import json_safe
 
     rows = data if lines else [data]
     text = "\n".join(json.dumps(json_safe(row), allow_nan=False) for row in rows)
     if target == "-":
         print(text)
         return True
-    from ..checkpoint import atomic_write_bytes
+    from ..files.atomic import atomic_write_bytes
 
     atomic_write_bytes(target, (text + "\n").encode())
     return False

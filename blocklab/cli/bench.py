@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..bench import FULL, MIN_ROUNDS_FOR_VERDICT, QUICK
-from ..runfolder import check_output_files
+from ..bench.runner import FULL, MIN_ROUNDS_FOR_VERDICT, QUICK
+from ..files.folders import check_output_files
 from .args import add_command, add_json_flag, at_least, emit_json, one_of, parse_path, say_written
 
 
@@ -41,8 +41,8 @@ DTYPES = ("float32", "bfloat16")
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run the benchmark, print its tables, optionally write JSON and the sweep plot."""
-    from ..bench import run_bench
-    from ..bench_report import print_report
+    from ..bench.report import print_report
+    from ..bench.runner import run_bench
 
     json_file = args.json if args.json != "-" else None
     plot = args.plot or (str(Path(json_file).with_suffix(".png")) if json_file else None)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..config import FIELDS
-from ..experiments.runs import LAB_THREADS
-from ..runfolder import write_output_file
-from ..trainconfig import TRAIN_FIELDS
+from ..files.folders import write_output_file
+from ..lab.grid import LAB_THREADS
+from ..nn.config import FIELDS
+from ..training.train_config import TRAIN_FIELDS
 from .args import (
     ACCURACY_RULE,
     add_command,
@@ -103,7 +103,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
     """Per-layer gradient flow (identity vs branch paths) and forward statistics at init."""
-    from ..diagnostics import diagnose_at_init, diagnostics_table
+    from ..inspect.diagnostics import diagnose_at_init, diagnostics_table
 
     task = task_from_args(args)
     config = config_from_args(args, **task.config_overrides())
@@ -123,7 +123,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
 def cmd_ablate(args: argparse.Namespace) -> int:
     """Run (or resume) an ablation grid and print its summary."""
-    from ..experiments.ablate import ablate, summary_table
+    from ..lab.ablate import ablate, summary_table
 
     vary = parse_vary(args.vary)
     task = task_from_args(args)
@@ -168,7 +168,7 @@ def cmd_claims(args: argparse.Namespace) -> int:
     """Run the claims and show the verdicts."""
     from rich.console import Console
 
-    from ..experiments.claims import CLAIMS, claims_html, claims_table, run_claims, select
+    from ..lab.claims import CLAIMS, claims_html, claims_table, run_claims, select
 
     if args.list:
         for claim in CLAIMS:

@@ -3,7 +3,7 @@
 Thin: each command module registers its subcommands and turns arguments into library calls.
 Every user mistake (bad flag value, invalid config, missing file, ...) prints one line
 ``blocklab: error: ...`` to stderr and exits with status 2; ``--debug`` (anywhere on the line)
-shows the traceback. The statuses and messages are defined in errors.py.
+shows the traceback. The statuses and messages are defined in blocklab/errors.py.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ _python_show_warning = warnings.showwarning
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; a failure prints one line to stderr and returns its status (errors.py)."""
+    """Run the CLI; a failure prints one line to stderr and returns its status (blocklab/errors.py)."""
     argv, debug = split_debug_flag(list(sys.argv[1:] if argv is None else argv))
     try:
         with warnings.catch_warnings():

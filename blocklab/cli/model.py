@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..config import PRESET_NOTES, PUBLISHED_TOTALS, ModelConfig, preset
+from ..nn.config import PRESET_NOTES, PUBLISHED_TOTALS, ModelConfig, preset
 from .args import add_command, add_config_flags, add_json_flag, config_from_args, emit_json, say_written
 
 
@@ -22,7 +22,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 def cmd_params(args: argparse.Namespace) -> int:
     """Print the parameter table (or JSON) for a preset plus overrides."""
-    from ..params import count_parameters
+    from ..nn.params import count_parameters
 
     config = config_from_args(args)
     count = count_parameters(config)
@@ -61,7 +61,7 @@ def cmd_params(args: argparse.Namespace) -> int:
 
 def _formulas(c: ModelConfig) -> dict[str, str]:
     """One-line 'how it is counted' for each component of the table."""
-    from ..activations import is_gated
+    from ..nn.activations import is_gated
 
     d, L = c.d_model, c.n_layers
     b = " + 4d" if c.bias else ""

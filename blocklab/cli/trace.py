@@ -13,11 +13,11 @@ from typing import Any
 
 import torch
 
-from ..config import FIELDS
-from ..model import Transformer
-from ..runfolder import write_output_file
-from ..trace.collect import collect_trace, trace_to_dict
-from ..trace.record import Trace
+from ..files.folders import write_output_file
+from ..inspect.trace.collect import collect_trace, trace_to_dict
+from ..inspect.trace.record import Trace
+from ..nn.config import FIELDS
+from ..nn.model import Transformer
 from .args import (
     add_command,
     add_config_flags,
@@ -73,7 +73,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--width", type=at_least(MIN_WIDTH), metavar="N",
                    help=f"width of the tables, >= {MIN_WIDTH} (default: the terminal's, else 160)")
-    add_json_flag(p, "the trace (blocklab/trace/schema.json)")
+    add_json_flag(p, "the trace (blocklab/inspect/trace/schema.json)")
     p.add_argument("--html", type=parse_path, metavar="FILE",
                    help="also write a self-contained HTML page with heatmaps")
     add_quiet_flag(p, "do not print the walk (with --json FILE or --html)")
@@ -96,8 +96,8 @@ class Subject:
 
 def preset_subject(name: str, seed: int, overrides: dict[str, Any]) -> Subject:
     """A preset's model built with ``torch.manual_seed(seed)``; its task's tokenizer if it has one."""
-    from ..config import preset
-    from ..resources import check_memory
+    from ..nn.config import preset
+    from ..nn.memory import check_memory
     from ..tasks import get_task
 
     task = get_task(PRESET_TASKS[name]) if name in PRESET_TASKS else None
@@ -112,7 +112,7 @@ def preset_subject(name: str, seed: int, overrides: dict[str, Any]) -> Subject:
 
 def model_subject(path: str) -> Subject:
     """A trained or imported model with its stored tokenizer (anything ``blocklab.load`` reads)."""
-    from ..load import load
+    from ..weights.load import load
 
     loaded = load(path)
     return Subject(loaded.model, loaded.tokenizer, loaded.source.describe())
@@ -193,7 +193,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     if not args.quiet:
         from rich.console import Console
 
-        from ..trace.text import render_text
+        from ..inspect.trace.text import render_text
 
         console = Console(highlight=False)
         if args.width:
@@ -203,7 +203,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
         render_text(trace, console, decimals=args.decimals, max_features=args.max_features)
     say_written(args.json)
     if args.html:
-        from ..trace.html import render_html
+        from ..inspect.trace.html import render_html
 
         write_output_file(args.html, render_html(trace, args.decimals).encode(), flag="--html")
         say_written(args.html, to_stderr=args.json == "-")

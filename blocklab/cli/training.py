@@ -12,14 +12,22 @@ from typing import Any
 
 import torch
 
-from ..config import FIELDS, PRESETS, ModelConfig
 from ..device import resolve_compute
 from ..errors import UsageError
-from ..load import Loaded, load
-from ..runfolder import CHECKPOINTS, CONFIG, read_run_config, run_files
+from ..files.folders import CHECKPOINTS, CONFIG
+from ..nn.config import FIELDS, PRESETS, ModelConfig
 from ..tasks import DEFAULT_TASK, Task, task_from_dict
-from ..train import EXTENSIBLE, TrainingDiverged, TrainingInterrupted, check_task_fits, evaluate, train
-from ..trainconfig import TRAIN_FIELDS, TrainConfig, task_train_config
+from ..training.loop import (
+    EXTENSIBLE,
+    TrainingDiverged,
+    TrainingInterrupted,
+    check_task_fits,
+    evaluate,
+    train,
+)
+from ..training.runfiles import read_run_config, run_files
+from ..training.train_config import TRAIN_FIELDS, TrainConfig, task_train_config
+from ..weights.load import Loaded, load
 from .args import (
     add_command,
     add_config_flags,
@@ -179,7 +187,7 @@ def train_command(args: argparse.Namespace) -> int:
     callbacks = []
     every = train_config.eval_every if args.log_diagnostics is None else args.log_diagnostics
     if every:
-        from ..diagnostics import DiagnosticsLogger
+        from ..inspect.diagnostics import DiagnosticsLogger
 
         callbacks.append(DiagnosticsLogger(every))
     json_on_stdout = args.json == "-"

@@ -25,12 +25,12 @@ from .args import (
 if TYPE_CHECKING:
     import torch
 
-    from ..generate import GenerationConfig
+    from ..nn.generate import GenerationConfig
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``import``, ``embed`` and ``generate``."""
-    from ..load import ACCEPTED
+    from ..weights.load import ACCEPTED
 
     p = add_command(
         sub, "import", "write a Hugging Face BERT/GPT-2 folder (or any model) as one blocklab checkpoint",
@@ -97,7 +97,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 def cmd_import(args: argparse.Namespace) -> int:
     """Read a model, write it as a blocklab checkpoint with its tokenizer, print a summary."""
-    from ..load import import_model
+    from ..weights.load import import_model
 
     print(import_model(args.path, args.out).summary())
     print(f"wrote {args.out}")
@@ -106,8 +106,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def cmd_embed(args: argparse.Namespace) -> int:
     """Print each input's embedding and the cosine similarity of every pair."""
-    from ..embed import cosine_similarities, format_embeddings, sentence_embeddings
-    from ..load import load
+    from ..weights.load import load
+    from ..weights.sentence import cosine_similarities, format_embeddings, sentence_embeddings
 
     loaded = load(args.model)
     model, tokenizer = loaded.model, loaded.tokenizer
@@ -125,7 +125,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
 
 def generation_config(args: argparse.Namespace, tokenizer: Any) -> GenerationConfig:
     """The GenerationConfig the generate flags describe (sampling seeded with 0 unless --seed)."""
-    from ..generate import GenerationConfig
+    from ..nn.generate import GenerationConfig
 
     sampled = {
         name: getattr(args, name)
@@ -194,9 +194,9 @@ class TerminalStream:
 def cmd_generate(args: argparse.Namespace) -> int:
     """Stream each prompt's continuation (or print JSON lines with the ids and text, with --json)."""
     from ..device import resolve_compute
-    from ..generate import generate
-    from ..load import load
-    from ..tokenizer import pad_batch
+    from ..nn.generate import generate
+    from ..nn.tokens import pad_batch
+    from ..weights.load import load
 
     compute = resolve_compute(args.device, args.dtype)
     loaded = load(args.model)  # a run folder too, like every command

@@ -1,4 +1,8 @@
-"""The built-in toy tasks (docs/concepts.md#toy-tasks), by name."""
+"""The built-in toy tasks (docs/concepts.md#toy-tasks), by name: one module per task, one registry
+(``TASKS``), and the vocabulary tokenizer they share.
+
+May import: errors, files, nn.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from blocklab.tasks.listops import ListOpsTask
 from blocklab.tasks.listops_padded import PaddedListOpsTask
 from blocklab.tasks.text import TextTask
 from blocklab.tasks.tiny_lm import TinyLMTask
-from blocklab.tasks.tokenizer import Tokenizer
+from blocklab.tasks.vocab import Tokenizer
 
 TASKS: dict[str, type[Task]] = {
     "listops": ListOpsTask,

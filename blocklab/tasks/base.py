@@ -9,9 +9,9 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from blocklab.model import IGNORE_INDEX  # the loss ignores these targets; tasks mark unscored ones
-from blocklab.resources import check_data_memory
-from blocklab.tasks.tokenizer import Tokenizer
+from blocklab.nn.memory import check_data_memory
+from blocklab.nn.model import IGNORE_INDEX  # the loss ignores these targets; tasks mark unscored ones
+from blocklab.tasks.vocab import Tokenizer
 
 SPLITS = ("train", "test")
 # What building the splits costs, per example and per token (data_bytes): the tasks build Python
@@ -118,7 +118,7 @@ class Task(ABC):
 
     def data_bytes(self) -> int | None:
         """Estimated peak bytes while ``make_splits`` runs (module docstring): an upper bound that
-        ``tests/test_tasks.py`` checks against the measured peak of each task."""
+        ``tests/tasks/test_tasks.py`` checks against the measured peak of each task."""
         count = self.example_count()
         return None if count is None else count * (EXAMPLE_BYTES + self.seq_len * TOKEN_BYTES)
 

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from blocklab.tasks.base import Task, TaskData, check_int, generator
-from blocklab.tasks.tokenizer import Tokenizer
+from blocklab.tasks.vocab import Tokenizer
 
 VOCAB = ["<PAD>", *(str(d) for d in range(10))]
 MAX_LENGTH = 256

@@ -14,7 +14,7 @@ from blocklab.tasks.base import (
     generator,
     held_out_count,
 )
-from blocklab.tasks.tokenizer import Tokenizer
+from blocklab.tasks.vocab import Tokenizer
 
 OPS = {"Max": max, "Min": min, "First": lambda xs: xs[0], "Last": lambda xs: xs[-1]}
 DIGITS = [str(d) for d in range(10)]

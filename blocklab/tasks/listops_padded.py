@@ -14,7 +14,7 @@ import torch
 
 from blocklab.tasks.base import IGNORE_INDEX, Task, TaskData, check_int
 from blocklab.tasks.listops import OPS, VOCAB
-from blocklab.tasks.tokenizer import Tokenizer
+from blocklab.tasks.vocab import Tokenizer
 
 Expression = tuple[str, tuple[int, ...]]
 

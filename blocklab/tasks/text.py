@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from blocklab.resources import format_bytes
+from blocklab.nn.memory import format_bytes
 from blocklab.tasks.base import (
     IGNORE_INDEX,
     Task,
@@ -28,7 +28,7 @@ from blocklab.tasks.base import (
     generator,
     held_out_count,
 )
-from blocklab.tasks.tokenizer import Tokenizer
+from blocklab.tasks.vocab import Tokenizer
 
 DEFAULT_CORPUS = Path(__file__).parent / "data" / "coriolanus.txt"
 DEFAULT_MAX_MB = 32

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from blocklab.tasks.base import Task, TaskData
-from blocklab.tasks.tokenizer import Tokenizer
+from blocklab.tasks.vocab import Tokenizer
 
 VOCAB = ["<PAD>", "<BOS>", "<EOS>", "I", "like", "transformers"]
 SENTENCE = "<BOS> I like transformers <EOS>"

@@ -1,1 +1,0 @@
-"""The lab: ablation grids and named, reproducible claims about the block."""

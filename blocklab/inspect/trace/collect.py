@@ -1,0 +1,278 @@
+"""The numbers of a trace: one input through the model, every stage in forward order.
+
+``collect_trace`` runs the model once with every hook point cached (docs/concepts.md#tracer-stages) and
+turns each stage into a ``Stage``: its shape, the vector at each selected position, and
+per-position mean, variance (biased, over the features), std, min, max and L2 norm. Stages
+that are LayerNorms also get the mu, var and denominator the norm used and the normalized
+vector z_hat before gamma/beta; FFN stages the fraction of units at or below zero;
+attention scores and weights the matrix per head. A norm's input is the stage the block's
+table (``block.LAYOUTS``) names for it, cached in the same pass (the embedding norm's, which is
+no stage, through a forward hook), so nothing of the model's wiring is re-implemented here.
+The cache only observes: the model computes what it computes untraced. Everything is float64
+from here on.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from ...device import model_device
+from ...nn.block import LAYOUTS
+from ...nn.config import ModelConfig
+from ...nn.embedding import embedding_parts
+from ...nn.hooks import select_names
+from ...nn.norms import LayerNorm
+from .explain import explain_all  # words about the numbers, kept apart from the numbers
+from .record import STAT_NAMES, NormNumbers, Stage, Trace
+
+NORM_STAGES = ("ln1", "ln2", "ln1_out", "ln2_out", "ln_f")
+# A norm module's numbers belong to the stage of the same name; the embedding norm feeds `embed`.
+NORM_MODULE_STAGE = {"embed_ln": "embed"}
+EMBED_PARTS = ("tok", "pos")  # the stages x0 is the sum of; the `embed` stage reports their norms and share
+
+
+def norm_input_stages(config: ModelConfig) -> dict[str, str]:
+    """Each norm stage -> the stage holding that norm's input, from the block's table (LAYOUTS): the
+    lean path fuses some norms into its kernels, but their inputs are stages either way."""
+    layout = LAYOUTS[config.norm_position]
+    inputs = {f"blocks.{i}.{ln}": f"blocks.{i}.{src}"
+              for i in range(config.n_layers) for ln, src in layout.norm_inputs.items()}
+    if config.final_norm:
+        inputs["ln_f"] = f"blocks.{config.n_layers - 1}.{layout.output}"
+    return inputs
+
+
+def row_stats(rows: Tensor) -> tuple[dict[str, Tensor], Tensor]:
+    """Per-row mean, var (biased), std, min, max, L2 over the finite entries; and the count left out."""
+    finite = torch.isfinite(rows)
+    n = finite.sum(-1).clamp(min=1)
+    x = torch.where(finite, rows, torch.zeros((), dtype=rows.dtype))
+    mean = x.sum(-1) / n
+    var = torch.where(finite, (rows - mean[:, None]) ** 2, torch.zeros((), dtype=rows.dtype)).sum(-1) / n
+    stats = {
+        "mean": mean,
+        "var": var,
+        "std": var.sqrt(),
+        "min": torch.where(finite, rows, torch.full((), float("inf"), dtype=rows.dtype)).amin(-1),
+        "max": torch.where(finite, rows, torch.full((), float("-inf"), dtype=rows.dtype)).amax(-1),
+        "l2": x.pow(2).sum(-1).sqrt(),
+    }
+    return stats, (~finite).sum(-1)
+
+
+def _rows(name: str, x: Tensor, positions: list[int]) -> tuple[Tensor, Tensor | None]:
+    """A cached tensor (batch of one) as (P, F) rows at ``positions``, plus per-head maps for attention.
+
+    (1, T, F) -> rows of F;  (1, h, T, d_k) -> heads side by side (h * d_k);
+    (1, T, h, d_k | d_model) z and result -> heads side by side;
+    (1, h, T, T) scores/weights -> each query's row over all heads (h * T), and (h, P, T);
+    a scalar (the loss) -> one row of one value.
+    """
+    x = x.detach().to(torch.float64)
+    if x.dim() == 0:
+        return x.reshape(1, 1), None
+    x = x[0]
+    if x.dim() == 3 and name.rsplit(".", 1)[-1] in ("z", "result"):  # (T, h, features): positions first
+        return x.flatten(1)[positions], None
+    if x.dim() == 3 and name.rsplit(".", 1)[-1] in ("scores", "weights"):  # (h, T, T)
+        heads = x[:, positions, :]
+        return heads.permute(1, 0, 2).reshape(len(positions), -1), heads
+    if x.dim() == 3:  # (h, T, d_k)
+        return x.permute(1, 0, 2).flatten(1)[positions], None
+    return x[positions], None
+
+
+def _norm_numbers(module: nn.Module, x: Tensor, positions: list[int]) -> NormNumbers:
+    """mu, var, denominator and z_hat of a LayerNorm for its input ``x`` (1, T, d), in float64."""
+    s = module.stats(x.detach()[0, positions].to(torch.float64))
+    z = s.z_hat
+    return NormNumbers(
+        variant=module.variant, eps=module.eps,
+        input_l2=x.detach()[0, positions].to(torch.float64).norm(dim=-1),
+        mu=s.mu[:, 0], var=s.var[:, 0], denom=s.denom[:, 0], z_hat=z,
+        z_hat_mean=z.mean(-1), z_hat_var=z.var(-1, unbiased=False),
+        expected_var=(s.var / s.denom**2)[:, 0],
+    )
+
+
+def _kind(name: str) -> str:
+    """What a stage is, from the last part of its name: ``blocks.0.attn.q`` -> ``attn.q``."""
+    parts = name.split(".")
+    last = ".".join(parts[-2:]) if len(parts) >= 2 and parts[-2] in ("attn", "ffn") else parts[-1]
+    return "norm" if last in NORM_STAGES else last
+
+
+def _capture_embed_norm_input(model: nn.Module) -> tuple[dict[str, Tensor], list]:
+    """A forward hook recording the embedding norm's input (the summed embeddings, which are no
+    stage of their own) by module path; removed by the caller."""
+    inputs: dict[str, Tensor] = {}
+    handles = []
+    for path, module in model.named_modules():
+        if path in NORM_MODULE_STAGE:
+
+            def record(mod: nn.Module, args: tuple, out: Tensor, path: str = path) -> None:
+                inputs[path] = args[0].detach()
+
+            handles.append(module.register_forward_hook(record))
+    return inputs, handles
+
+
+def _norm_label(module: nn.Module | None) -> str:
+    if module is None or isinstance(module, nn.Identity):
+        return ""
+    variant = getattr(module, "variant", None)
+    return f"{type(module).__name__}({variant})" if variant else type(module).__name__
+
+
+def collect_trace(
+    model: nn.Module,
+    ids: Sequence[int],
+    tokens: Sequence[str] | None = None,
+    *,
+    position: int | None = None,
+    target: int | None = None,
+    target_token: str | None = None,
+    vocab: Sequence[str] | None = None,
+    names: str | Sequence[str] | None = None,
+    source: str = "",
+    text: str | None = None,
+) -> Trace:
+    """Run ``ids`` through ``model`` (eval, no grad) and describe every stage.
+
+    ``position``: show only that position (negative counts from the end); default all.
+    ``target``: a token id the last position should predict (adds the ``loss`` stage).
+    ``vocab``: token strings of the whole vocabulary, to label logits and probabilities.
+    ``names``: a glob or list of globs selecting the stages (default every stage).
+    """
+    ids = list(ids)
+    T = len(ids)
+    if T == 0:
+        raise ValueError("the input has no tokens")
+    tokens = list(tokens) if tokens is not None else [str(i) for i in ids]
+    if position is not None and not -T <= position < T:
+        raise ValueError(
+            f"--position {position} is outside the input's {T} positions (0..{T - 1}, or -1 for the last)")
+    positions = list(range(T)) if position is None else [position % T]
+    config: ModelConfig = model.config
+    device = model_device(model)  # the forward runs where the model is (in the caller's autocast)
+    tokens_t = torch.tensor([ids], device=device)
+    targets = None
+    if target is not None:
+        targets = torch.full_like(tokens_t, -100)
+        targets[0, -1] = target
+    was_training = model.training
+    model.eval()
+    embed_inputs, handles = _capture_embed_norm_input(model)
+    shown = select_names(model.hook_names(), names)
+    input_of = norm_input_stages(config)
+    needed = shown + [input_of[n] for n in shown if n in input_of and input_of[n] not in shown]
+    # the embed stage's parts are read even when only `embed` is asked for
+    needed += [p for p in EMBED_PARTS if "embed" in shown and p not in needed and p in model.hook_names()]
+    try:
+        with torch.no_grad():
+            _, cache = model.run_with_cache(tokens_t, names=needed, targets=targets)
+    finally:
+        for handle in handles:
+            handle.remove()
+        model.train(was_training)
+    if device.type != "cpu":  # the numbers are read on the CPU: the cache, and a CPU copy of the model
+        cache = {name: value.cpu() for name, value in cache.items()}
+        embed_inputs = {path: value.cpu() for path, value in embed_inputs.items()}
+        model = copy.deepcopy(model).cpu()
+    with torch.autocast("cpu", enabled=False):  # the numbers are read in float32/64, not the forward's dtype
+        modules = dict(model.named_modules())
+        norm_inputs = {**{n: cache[src] for n, src in input_of.items() if n in shown}, **embed_inputs}
+        norm_for_stage = {NORM_MODULE_STAGE.get(path, path): path for path in norm_inputs}
+        trace = Trace(source=source, config=config, ids=ids, tokens=tokens, positions=positions, text=text)
+        if target is not None:
+            trace.target = {"position": T - 1, "id": int(target), "token": target_token or str(target)}
+        for name, value in cache.items():
+            if name not in shown:
+                continue
+            kind = _kind(name)
+            stage_positions = [T - 1] if kind == "loss" else positions
+            rows, heads = _rows(name, value, stage_positions)
+            stats, masked = row_stats(rows)
+            parts = name.split(".")
+            stage = Stage(
+                name=name, kind=kind, block=int(parts[1]) if parts[0] == "blocks" else None,
+                shape=tuple(value.shape), positions=stage_positions, rows=rows, stats=stats, heads=heads,
+                masked=masked if bool(masked.any()) else None,
+                columns=list(vocab) if vocab is not None and kind in ("logits", "probs") else None,
+            )
+            module_path = norm_for_stage.get(name)
+            if kind == "norm" or module_path is not None:
+                module = modules.get(module_path or name)
+                stage.norm_module = _norm_label(module)
+                if isinstance(module, LayerNorm) and module_path in norm_inputs:
+                    stage.norm = _norm_numbers(module, norm_inputs[module_path], stage_positions)
+            if kind in ("ffn.hidden", "ffn.act"):
+                stage.frac_le_zero = (rows <= 0).to(torch.float64).mean(-1)
+            if name == "embed" and "tok" in cache:
+                pos = cache["pos"][0, stage_positions] if "pos" in cache else None
+                stage.parts = embedding_parts(cache["tok"][0, stage_positions], pos)
+            trace.stages.append(stage)
+        explain_all(trace, model)
+    return trace
+
+
+# ---- JSON (schema: blocklab/inspect/trace/schema.json) -----------------------------------------------
+
+TRACE_FORMAT = "blocklab-trace"
+TRACE_VERSION = 1
+
+
+def _numbers(t: Tensor) -> list:
+    """A tensor as nested lists of floats; non-finite entries (masked scores) become null."""
+    if t.dim() == 0:
+        value = float(t)
+        return value if math.isfinite(value) else None  # type: ignore[return-value]
+    if t.dim() > 1:
+        return [_numbers(row) for row in t]
+    return [v if math.isfinite(v) else None for v in t.tolist()]
+
+
+def stage_to_dict(stage: Stage) -> dict:
+    """One stage record: name, shape, per-position statistics, vectors and the kind's extras."""
+    record = {
+        "name": stage.name, "kind": stage.kind, "block": stage.block, "shape": list(stage.shape),
+        "positions": stage.positions, "explanation": stage.explanation,
+        **{k: _numbers(stage.stats[k]) for k in STAT_NAMES},
+        "values": _numbers(stage.rows),
+    }
+    if stage.columns is not None:
+        record["columns"] = stage.columns
+    if stage.norm_module:
+        record["norm_module"] = stage.norm_module
+    if stage.norm is not None:
+        n = stage.norm
+        record["norm"] = {
+            "variant": n.variant, "eps": n.eps,
+            **{k: _numbers(getattr(n, k)) for k in
+               ("mu", "var", "denom", "z_hat_mean", "z_hat_var", "expected_var", "input_l2", "z_hat")},
+        }
+    if stage.frac_le_zero is not None:
+        record["frac_le_zero"] = _numbers(stage.frac_le_zero)
+    if stage.heads is not None:
+        record["heads"] = _numbers(stage.heads)
+    if stage.parts is not None:
+        record["parts"] = {k: _numbers(getattr(stage.parts, k)) for k in ("tok_l2", "pos_l2", "tok_share")}
+    if stage.masked is not None:
+        record["masked"] = [int(v) for v in stage.masked]
+    return record
+
+
+def trace_to_dict(trace: Trace) -> dict:
+    """The whole trace as JSON-ready data (format ``blocklab-trace``, version ``TRACE_VERSION``)."""
+    return {
+        "format": TRACE_FORMAT, "version": TRACE_VERSION, "source": trace.source,
+        "config": trace.config.to_dict(),
+        "input": {"text": trace.text, "ids": trace.ids, "tokens": trace.tokens},
+        "positions": trace.positions, "target": trace.target,
+        "stages": [stage_to_dict(s) for s in trace.stages],
+    }

@@ -1,0 +1,290 @@
+"""One line of plain words per stage: what it did, with the numbers that show it.
+
+Each stage kind has a function ``(stage, walk) -> str``; ``walk`` gives the model, its config
+and the stages seen so far. The LayerNorm line states why z_hat's variance is var/(var+eps),
+slightly under 1: it is the eps added under the square root. (It is not the d vs d-1 question:
+var already divides by d, the same d the check uses.)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import nn
+
+from ...nn.block import LAYOUTS
+from .record import Stage, Trace
+
+NORM_ROLES = {"ln_f": "final norm before the head: ", "ln1_out": "sandwich norm of the attention output: ",
+              "ln2_out": "sandwich norm of the FFN output: "}
+BRANCH_WORDS = {"attn": "attention", "ffn": "FFN"}
+ACTIVATION_WORDS = {
+    "relu": "ReLU max(0, h) set the negative units to 0",
+    "gelu": "GELU h * Phi(h) (exact, erf) kept positives and squashed negatives toward 0 (never below -0.17)",
+    "gelu_tanh": "GELU (tanh approximation) kept positives and squashed negatives toward 0",
+    "gelu_sigmoid": "GELU (sigmoid approximation h * sigmoid(1.702 h)) kept positives, squashed negatives",
+    "relu2": "squared ReLU max(0, h)^2 zeroed the negatives and squared the rest",
+    "swiglu": "SwiGLU: silu(W1 x) * (W3 x), the gate times the linear branch",
+    "geglu": "GEGLU: gelu(W1 x) * (W3 x), the gate times the linear branch",
+}
+
+
+@dataclass
+class Walk:
+    """What an explanation may look at: the model, its config and the stages so far by name."""
+
+    trace: Trace
+    model: nn.Module
+    seen: dict[str, Stage]
+    modules: dict[str, nn.Module]
+
+    def sibling(self, stage: Stage, short: str) -> Stage | None:
+        """The stage ``short`` in the same block as ``stage`` (or at top level)."""
+        prefix = f"blocks.{stage.block}." if stage.block is not None else ""
+        return self.seen.get(prefix + short)
+
+    def module(self, path: str) -> nn.Module | None:
+        return self.modules.get(path)
+
+
+def _n(x: float) -> str:
+    """A number for prose: 4 significant digits."""
+    return f"{x:.4g}"
+
+
+def _l2(stage: Stage | None) -> float:
+    return float(stage.stats["l2"].mean()) if stage is not None else float("nan")
+
+
+def _near_one(values: list[float]) -> str:
+    """Numbers just under 1, with enough decimals to show how far under: ``0.999952 to 0.999971``."""
+    gap = min(abs(1 - x) for x in values)
+    decimals = 4 if gap == 0 or gap >= 1e-3 else min(12, math.ceil(-math.log10(gap)) + 1)
+    lo, hi = (f"{x:.{decimals}f}" for x in (min(values), max(values)))
+    return lo if lo == hi else f"{lo} to {hi}"
+
+
+def _change(before: float, after: float) -> str:
+    """``grew from 5.651 to 5.664``, with as many digits as it takes to show the change."""
+    for digits in range(4, 9):
+        a, b = f"{before:#.{digits}g}", f"{after:#.{digits}g}"  # '#' keeps trailing zeros: 5.660
+        if a != b:
+            verb = "grew" if after > before else "shrank"
+            return f"mean L2 norm per position {verb} from {a} to {b}"
+    return f"mean L2 norm per position stayed at {_n(after)}"
+
+
+TOKEN_FACTOR_WORDS = {
+    "sqrt_d_model": "looked up each token's row of E and multiplied it by sqrt(d_model) = {f}",
+    "none": "looked up each token's row of E (no factor)",
+}
+POSITION_WORDS = {"sinusoidal": "the fixed sinusoidal code PE[p] (entries in [-1, 1], norm sqrt(d/2) = {n})",
+                  "learned": "the learned position embedding, row p of pos.weight", "none": ""}
+
+
+def _tok(s: Stage, w: Walk) -> str:
+    c = w.trace.config
+    words = TOKEN_FACTOR_WORDS[c.embed_scale].format(f=_n(math.sqrt(c.d_model)))
+    return f"token part of x0: {words}; mean L2 norm per position {_n(_l2(s))}"
+
+
+def _pos(s: Stage, w: Walk) -> str:
+    c = w.trace.config
+    words = POSITION_WORDS[c.pos_encoding].format(n=_n(math.sqrt(c.d_model / 2)))
+    return f"position part of x0: {words}; mean L2 norm per position {_n(_l2(s))}"
+
+
+def _embed(s: Stage, w: Walk) -> str:
+    c = w.trace.config
+    parts = ["token part"]
+    parts += {"sinusoidal": ["sinusoidal position code"], "learned": ["learned positions"], "none": []}[
+        c.pos_encoding]
+    if c.type_vocab_size:
+        parts.append("token-type embedding")
+    words = f"x0 = {' + '.join(parts)}"
+    if s.norm_module:
+        words += f", normalized with {s.norm_module}"
+    share = ""
+    if s.parts is not None and c.pos_encoding != "none":
+        mean_share = float(s.parts.tok_share.mean())
+        share = f"; token share ||tok|| / (||tok|| + ||pos||) {mean_share:.1%} (mean over positions)"
+    return f"embedding: {words}; mean L2 norm per position {_n(_l2(s))}{share}"
+
+
+def _resid_pre(s: Stage, w: Walk) -> str:
+    return f"block {s.block} input: the residual stream entering the block; mean L2 norm {_n(_l2(s))}"
+
+
+def _qkv(s: Stage, w: Walk) -> str:
+    attn = w.module(s.name.rsplit(".", 1)[0])
+    letter = s.kind[-1]
+    role = {"q": "queries", "k": "keys", "v": "values"}[letter]
+    heads = f"split into {attn.n_heads} heads of d_k {attn.d_k}" if attn is not None else "split into heads"
+    bias = f" + b{letter}" if attn is not None and attn.q.bias is not None else ""
+    return f"{role}: the attention input times W{letter}^T{bias}, {heads} (columns head.dim)"
+
+
+def _scores(s: Stage, w: Walk) -> str:
+    attn = w.module(s.name.rsplit(".", 1)[0])
+    d_k = attn.d_k if attn is not None else s.shape[-1]
+    text = (f"scores: q . k / sqrt(d_k) = / {_n(math.sqrt(d_k))} for every head, query (row) and key; "
+            f"range {_n(float(s.stats['min'].min()))} to {_n(float(s.stats['max'].max()))}")
+    if s.masked is not None:
+        text += f"; {int(s.masked.sum())} entries masked to -inf (keys a query may not see)"
+    return text
+
+
+def _weights(s: Stage, w: Walk) -> str:
+    h, P, T = s.heads.shape
+    flat = int(s.heads.argmax())
+    head, q, k = flat // (P * T), (flat // T) % P, flat % T
+    t = w.trace
+    return (f"weights: softmax over the keys of each row of scores, so every row sums to 1; strongest "
+            f"{_n(float(s.heads.max()))}: head {head}, {t.label(s.positions[q])} -> {t.label(k)} "
+            f"(uniform would be {_n(1 / T)})")
+
+
+def _head_norms(s: Stage, heads: int) -> list[float]:
+    """Mean L2 norm of each head's block of columns (the rows are heads side by side)."""
+    per_head = s.rows.unflatten(-1, (heads, -1))  # (P, h, features)
+    return per_head.norm(dim=-1).mean(0).tolist()
+
+
+def _z(s: Stage, w: Walk) -> str:
+    norms = _head_norms(s, s.shape[-2])
+    return (f"z: each head's weighted sum of the values (weights @ v), heads side by side (columns "
+            f"head.dim), before Wo; mean L2 norm per head {', '.join(_n(v) for v in norms)}")
+
+
+def _result(s: Stage, w: Walk) -> str:
+    norms = _head_norms(s, s.shape[-2])
+    top = max(range(len(norms)), key=norms.__getitem__)
+    return (f"result: each head's z times its own columns of Wo, without bo: what each head adds to the "
+            f"attention output (summed over the heads, plus bo, they are attn.out); the largest is head "
+            f"{top}, mean L2 norm {_n(norms[top])}")
+
+
+def _attn_out(s: Stage, w: Walk) -> str:
+    return (f"attention output: each head's weighted sum of values, heads concatenated and projected by Wo; "
+            f"mean L2 norm {_n(_l2(s))}")
+
+
+def _residual(s: Stage, w: Walk) -> str:
+    block = w.module(f"blocks.{s.block}")
+    connection = LAYOUTS[w.trace.config.norm_position].connection_into(s.kind)
+    res = getattr(block, connection.residual, None)
+    x_name, f_name = connection.x, connection.branch
+    x, branch = w.sibling(s, x_name), BRANCH_WORDS[connection.sublayer]
+    # with --stages the stream before may not have been collected: then only the norm after
+    change = _change(_l2(x), _l2(s)) if x is not None else f"mean L2 norm per position {_n(_l2(s))}"
+    kind = getattr(res, "kind", "add")
+    if kind == "rezero":
+        a = _n(float(res.scale.detach()))
+        return (f"residual (ReZero): x + a * the {branch} output with learned a = {a} "
+                f"(0 at init: the block starts as the identity); {change}")
+    if kind == "deepnorm":
+        return (f"residual (DeepNorm): alpha * x + the {branch} output, "
+                f"alpha = (2N)^(1/4) = {_n(res.alpha)}; {change}")
+    if kind == "none":
+        return f"no residual: the stream is replaced by the {branch} output, nothing of x is kept; {change}"
+    return f"residual: added the {branch} output ({f_name}) back to the stream ({x_name}); {change}"
+
+
+def _norm(s: Stage, w: Walk) -> str:
+    where = NORM_ROLES.get(s.name.rsplit(".", 1)[-1], "")
+    n = s.norm
+    if n is None:
+        if not s.norm_module and w.trace.config.norm == "none":
+            return f"{where}no norm here (norm='none'): the values pass through unchanged"
+        if not s.norm_module:
+            return f"{where}none (final_norm off: the post-norm blocks already end in a LayerNorm); unchanged"
+        if "Batch" in s.norm_module:
+            return (f"{where}{s.norm_module}: each feature normalized with statistics over batch and "
+                    "positions (running estimates in eval), not per position, so rows need not have mean 0, "
+                    "variance 1")
+        return f"{where}{s.norm_module}: normalized; mean L2 norm {_n(_l2(s))}"
+    span = _near_one(n.expected_var.tolist())
+    eps = f"{n.eps:g}"
+    if n.variant == "rms":
+        return (f"{where}RMSNorm: divided each position by sqrt(mean(z^2) + eps), no centring; "
+                f"mean(z_hat^2) = ms/(ms+eps) = {span}, under 1 only by eps = {eps}; then gamma * z_hat")
+    if n.variant == "eps_outside_sqrt":
+        return (f"{where}LayerNorm (eps outside the root): (z - mu) / (sqrt(var) + eps); z_hat has mean 0 "
+                f"and variance var/(sqrt(var)+eps)^2 = {span}, under 1 only because of eps = {eps}; "
+                f"then gamma * z_hat + beta")
+    return (f"{where}LayerNorm: subtracted each position's mean mu and divided by sqrt(var + eps); z_hat has "
+            f"mean 0 and variance var/(var+eps) = {span}, under 1 only because eps = {eps} is added to var "
+            f"(var divides by d, not d-1); then gamma * z_hat + beta")
+
+
+def _ffn_module(s: Stage, w: Walk) -> nn.Module | None:
+    return w.module(s.name.rsplit(".", 1)[0])
+
+
+def _ffn_hidden(s: Stage, w: Walk) -> str:
+    ffn = _ffn_module(s, w)
+    gate = " (the gate branch; W3 x is the linear branch)" if getattr(ffn, "w3", None) is not None else ""
+    pct = 100 * float(s.frac_le_zero.mean())
+    return (f"FFN expand: d_model {ffn.d_model} -> d_ff {ffn.d_ff} with W1 (x W1^T + b1){gate}; "
+            f"{pct:.1f}% of hidden units are <= 0")
+
+
+def _ffn_act(s: Stage, w: Walk) -> str:
+    ffn = _ffn_module(s, w)
+    words = ACTIVATION_WORDS.get(getattr(ffn, "activation", ""), "activation")
+    return f"{words}; {100 * float(s.frac_le_zero.mean()):.1f}% of units now <= 0"
+
+
+def _ffn_out(s: Stage, w: Walk) -> str:
+    ffn = _ffn_module(s, w)
+    return f"FFN contract: d_ff {ffn.d_ff} -> d_model {ffn.d_model} with W2; mean L2 norm {_n(_l2(s))}"
+
+
+def _top(s: Stage, w: Walk) -> tuple[str, str, float]:
+    """(position label, top token, its value) at the last shown position."""
+    row = s.rows[-1]
+    i = int(row.argmax())
+    token = s.columns[i] if s.columns else str(i)
+    return w.trace.label(s.positions[-1]), repr(token), float(row[i])
+
+
+def _logits(s: Stage, w: Walk) -> str:
+    tied = " (tied to the embedding)" if w.trace.config.tie_embeddings else ""
+    where, token, value = _top(s, w)
+    return (f"logits: the final stream times the vocabulary matrix{tied}, {s.rows.shape[1]} scores per "
+            f"position; at {where} the top one is {token} ({_n(value)})")
+
+
+def _probs(s: Stage, w: Walk) -> str:
+    where, token, p = _top(s, w)
+    return (f"probabilities: softmax of the logits over the vocabulary; at {where} the model predicts "
+            f"{token} with p = {_n(p)} (uniform would be {_n(1 / s.rows.shape[1])})")
+
+
+def _loss(s: Stage, w: Walk) -> str:
+    t = w.trace.target or {}
+    V = w.trace.config.vocab_size
+    return (f"loss: cross-entropy -ln p(target {t.get('token')!r}) at {w.trace.label(s.positions[0])} = "
+            f"{_n(float(s.rows[0, 0]))} (a uniform guess gives ln {V} = {_n(math.log(V))})")
+
+
+EXPLAINERS: dict[str, Callable[[Stage, Walk], str]] = {
+    "tok": _tok, "pos": _pos, "embed": _embed, "resid_pre": _resid_pre,
+    "attn.q": _qkv, "attn.k": _qkv, "attn.v": _qkv, "attn.scores": _scores, "attn.weights": _weights,
+    "attn.z": _z, "attn.result": _result,
+    "attn.out": _attn_out, "resid_mid": _residual, "resid_post": _residual, "norm": _norm,
+    "ffn.hidden": _ffn_hidden, "ffn.act": _ffn_act, "ffn.out": _ffn_out,
+    "logits": _logits, "probs": _probs, "loss": _loss,
+}
+
+
+def explain_all(trace: Trace, model: nn.Module) -> None:
+    """Fill in every stage's ``explanation``, in order."""
+    walk = Walk(trace, model, {}, dict(model.named_modules()))
+    for stage in trace.stages:
+        explainer = EXPLAINERS.get(stage.kind)
+        words = explainer(stage, walk) if explainer else f"{stage.name}: mean L2 norm {_n(_l2(stage))}"
+        stage.explanation = words
+        walk.seen[stage.name] = stage

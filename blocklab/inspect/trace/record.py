@@ -1,0 +1,88 @@
+"""What a trace holds: the ``Trace`` of one input and its ``Stage``s (numbers and words).
+
+``collect.py`` fills them in, ``explain.py`` adds the words, ``text.py`` and ``html.py`` show them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch import Tensor
+
+from ...nn.config import ModelConfig
+from ...nn.embedding import EmbeddingParts
+
+STAT_NAMES: tuple[str, ...] = ("mean", "var", "std", "min", "max", "l2")
+# stages whose features are heads side by side: a row is head 0's d_k (or d_model) values, then head 1's, ...
+PER_HEAD_KINDS: tuple[str, ...] = ("attn.q", "attn.k", "attn.v", "attn.z", "attn.result")
+
+
+@dataclass
+class NormNumbers:
+    """What a LayerNorm computed, one row per position of its stage: mu, var, denom (P,);
+    z_hat (P, d) before gamma/beta; the measured mean and variance of z_hat and the variance
+    it must have, var / denom^2 (= var / (var + eps) for the standard variant)."""
+
+    variant: str
+    eps: float
+    input_l2: Tensor
+    mu: Tensor
+    var: Tensor
+    denom: Tensor
+    z_hat: Tensor
+    z_hat_mean: Tensor
+    z_hat_var: Tensor
+    expected_var: Tensor
+
+
+@dataclass
+class Stage:
+    """One stage of the trace. ``rows`` (P, F) holds the vector at each position in
+    ``positions``; ``stats[name]`` (P,) the statistics over its F features (non-finite
+    entries, such as masked attention scores, left out and counted in ``masked``)."""
+
+    name: str
+    kind: str
+    block: int | None
+    shape: tuple[int, ...]
+    positions: list[int]
+    rows: Tensor
+    stats: dict[str, Tensor]
+    columns: list[str] | None = None  # labels of the F features when they mean something (vocab)
+    norm: NormNumbers | None = None
+    norm_module: str = ""  # the norm's class and variant ("" when the stage is no norm)
+    frac_le_zero: Tensor | None = None  # FFN stages: fraction of units <= 0 per position
+    heads: Tensor | None = None  # attention scores/weights: (h, P, T), one query row per position
+    parts: EmbeddingParts | None = None  # the embed stage: ||tok||, ||pos|| and the token share (P,)
+    masked: Tensor | None = None  # (P,) entries left out of the statistics (-inf scores)
+    explanation: str = ""
+
+    @property
+    def short(self) -> str:
+        """The stage name within its block: ``blocks.0.attn.q`` -> ``attn.q``."""
+        return self.name.split(".", 2)[2] if self.block is not None else self.name
+
+
+@dataclass
+class Trace:
+    """A whole walk: where the model came from, the input, and the stages in order."""
+
+    source: str
+    config: ModelConfig
+    ids: list[int]
+    tokens: list[str]
+    positions: list[int]
+    text: str | None = None
+    target: dict | None = None  # {"position", "id", "token"} when a loss was computed
+    stages: list[Stage] = field(default_factory=list)
+
+    def stage(self, name: str) -> Stage:
+        """The stage called ``name``; KeyError listing the names otherwise."""
+        for s in self.stages:
+            if s.name == name:
+                return s
+        raise KeyError(f"no stage {name!r}; stages: {', '.join(s.name for s in self.stages)}")
+
+    def label(self, position: int) -> str:
+        """``7 ')'``: a position and its token."""
+        return f"{position} {self.tokens[position]!r}"

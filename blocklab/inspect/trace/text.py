@@ -1,0 +1,249 @@
+"""The trace in the terminal: one section per stage, in forward order, as rich tables.
+
+Each section: the stage name and shape, one line of words, the statistics per position
+(rows labelled ``pos token``), the extra numbers of its kind (LayerNorm mu/var/denominator
+and z_hat; the FFN's fraction <= 0; attention per head), and the vector at each position.
+Numbers are printed with ``decimals`` digits after the point, the same everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rich.console import Console, Group
+from rich.rule import Rule
+from rich.text import Text
+from torch import Tensor
+
+from ...nn.block import LAYOUTS
+from ...nn.embedding import EmbeddingParts
+from .record import PER_HEAD_KINDS, STAT_NAMES, NormNumbers, Stage, Trace
+
+STAT_HEADERS = {"mean": "mean", "var": "var", "std": "std", "min": "min", "max": "max", "l2": "L2"}
+
+
+def fmt(value: float, decimals: int) -> str:
+    """A number as printed everywhere in the trace: fixed decimals; inf/nan spelled out."""
+    if math.isfinite(value):
+        return f"{value:.{decimals}f}"
+    return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+
+
+@dataclass
+class Grid:
+    """An aligned table as lines of text: (text, style) pairs, header bold, rule dim."""
+
+    lines: list[tuple[str, str]]
+
+    @property
+    def width(self) -> int:
+        return max(len(text) for text, _ in self.lines)
+
+
+def grid(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> Grid:
+    """Columns right-aligned except the token column (the second), two spaces apart."""
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        pairs = enumerate(zip(cells, widths, strict=True))
+        return "  ".join(c.ljust(w) if i == 1 else c.rjust(w) for i, (c, w) in pairs)
+
+    head = line(headers)
+    lines = [(title, "dim")] if title else []
+    lines += [(head, "bold"), ("─" * len(head), "dim")] + [(line(r), "") for r in rows]
+    return Grid(lines)
+
+
+def side_by_side(grids: Sequence[Grid], width: int, gap: int = 4) -> list[Grid]:
+    """Grids placed next to each other, as many per band as fit in ``width``."""
+    bands: list[list[Grid]] = [[]]
+    used = 0
+    for g in grids:
+        if bands[-1] and used + gap + g.width > width:
+            bands.append([])
+            used = 0
+        used += (gap if bands[-1] else 0) + g.width
+        bands[-1].append(g)
+    out = []
+    for band in bands:
+        height = max(len(g.lines) for g in band)
+        lines = []
+        for i in range(height):
+            cells = [g.lines[i] if i < len(g.lines) else ("", "") for g in band]
+            text = (" " * gap).join(t.ljust(g.width) for (t, _), g in zip(cells, band, strict=True)).rstrip()
+            lines.append((text, cells[0][1] or next((st for _, st in cells if st), "")))
+        out.append(Grid(lines))
+    return out
+
+
+def to_text(g: Grid) -> Text:
+    text = Text()
+    for line, style in g.lines:
+        text.append(line + "\n", style=style or None)
+    return text
+
+
+def _row_label(trace: Trace, position: int) -> list[str]:
+    return [str(position), trace.tokens[position]]
+
+
+def stats_grid(trace: Trace, stage: Stage, decimals: int) -> Grid:
+    """mean, var, std, min, max, L2 per position (and the FFN's fraction <= 0)."""
+    extra = ["<= 0"] if stage.frac_le_zero is not None else []
+    extra += ["masked"] if stage.masked is not None else []
+    rows = []
+    for i, p in enumerate(stage.positions):
+        cells = [fmt(float(stage.stats[k][i]), decimals) for k in STAT_NAMES]
+        if stage.frac_le_zero is not None:
+            cells.append(f"{100 * float(stage.frac_le_zero[i]):.1f}%")
+        if stage.masked is not None:
+            cells.append(str(int(stage.masked[i])))
+        rows.append(_row_label(trace, p) + cells)
+    return grid("per position", ["pos", "token", *(STAT_HEADERS[k] for k in STAT_NAMES), *extra], rows)
+
+
+PARTS_TITLE = "x0 = tok + pos: the parts"
+PARTS_HEADERS = ["||tok||", "||pos||", "token share ||tok||/(||tok||+||pos||)"]
+
+
+def parts_cells(parts: EmbeddingParts, i: int, decimals: int) -> list[str]:
+    """One position's token and position norms and the token share (in %)."""
+    share = float(parts.tok_share[i])
+    shown = f"{100 * share:.1f}%" if math.isfinite(share) else "nan"
+    return [fmt(float(parts.tok_l2[i]), decimals), fmt(float(parts.pos_l2[i]), decimals), shown]
+
+
+def parts_grid(trace: Trace, stage: Stage, decimals: int) -> Grid:
+    """The embed stage: x0's token and position parts per position, their norms and the token share."""
+    rows = [_row_label(trace, p) + parts_cells(stage.parts, i, decimals)
+            for i, p in enumerate(stage.positions)]
+    return grid(PARTS_TITLE, ["pos", "token", *PARTS_HEADERS], rows)
+
+
+def norm_headers(variant: str) -> list[str]:
+    """Column names of the LayerNorm table: mu, var, the denominator, z_hat mean/var, var/denominator^2."""
+    denom = {"eps_outside_sqrt": "sqrt(var)+eps", "rms": "sqrt(ms+eps)"}.get(variant, "sqrt(var+eps)")
+    var = "ms" if variant == "rms" else "var"
+    return ["mu", var, denom, "z_hat mean", "z_hat var", f"{var}/{denom}^2"]
+
+
+def norm_cells(n: NormNumbers, i: int, decimals: int) -> list[str]:
+    """One position's LayerNorm numbers; the two variances get 4 more decimals: they sit just under 1."""
+    plain = [fmt(float(v[i]), decimals) for v in (n.mu, n.var, n.denom, n.z_hat_mean)]
+    return plain + [fmt(float(v[i]), decimals + 4) for v in (n.z_hat_var, n.expected_var)]
+
+
+def norm_grid(trace: Trace, stage: Stage, decimals: int) -> Grid:
+    """The LayerNorm's own numbers per position: mu, var, the denominator; z_hat's mean and variance."""
+    n = stage.norm
+    rows = [_row_label(trace, p) + norm_cells(n, i, decimals) for i, p in enumerate(stage.positions)]
+    title = f"{stage.norm_module}, eps {n.eps:g}: the numbers it used"
+    return grid(title, ["pos", "token", *norm_headers(n.variant)], rows)
+
+
+def column_labels(stage: Stage, features: int) -> list[str]:
+    """Feature labels: vocabulary tokens (logits, probs), head.dim (q, k, v, z, result), else the index."""
+    if stage.columns is not None:
+        return list(stage.columns)
+    if stage.kind in PER_HEAD_KINDS:
+        d_k = stage.shape[-1]
+        return [f"{j // d_k}.{j % d_k}" for j in range(features)]
+    return [str(j) for j in range(features)]
+
+
+def vector_grids(
+    trace: Trace, stage: Stage, rows: Tensor, title: str, decimals: int, max_features: int, width: int
+) -> list[Grid]:
+    """The vectors at each position, first ``max_features`` features (0 = all), in column chunks that fit."""
+    F = rows.shape[1]
+    shown = F if max_features <= 0 else min(F, max_features)
+    labels = column_labels(stage, F)[:shown]
+    cells = [[fmt(float(v), decimals) for v in row[:shown]] for row in rows]
+    cell_w = max([len(c) for row in cells for c in row] + [len(lab) for lab in labels])
+    label_w = max(3, len(str(max(stage.positions)))) + 2 + max(len(trace.tokens[p]) for p in stage.positions)
+    labels = [lab.rjust(cell_w) for lab in labels]  # one width for every column of a vector
+    per_chunk = max(1, (width - label_w) // (cell_w + 2))
+    note = f"{title}, features 0-{shown - 1} of {F} (--max-features 0 shows all)" if shown < F else (
+        f"{title}, {F} features")
+    return [
+        grid(note if start == 0 else "", ["pos", "token", *labels[start:start + per_chunk]],
+             [_row_label(trace, p) + cells[i][start:start + per_chunk]
+              for i, p in enumerate(stage.positions)])
+        for start in range(0, shown, per_chunk)
+    ]
+
+
+def head_grids(trace: Trace, stage: Stage, decimals: int, width: int) -> list[Grid]:
+    """One matrix per head, side by side where they fit: rows are query positions, columns keys."""
+    heads, _, T = stage.heads.shape
+    grids = [
+        grid(f"head {h}: query rows, key columns", ["pos", "token", *(trace.tokens[k] for k in range(T))],
+             [_row_label(trace, p) + [fmt(float(v), decimals) for v in stage.heads[h, i]]
+              for i, p in enumerate(stage.positions)])
+        for h in range(heads)
+    ]
+    return side_by_side(grids, width)
+
+
+def render_stage(trace: Trace, stage: Stage, decimals: int, max_features: int, width: int) -> Text:
+    """One stage: heading, words, then its grids."""
+    shape = "(" + ", ".join(map(str, stage.shape)) + ")"
+    text = Text.assemble((stage.name, "bold cyan"), "  ", (f"shape {shape}", "dim"), "\n",
+                         (stage.explanation, "italic"), "\n")
+    if stage.kind == "loss":
+        return text.append(f"loss = {fmt(float(stage.rows[0, 0]), decimals)}\n", style="bold")
+    grids = [stats_grid(trace, stage, decimals)]
+    if stage.parts is not None:
+        grids.append(parts_grid(trace, stage, decimals))
+    if stage.heads is not None:
+        grids += head_grids(trace, stage, decimals, width)
+    elif stage.norm is not None:
+        grids.append(norm_grid(trace, stage, decimals))
+        for rows, title in ((stage.norm.z_hat, "z_hat = (z - mu) / denominator, before gamma/beta"),
+                            (stage.rows, "after gamma * z_hat + beta")):
+            grids += vector_grids(trace, stage, rows, title, decimals, max_features, width)
+    else:
+        grids += vector_grids(trace, stage, stage.rows, "vector", decimals, max_features, width)
+    for g in grids:
+        text.append("\n").append_text(to_text(g))
+    return text
+
+
+def header(trace: Trace) -> Group:
+    """What was traced: the model and the input."""
+    c = trace.config
+    model = (f"{c.n_layers} {c.norm_position}-norm blocks, d_model {c.d_model}, {c.n_heads} heads, "
+             f"d_ff {c.d_ff}, {c.activation}, norm {c.norm}, residual {c.residual}, vocab {c.vocab_size}")
+    lines = [
+        Text.assemble(("blocklab trace", "bold"), f"  {trace.source}"),
+        Text(f"model: {model}"),
+        Text(f"input: {' '.join(trace.tokens)}   "
+             f"({len(trace.ids)} tokens; ids {' '.join(map(str, trace.ids))})"),
+    ]
+    if trace.target:
+        t = trace.target
+        lines.append(Text(f"target: {t['token']!r} (id {t['id']}) at position {t['position']}"))
+    if len(trace.positions) != len(trace.ids):
+        lines.append(Text(f"showing position {trace.label(trace.positions[0])}"))
+    return Group(*lines, Text(""))
+
+
+def render_text(
+    trace: Trace, console: Console | None = None, decimals: int = 4, max_features: int = 16
+) -> None:
+    """Print the whole walk: header, then every stage with a rule before each block."""
+    console = console or Console()
+    width = console.width
+    console.print(header(trace))
+    block = None
+    for stage in trace.stages:
+        if stage.block != block:
+            block = stage.block
+            if block is not None:
+                title = f"block {block}  ·  {LAYOUTS[trace.config.norm_position].formula}"
+                console.print(Rule(title, style="blue"))
+            else:
+                console.print(Rule("after the blocks", style="blue"))
+        console.print(render_stage(trace, stage, decimals, max_features, width))

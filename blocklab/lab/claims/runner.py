@@ -1,0 +1,201 @@
+"""Run claims: every setup of every selected claim, training runs in parallel worker processes,
+and the report (JSON-ready, ``schema.json``) with each setup's numbers and verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import threading
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from importlib import resources
+from typing import Any
+
+import torch
+
+from ..grid import RunSpec, default_jobs, run_many
+from .base import Claim, Numbers, combine
+
+SCHEMA_VERSION = 2  # 2: per-setup verdicts and numbers, sources, load average
+
+
+def select(claims: list[Claim], names: list[str] | None) -> list[Claim]:
+    """The named claims (all for None), in registry order; ValueError naming unknown ones."""
+    if not names:
+        return list(claims)
+    known = [c.name for c in claims]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown claim {', '.join(unknown)}; claims are: {', '.join(known)}")
+    return [c for c in claims if c.name in names]
+
+
+def clean(value: Any) -> Any:
+    """JSON-safe copy: NaN and infinities become None, tuples lists."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    return value
+
+
+def _cost(spec: RunSpec) -> float:
+    """Rough relative cost of a run (steps x layers), to start the longest first."""
+    return spec.train.get("steps", 600) * spec.model.get("n_layers", 2)
+
+
+class LoadSampler:
+    """The 1-minute load average, sampled every ``every`` seconds in a background thread."""
+
+    def __init__(self, every: float = 15.0) -> None:
+        self.every, self.samples = every, [os.getloadavg()[0]]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self.samples.append(os.getloadavg()[0])
+
+    def __enter__(self) -> LoadSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.samples.append(os.getloadavg()[0])
+
+    def summary(self) -> dict[str, float]:
+        """Mean, min and max of the samples (1-minute load average)."""
+        return {
+            "mean": round(sum(self.samples) / len(self.samples), 2),
+            "min": round(min(self.samples), 2),
+            "max": round(max(self.samples), 2),
+        }
+
+
+def run_claims(
+    claims: list[Claim],
+    quick: bool = False,
+    jobs: int | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Run every setup of ``claims``; the report: per claim its source, method and overall verdict,
+    per setup its fields, numbers, verdict and checks."""
+    jobs = default_jobs() if jobs is None else jobs
+    start = time.perf_counter()
+    specs = {(c.name, s.name): c.runs(c.params(quick), s) if c.runs else [] for c in claims for s in c.setups}
+    bar = _progress() if progress else None
+    bars = {
+        c.name: bar.add_task(c.name, total=sum(len(specs[c.name, s.name]) + 1 for s in c.setups))
+        if bar
+        else None
+        for c in claims
+    }
+    advance: Callable[[str], None] = lambda name: bar.advance(bars[name]) if bar else None  # noqa: E731
+    all_specs = sorted((s for ss in specs.values() for s in ss), key=_cost, reverse=True)
+    results: dict[str, dict[str, Any]] = {}
+    measured: dict[tuple[str, str], Numbers] = {}
+    seconds: dict[tuple[str, str], float] = {}
+
+    failure: list[BaseException] = []
+
+    def train_all() -> None:
+        try:
+            results.update(run_many(all_specs, jobs, lambda spec, _: advance(spec.key.split("/")[0])))
+        except BaseException as error:  # noqa: BLE001 - re-raised in the calling thread below
+            failure.append(error)
+
+    def measure(claim: Claim) -> None:
+        for setup in claim.setups:
+            t0 = time.perf_counter()
+            measured[claim.name, setup.name] = clean(claim.measure(claim.params(quick), setup, results))
+            own = sum(results[s.key]["seconds"] for s in specs[claim.name, setup.name])
+            seconds[claim.name, setup.name] = time.perf_counter() - t0 + own
+            advance(claim.name)
+
+    worker = threading.Thread(target=train_all, daemon=True)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # small models: one thread is fastest, and the workers have the other cores
+    try:
+        with LoadSampler() as load, bar if bar else nullcontext():
+            worker.start()  # training runs go to worker processes while this thread measures the rest
+            for claim in (c for c in claims if not c.runs):
+                measure(claim)
+            worker.join()
+            if failure:
+                raise failure[0]
+            for claim in (c for c in claims if c.runs):
+                measure(claim)
+    finally:
+        torch.set_num_threads(threads)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "mode": "quick" if quick else "full",
+        "jobs": jobs,
+        "seconds": round(time.perf_counter() - start, 1),
+        "load_average": load.summary(),
+        "machine": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "cpus": default_jobs(),
+            "platform": platform.platform(),
+        },
+        "claims": [_claim_report(c, quick, specs, measured, seconds) for c in claims],
+    }
+
+
+def _claim_report(
+    claim: Claim,
+    quick: bool,
+    specs: dict[tuple[str, str], list[RunSpec]],
+    measured: dict[tuple[str, str], Numbers],
+    seconds: dict[tuple[str, str], float],
+) -> dict[str, Any]:
+    setups = []
+    for setup in claim.setups:
+        m = measured[claim.name, setup.name]
+        setups.append(
+            {
+                **setup.to_dict(),
+                "runs": len(specs[claim.name, setup.name]),
+                "seconds": round(seconds[claim.name, setup.name], 2),
+                "headline": claim.headline(m),
+                **claim.verdict(m).to_dict(),
+                "measurements": m,
+            }
+        )
+    verdict, reason = combine({s["name"]: s["verdict"] for s in setups})
+    return {
+        "name": claim.name,
+        "kind": claim.kind,
+        "statement": claim.statement,
+        "source": claim.source.to_dict(),
+        "method": claim.method,
+        "notes": claim.notes,
+        "params": clean(claim.params(quick)),
+        "runs": sum(s["runs"] for s in setups),
+        "seconds": round(sum(s["seconds"] for s in setups), 2),
+        "verdict": verdict,
+        "reason": reason,
+        "setups": setups,
+    }
+
+
+def _progress() -> Any:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
+    )
+
+
+def schema() -> dict[str, Any]:
+    """The JSON schema of a claims report (``schema.json``)."""
+    return json.loads(resources.files(__package__).joinpath("schema.json").read_text())

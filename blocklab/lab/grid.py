@@ -1,0 +1,210 @@
+"""Many training runs, described as data and run inline or in parallel worker processes.
+
+A ``RunSpec`` names everything a run needs (preset, ModelConfig and TrainConfig fields, task,
+seed, folder). ``run_one`` trains it with ``train.train`` and returns a JSON-ready result;
+``run_many`` runs a list of them, ``jobs`` at a time in worker processes, and calls back as each
+finishes (for progress bars and resumable grids). A run trains with one torch thread unless its
+spec sets ``threads`` (0: its share of the cores, ``train.share_cores``): a grid is parallel across
+runs, and one thread makes a run's numbers the same inline or in a worker and whatever the
+machine's core count (1 and 2 threads differ in the last bits, and training amplifies them).
+Training is deterministic given the spec. Workers end with their parent
+however it ends (Ctrl-C, SIGTERM, SIGKILL): ``end_with_parent``; they ignore Ctrl-C themselves.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from multiprocessing import get_context
+from typing import Any
+
+import torch
+
+from ..inspect.diagnostics import DiagnosticsLogger, measure
+from ..nn.config import preset
+from ..tasks import task_from_dict
+from ..training.loop import TrainConfig, TrainingDiverged, resolve_threads, share_cores, train
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run. ``model`` overrides the preset's fields; ``train`` sets TrainConfig fields."""
+
+    key: str  # unique within a batch of runs: "no-residual-depth/none/L10/s0"
+    model: dict[str, Any] = field(default_factory=dict)
+    train: dict[str, Any] = field(default_factory=dict)
+    task: dict[str, Any] = field(default_factory=lambda: {"name": "listops"})
+    preset: str = "listops-seed"
+    out_dir: str | None = None  # None: nothing written to disk
+    log_diagnostics: int = 0  # every K steps into metrics.jsonl ("diag"); 0: off
+    diagnose_after: bool = False  # measure diagnostics on held-out examples after training
+    report: bool = False  # write report.html into out_dir
+    resume: bool = False  # continue from out_dir's newest checkpoint
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict of every field."""
+        return asdict(self)
+
+
+LAB_THREADS = 1  # a run's torch threads unless its spec sets them (see the module's docstring)
+
+
+def steps_to_target(history: list[dict[str, Any]], target: float) -> int | None:
+    """The first evaluated step whose held-out accuracy reached ``target`` (None: never)."""
+    for row in history:
+        if row.get("eval_accuracy", -1.0) >= target:
+            return int(row["step"])
+    return None
+
+
+def run_one(spec: RunSpec, target: float = 0.9) -> dict[str, Any]:
+    """Train ``spec``; a JSON-ready result: accuracy, losses, diverged, steps to ``target``, curve, timing.
+
+    A run whose loss or gradient turns NaN/Inf is ``diverged`` with accuracy 0 (its weights are unusable).
+    """
+    task = task_from_dict(spec.task)
+    config = preset(spec.preset, **{**task.config_overrides(), **spec.model})
+    tc = TrainConfig(**{"threads": LAB_THREADS, **spec.train})
+    callbacks = [DiagnosticsLogger(spec.log_diagnostics)] if spec.log_diagnostics else []
+    start = time.perf_counter()
+    result: dict[str, Any] = {"key": spec.key, "spec": spec.to_dict(), "diverged": False}
+    try:
+        run = train(
+            config,
+            tc,
+            task,
+            spec.out_dir,
+            callbacks=callbacks,
+            resume=spec.resume,
+            overwrite=not spec.resume,
+            report=spec.report,
+        )
+    except TrainingDiverged as error:
+        result.update(
+            diverged=True,
+            accuracy=0.0,
+            eval_loss=math.nan,
+            loss=math.nan,
+            steps=None,
+            error=str(error),
+            curve=[],
+            steps_to_target=None,
+            seconds=time.perf_counter() - start,
+        )
+        return result
+    curve = [
+        {k: row[k] for k in ("step", "loss", "eval_loss", "eval_accuracy") if k in row} for row in run.history
+    ]
+    result.update(
+        accuracy=run.accuracy,
+        eval_loss=run.eval.get("loss", math.nan),
+        loss=run.loss,
+        steps=run.step,
+        stopped=run.stopped,
+        threads=resolve_threads(tc.threads),
+        seconds=time.perf_counter() - start,
+        tokens_per_s=run.tokens_per_s,
+        curve=curve,
+        steps_to_target=steps_to_target(run.history, target),
+        diag=[{"step": row["step"], **row["diag"]} for row in run.history if "diag" in row],
+    )
+    if spec.diagnose_after:
+        test = task.split("test")
+        run.model.eval()
+        mask = None if test.attention_mask is None else test.attention_mask[:256]
+        result["diag_after"] = measure(run.model, test.inputs[:256], test.targets[:256], mask).summary()
+    return result
+
+
+# ---- worker processes: they end with their parent, however it ends -----------------------------------
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h: the signal a process gets when its parent dies
+
+
+def end_with_parent(parent: int) -> None:
+    """In a worker process: die when ``parent`` dies, even by SIGKILL. On Linux the kernel sends SIGKILL
+    (prctl PR_SET_PDEATHSIG); everywhere a daemon thread also checks once a second that the parent
+    is alive, and a parent already gone ends the worker at once."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:  # an orphan is adopted by another process: its parent id changes
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="blocklab-parent-watch", daemon=True).start()
+
+
+def _worker_init(parent: int, workers: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
+    end_with_parent(parent)
+    share_cores(workers)  # a run's "auto" threads: its share of the cores (one each for jobs = cores)
+    torch.set_num_threads(resolve_threads(0))
+
+
+def stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Kill a pool's worker processes now (their runs' last checkpoints stay; a rerun resumes them)."""
+    terminate = getattr(pool, "terminate_workers", None)  # Python 3.14+
+    if terminate is not None:
+        terminate()
+        return
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.kill()
+        process.join(timeout=10)
+
+
+def run_many(
+    specs: Iterable[RunSpec],
+    jobs: int = 1,
+    on_done: Callable[[RunSpec, dict[str, Any]], None] | None = None,
+    target: float = 0.9,
+) -> dict[str, dict[str, Any]]:
+    """Run every spec (``jobs`` worker processes, 1: inline); results by key, in spec order."""
+    specs = list(specs)
+    keys = [s.key for s in specs]
+    if len(set(keys)) != len(keys):
+        raise ValueError("run keys must be unique")
+    results: dict[str, dict[str, Any]] = {}
+
+    def finish(spec: RunSpec, result: dict[str, Any]) -> None:
+        results[spec.key] = result
+        if on_done is not None:
+            on_done(spec, result)
+
+    if jobs <= 1 or len(specs) <= 1:
+        for spec in specs:
+            finish(spec, run_one(spec, target))
+    else:
+        context = get_context("spawn")  # fork after torch has started threads can deadlock
+        workers = min(jobs, len(specs))
+        pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init,
+                                   initargs=(os.getpid(), workers))
+        try:
+            pending = {pool.submit(run_one, spec, target): spec for spec in specs}
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    finish(pending.pop(future), future.result())
+        except BaseException:  # Ctrl-C, a failed run, a failing callback: no worker keeps training
+            stop_workers(pool)
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+    return {key: results[key] for key in keys}
+
+
+def default_jobs() -> int:
+    """Worker processes to use by default: the machine's cores."""
+    return max(1, os.cpu_count() or 1)

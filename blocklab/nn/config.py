@@ -1,0 +1,351 @@
+"""ModelConfig: one validated dataclass for every block and stack variant, and the named presets.
+
+Field names are the public API: they are the CLI flags (``--d-model`` / ``--d_model``) and
+the keys of a run's ``config.json``. The shape fields default to the ``listops-seed`` preset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import names
+from .activations import ACTIVATION_NAMES
+from .kernels import LAYER_NORM_VARIANTS
+
+# One list per variant, next to what chooses among them. The LayerNorm variants are the kernels'
+# table (kernels.NORM_KERNELS); "batch" is BatchNorm, "none" no norm at all.
+NORMS = (*LAYER_NORM_VARIANTS, "batch", "none")
+NORM_POSITIONS = ("post", "pre", "sandwich")
+RESIDUALS = ("add", "rezero", "deepnorm", "none")
+POS_ENCODINGS = ("sinusoidal", "learned", "none")
+FUSED_CHOICES = (True, False, "auto")
+DEFAULT_EPS = 1e-5
+
+# The lean block wiring (block.py) exists for these; elsewhere the block runs module by module.
+LEAN_NORM_POSITIONS = ("pre", "post")
+LEAN_RESIDUALS = ("add", "deepnorm")
+# fused="auto" takes the lean path from LEAN_MIN_D_MODEL up. On a CPU the lean path is never faster (its
+# autograd Functions recompute in backward and carry Python overhead); what it buys is memory: about 40%
+# fewer activation bytes per token. So it is taken from the width where its extra time is at most
+# LEAN_MAX_TIME_COST of a step in every measured shape and norm position (benchmarks/fused_by_shape.py
+# measures both paths across d_model and prints the width this rule gives; docs/performance.md shows it).
+LEAN_MAX_TIME_COST = 0.05
+LEAN_MIN_D_MODEL = 384
+EMBED_SCALES = ("sqrt_d_model", "none")  # the factor on the token embedding (embedding.SCALE_FACTORS)
+
+# The fields that take one of a few names, and those names (validation and the CLI's --help use it).
+CHOICES: dict[str, tuple[str, ...]] = {
+    "activation": ACTIVATION_NAMES,
+    "norm": NORMS,
+    "norm_position": NORM_POSITIONS,
+    "residual": RESIDUALS,
+    "pos_encoding": POS_ENCODINGS,
+    "embed_scale": EMBED_SCALES,
+}
+
+
+def resolve_d_ff(d_ff: int | float | str, d_model: int) -> int:
+    """d_ff as an integer, or a ratio times d_model: ``4.0``, ``"4x"``, ``"8/3x"``.
+
+    Rounding rule for ratios: round(ratio * d_model) to the nearest integer (half up).
+    ``"8/3x"`` with d_model 384 gives 1024.
+    """
+    if isinstance(d_ff, bool):
+        raise ValueError(f"ModelConfig.d_ff={d_ff!r} must be an integer >= 1 or a ratio like 4.0 or '8/3x'")
+    if isinstance(d_ff, int):
+        return d_ff
+    ratio: float
+    if isinstance(d_ff, str):
+        text = d_ff.strip().removesuffix("x")
+        try:
+            num, _, den = text.partition("/")
+            ratio = float(num) / float(den) if den else float(num)
+        except (ValueError, ZeroDivisionError):
+            raise ValueError(
+                f"ModelConfig.d_ff={d_ff!r} must be an integer >= 1 or a ratio like 4.0 or '8/3x'"
+            ) from None
+        if not den and "." not in num and not d_ff.strip().endswith("x") and ratio.is_integer():
+            return int(ratio)  # "256" is an integer, "4x" a ratio
+    elif isinstance(d_ff, float):
+        ratio = d_ff
+    else:
+        raise ValueError(f"ModelConfig.d_ff={d_ff!r} must be an integer >= 1 or a ratio like 4.0 or '8/3x'")
+    if not (ratio > 0 and math.isfinite(ratio * d_model)):
+        raise ValueError(f"ModelConfig.d_ff ratio {d_ff!r} must be a finite number > 0")
+    return int(ratio * d_model + 0.5)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Every choice of the stack; validated at construction (ValueError names field, value, rule)."""
+
+    vocab_size: int = 18  # listops vocabulary
+    max_seq_len: int = 8
+    d_model: int = 64
+    n_heads: int = 4
+    n_layers: int = 2
+    d_ff: int = 256  # or a ratio times d_model: 4.0, "4x", "8/3x" (resolved to an int)
+    activation: str = "relu"
+    norm: str = "standard"
+    norm_position: str = "post"
+    residual: str = "add"
+    eps: float = DEFAULT_EPS
+    bias: bool = True
+    causal: bool = False
+    pos_encoding: str = "sinusoidal"
+    # how big the token part of x0 is next to the position part (blocklab/nn/embedding.py says why)
+    embed_scale: str = "sqrt_d_model"  # tok = factor * E[token]: "sqrt_d_model" (Vaswani et al.) or "none"
+    embed_std: float = 1.0  # std of the token part at init, after the factor: E ~ N(0, (std/factor)^2)
+    pos_std: float | None = None  # learned positions' init std (None: embed_std); learned only
+    tie_embeddings: bool = False
+    final_norm: bool | None = None  # None: on for pre-norm and sandwich, off for post-norm
+    dropout: float = 0.0
+    type_vocab_size: int = 0  # BERT's token-type (segment) embeddings; 0 = none
+    embed_norm: bool = False  # a LayerNorm on the embeddings (BERT)
+    # memory-lean autograd functions (blocklab/nn/kernels.py), same forward values: true, false, or "auto"
+    # (lean from LEAN_MIN_D_MODEL up, where the memory saved costs little time; module by module below)
+    fused: bool | str = "auto"
+    keep_residual: bool = False  # lean path's speed mode: keep the residual sum (d floats/token) for backward
+    checkpoint_blocks: bool = False  # recompute each block in backward: memory flat in depth
+    # fields that were derived from others (not given): ``replace`` derives them again
+    _derived: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 - frozen
+        set_("d_ff", resolve_d_ff(self.d_ff, self.d_model) if isinstance(self.d_model, int) else self.d_ff)
+        for name in ("eps", "embed_std", "pos_std"):  # 1 -> 1.0, so equal configs compare equal
+            value = getattr(self, name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                set_(name, float(value))
+        if self.final_norm is None:  # pre-norm and sandwich end with a norm; post-norm's last block has one
+            set_("final_norm", self.norm_position != "post" and self.norm != "none")
+            set_("_derived", frozenset({"final_norm"}))
+        for error in _violations(self):
+            raise ValueError(error)
+
+    @property
+    def d_head(self) -> int:
+        """Per-head width d_k = d_model / n_heads."""
+        return self.d_model // self.n_heads
+
+    @property
+    def uses_lean_path(self) -> bool:
+        """Whether each block runs its lean wiring (kernels.py) rather than module by module."""
+        wired = (self.norm_position in LEAN_NORM_POSITIONS and self.residual in LEAN_RESIDUALS
+                 and self.norm in LAYER_NORM_VARIANTS and self.dropout == 0)
+        return wired and self.components_fused
+
+    @property
+    def components_fused(self) -> bool:
+        """``fused`` resolved: "auto" is true from LEAN_MIN_D_MODEL up."""
+        return self.d_model >= LEAN_MIN_D_MODEL if self.fused == "auto" else bool(self.fused)
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        """A copy with some fields changed (validated again); fields this config derived (final_norm
+        left unset) are derived again, so ``replace(norm_position="pre")`` gets pre-norm's final norm;
+        a learned table's ``pos_std`` goes with it (``changed_from``)."""
+        kept = {k: v for k, v in self.to_dict().items() if k not in self._derived}
+        return from_dict(changed_from(kept, changes))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict of every field."""
+        return {name: getattr(self, name) for name in FIELDS}
+
+
+FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ModelConfig) if f.init)
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_positive_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
+def _violations(c: ModelConfig) -> list[str]:
+    """Every rule the config breaks, as messages naming field, value and what is allowed."""
+    errors: list[str] = []
+
+    def need(ok: bool, message: str) -> None:
+        if not ok:
+            errors.append(f"ModelConfig.{message}")
+
+    for name in ("vocab_size", "max_seq_len", "d_model", "n_heads", "n_layers", "d_ff"):
+        value = getattr(c, name)
+        need(_is_int(value) and value >= 1, f"{name}={value!r} must be an integer >= 1")
+    if errors:
+        return errors
+    need(c.d_model % c.n_heads == 0, f"n_heads={c.n_heads} must divide d_model={c.d_model}")
+    for name, allowed in CHOICES.items():
+        value = getattr(c, name)
+        need(value in allowed, f"{name}={value!r} is not one of: {', '.join(allowed)}")
+    need(isinstance(c.eps, float) and math.isfinite(c.eps) and c.eps > 0,
+         f"eps={c.eps!r} must be a finite number > 0")
+    need(_is_positive_number(c.embed_std), f"embed_std={c.embed_std!r} must be a finite number > 0")
+    if c.pos_std is not None:
+        need(_is_positive_number(c.pos_std), f"pos_std={c.pos_std!r} must be a finite number > 0 (or unset)")
+        need(c.pos_encoding == "learned",
+             f"pos_std={c.pos_std!r} initialises learned positions, but pos_encoding={c.pos_encoding!r} "
+             "has none: leave pos_std unset or use pos_encoding='learned'")
+    for name in ("bias", "causal", "tie_embeddings", "final_norm", "embed_norm",
+                 "keep_residual", "checkpoint_blocks"):
+        value = getattr(c, name)
+        need(isinstance(value, bool), f"{name}={value!r} must be true or false")
+    need(isinstance(c.fused, bool) or c.fused == "auto", f"fused={c.fused!r} must be true, false or 'auto'")
+    need(
+        isinstance(c.dropout, (int, float)) and not isinstance(c.dropout, bool) and 0 <= c.dropout < 1,
+        f"dropout={c.dropout!r} must be a number in [0, 1)",
+    )
+    need(_is_int(c.type_vocab_size) and c.type_vocab_size >= 0,
+         f"type_vocab_size={c.type_vocab_size!r} must be an integer >= 0")
+    if c.residual == "rezero":
+        need(c.norm == "none", f"residual='rezero' uses no LayerNorm, so norm={c.norm!r} must be 'none'")
+    if c.residual == "deepnorm":
+        need(c.norm_position == "post", "residual='deepnorm' is a post-norm scheme, "
+             f"so norm_position={c.norm_position!r} must be 'post'")
+        need(c.norm != "none",
+             "residual='deepnorm' normalizes after each residual, so norm='none' is not allowed")
+    if errors:
+        return errors
+    # a field that cannot apply to the chosen variant is refused, never ignored
+    if c.norm == "none":
+        need(not c.embed_norm, "embed_norm=True needs a norm, but norm='none'")
+        need(not c.final_norm, "final_norm=True needs a norm, but norm='none'")
+        need(c.eps == DEFAULT_EPS, f"eps={c.eps!r} has no effect with norm='none' (no norm uses it)")
+    if c.keep_residual:
+        need(c.uses_lean_path, "keep_residual=True keeps the lean path's residual sum, but "
+             + _why_no_lean_path(c))
+    return errors
+
+
+def _why_no_lean_path(c: ModelConfig) -> str:
+    """Why ``c`` runs its blocks module by module (for messages)."""
+    if c.norm_position not in LEAN_NORM_POSITIONS:
+        return f"norm_position={c.norm_position!r} has no lean wiring (only {', '.join(LEAN_NORM_POSITIONS)})"
+    if c.residual not in LEAN_RESIDUALS:
+        return f"residual={c.residual!r} has no lean wiring (only {', '.join(LEAN_RESIDUALS)})"
+    if c.norm not in LAYER_NORM_VARIANTS:
+        return f"norm={c.norm!r} has no lean wiring (only the LayerNorm variants)"
+    if c.dropout:
+        return f"dropout={c.dropout!r} has no lean wiring (only dropout 0)"
+    if c.fused == "auto":
+        return (f"fused='auto' runs d_model={c.d_model} module by module (lean from {LEAN_MIN_D_MODEL}); "
+                "set fused=true")
+    return "fused=False"
+
+
+# Fields added after blocklab first saved configs, and the value every model saved before then was
+# built with: a checkpoint's config without the field describes a model with this value.
+SAVED_BEFORE: dict[str, Any] = {"embed_scale": "none", "embed_std": 0.02}
+
+
+def from_saved_dict(d: dict[str, Any]) -> ModelConfig:
+    """A config read back from a file blocklab wrote: fields the file predates take the value its
+    model was built with (``SAVED_BEFORE``), not today's defaults."""
+    return from_dict({**SAVED_BEFORE, **d})
+
+
+def changed_from(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``changes``; a ``pos_std`` of base's learned positions goes when the changes
+    take the learned table away without giving a pos_std (gpt2's 0.01 describes its learned table)."""
+    if changes.get("pos_encoding", "learned") != "learned" and "pos_std" not in changes:
+        base = {k: v for k, v in base.items() if k != "pos_std"}
+    return {**base, **changes}
+
+
+def from_dict(d: dict[str, Any]) -> ModelConfig:
+    """Build a config from a dict, rejecting unknown keys by name."""
+    unknown = set(d) - set(FIELDS)
+    if unknown:
+        raise ValueError(f"ModelConfig has no field {names(unknown)}; fields are: {', '.join(FIELDS)}")
+    return ModelConfig(**d)
+
+
+def _gpt(n_layers: int, d_model: int, n_heads: int, n_ctx: int) -> dict[str, Any]:
+    """GPT-2/GPT-3 shapes: pre-norm, tanh GELU, learned positions, tied head, causal."""
+    return dict(
+        vocab_size=50257, max_seq_len=n_ctx, d_model=d_model, n_heads=n_heads, n_layers=n_layers,
+        d_ff=4 * d_model, activation="gelu_tanh", norm_position="pre", pos_encoding="learned",
+        tie_embeddings=True, causal=True, eps=1e-5,
+        embed_scale="none", embed_std=0.02, pos_std=0.01,  # openai/gpt-2 src/model.py: wte 0.02, wpe 0.01
+    )
+
+
+# Published architectures. GPT-3 shapes are from Brown et al. 2020, Table 2.1 (n_ctx 2048).
+# Two rows of that table are inconsistent (n_heads * d_head != d_model). We keep d_model,
+# which fixes the parameter count, and pick a head count that divides it:
+#   gpt3-xl:  d_model 2048, listed 24 heads of d_head 128 -> 16 heads of 128.
+#   gpt3-13b: d_model 5140, listed 40 heads of d_head 128 -> 20 heads of 257.
+# The head count does not change the parameter total (attention is 4 d^2 + 4 d either way).
+PRESET_NOTES: dict[str, str] = {
+    "gpt3-xl": "paper lists 24 heads of 128 for d_model 2048 (inconsistent); 16 heads of 128 used",
+    "gpt3-13b": "paper lists 40 heads of 128 for d_model 5140 (inconsistent); 20 heads of 257 used",
+    "bert-base": "published 109,482,240 includes BERT's pooler (768*768 + 768 = 590,592), "
+                 "which blocklab does not build",
+}
+
+# Published totals, where exact figures exist (GPT-2: the released checkpoints; BERT-base: BertModel).
+PUBLISHED_TOTALS: dict[str, int] = {
+    "gpt2": 124_439_808,
+    "gpt2-medium": 354_823_168,
+    "gpt2-large": 774_030_080,
+    "gpt2-xl": 1_557_611_200,
+    "bert-base": 109_482_240,
+}
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "listops-seed": dict(
+        vocab_size=18, max_seq_len=8, d_model=64, n_heads=4, n_layers=2, d_ff=256,
+        activation="relu", norm_position="post", embed_scale="sqrt_d_model", embed_std=1.0,
+    ),
+    "tiny-lm": dict(
+        vocab_size=6, max_seq_len=4, d_model=16, n_heads=2, n_layers=2, d_ff=64,
+        activation="relu", norm_position="post", causal=True, embed_scale="sqrt_d_model", embed_std=1.0,
+    ),
+    "gpt2": _gpt(12, 768, 12, 1024),
+    "gpt2-medium": _gpt(24, 1024, 16, 1024),
+    "gpt2-large": _gpt(36, 1280, 20, 1024),
+    "gpt2-xl": _gpt(48, 1600, 25, 1024),
+    "gpt3-small": _gpt(12, 768, 12, 2048),
+    "gpt3-medium": _gpt(24, 1024, 16, 2048),
+    "gpt3-large": _gpt(24, 1536, 16, 2048),
+    "gpt3-xl": _gpt(24, 2048, 16, 2048),
+    "gpt3-2.7b": _gpt(32, 2560, 32, 2048),
+    "gpt3-6.7b": _gpt(32, 4096, 32, 2048),
+    "gpt3-13b": _gpt(40, 5140, 20, 2048),
+    "gpt3-175b": _gpt(96, 12288, 96, 2048),
+    "bert-base": dict(
+        vocab_size=30522, max_seq_len=512, d_model=768, n_heads=12, n_layers=12, d_ff=3072,
+        activation="gelu", norm_position="post", eps=1e-12, pos_encoding="learned",
+        tie_embeddings=True, type_vocab_size=2, embed_norm=True,
+        embed_scale="none", embed_std=0.02,
+    ),
+}
+
+# How each preset sizes its input embedding (ModelConfig embed_scale, embed_std, pos_std; the
+# reasons are in blocklab/nn/embedding.py). `blocklab params --preset NAME` prints the line.
+EMBEDDING_CHOICES: dict[str, str] = {
+    **{name: "Vaswani et al. 2017 (section 3.4; tensor2tensor's init): tok = sqrt(d_model) E[t], "
+             "E ~ N(0, 1/d_model), so token entries start at std 1 beside the sinusoidal code's 1/sqrt(2)"
+       for name in ("listops-seed", "tiny-lm")},
+    **{name: "GPT-2's released code (openai/gpt-2 src/model.py): x0 = wte[t] + wpe[p], no factor, "
+             "wte ~ N(0, 0.02^2), wpe ~ N(0, 0.01^2)"
+       for name in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")},
+    **{name: "as GPT-2 (Brown et al. 2020 use GPT-2's model): no factor, token table N(0, 0.02^2), "
+             "positions N(0, 0.01^2)"
+       for name in ("gpt3-small", "gpt3-medium", "gpt3-large", "gpt3-xl", "gpt3-2.7b", "gpt3-6.7b",
+                    "gpt3-13b", "gpt3-175b")},
+    "bert-base": "BERT's layout: x0 = LayerNorm(word + position + token type), no factor, every table "
+                 "N(0, 0.02^2) (BERT's code: a truncated normal of std 0.02)",
+}
+
+
+def preset(name: str, **overrides: Any) -> ModelConfig:
+    """The named preset's config, with any fields overridden."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; presets are: {', '.join(PRESETS)}")
+    return from_dict(changed_from(PRESETS[name], overrides))

@@ -1,0 +1,360 @@
+"""Hook points: a stable name on every stage of the block, hook contexts, TransformerLens's names.
+
+A ``HookPoint`` is an identity module placed on each stage named in docs/concepts.md#tracer-stages
+(``self.hook_out(self.w2(a))``). Its stage name is its module path without the ``hook_``
+prefix: ``blocks.0.ffn.hook_out`` is the stage ``blocks.0.ffn.out``. With no hook attached it
+returns its input untouched, at the cost of one Python call (``benchmarks/hooks_overhead.py``
+measures it against the same model with the calls removed).
+
+Two kinds of hook function, ``fn(tensor, name)``:
+
+- an **intervention** (``hooks``) may return a tensor to replace the stage's value (ablate, patch).
+  The block then runs module by module, so that every stage exists as a tensor to replace.
+- an **observer** (``hooks(..., observe=True)``, ``run_with_cache``, the tracer, the NaN detector)
+  only reads. Observing never changes what is computed: the block keeps the path it would take
+  unobserved, and a stage that path does not materialise (LN1's output inside a fused kernel,
+  attention weights inside SDPA) is computed beside it, from the tensors it has, for the observers
+  alone (``HookPoint.observe``). Same numbers to the last bit, observed or not.
+
+Every function taking stage names also takes TransformerLens's (``blocks.0.attn.hook_pattern``)
+and the hook points' module paths (``blocks.0.hook_resid_mid``): ``TRANSFORMERLENS_ALIASES`` is
+the one table of them (docs/tracer.md shows it). ``run_with_cache`` and the activation cache are
+in nn/cache.py.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+HookFn = Callable[[Tensor, str], Tensor | None]
+NameFilter = None | str | Iterable[str] | Callable[[str], bool]
+
+
+class _HookFns(list):
+    """A hook point's functions; every live entry is counted in ``HookPoint.attached``."""
+
+    def __init__(self, fns: Iterable[HookFn] = ()) -> None:
+        super().__init__()
+        self.extend(fns)
+
+    def _count(self, change: int) -> None:
+        HookPoint.attached += change
+
+    def append(self, fn: HookFn) -> None:
+        super().append(fn)
+        self._count(1)
+
+    def insert(self, index: int, fn: HookFn) -> None:  # type: ignore[override]
+        super().insert(index, fn)
+        self._count(1)
+
+    def extend(self, fns: Iterable[HookFn]) -> None:
+        before = len(self)
+        super().extend(fns)
+        self._count(len(self) - before)
+
+    def __iadd__(self, fns: Iterable[HookFn]):  # noqa: ANN204
+        self.extend(fns)
+        return self
+
+    def __imul__(self, n: int):  # noqa: ANN204
+        before = len(self)
+        super().__imul__(n)
+        self._count(len(self) - before)
+        return self
+
+    def remove(self, fn: HookFn) -> None:
+        super().remove(fn)
+        self._count(-1)
+
+    def pop(self, index: int = -1) -> HookFn:  # type: ignore[override]
+        fn = super().pop(index)
+        self._count(-1)
+        return fn
+
+    def clear(self) -> None:
+        self._count(-len(self))
+        super().clear()
+
+    def __delitem__(self, index) -> None:  # noqa: ANN001
+        before = len(self)
+        super().__delitem__(index)
+        self._count(len(self) - before)
+
+    def __setitem__(self, index, value) -> None:  # noqa: ANN001
+        before = len(self)
+        super().__setitem__(index, value)
+        self._count(len(self) - before)
+
+    def __del__(self) -> None:  # a model dropped with hooks still on them: uncount them
+        if HookPoint is not None:  # None during interpreter shutdown
+            HookPoint.attached -= len(self)
+
+
+class HookPoint(nn.Module):
+    """Identity on a named stage; runs attached hook functions when there are any.
+
+    ``fns`` are interventions (their return value replaces the stage's), ``observers`` only read.
+    ``HookPoint.attached`` counts the functions of both kinds attached to all hook points in the
+    process (never fewer), so "is any hook attached?" costs one read while there are none
+    (``any_attached``).
+    """
+
+    attached = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.name = ""
+        self.fns = _HookFns()
+        self.observers = _HookFns()
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in ("fns", "observers") and not isinstance(value, _HookFns):  # a plain list: count it too
+            value = _HookFns(value)  # type: ignore[arg-type]
+        super().__setattr__(name, value)
+
+    @property
+    def active(self) -> bool:
+        """Whether any hook is attached (lets callers skip computing optional stages)."""
+        return bool(self.fns) or bool(self.observers)
+
+    @property
+    def intervened(self) -> bool:
+        """Whether an intervention is attached (a function that may replace the stage's value)."""
+        return bool(self.fns)
+
+    def __call__(self, x: Tensor) -> Tensor:  # bypasses nn.Module's call machinery: free when unused
+        if not self.fns and not self.observers:
+            return x
+        for fn in self.fns:
+            out = fn(x, self.name)
+            if out is not None:
+                x = out
+        self._tell_observers(x)
+        return x
+
+    def see(self, x: Tensor) -> None:
+        """Show the observers a stage the running (lean) path materialises but would not let an
+        intervention replace; interventions send the caller down its module path instead."""
+        if self.fns:
+            raise RuntimeError(f"{self.name}: an intervention is attached, so this path must not run")
+        self._tell_observers(x)
+
+    def observe(self, compute: Callable[[], Tensor]) -> None:
+        """Show the observers a stage the running path does not materialise: ``compute()`` runs
+        (without autograd) only when an observer is attached, and its result feeds nothing else."""
+        if self.observers:
+            with torch.no_grad():
+                self._tell_observers(compute())
+
+    def _tell_observers(self, x: Tensor) -> None:
+        for fn in self.observers:
+            if fn(x, self.name) is not None:
+                raise ValueError(
+                    f"an observer of {self.name or 'a hook point'} returned a value; observers only read "
+                    "(attach it with hooks(...) to replace the stage's value)"
+                )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self(x)
+
+    def extra_repr(self) -> str:
+        return f"name={self.name!r}"
+
+
+def any_attached(points: Iterable[HookPoint]) -> bool:
+    """Whether a hook function of either kind is attached to any of ``points`` (free while none is
+    attached anywhere)."""
+    return HookPoint.attached > 0 and any(p.fns or p.observers for p in points)
+
+
+def any_intervention(points: Iterable[HookPoint]) -> bool:
+    """Whether an intervention is attached to any of ``points`` (free while no hook is attached anywhere)."""
+    return HookPoint.attached > 0 and any(p.fns for p in points)
+
+
+def stage_name(module_path: str) -> str:
+    """``blocks.0.attn.hook_q`` -> ``blocks.0.attn.q``."""
+    parts = module_path.split(".")
+    parts[-1] = parts[-1].removeprefix("hook_")
+    return ".".join(parts)
+
+
+def name_hook_points(root: nn.Module) -> None:
+    """Give every HookPoint below ``root`` its stage name (called once at construction).
+
+    Each HookPoint is also put in its parent's instance ``__dict__``: ``self.hook_x`` then
+    resolves as a plain attribute instead of through ``nn.Module.__getattr__``, which is
+    most of what an unused hook would otherwise cost. Assigning a new module to the same
+    attribute goes through ``nn.Module.__setattr__``, which drops that entry again.
+    """
+    for path, module in root.named_modules():
+        for child_name, child in module.named_children():
+            if isinstance(child, HookPoint):
+                child.name = stage_name(f"{path}.{child_name}" if path else child_name)
+                module.__dict__[child_name] = child
+
+
+def hook_points(root: nn.Module) -> dict[str, HookPoint]:
+    """All hook points below ``root`` by stage name relative to ``root``, in construction order."""
+    return {stage_name(path): m for path, m in root.named_modules() if isinstance(m, HookPoint)}
+
+
+# ---- TransformerLens's names ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Alias:
+    """A TransformerLens hook name and the blocklab stage holding the same tensor (``{i}``: a layer)."""
+
+    transformerlens: str  # "blocks.{i}.attn.hook_pattern"
+    blocklab: str | None  # "blocks.{i}.attn.weights"; None: blocklab has no such stage
+    note: str = ""  # where the two differ (shape, meaning), or why there is no stage
+
+
+_HEADS_FIRST = "TransformerLens (B, T, h, d_head); blocklab (B, h, T, d_k), heads before positions"
+_LN_BEFORE_AFFINE = ("TransformerLens: before gamma and beta (the same tensor when it folds them into the "
+                     "next weights, fold_ln=True); blocklab: the norm's output, after them")
+_LN_SCALE = "the norm's denominator; blocklab's tracer shows it (blocklab trace, norm.denom)"
+_COPY = "a copy that feeds {what} alone (TransformerLens's {flag}); blocklab has one {stage} (replace {alt})"
+
+TRANSFORMERLENS_ALIASES: tuple[Alias, ...] = (
+    Alias("hook_tokens", None, "the input ids: no stage"),
+    Alias("hook_embed", "tok", "the token part of x0 (blocklab's cache['embed'] is x0 itself)"),
+    Alias("hook_pos_embed", "pos", "the position part of x0"),
+    Alias("embed.hook_embed", "tok", "HookedEncoder (BERT)"),
+    Alias("embed.hook_pos_embed", "pos", "HookedEncoder (BERT)"),
+    Alias("embed.hook_token_type_embed", None, "BERT's segment part of x0: no stage of its own"),
+    Alias("hook_full_embed", "embed", "HookedEncoder (BERT): x0 after the embedding LayerNorm"),
+    Alias("blocks.{i}.hook_resid_pre", "blocks.{i}.resid_pre"),
+    Alias("blocks.{i}.hook_attn_in", None, _COPY.format(what="attention", flag="use_attn_in, one per head",
+                                                        stage="resid_pre", alt="ln1 in pre-norm")),
+    Alias("blocks.{i}.hook_q_input", None, "a copy of resid_pre per head for q alone (use_split_qkv_input)"),
+    Alias("blocks.{i}.hook_k_input", None, "a copy of resid_pre per head for k alone (use_split_qkv_input)"),
+    Alias("blocks.{i}.hook_v_input", None, "a copy of resid_pre per head for v alone (use_split_qkv_input)"),
+    Alias("blocks.{i}.ln1.hook_scale", None, _LN_SCALE),
+    Alias("blocks.{i}.ln1.hook_normalized", "blocks.{i}.ln1", _LN_BEFORE_AFFINE),
+    Alias("blocks.{i}.attn.hook_q", "blocks.{i}.attn.q", _HEADS_FIRST),
+    Alias("blocks.{i}.attn.hook_k", "blocks.{i}.attn.k", _HEADS_FIRST),
+    Alias("blocks.{i}.attn.hook_v", "blocks.{i}.attn.v", _HEADS_FIRST),
+    Alias("blocks.{i}.attn.hook_rot_q", None, "rotary positions: blocklab has none"),
+    Alias("blocks.{i}.attn.hook_rot_k", None, "rotary positions: blocklab has none"),
+    Alias("blocks.{i}.attn.hook_attn_scores", "blocks.{i}.attn.scores",
+          "(B, h, T, T), -inf where masked, in both"),
+    Alias("blocks.{i}.attn.hook_pattern", "blocks.{i}.attn.weights", "(B, h, T, T) in both"),
+    Alias("blocks.{i}.attn.hook_z", "blocks.{i}.attn.z", "(B, T, h, d_head) in both"),
+    Alias("blocks.{i}.attn.hook_result", "blocks.{i}.attn.result",
+          "(B, T, h, d_model) in both, without Wo's bias"),
+    Alias("blocks.{i}.hook_attn_out", "blocks.{i}.attn.out"),
+    Alias("blocks.{i}.ln1_post.hook_normalized", "blocks.{i}.ln1_out", "sandwich norm; " + _LN_BEFORE_AFFINE),
+    Alias("blocks.{i}.hook_resid_mid", "blocks.{i}.resid_mid"),
+    Alias("blocks.{i}.hook_mlp_in", None,
+          _COPY.format(what="the MLP", flag="use_hook_mlp_in", stage="resid_mid", alt="ln2 in pre-norm")),
+    Alias("blocks.{i}.ln2.hook_scale", None, _LN_SCALE),
+    Alias("blocks.{i}.ln2.hook_normalized", "blocks.{i}.ln2", _LN_BEFORE_AFFINE),
+    Alias("blocks.{i}.mlp.hook_pre", "blocks.{i}.ffn.hidden", "gated: the gate's pre-activation in both"),
+    Alias("blocks.{i}.mlp.hook_pre_linear", None, "gated: the linear half, x W3 + b3, is no stage"),
+    Alias("blocks.{i}.mlp.hook_mid", None, "SoLU's LayerNorm input: blocklab has no SoLU"),
+    Alias("blocks.{i}.mlp.hook_post", "blocks.{i}.ffn.act"),
+    Alias("blocks.{i}.hook_mlp_out", "blocks.{i}.ffn.out"),
+    Alias("blocks.{i}.ln2_post.hook_normalized", "blocks.{i}.ln2_out", "sandwich norm; " + _LN_BEFORE_AFFINE),
+    Alias("blocks.{i}.hook_resid_post", "blocks.{i}.resid_post"),
+    Alias("blocks.{i}.hook_normalized_resid_post", "blocks.{i}.ln2",
+          "HookedEncoder (post-norm): the block output"),
+    Alias("ln_final.hook_scale", None, _LN_SCALE),
+    Alias("ln_final.hook_normalized", "ln_f", _LN_BEFORE_AFFINE),
+)
+
+
+def _alias_pattern(template: str) -> re.Pattern[str]:
+    """``blocks.{i}.hook_resid_pre`` -> a regex matching it with any layer (a number or a glob)."""
+    return re.compile(re.escape(template).replace(re.escape("{i}"), r"(?P<i>[^.]+)") + "$")
+
+
+_ALIASES = [(_alias_pattern(a.transformerlens), a) for a in TRANSFORMERLENS_ALIASES]
+# TransformerLens's short names for cache[name, layer] (utils.get_act_name): the hook's own name
+# ("pattern", "attn_out", "mlp_out", "pre", "post", ...), where it names one stage of a block
+SHORT_ALIASES: dict[str, str] = {
+    short: a.blocklab.removeprefix("blocks.{i}.")
+    for a in TRANSFORMERLENS_ALIASES if a.blocklab and a.transformerlens.startswith("blocks.{i}.")
+    for short in [a.transformerlens.rsplit(".", 1)[1].removeprefix("hook_")]
+    if sum(b.transformerlens.endswith(f".hook_{short}") for b in TRANSFORMERLENS_ALIASES) == 1
+}
+
+
+def blocklab_name(name: str) -> str:
+    """A stage name (or glob) written as TransformerLens or as a hook point's module path, in
+    blocklab's words: ``blocks.0.attn.hook_pattern`` -> ``blocks.0.attn.weights``,
+    ``blocks.*.hook_resid_pre`` -> ``blocks.*.resid_pre``, ``blocks.0.ffn.hook_out`` ->
+    ``blocks.0.ffn.out``. A blocklab name comes back unchanged (none has a ``hook_`` part).
+
+    A TransformerLens name that has no blocklab stage is a ValueError saying why.
+    """
+    if "hook_" not in name:
+        return name
+    for pattern, alias in _ALIASES:
+        match = pattern.match(name)
+        if match is None:
+            continue
+        if alias.blocklab is None:
+            raise ValueError(f"{name!r} (TransformerLens) has no blocklab stage: {alias.note}")
+        return alias.blocklab.format(i=match.groupdict().get("i", ""))
+    return stage_name(name)
+
+
+def select_names(names: Iterable[str], wanted: NameFilter) -> list[str]:
+    """Stage names matching ``wanted``: None (all), a name or glob, a list of them, or a predicate.
+
+    Names and globs may be written as TransformerLens writes them (``blocks.*.attn.hook_pattern``)
+    or as module paths (``blocks.0.hook_resid_mid``): ``blocklab_name`` translates them. A
+    predicate is given blocklab's names. A name or glob that matches nothing is a ValueError that
+    suggests the closest names.
+    """
+    names = list(names)
+    if wanted is None:
+        return names
+    if callable(wanted):
+        return [n for n in names if wanted(n)]
+    written = [wanted] if isinstance(wanted, str) else list(wanted)
+    patterns = {p: blocklab_name(p) for p in written}  # as written -> in blocklab's words
+    chosen = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns.values())]
+    unmatched = [(w, p) for w, p in patterns.items() if not any(fnmatch.fnmatchcase(n, p) for n in names)]
+    if unmatched:
+        close = difflib.get_close_matches(unmatched[0][1], names, n=3, cutoff=0.6)
+        hint = (f"did you mean {', '.join(close)}?" if close else
+                f"names look like {', '.join(names[:6])}, ...")
+        what = ", ".join(repr(p) if w == p else f"{w!r} ({p!r})" for w, p in unmatched)
+        raise ValueError(f"no hook point matches {what}; {hint}")
+    return chosen
+
+
+@contextmanager
+def hooks(root: nn.Module, fns: Mapping[str, HookFn], observe: bool = False) -> Iterator[None]:
+    """Attach ``{name_or_glob: fn}`` to the hook points below ``root`` for the with-block: as
+    interventions (a returned tensor replaces the stage's value), or with ``observe`` as observers
+    (read only; the model computes exactly what it computes unobserved).
+
+    Every name is checked before anything is attached; the hooks are removed on exit,
+    also when the block raises.
+    """
+    points = hook_points(root)
+    plan = [(points[name], name, fn) for pattern, fn in fns.items() for name in select_names(points, pattern)]
+    attached: list[tuple[_HookFns, HookFn]] = []
+    try:
+        for point, name, fn in plan:
+            point.name = point.name or name  # a standalone component was never named by a model
+            where = point.observers if observe else point.fns
+            where.append(fn)
+            attached.append((where, fn))
+        yield
+    finally:
+        for where, fn in attached:
+            where.remove(fn)

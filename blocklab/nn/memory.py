@@ -1,0 +1,186 @@
+"""The memory guard: estimate what a config and batch need before allocating anything.
+
+The estimate, in bytes, for float32 (4 bytes a value), P parameters, N = batch x seq tokens:
+
+    parameters   4 P   (+ the sinusoidal table, 4 max_seq_len d)
+    gradients    4 P                          training only
+    optimizer    8 P                          AdamW keeps two moments per parameter
+    activations  4 N (L a + 3 d + 3 V)        training: what autograd keeps for backward
+
+per token and layer, on the lean path (``config.uses_lean_path``),
+a = 6 d + f d_ff + h (+ 2 h T with the explicit attention path):
+the block input, q, k, v and the attention output (5 d), the input of the second sublayer
+(d), the FFN activation (f = 1; 2 for gated activations, which add w3's output), one softmax
+statistic per head (h). Module by module, autograd also keeps each norm's output and statistics
+and the activation's output: a = 8 d + 2 f d_ff + h + 4 (docs/performance.md's ledger: the
+norms' outputs (2 d), their mean and rstd (4), act(h) beside h (and the gate's product)).
+Outside the blocks: the embedding, final norm and head input (3 d),
+and the logits, their log-softmax and their gradient (3 V). Inference keeps no graph: one
+layer's activations plus the logits, a + 2 V per token. With ``checkpoint_blocks`` a block
+keeps only its input (d) and recomputes the rest in backward, so L a becomes L d + a.
+``tests/nn/test_memory.py`` checks
+gradients + optimizer + activations against the peak bytes PyTorch's profiler records for a
+real training step (forward, backward, AdamW step).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .activations import is_gated
+from .config import ModelConfig
+from .params import count_parameters
+
+BYTES_FLOAT32 = 4
+ADAMW_SLOTS = 2  # exp_avg and exp_avg_sq
+
+
+class InsufficientMemoryError(ValueError):
+    """The estimated memory exceeds what is available; the message has the estimate."""
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Estimated bytes by kind; ``total`` is their sum."""
+
+    parameters: int
+    gradients: int
+    optimizer: int
+    activations: int
+
+    @property
+    def total(self) -> int:
+        """All four terms."""
+        return self.parameters + self.gradients + self.optimizer + self.activations
+
+    def describe(self) -> str:
+        """``1.2 GB (parameters 500.0 MB, gradients ..., optimizer ..., activations ...)``."""
+        parts = [f"{name} {format_bytes(getattr(self, name))}"
+                 for name in ("parameters", "gradients", "optimizer", "activations") if getattr(self, name)]
+        return f"{format_bytes(self.total)} ({', '.join(parts)})"
+
+
+def format_bytes(n: float) -> str:
+    """1536 -> '1.5 KB' (powers of 1024)."""
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if abs(n) < 1024 or unit == "PB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def activation_values_per_token(config: ModelConfig, seq_len: int, explicit_attention: bool = False) -> int:
+    """Values autograd keeps per token for one block: lean 6 d + f d_ff + h, module by module
+    8 d + 2 f d_ff + h + 4 (+ 2 h T explicit)."""
+    c = config
+    ffn = (2 if is_gated(c.activation) else 1) * c.d_ff
+    attention = c.n_heads + (2 * c.n_heads * seq_len if explicit_attention else 0)
+    if c.uses_lean_path:
+        return 6 * c.d_model + ffn + attention
+    return 8 * c.d_model + 2 * ffn + attention + 4  # (module path) norms' outputs and stats, act(h)
+
+
+def estimate_memory(
+    config: ModelConfig,
+    batch_size: int,
+    seq_len: int | None = None,
+    training: bool = True,
+    explicit_attention: bool = False,
+) -> MemoryEstimate:
+    """Bytes for parameters, gradients, AdamW state and activations (module docstring formula)."""
+    c = config
+    T = c.max_seq_len if seq_len is None else seq_len
+    tokens = batch_size * T
+    P = count_parameters(c).total
+    params = BYTES_FLOAT32 * (P + (c.max_seq_len * c.d_model if c.pos_encoding == "sinusoidal" else 0))
+    per_layer = activation_values_per_token(c, T, explicit_attention)
+    if training:
+        blocks = (c.n_layers * c.d_model + per_layer if getattr(c, "checkpoint_blocks", False)
+                  else c.n_layers * per_layer)
+        activations = tokens * (blocks + 3 * c.d_model + 3 * c.vocab_size)
+        return MemoryEstimate(params, BYTES_FLOAT32 * P, BYTES_FLOAT32 * ADAMW_SLOTS * P,
+                              BYTES_FLOAT32 * activations)
+    return MemoryEstimate(params, 0, 0, BYTES_FLOAT32 * tokens * (per_layer + 2 * c.vocab_size))
+
+
+def estimate_training_memory(
+    config: ModelConfig, batch_size: int, eval_batch_size: int, seq_len: int | None = None
+) -> MemoryEstimate:
+    """A training run's peak: the training step, or a no-grad evaluation batch while the
+    gradients and AdamW state are still held, whichever needs more."""
+    step = estimate_memory(config, batch_size, seq_len, training=True)
+    evaluation = estimate_memory(config, eval_batch_size, seq_len, training=False)
+    return dataclasses.replace(step, activations=max(step.activations, evaluation.activations))
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        text = Path(path).read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def available_memory() -> tuple[int, str] | None:
+    """(bytes, where it was read): MemAvailable, lowered by a cgroup limit if there is one."""
+    try:
+        meminfo = Path("/proc/meminfo").read_text()
+    except OSError:
+        return None
+    match = re.search(r"^MemAvailable:\s+(\d+) kB", meminfo, re.MULTILINE)
+    if not match:
+        return None
+    best = (int(match.group(1)) * 1024, "MemAvailable in /proc/meminfo")
+    for limit_file, usage_file in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),  # cgroup v2
+        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+    ):
+        limit, usage = _read_int(limit_file), _read_int(usage_file)
+        if limit is not None and usage is not None and limit - usage < best[0]:
+            best = (max(limit - usage, 0), f"the cgroup limit in {limit_file}")
+    return best
+
+
+def check_memory(
+    config: ModelConfig,
+    batch_size: int,
+    seq_len: int | None = None,
+    training: bool = True,
+    force: bool = False,
+    what: str = "this run",
+    eval_batch_size: int = 0,
+    force_flag: bool = True,
+) -> MemoryEstimate:
+    """The estimate; raises InsufficientMemoryError when it exceeds available memory (unless force).
+
+    With ``eval_batch_size`` (training only) the estimate also covers the run's evaluations;
+    ``force_flag`` says whether the message may suggest ``--force`` (the command has one).
+    """
+    if training and eval_batch_size:
+        estimate = estimate_training_memory(config, batch_size, eval_batch_size, seq_len)
+    else:
+        estimate = estimate_memory(config, batch_size, seq_len, training)
+    available = available_memory()
+    if not force and available is not None and estimate.total > available[0]:
+        T = config.max_seq_len if seq_len is None else seq_len
+        raise InsufficientMemoryError(
+            f"not enough memory: {what} ({'training' if training else 'inference'}, batch {batch_size} x "
+            f"{T} tokens) needs about {estimate.describe()} but {format_bytes(available[0])} is available "
+            f"({available[1]}); use a smaller config or batch" + (", or pass --force to try anyway"
+                                                                  if force_flag else "")
+        )
+    return estimate
+
+
+def check_data_memory(needed: int, what: str, hint: str) -> None:
+    """InsufficientMemoryError when ``needed`` bytes of task data (an estimate, before anything is
+    generated or read) exceed the available memory; the message names ``what`` and the ``hint``."""
+    available = available_memory()
+    if available is not None and needed > available[0]:
+        raise InsufficientMemoryError(
+            f"not enough memory: {what} needs about {format_bytes(needed)} to build its data but "
+            f"{format_bytes(available[0])} is available ({available[1]}); {hint}"
+        )

@@ -1,0 +1,212 @@
+"""The stack (docs/concepts.md#the-stack): embeddings, positions, N blocks, final norm, LM head, loss.
+
+    x0 = tok + pos                         tok = scale * E[tokens], pos = PE[positions] (embedding.py)
+    x_{l+1} = Block_l(x_l)                 l = 0..N-1
+    logits = ln_f(x_N) @ W_vocab^T         ln_f for pre-norm; head optionally tied to Embed
+    loss = cross_entropy(logits, targets)  targets of -100 (padding) are ignored
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .attention import KVCache
+from .block import TransformerBlock, deepnorm_beta
+from .cache import HookedModule
+from .config import ModelConfig
+from .embedding import build_positions, build_token_embedding, init_embeddings
+from .hooks import HookPoint, name_hook_points
+from .norms import NoNorm, build_norm
+from .tokens import BatchEncoding, TextTokenizer, to_str_tokens, to_string
+
+IGNORE_INDEX = -100  # targets at padding / unscored positions
+
+
+class Transformer(HookedModule):
+    """Keys: ``embed.weight``, ``pos.weight`` (learned), ``token_type.weight``, ``embed_ln.*``,
+    ``blocks.{i}.*``, ``ln_f.*`` (when final_norm), ``head.weight`` (absent from the parameters
+    when tied to ``embed``). Stages, in forward order (``STAGES``; ``blocks``: each block's, in its
+    order): ``tok`` (the token part of x0, after its scale), ``pos`` (the position part), ``embed``
+    (x0), ``blocks.{i}.*``, ``ln_f``, ``logits``, ``probs``, ``loss``.
+
+    ``tokenizer``: the model's tokenizer (``blocklab.nn.tokens.TextTokenizer``) or None; the loaders
+    set it, ``to_tokens`` / ``to_str_tokens`` / ``to_string`` use it.
+    """
+
+    tokenizer: TextTokenizer | None
+    STAGES = ("tok", "pos", "embed", "blocks", "ln_f", "logits", "probs", "loss")
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        c = self.config = config
+        self.embed = build_token_embedding(c)
+        self.pos = build_positions(c)
+        self.token_type = nn.Embedding(c.type_vocab_size, c.d_model) if c.type_vocab_size else None
+        norm = lambda: build_norm(c.norm, c.d_model, c.eps, c.bias, fused=c.components_fused)  # noqa: E731
+        self.embed_ln = norm() if c.embed_norm else NoNorm()
+        self.drop = nn.Dropout(c.dropout) if c.dropout > 0 else nn.Identity()
+        self.blocks = nn.ModuleList(TransformerBlock(c) for _ in range(c.n_layers))
+        self.ln_f = norm() if c.final_norm else NoNorm()
+        self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        if c.tie_embeddings:
+            self.head.weight = self.embed.weight
+        for stage in self.STAGES:
+            if stage != "blocks":
+                setattr(self, f"hook_{stage}", HookPoint())
+        self.tokenizer = None  # a plain attribute: not a module, not in the state dict
+        init_weights(self)
+        name_hook_points(self)
+
+    def hook_names(self) -> list[str]:
+        """Every stage name, in the order a forward pass reaches them."""
+        order: list[str] = []
+        for stage in self.STAGES:
+            if stage == "blocks":
+                order += [f"blocks.{i}.{s}" for i, b in enumerate(self.blocks) for s in b.hook_names()]
+            else:
+                order.append(stage)
+        return order
+
+    def _check_tokens(self, tokens: Tensor, past: int = 0, position_ids: Tensor | None = None) -> None:
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must be (batch, seq) integers, got shape {tuple(tokens.shape)}")
+        if position_ids is not None:
+            self._check_position_ids(tokens, position_ids)
+        else:
+            T = past + tokens.shape[1]
+            if T > self.config.max_seq_len:
+                raise ValueError(f"sequence length {T} exceeds max_seq_len={self.config.max_seq_len}")
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.config.vocab_size):
+            raise ValueError(
+                f"token ids must be in [0, {self.config.vocab_size}); got min {int(tokens.min())}, "
+                f"max {int(tokens.max())}"
+            )
+
+    def _check_position_ids(self, tokens: Tensor, position_ids: Tensor) -> None:
+        if position_ids.shape != tokens.shape or position_ids.dtype not in (torch.int64, torch.int32):
+            raise ValueError(
+                f"position_ids must be (batch, seq) integers like tokens {tuple(tokens.shape)}, got "
+                f"{position_ids.dtype} of shape {tuple(position_ids.shape)}"
+            )
+        if position_ids.numel() and (int(position_ids.min()) < 0
+                                     or int(position_ids.max()) >= self.config.max_seq_len):
+            raise ValueError(
+                f"position_ids must be in [0, {self.config.max_seq_len}) (max_seq_len); got min "
+                f"{int(position_ids.min())}, max {int(position_ids.max())}"
+            )
+
+    def _embed(
+        self, tokens: Tensor, past: int, position_ids: Tensor | None, token_type_ids: Tensor | None,
+        pad: Tensor | None,
+    ) -> Tensor:
+        """x0 = tok + pos (+ token type), then embed_ln (``pad`` (B, T): True at padding) and dropout:
+        the ``embed`` stage (B, T, d_model)."""
+        x = self.hook_tok(self.embed(tokens))  # (B, T, d_model), after the factor
+        if self.pos is not None:
+            pos = self.pos(tokens.shape[1], past, position_ids)  # (T, d_model) or (B, T, d_model)
+            x = x + self.hook_pos(pos.expand_as(x))
+        if self.token_type is not None:
+            types = token_type_ids if token_type_ids is not None else torch.zeros_like(tokens)
+            x = x + self.token_type(types)
+        return self.hook_embed(self.drop(self.embed_ln(x, pad)))
+
+    def encode(
+        self,
+        tokens: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        kv_cache: list[KVCache] | None = None,
+        position_ids: Tensor | None = None,
+    ) -> Tensor:
+        """Last hidden states (B, T, d_model), after the final norm where there is one.
+
+        attention_mask: (B, T), 1 for real tokens and 0 for padding (Hugging Face convention).
+        kv_cache: one KVCache per block (generation): tokens are the positions after the cached ones.
+        position_ids: (B, T) position of each token (default past, past+1, ...); left-padded batches
+        give each row's real tokens positions 0, 1, ... whatever the padding before them.
+        """
+        past = kv_cache[0].length if kv_cache is not None else 0
+        self._check_tokens(tokens, past, position_ids)
+        key_padding_mask = attention_mask == 0 if attention_mask is not None else None  # True at padding
+        pad = key_padding_mask[:, past:] if key_padding_mask is not None else None  # these tokens' own
+        x = self._embed(tokens, past, position_ids, token_type_ids, pad)
+        if kv_cache is None:
+            for block in self.blocks:
+                x = block(x, key_padding_mask)
+        else:
+            for block, cache in zip(self.blocks, kv_cache, strict=True):
+                x = block(x, key_padding_mask, cache)
+        return self.hook_ln_f(self.ln_f(x, pad))
+
+    def forward(
+        self,
+        tokens: Tensor,
+        targets: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Logits (B, T, vocab); with targets (B, T), also the mean cross-entropy over targets != -100."""
+        hidden = self.encode(tokens, attention_mask, token_type_ids, position_ids=position_ids)
+        logits = self.hook_logits(self.head(hidden))
+        full = logits if logits.dtype == torch.float64 else logits.float()  # softmax/CE never in bf16
+        if self.hook_probs.active:  # softmax only when someone looks at it
+            self.hook_probs(torch.softmax(full, dim=-1))
+        if targets is None:
+            return logits
+        loss = F.cross_entropy(full.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
+        return logits, self.hook_loss(loss)
+
+    def require_tokenizer(self) -> TextTokenizer:
+        """The model's tokenizer; a ValueError saying how to attach one when there is none."""
+        if self.tokenizer is None:
+            raise ValueError(
+                "this model has no tokenizer: set model.tokenizer (a task's, e.g. "
+                "blocklab.tasks.get_task('tiny-lm').tokenizer), or load the model with "
+                "blocklab.load(path), which attaches the tokenizer stored with it"
+            )
+        return self.tokenizer
+
+    def to_tokens(self, texts: str | Sequence[str], padding: str = "right") -> BatchEncoding:
+        """Texts -> (ids (B, T), attention_mask (B, T)) on the model's device, padded on the ``padding``
+        side: "right" (encoders, scoring) or "left" (generation: every row ends in the last column)."""
+        batch = self.require_tokenizer().encode_batch([texts] if isinstance(texts, str) else texts, padding)
+        device = self.head.weight.device
+        return BatchEncoding(batch.ids.to(device), batch.attention_mask.to(device))
+
+    def to_str_tokens(
+        self, inputs: str | Sequence[str] | Sequence[int] | Tensor
+    ) -> list[str] | list[list[str]]:
+        """Each token as text: a text or 1-D ids -> list[str]; texts or (B, T) ids -> a list per row."""
+        return to_str_tokens(self.require_tokenizer(), inputs)
+
+    def to_string(self, ids: Sequence[int] | Tensor, attention_mask: Tensor | None = None) -> str | list[str]:
+        """Ids -> text: 1-D -> str, (B, T) -> a str per row (positions where attention_mask is 0 left out)."""
+        return to_string(self.require_tokenizer(), ids.cpu() if isinstance(ids, Tensor) else ids,
+                         attention_mask.cpu() if attention_mask is not None else None)
+
+
+def init_weights(model: Transformer) -> None:
+    """Embeddings as the config says (``embedding.init_embeddings``); then GPT-style linears
+    N(0, 0.02) with biases 0 (a head tied to the embedding keeps the embedding's init); norms
+    gamma 1, beta 0. DeepNorm re-initialises each block's v, o and FFN weights with Xavier-normal
+    gain beta.
+    """
+    init_embeddings(model.config, model.embed, model.pos, model.token_type)
+    for module in model.modules():
+        if isinstance(module, nn.Linear) and module.weight is not model.embed.weight:
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+    if model.config.residual == "deepnorm":
+        beta = deepnorm_beta(model.config.n_layers)
+        for block in model.blocks:
+            for linear in (block.attn.q, block.attn.k):
+                nn.init.xavier_normal_(linear.weight, gain=1.0)
+            branch = [block.attn.v, block.attn.o, block.ffn.w1, block.ffn.w2]
+            for linear in branch + ([block.ffn.w3] if block.ffn.w3 is not None else []):
+                nn.init.xavier_normal_(linear.weight, gain=beta)

@@ -1,0 +1,122 @@
+"""What blocklab asks of a tokenizer, and a batch of texts as padded ids with an attention mask.
+
+Two kinds satisfy ``TextTokenizer``: the tasks' vocabulary tokenizer (``blocklab.tasks.vocab``)
+and a Hugging Face ``tokenizers`` tokenizer (``blocklab.weights.hf_tokenizer``: BERT WordPiece, GPT-2
+byte-level BPE). A model knows its tokenizer through ``Transformer.tokenizer``, which the loaders set.
+
+Padding (``encode_batch(texts, padding=...)``):
+
+    "right"  ids then pads:  [a b c] [d e P]     encoders (BERT, MiniLM), training batches
+    "left"   pads then ids:  [a b c] [P d e]     generation: every row's last real token sits in the
+                                                  last column, so the next token is appended after it
+
+The attention mask is 1 on real tokens and 0 on padding (the Hugging Face convention).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Protocol
+
+import torch
+from torch import Tensor
+
+PADDING_SIDES = ("right", "left")
+
+
+class BatchEncoding(NamedTuple):
+    """Texts as one padded batch: ``ids, attention_mask = tokenizer.encode_batch(texts)``."""
+
+    ids: Tensor  # (B, T) long
+    attention_mask: Tensor  # (B, T) long, 1 = real token, 0 = padding
+
+
+class TextTokenizer(Protocol):
+    """The interface every blocklab tokenizer has (tasks' vocabulary tokenizer, Hugging Face's)."""
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def pad_id(self) -> int: ...
+
+    @property
+    def eos_id(self) -> int | None: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def encode_batch(self, texts: Sequence[str], padding: str = "right") -> BatchEncoding: ...
+
+    def decode(self, ids: Sequence[int] | Tensor) -> str: ...
+
+    def tokens(self, ids: Sequence[int] | Tensor) -> list[str]: ...
+
+    def str_tokens(self, ids: Sequence[int] | Tensor) -> list[str]: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+def check_padding(padding: str) -> None:
+    """ValueError unless ``padding`` is "right" or "left"."""
+    if padding not in PADDING_SIDES:
+        raise ValueError(f"padding={padding!r} must be one of: {', '.join(PADDING_SIDES)}")
+
+
+def pad_batch(rows: Sequence[Sequence[int]], pad_id: int, padding: str = "right") -> BatchEncoding:
+    """Id lists of different lengths -> (ids (B, T), attention_mask (B, T)), padded on ``padding``'s side."""
+    check_padding(padding)
+    if not rows:
+        raise ValueError("nothing to encode: no inputs")
+    length = max(len(r) for r in rows)
+    ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
+    mask = torch.zeros(len(rows), length, dtype=torch.long)
+    for i, row in enumerate(rows):
+        span = slice(0, len(row)) if padding == "right" else slice(length - len(row), length)
+        ids[i, span] = torch.tensor(list(row), dtype=torch.long)
+        mask[i, span] = 1
+    return BatchEncoding(ids, mask)
+
+
+def id_list(ids: Sequence[int] | Tensor, vocab_size: int) -> list[int]:
+    """A 1-D id sequence as Python ints, each checked to be in [0, vocab_size)."""
+    if isinstance(ids, Tensor):
+        if ids.dim() != 1:
+            raise ValueError(f"expected a 1-D sequence of token ids, got shape {tuple(ids.shape)}")
+        ids = ids.tolist()
+    ids = list(ids)
+    for i in ids:
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < vocab_size:
+            raise ValueError(f"token id {i!r} out of range for vocab_size={vocab_size}")
+    return ids
+
+
+def to_str_tokens(
+    tokenizer: TextTokenizer, inputs: str | Sequence[str] | Sequence[int] | Tensor
+) -> list[str] | list[list[str]]:
+    """Each token as the text it stands for: a text or 1-D ids -> list[str]; several texts or
+    (B, T) ids -> one list per row (padding kept for ids, texts are not padded)."""
+    if isinstance(inputs, str):
+        return tokenizer.str_tokens(tokenizer.encode(inputs))
+    if isinstance(inputs, Tensor):
+        if inputs.dim() == 2:
+            return [tokenizer.str_tokens(row) for row in inputs]
+        return tokenizer.str_tokens(inputs)
+    items = list(inputs)
+    if items and all(isinstance(item, str) for item in items):
+        return [tokenizer.str_tokens(tokenizer.encode(item)) for item in items]
+    return tokenizer.str_tokens(items)
+
+
+def to_string(
+    tokenizer: TextTokenizer, ids: Sequence[int] | Tensor, attention_mask: Tensor | None = None
+) -> str | list[str]:
+    """Ids -> text: 1-D ids -> str; (B, T) ids -> one str per row, without the positions where
+    ``attention_mask`` is 0 (padding)."""
+    ids = ids if isinstance(ids, Tensor) else torch.tensor(list(ids), dtype=torch.long)
+    if attention_mask is not None and attention_mask.shape != ids.shape:
+        raise ValueError(f"attention_mask {tuple(attention_mask.shape)} must have the shape of ids "
+                         f"{tuple(ids.shape)}")
+    keep = torch.ones_like(ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+    if ids.dim() == 1:
+        return tokenizer.decode(ids[keep])
+    return [tokenizer.decode(row[k]) for row, k in zip(ids, keep, strict=True)]

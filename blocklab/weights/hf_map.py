@@ -1,0 +1,134 @@
+"""One table per model family maps Hugging Face tensors to blocklab's, used in both directions.
+
+Each ``WeightMap`` row says: the Hugging Face tensor ``hf`` is blocklab's tensors ``ours``
+concatenated along dim 0 (GPT-2's ``c_attn`` packs q, k, v this way; every other row has one
+tensor), then transposed when ``conv1d`` (GPT-2's ``Conv1D`` stores ``(in, out)``, the
+transpose of ``nn.Linear``'s ``(out, in)``). Import splits and transposes back.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+from ..nn.config import ModelConfig
+
+
+class PretrainedError(ValueError):
+    """A model folder or file that cannot be used: names the file and the key or field at fault."""
+
+
+@dataclass(frozen=True)
+class WeightMap:
+    """Hugging Face tensor ``hf`` = cat(blocklab tensors ``ours``, dim 0), transposed if ``conv1d``."""
+
+    hf: str
+    ours: tuple[str, ...]
+    conv1d: bool = False
+
+
+def renamed(hf_prefix: str, ours_prefix: str, modules: dict[str, str], conv1d: bool = False,
+            params: tuple[str, ...] = ("weight", "bias")) -> list[WeightMap]:
+    """One row per parameter of each renamed module: ``{hf_prefix}{hf_name}.weight`` <-> ours."""
+    return [
+        WeightMap(f"{hf_prefix}{hf}.{p}", (f"{ours_prefix}{us}.{p}",), conv1d)
+        for hf, us in modules.items()
+        for p in params
+    ]
+
+
+def to_hf(state: dict[str, Tensor], rows: list[WeightMap]) -> dict[str, Tensor]:
+    """blocklab state dict -> Hugging Face tensors (contiguous, as safetensors wants)."""
+    out = {}
+    for row in rows:
+        t = torch.cat([state[k] for k in row.ours]) if len(row.ours) > 1 else state[row.ours[0]]
+        out[row.hf] = (t.t() if row.conv1d and t.dim() == 2 else t).detach().contiguous()
+    return out
+
+
+def from_hf(hf: dict[str, Tensor], rows: list[WeightMap], shapes: dict[str, torch.Size]) -> dict[str, Tensor]:
+    """Hugging Face tensors (already checked against ``to_hf``'s shapes) -> blocklab state dict."""
+    out = {}
+    for row in rows:
+        t = hf[row.hf]
+        t = t.t() if row.conv1d and t.dim() == 2 else t
+        sizes = [shapes[k][0] for k in row.ours]
+        for key, part in zip(row.ours, torch.split(t, sizes), strict=True):
+            out[key] = part.contiguous()
+    return out
+
+
+class Family(Protocol):
+    """What hf_bert and hf_gpt2 provide."""
+
+    MODEL_TYPE: str
+    IGNORED: tuple[str, ...]  # regexes of Hugging Face keys blocklab does not use (pooler, buffers)
+
+    def config_from_hf(self, hf: dict[str, Any]) -> ModelConfig: ...
+    def hf_config(self, config: ModelConfig) -> dict[str, Any]: ...
+    def weight_map(self, config: ModelConfig) -> list[WeightMap]: ...
+    def normalize_key(self, key: str) -> str: ...
+    def export_key(self, key: str) -> str: ...
+
+
+def is_ignored(key: str, patterns: tuple[str, ...]) -> bool:
+    """Whether a Hugging Face key matches one of a family's ignored patterns."""
+    return any(re.fullmatch(p, key) for p in patterns)
+
+
+def _type_rule(default: Any) -> tuple[Callable[[Any], bool], str] | None:
+    """How a config.json value must look, judged by the type of ``transformers``' default for it."""
+    if isinstance(default, bool):
+        return (lambda v: isinstance(v, bool)), "true or false"
+    if isinstance(default, int) or default is None:  # None: an optional size (GPT-2's n_inner)
+        return (lambda v: isinstance(v, int) and not isinstance(v, bool)), "an integer"
+    if isinstance(default, float):
+        return (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)), \
+            "a finite number"
+    if isinstance(default, str):
+        return (lambda v: isinstance(v, str)), "a string"
+    return None
+
+
+def hf_value(hf: dict[str, Any], defaults: dict[str, Any], name: str) -> Any:
+    """A config.json field, or the ``transformers`` default when config.json leaves it out; a value of
+    the wrong type (``"false"`` for a boolean, ``"768"`` for a size) is refused naming the field."""
+    if name not in hf or hf[name] is None:
+        return defaults[name]
+    value, rule = hf[name], _type_rule(defaults[name])
+    if rule is not None and not rule[0](value):
+        raise PretrainedError(f"config.json {name}={value!r} must be {rule[1]}")
+    return value
+
+
+def require(hf: dict[str, Any], defaults: dict[str, Any], name: str, allowed: tuple[Any, ...]) -> Any:
+    """A config.json field that blocklab supports only with certain values."""
+    value = hf_value(hf, defaults, name)
+    if value not in allowed:
+        supported = ", ".join(map(repr, allowed))
+        raise PretrainedError(f"config.json {name}={value!r} is not supported; blocklab supports {supported}")
+    return value
+
+
+def check_exportable(config: ModelConfig, family: str, needed: dict[str, Any]) -> None:
+    """ValueError naming every ModelConfig field whose value the family's layout cannot express."""
+    wrong = [f"{name}={getattr(config, name)!r} (needs {want!r})"
+             for name, want in needed.items() if getattr(config, name) != want]
+    if wrong:
+        raise PretrainedError(f"this model has no {family} layout: ModelConfig " + ", ".join(wrong))
+
+
+def export_activation(config: ModelConfig, names: dict[str, str]) -> str:
+    """The Hugging Face name of the model's activation (inverse of a family's ACTIVATIONS table)."""
+    inverse = {ours: hf for hf, ours in reversed(names.items())}  # first listed name wins
+    if config.activation not in inverse:
+        raise PretrainedError(
+            f"ModelConfig.activation={config.activation!r} has no Hugging Face name; "
+            f"exportable: {', '.join(inverse)}")
+    return inverse[config.activation]

@@ -1,0 +1,186 @@
+"""Hugging Face tokenizers, read from a model folder and stored inside blocklab checkpoints.
+
+A folder's tokenizer comes from ``tokenizer.json`` (the ``tokenizers`` library's own format), or,
+when there is none, from the vocabulary files: ``vocab.txt`` (BERT WordPiece) or ``vocab.json`` +
+``merges.txt`` (GPT-2 byte-level BPE). Either way it is kept as ``tokenizer.json`` text, so a
+checkpoint's spec is ``{"kind": "hf_tokenizers", "json": <tokenizer.json text>, "special_tokens": {...}}``.
+``tokenizer_from_spec`` rebuilds either kind of tokenizer from the spec a checkpoint stores.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor
+
+from ..nn.tokens import BatchEncoding, id_list, pad_batch
+from ..tasks.vocab import Tokenizer
+
+KIND = "hf_tokenizers"
+SPECIAL_TOKENS = ("pad_token", "eos_token", "bos_token", "unk_token", "cls_token", "sep_token", "mask_token")
+
+
+def _nonblank(text: str) -> str:
+    if not text.strip():
+        raise ValueError(f"empty input {text!r}: nothing to tokenize")
+    return text
+
+
+class HFTokenizer:
+    """A ``tokenizers.Tokenizer`` with blocklab's tokenizer interface (``blocklab.nn.tokens.TextTokenizer``).
+    No truncation: ``encode`` returns every id of the text, with the special tokens the tokenizer's
+    post-processor adds (BERT: ``[CLS] ... [SEP]``; GPT-2: none), as ``transformers``' tokenizers do.
+    """
+
+    def __init__(self, json_text: str, special_tokens: dict[str, str] | None = None) -> None:
+        from tokenizers import Tokenizer as _Tokenizer
+
+        try:
+            self._tok = _Tokenizer.from_str(json_text)
+        except Exception as error:  # the library raises its own Exception type
+            raise ValueError(f"not a valid tokenizer.json ({error})") from None
+        self._tok.no_padding()
+        self._tok.no_truncation()
+        self.json = json_text
+        self.special_tokens = dict(special_tokens or {})
+        self._vocab_size = self._tok.get_vocab_size(with_added_tokens=True)  # O(vocab) per call: ask once
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, added tokens included."""
+        return self._vocab_size
+
+    def token_id(self, token: str | None) -> int | None:
+        """The id of a token string, or None when it is not in the vocabulary."""
+        return None if token is None else self._tok.token_to_id(token)
+
+    @property
+    def pad_id(self) -> int:
+        """The pad token's id; without one (GPT-2) the end-of-text token's, else 0."""
+        for name in ("pad_token", "eos_token"):
+            found = self.token_id(self.special_tokens.get(name))
+            if found is not None:
+                return found
+        return 0
+
+    @property
+    def eos_id(self) -> int | None:
+        """The end-of-sequence token's id (GPT-2: ``<|endoftext|>``), or None."""
+        return self.token_id(self.special_tokens.get("eos_token"))
+
+    def encode(self, text: str) -> list[int]:
+        """Text -> ids (special tokens included); empty text is a ValueError."""
+        return self._tok.encode(_nonblank(text)).ids
+
+    def encode_batch(self, texts: Sequence[str], padding: str = "right") -> BatchEncoding:
+        """Texts -> (ids (B, T), attention_mask (B, T)), padded with ``pad_id`` on ``padding``'s side."""
+        encodings = self._tok.encode_batch([_nonblank(t) for t in texts])
+        return pad_batch([e.ids for e in encodings], self.pad_id, padding)
+
+    def tokens(self, ids: Sequence[int] | Tensor) -> list[str]:
+        """Ids -> token strings as the vocabulary spells them (``##ing``, ``Ġcat``)."""
+        return [self._tok.id_to_token(i) for i in id_list(ids, self._vocab_size)]
+
+    def str_tokens(self, ids: Sequence[int] | Tensor) -> list[str]:
+        """Each id decoded on its own, special tokens kept (``Ġcat`` -> ``" cat"``)."""
+        single = [[i] for i in id_list(ids, self._vocab_size)]
+        return self._tok.decode_batch(single, skip_special_tokens=False)
+
+    def decode(self, ids: Sequence[int] | Tensor, skip_special_tokens: bool = True) -> str:
+        """Ids -> text."""
+        return self._tok.decode(id_list(ids, self._vocab_size), skip_special_tokens=skip_special_tokens)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The checkpoint spec: ``{"kind": "hf_tokenizers", "json": ..., "special_tokens": ...}``."""
+        return {"kind": KIND, "json": self.json, "special_tokens": dict(self.special_tokens)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> HFTokenizer:
+        """Inverse of ``to_dict``."""
+        if d.get("kind") != KIND or not isinstance(d.get("json"), str):
+            keys = sorted(d)
+            raise ValueError(f"a Hugging Face tokenizer spec needs kind={KIND!r} and 'json'; got keys {keys}")
+        return cls(d["json"], d.get("special_tokens"))
+
+    def __repr__(self) -> str:
+        return f"HFTokenizer(vocab_size={self.vocab_size}, special_tokens={self.special_tokens})"
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not valid JSON ({error})") from None
+
+
+def _special_tokens(folder: Path) -> dict[str, str]:
+    """Special token strings from special_tokens_map.json / tokenizer_config.json."""
+    found: dict[str, str] = {}
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):  # the map wins
+        for key, value in _read_json(folder / name).items():
+            if key in SPECIAL_TOKENS:
+                text = value.get("content") if isinstance(value, dict) else value
+                if isinstance(text, str):
+                    found[key] = text
+    return found
+
+
+def _json_from_vocab_files(folder: Path) -> str | None:
+    """tokenizer.json text built from BERT's vocab.txt or GPT-2's vocab.json + merges.txt."""
+    if (folder / "vocab.txt").is_file():
+        from tokenizers.implementations import BertWordPieceTokenizer
+
+        lowercase = _read_json(folder / "tokenizer_config.json").get("do_lower_case", True)
+        return BertWordPieceTokenizer.from_file(str(folder / "vocab.txt"), lowercase=bool(lowercase)).to_str()
+    if (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file():
+        from tokenizers.implementations import ByteLevelBPETokenizer
+
+        bpe = ByteLevelBPETokenizer.from_file(str(folder / "vocab.json"), str(folder / "merges.txt"))
+        return bpe.to_str()
+    return None
+
+
+def _config_special_tokens(folder: Path, tokenizer: HFTokenizer) -> dict[str, str]:
+    """Special tokens config.json names by id (``eos_token_id``: GPT-2 folders have no tokens map)."""
+    found: dict[str, str] = {}
+    config = _read_json(folder / "config.json")
+    for key in ("eos_token", "bos_token", "pad_token"):
+        token_id = config.get(f"{key}_id")
+        if isinstance(token_id, int) and 0 <= token_id < tokenizer.vocab_size:
+            found[key] = tokenizer.tokens([token_id])[0]
+    return found
+
+
+def load_folder_tokenizer(folder: str | Path) -> HFTokenizer | None:
+    """The tokenizer saved in a Hugging Face model folder, or None when there is none.
+
+    Special tokens come from special_tokens_map.json / tokenizer_config.json, else from the ids
+    config.json names (GPT-2's ``eos_token_id``: 50256, ``<|endoftext|>``)."""
+    folder = Path(folder)
+    path = folder / "tokenizer.json"
+    json_text = path.read_text(encoding="utf-8") if path.is_file() else _json_from_vocab_files(folder)
+    if json_text is None:
+        return None
+    try:
+        tokenizer = HFTokenizer(json_text, _special_tokens(folder))
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
+    for key, token in _config_special_tokens(folder, tokenizer).items():
+        tokenizer.special_tokens.setdefault(key, token)
+    return tokenizer
+
+
+def tokenizer_from_spec(spec: dict[str, Any]) -> Tokenizer | HFTokenizer:
+    """The tokenizer a checkpoint's spec describes: ``Tokenizer.to_dict()`` output (no ``kind``, or
+    ``kind="vocab"``), or a Hugging Face tokenizer (``kind="hf_tokenizers"``)."""
+    kind = spec.get("kind", "vocab")
+    if kind == KIND:
+        return HFTokenizer.from_dict(spec)
+    if kind == "vocab":
+        return Tokenizer.from_dict({k: v for k, v in spec.items() if k != "kind"})
+    raise ValueError(f"unknown tokenizer kind {kind!r}; known: vocab, {KIND}")

@@ -1,0 +1,134 @@
+"""The registry: built from the claim modules, every training and init claim measured in a source-like
+setup and at least one confound; a tiny end-to-end run whose JSON validates with a verdict per setup;
+every task the claims train on reopens with ``blocklab eval``."""
+
+import dataclasses
+import json
+import pkgutil
+from importlib import import_module
+
+import jsonschema
+import pytest
+
+import blocklab.lab.claims as claims_package
+from blocklab.cli import main
+from blocklab.lab.claims import CLAIMS, REGISTRY, registry, runner, schema
+from blocklab.nn.config import SAVED_BEFORE
+
+NOT_CLAIMS = {"base", "shared", "registry", "runner", "views"}
+TRAIN_TINY = {"d_model": 16, "steps": 10, "lr": 1e-2, "warmup": 2, "batch_size": 16, "eval_every": 5}
+TINY = {
+    "residual-gradient": {"d_model": 16, "batch": 8, "depths": [2, 4], "seeds": 1},
+    "pre-vs-post-gradient": {"d_model": 16, "batch": 8, "depths": [3, 6], "seeds": 1},
+    "layernorm-moments": {"d_model": 64, "n": 64, "input_vars": [1.0, 0.01186, 1e-5]},
+    "gelu-approximations": {"points": 20_001},
+    "param-counts": {},
+    "relu-sparsity": TRAIN_TINY,
+    "gelu-vs-relu": {**TRAIN_TINY, "seeds": 1, "timing": [32, 64, 3]},
+    "no-residual-depth": {**TRAIN_TINY, "depths": [1, 2], "trains_at": 0.3, "fails_below": 0.15},
+    "pre-vs-post-warmup": {**TRAIN_TINY, "depth": 2},
+    "norm-lr-robustness": {**TRAIN_TINY, "lrs": [1e-3, 1e-2], "trains_at": 0.3},
+    "pre-norm-depth": {**TRAIN_TINY, "depths": [1, 2], "trains_at": 0.3},
+    "layernorm-vs-batchnorm": {**TRAIN_TINY, "batch": 4, "batch_sizes": [1, 8]},
+}
+
+
+def test_the_registry_holds_every_claim_module_once():
+    modules = {m.name for m in pkgutil.iter_modules(claims_package.__path__)} - NOT_CLAIMS
+    assert {import_module(f"blocklab.lab.claims.{m}").CLAIM.name for m in modules} == set(REGISTRY)
+    assert len(CLAIMS) == len(REGISTRY) == len(modules) == len(TINY)
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=lambda c: c.name)
+def test_every_training_and_init_claim_has_a_source_setup_and_a_confound(claim):
+    roles = [s.role for s in claim.setups]
+    if claim.kind == "exact":
+        assert roles == ["exact"]
+    else:
+        assert len(claim.setups) >= 2 and roles.count("source") == 1 and "confound" in roles
+        assert all(v != "not stated" for v in claim.source.to_dict()["setup"].values()), claim.name
+    assert claim.source.citation and claim.source.section and claim.source.statement
+
+
+# Claims about training stability: their confounds must include a learning rate other than the source's.
+STABILITY = {"pre-vs-post-warmup", "pre-norm-depth"}
+
+
+def _changes(claim, field):
+    """The setups of ``claim`` whose ModelConfig/TrainConfig ``field`` differs from its source setup's."""
+    source = next(s for s in claim.setups if s.role == "source")
+    base = {**source.model, **source.train}
+    return [s.name for s in claim.setups if {**s.model, **s.train}.get(field, None) != base.get(field, None)]
+
+
+@pytest.mark.parametrize("claim", [c for c in CLAIMS if c.kind != "exact"], ids=lambda c: c.name)
+def test_every_training_and_init_claim_varies_the_position_code_and_the_embedding_scale(claim):
+    # issue 13: the earlier record measured one embedding; both parts of x0 are varied in every claim
+    assert _changes(claim, "pos_encoding"), claim.name
+    earlier = [s for s in claim.setups if all(s.model.get(k) == v for k, v in SAVED_BEFORE.items())]
+    assert earlier, claim.name
+    if claim.name in STABILITY:
+        assert _changes(claim, "lr"), claim.name
+
+
+@pytest.fixture
+def tiny_claims(monkeypatch):
+    shrunk = [dataclasses.replace(c, quick=TINY[c.name]) for c in CLAIMS]
+    monkeypatch.setattr(registry, "CLAIMS", shrunk)
+    monkeypatch.setattr(registry, "REGISTRY", {c.name: c for c in shrunk})
+    return shrunk
+
+
+def test_claims_quick_end_to_end_gives_a_verdict_per_setup(tmp_path, tiny_claims, capsys):
+    out, page = tmp_path / "claims.json", tmp_path / "claims.html"
+    assert main(["claims", "--quick", "--jobs", "1", "--json", str(out), "--html", str(page)]) == 0
+    report = json.loads(out.read_text())
+    jsonschema.validate(report, schema())
+    assert [c["name"] for c in report["claims"]] == [c.name for c in tiny_claims]
+    for claim, got in zip(tiny_claims, report["claims"], strict=True):
+        assert [s["name"] for s in got["setups"]] == [s.name for s in claim.setups]
+        verdicts = {s["name"]: s["verdict"] for s in got["setups"]}
+        assert all(v in ("holds", "partly", "fails") for v in verdicts.values())
+        assert got["verdict"] == (verdicts.popitem()[1] if len(set(verdicts.values())) == 1 else "depends")
+        runs = [len(claim.runs(TINY[claim.name], s)) if claim.runs else 0 for s in claim.setups]
+        assert [s["runs"] for s in got["setups"]] == runs
+    by_name = {c["name"]: c for c in report["claims"]}
+    relu = by_name["relu-sparsity"]["setups"][0]["measurements"]
+    assert len(relu["init"]) == 2 and all(0 <= x <= 1 for x in relu["trained"])
+    html = page.read_text()
+    assert html.count("<img") == sum(len(c.setups) for c in tiny_claims)
+    assert "blocklab claims" in capsys.readouterr().out
+
+
+def test_claims_rejects_unknown_names(capsys):
+    assert main(["claims", "--only", "nope"]) == 2
+    assert "unknown claim nope" in capsys.readouterr().err
+
+
+def test_every_task_a_claim_trains_on_reopens_with_blocklab_eval(tmp_path, capsys):
+    tasks = {
+        json.dumps(spec.task, sort_keys=True)
+        for c in CLAIMS
+        if c.runs
+        for s in c.setups
+        for spec in c.runs(TINY[c.name], s)
+    }
+    assert {json.loads(t)["name"] for t in tasks} == {"listops", "listops-padded"}
+    for task in map(json.loads, sorted(tasks)):
+        out = tmp_path / task["name"]
+        args = ["train", "--task", task["name"], "--d-model", "16", "--n-heads", "2", "--d-ff", "32",
+                "--steps", "2", "--eval-every", "2", "--batch-size", "8", "--no-report", "-q",
+                "--out", str(out)]  # fmt: skip
+        assert main(args) == 0
+        capsys.readouterr()
+        assert main(["eval", "--checkpoint", str(out), "--json"]) == 0
+        result = json.loads(capsys.readouterr().out)
+        assert result["task"]["name"] == task["name"] and 0 <= result["accuracy"] <= 1
+
+
+def test_a_failed_training_run_is_raised_by_run_claims(tiny_claims):
+    # an lr train() refuses: the worker thread's ValueError reaches the caller, not "did not finish"
+    claim = REGISTRY["relu-sparsity"]
+    broken = dataclasses.replace(claim, quick={**TINY[claim.name], "lr": -1.0})
+    with pytest.raises(ValueError, match="lr"):
+        runner.run_claims([broken], quick=True, jobs=1, progress=False)

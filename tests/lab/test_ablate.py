@@ -1,0 +1,73 @@
+"""blocklab ablate: a tiny grid end to end, its summary against the run folders, and resume."""
+
+import json
+import statistics
+
+import pytest
+
+from blocklab.cli import main
+from blocklab.cli.args import parse_vary
+from blocklab.lab.ablate import cell_name, grid_cells
+
+TINY = ["--task", "listops", "--d-model", "16", "--n-heads", "2", "--d-ff", "32", "--steps", "20",
+        "--warmup", "5", "--eval-every", "10", "--log-every", "10", "--batch-size", "32",
+        "--checkpoint-every", "0", "--log-diagnostics", "10"]
+
+
+def test_grid_cells_and_names():
+    cells = grid_cells(parse_vary(["n_layers=1,2", "norm-position=post,pre", "lr=1e-3"]))
+    assert len(cells) == 4 and cells[1] == {"n_layers": 1, "norm_position": "pre", "lr": 0.001}
+    assert cell_name(cells[1]) == "n_layers-1__norm_position-pre__lr-0.001"
+
+
+def _last_eval(folder):
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in rows if "eval_accuracy" in r][-1]
+
+
+def test_ablate_tiny_grid_end_to_end_and_resume(tmp_path, capsys):
+    out = tmp_path / "grid"
+    args = ["ablate", *TINY, "--vary", "n_layers=1,2", "--seeds", "2", "--out", str(out),
+            "--steps-to-accuracy", "0.05"]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("skipped") == 0 and "summary.json" in printed
+    summary = json.loads((out / "summary.json").read_text())
+    assert [c["name"] for c in summary["cells"]] == ["n_layers-1", "n_layers-2"]
+    for cell in summary["cells"]:
+        runs = [out / cell["name"] / f"seed-{s}" for s in range(2)]
+        config = json.loads((runs[0] / "config.json").read_text())
+        assert config["model"]["n_layers"] == cell["cell"]["n_layers"] and config["model"]["d_model"] == 16
+        accs = [_last_eval(r)["eval_accuracy"] for r in runs]  # read from each run's own metrics.jsonl
+        assert cell["accuracy"]["mean"] == pytest.approx(statistics.fmean(accs), abs=1e-12)
+        assert cell["accuracy"]["std"] == pytest.approx(statistics.stdev(accs), abs=1e-12)
+        assert cell["diverged"] == 0 and cell["seeds"] == 2
+        assert not (runs[0] / "report.html").exists()  # per-run reports only with --run-reports
+        diag = [json.loads(line) for line in (runs[0] / "metrics.jsonl").read_text().splitlines()]
+        assert len([r for r in diag if "diag" in r][-1]["diag"]["grad_resid"]) == cell["cell"]["n_layers"] + 1
+    page = (out / "report.html").read_text()
+    assert page.count("<img") == 2 and "n_layers-2" in page
+
+    # rerun: every finished run is skipped, nothing is retrained
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("metrics.jsonl")}
+    assert main(args) == 0
+    assert capsys.readouterr().out.count("skipped (done before)") == 4
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("metrics.jsonl")} == before
+
+    # an interrupted run (no result.json yet) resumes from its checkpoint to the same numbers
+    run = out / "n_layers-2" / "seed-1"
+    expected = json.loads((run / "result.json").read_text())
+    (run / "result.json").unlink()
+    assert main(args) == 0
+    assert capsys.readouterr().out.count("skipped (done before)") == 3
+    again = json.loads((run / "result.json").read_text())
+    assert again["accuracy"] == expected["accuracy"] and again["loss"] == expected["loss"]
+    cells = json.loads((out / "summary.json").read_text())["cells"]
+    assert [c["accuracy"] for c in cells] == [c["accuracy"] for c in summary["cells"]]
+
+
+def test_ablate_rejects_an_invalid_cell_before_training(tmp_path, capsys):
+    code = main(["ablate", *TINY, "--vary", "n_heads=2,3", "--out", str(tmp_path / "g")])
+    assert code == 2
+    assert "n_heads=3 must divide d_model=16" in capsys.readouterr().err
+    assert not (tmp_path / "g").exists()

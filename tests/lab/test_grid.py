@@ -1,0 +1,98 @@
+"""Parallel runs (blocklab/lab/grid.py): worker processes end with their parent, however it ends."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+GRID = """
+import sys
+from blocklab.lab.grid import RunSpec, run_many
+
+out = sys.argv[1]
+train = {"steps": 10**7, "batch_size": 8, "log_every": 1, "eval_every": 10**7, "checkpoint_every": 0,
+         "target_accuracy": None}
+specs = [RunSpec(key=f"r{i}", preset="tiny-lm", task={"name": "tiny-lm"}, train={**train, "seed": i},
+                 out_dir=f"{out}/r{i}") for i in range(2)]
+run_many(specs, jobs=2)
+"""
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (from /proc), zombies excluded."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the process tree from /proc")
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM", "Ctrl-C"])
+@pytest.mark.usefixtures("ctrl_c")  # the grid's parent must not inherit an ignored SIGINT
+def test_no_worker_outlives_a_killed_grid(how: str, tmp_path: Path) -> None:
+    parent = subprocess.Popen([sys.executable, "-c", GRID, str(tmp_path)], start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    workers: set[int] = set()
+    try:
+        deadline = time.time() + 240
+        metrics = [tmp_path / f"r{i}" / "metrics.jsonl" for i in range(2)]
+        while not all(m.exists() and m.stat().st_size for m in metrics):  # both workers are training
+            assert time.time() < deadline and parent.poll() is None, parent.stderr.read().decode()
+            time.sleep(0.1)
+        workers = descendants(parent.pid)
+        assert len(workers) >= 2
+        if how == "Ctrl-C":
+            os.killpg(parent.pid, signal.SIGINT)  # what a terminal does: the whole foreground group
+        else:
+            os.kill(parent.pid, getattr(signal, how))  # what timeout does (SIGTERM), or kill -9
+        parent.wait(timeout=60)
+        deadline = time.time() + 30
+        while any(alive(w) for w in workers) and time.time() < deadline:
+            time.sleep(0.1)
+        assert not [w for w in workers if alive(w)], f"workers outlived their parent ({how})"
+    finally:  # whatever happened, leave nothing running (orphans included)
+        for pid in {parent.pid, *workers, *descendants(parent.pid)}:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        parent.wait()
+
+
+def test_workers_share_the_cores() -> None:
+    """A run trains with one thread unless its spec sets threads; "auto" (0) in a worker is its share
+    of the cores, never all of them (2 workers x 2 threads on 2 cores oversubscribe OpenMP ~10x)."""
+    from blocklab.lab.grid import RunSpec, run_many
+
+    train = {"steps": 2, "batch_size": 4, "log_every": 1, "eval_every": 2, "checkpoint_every": 0,
+             "target_accuracy": None}
+    specs = [RunSpec(key=key, preset="tiny-lm", task={"name": "tiny-lm"}, train={**train, **extra})
+             for key, extra in (("lab", {}), ("auto", {"threads": 0}), ("three", {"threads": 3}))]
+    results = run_many(specs, jobs=2)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert [results[k]["threads"] for k in ("lab", "auto", "three")] == [1, max(1, cores // 2), 3]

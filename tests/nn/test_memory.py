@@ -1,0 +1,67 @@
+"""The memory guard: the estimate against the peak PyTorch's profiler records, and the refusal."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from blocklab import ModelConfig, Transformer, preset
+from blocklab.nn.memory import InsufficientMemoryError, available_memory, check_memory, estimate_memory
+
+# ---- memory guard -------------------------------------------------------------------------------
+
+
+def _peak_step_bytes(model: Transformer, tokens: torch.Tensor) -> int:
+    """Peak bytes allocated during one steady-state AdamW step, from PyTorch's profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    optimizer = torch.optim.AdamW(model.parameters())
+    for step in range(2):  # step 0 creates the optimizer state; profile step 1
+        if step:
+            prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+            prof.__enter__()
+        _, loss = model(tokens, tokens)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    prof.__exit__(None, None, None)
+    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
+                    key=lambda e: e.start_ns())
+    now = peak = 0
+    for event in events:
+        now += event.nbytes()
+        peak = max(peak, now)
+    return peak
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        ModelConfig(vocab_size=50, max_seq_len=64, d_model=128, n_heads=4, n_layers=3, d_ff="8/3x",
+                    activation="swiglu", norm_position="pre"),  # module by module (fused="auto" at d 128)
+        ModelConfig(vocab_size=50, max_seq_len=64, d_model=128, n_heads=4, n_layers=3, d_ff=512,
+                    norm_position="post", fused=True),  # the lean path
+        pytest.param(ModelConfig(vocab_size=500, max_seq_len=64, d_model=128, n_heads=4, n_layers=2, d_ff=512,
+                                 causal=True, checkpoint_blocks=True), marks=pytest.mark.slow),
+    ],
+)
+def test_memory_estimate_is_close_to_the_profiled_peak(config: ModelConfig) -> None:
+    model = Transformer(config)
+    estimate = estimate_memory(config, batch_size=4)
+    assert estimate.parameters == 4 * sum(p.numel() for p in model.parameters()) + 4 * sum(
+        b.numel() for b in model.buffers())
+    assert estimate.optimizer == 2 * estimate.gradients == 2 * 4 * sum(p.numel() for p in model.parameters())
+    measured = _peak_step_bytes(model, torch.randint(0, config.vocab_size, (4, config.max_seq_len)))
+    ratio = (estimate.gradients + estimate.activations) / measured
+    assert 0.85 <= ratio <= 1.6, (ratio, measured)
+
+
+def test_guard_refuses_what_cannot_fit_and_force_overrides() -> None:
+    available = available_memory()
+    assert available is not None and 0 < available[0]
+    with pytest.raises(InsufficientMemoryError) as info:
+        check_memory(preset("gpt3-175b"), batch_size=8, what="gpt3-175b")
+    message = str(info.value)
+    assert "needs about" in message and "parameters 650.5 GB" in message and "--force" in message
+    assert check_memory(preset("gpt3-175b"), batch_size=8, force=True).total > available[0]
+    assert check_memory(preset("listops-seed"), batch_size=256).total < 50 * 2**20
