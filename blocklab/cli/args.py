@@ -30,6 +30,7 @@ from rich_argparse import RawDescriptionRichHelpFormatter, RichHelpFormatter
 from ..device import DEVICE_CHOICES, DTYPE_CHOICES
 from ..errors import UsageError
 from ..nn.config import CHOICES, FIELDS, LEAN_MIN_D_MODEL, PRESETS, ModelConfig, preset
+from ..nn.layouts import LAYOUTS
 from ..tasks import DEFAULT_TASK, TASKS, Task, get_task
 from ..training.train_config import TRAIN_FIELDS, TrainConfig
 
@@ -360,7 +361,7 @@ FIELD_HELP = {
     "d_ff": "hidden width of the feed-forward",
     "activation": "the feed-forward's activation",
     "norm": "the normalization",
-    "norm_position": "post: after each residual add; pre: before each branch; sandwich: both",
+    "norm_position": "the block's layout: " + "; ".join(layout.summary for layout in LAYOUTS.values()),
     "residual": "how a branch joins the residual stream",
     "eps": "the norms' epsilon",
     "bias": "biases in the linear layers and norms",

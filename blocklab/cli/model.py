@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..nn.config import PRESET_NOTES, PUBLISHED_TOTALS, ModelConfig, preset
+from ..nn.layouts import LAYOUTS
 from .args import add_command, add_config_flags, add_json_flag, config_from_args, emit_json, say_written
 
 
@@ -73,8 +74,7 @@ def _formulas(c: ModelConfig) -> dict[str, str]:
         "token_type": f"{c.type_vocab_size} x d {d}",
         "blocks.attn": f"L {L} x (4d^2{b})",
         "blocks.ffn": f"L {L} x ({n_in} d d_ff{' + biases' if c.bias else ''}), d_ff {c.d_ff}",
-        "blocks.ln1": f"L {L} x {ln}",
-        "blocks.ln2": f"L {L} x {ln}",
+        **{f"blocks.{norm}": f"L {L} x {ln}" for norm in LAYOUTS[c.norm_position].norms},
         "ln_f": ln,
         "head": "tied to embed (shared)" if c.tie_embeddings else f"d {d} x vocab {c.vocab_size}",
     }

@@ -29,16 +29,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..nn.block import LAYOUTS
 from ..nn.config import ModelConfig
 from ..nn.embedding import embedding_parts
 from ..nn.kernels import LAYER_NORM_VARIANTS
+from ..nn.layouts import LAYOUTS
 from ..nn.memory import check_memory
 from ..nn.model import Transformer
 from ..nn.norms import layer_norm_stats
 from ..tasks import Task
-
-PARAM_GROUPS = ("attn", "ffn.w1", "ffn.w2", "ffn.w3", "ln1", "ln2", "ln1_out", "ln2_out", "residual")
 
 
 @dataclass
@@ -60,7 +58,7 @@ class LayerDiagnostics:
     residual: dict[str, PathGradient]  # "attn" / "ffn" connection -> its path norms
     resid_norm: float  # mean over positions of ||x_l||_2
     resid_var: float  # variance of x_l's entries
-    norm_inputs: dict[str, dict[str, float]]  # "ln1"/"ln2" -> {"mu": mean of mu, "var": mean of var}
+    norm_inputs: dict[str, dict[str, float]]  # each norm of the layout -> {"mu": mean mu, "var": mean var}
     ffn_frac_le0: float  # fraction of FFN pre-activations <= 0
     ffn_dead: float  # fraction of hidden units <= 0 at every position
     attn_entropy: list[float]  # per head, nats, mean over query positions
@@ -89,6 +87,11 @@ class Diagnostics:
             return [layer.grad_params.get(group, float("nan")) for layer in self.layers]
         return [getattr(layer, key) for layer in self.layers]
 
+    @property
+    def norms(self) -> list[str]:
+        """The norms whose inputs were measured (the layout's, in forward order; none with norm='none')."""
+        return list(self.layers[0].norm_inputs) if self.layers else []
+
     def summary(self) -> dict[str, Any]:
         """A compact per-layer profile for a metrics.jsonl line (lists indexed by layer)."""
         out: dict[str, Any] = {
@@ -100,13 +103,12 @@ class Diagnostics:
             "attn_entropy": [sum(h) / len(h) for h in self.profile("attn_entropy")],
             **{f"embed_{k}": v for k, v in self.embedding.items()},
         }
-        for group in ("attn", "ffn.w1", "ffn.w2", "ln1", "ln2"):
+        for group in ("attn", "ffn.w1", "ffn.w2", *self.norms):
             if group in self.layers[0].grad_params:
                 out[f"grad_{group}"] = self.profile(f"grad_params.{group}")
-        for ln in ("ln1", "ln2"):
-            if ln in self.layers[0].norm_inputs:
-                out[f"{ln}_in_var"] = [layer.norm_inputs[ln]["var"] for layer in self.layers]
-                out[f"{ln}_in_mu"] = [layer.norm_inputs[ln]["mu"] for layer in self.layers]
+        for ln in self.norms:
+            out[f"{ln}_in_var"] = [layer.norm_inputs[ln]["var"] for layer in self.layers]
+            out[f"{ln}_in_mu"] = [layer.norm_inputs[ln]["mu"] for layer in self.layers]
         for kind in ("attn", "ffn"):
             out[f"{kind}_identity"] = [layer.residual[kind].identity for layer in self.layers]
             out[f"{kind}_branch"] = [layer.residual[kind].branch for layer in self.layers]
@@ -136,8 +138,8 @@ def _group_norms(grads: dict[str, Tensor]) -> dict[str, float]:
 def _stage_names(model: Transformer) -> list[str]:
     """The hook points diagnostics read: residual stream, branches, norms, FFN hidden, attention weights."""
     layout = LAYOUTS[model.config.norm_position]
-    wanted = {"resid_pre", "resid_mid", "resid_post", "ln1", "ln2", "ffn.hidden", "attn.weights"}
-    wanted |= {stage for c in layout.connections.values() for stage in (c.x, c.branch, c.out)}
+    wanted = {"resid_pre", "ffn.hidden", "attn.weights", *layout.norms}
+    wanted |= {stage for c in layout.connections.values() for stage in (c.x, c.branch, c.out, *c.others)}
     wanted |= set(layout.norm_inputs.values())
     parts = [name for name in ("tok", "pos") if name in model.hook_names()]
     return parts + [f"blocks.{i}.{s}" for i in range(len(model.blocks)) for s in sorted(wanted)]
@@ -165,7 +167,7 @@ def _forward_stats(
     c = model.config
     rows = []
     for i in range(c.n_layers):
-        at = lambda stage: cache[f"blocks.{i}.{stage}"].detach()  # noqa: E731
+        at = lambda stage: cache[f"blocks.{i}.{stage}"].detach()
         x = at("resid_pre")[valid].double()  # (N_valid, d)
         norm_inputs = {}
         if c.norm != "none":
@@ -195,18 +197,21 @@ def path_tensors(
 ) -> dict[str, Tensor]:
     """dL/dx at one residual connection (``kind`` "attn" or "ffn"): ``total``, ``identity``, ``branch``.
 
-    ``cache`` holds the forward's tensors (not detached) and ``grads`` dL/d(stage) for them.
+    ``cache`` holds the forward's tensors (not detached) and ``grads`` dL/d(stage) for them. Where
+    one sum adds both sublayers to the same x (the parallel block), each sublayer's ``branch`` is
+    its own path and the identity and both branches sum to the total.
     """
     connection = LAYOUTS[model.config.norm_position].connections[kind]
     x_stage, f_stage, out_stage = connection.x, connection.branch, connection.out
-    name = lambda stage: f"blocks.{layer}.{stage}"  # noqa: E731
+    name = lambda stage: f"blocks.{layer}.{stage}"
     x, f = cache[name(x_stage)], cache[name(f_stage)]
     # branch path: J_F(x)^T (dL/dF), through the sublayer's own graph
     (branch,) = torch.autograd.grad(f, x, grads[name(f_stage)], retain_graph=True)
     # identity path: the block's own residual combine, differentiated in its first argument
     combine = getattr(model.blocks[layer], connection.residual)
     x0 = x.detach().requires_grad_(True)
-    combined = combine(x0, f.detach())
+    added = sum((cache[name(other)].detach() for other in connection.others), f.detach())
+    combined = combine(x0, added)
     if combined.requires_grad:
         (identity,) = torch.autograd.grad(combined, x0, grads[name(out_stage)])
     else:  # residual "none": out = F(x), no identity path
@@ -308,22 +313,25 @@ def diagnostics_table(diag: Diagnostics, title: str = "") -> Any:
     from rich.table import Table
 
     table = Table(title=title or f"diagnostics (loss {diag.loss:.4f})")
+    norms = diag.norms
     columns = ["layer", "|dL/dx|", "attn id", "attn br", "ffn id", "ffn br", "g attn", "g w1", "g w2",
-               "g ln1", "g ln2", "|x|", "LN1 in var", "LN2 in var", "ffn<=0", "dead", "attn H"]
+               *(f"g {ln}" for ln in norms), "|x|", *(f"{ln.upper()} in var" for ln in norms), "ffn<=0",
+               "dead", "attn H"]
     for col in columns:
         table.add_column(col, justify="right")
-    fmt = lambda v: "-" if v is None else f"{v:.3g}"  # noqa: E731
+    fmt = lambda v: "-" if v is None else f"{v:.3g}"
     for row in diag.layers:
         table.add_row(
             str(row.layer), fmt(row.grad_resid),
             *(fmt(getattr(row.residual[k], p)) for k in ("attn", "ffn") for p in ("identity", "branch")),
-            *(fmt(row.grad_params.get(g)) for g in ("attn", "ffn.w1", "ffn.w2", "ln1", "ln2")),
+            *(fmt(row.grad_params.get(g)) for g in ("attn", "ffn.w1", "ffn.w2", *norms)),
             fmt(row.resid_norm),
-            *(fmt(row.norm_inputs.get(ln, {}).get("var")) for ln in ("ln1", "ln2")),
+            *(fmt(row.norm_inputs[ln]["var"]) for ln in norms),
             f"{row.ffn_frac_le0:.1%}", f"{row.ffn_dead:.1%}",
             fmt(sum(row.attn_entropy) / len(row.attn_entropy)),
         )
-    table.add_row("out", fmt(diag.grad_resid_out), *[""] * 9, fmt(diag.resid_norm_out), *[""] * 5)
+    table.add_row("out", fmt(diag.grad_resid_out), *[""] * (7 + len(norms)), fmt(diag.resid_norm_out),
+                  *[""] * (3 + len(norms)))
     e = diag.embedding
     if e:
         table.caption = (f"x0 = tok + pos: mean ||tok|| {fmt(e['tok_l2'])}, mean ||pos|| {fmt(e['pos_l2'])}, "

@@ -5,22 +5,20 @@ Post-norm (original, BERT):          Pre-norm (GPT-2):
     y = LN1(x + MHA(x))                  y = x + MHA(LN1(x))
     z = LN2(y + FFN(y))                  z = y + FFN(LN2(y))
 
-Sandwich adds a norm after each sublayer inside the residual: y = x + LN1_out(MHA(LN1(x))).
-The residual combine is ``add`` (x + F), ``rezero`` (x + a F, a learned, init 0), ``deepnorm``
-(alpha x + F, then the post-norm LN) or ``none`` (F alone).
+Every layout (these two, sandwich, the parallel blocks) is a row of ``layouts.LAYOUTS``: its steps in
+forward order. The residual combine is ``add`` (x + F), ``rezero`` (x + a F, a learned, init 0),
+``deepnorm`` (alpha x + F, then the post-norm LN) or ``none`` (F alone).
 
-This file is the one place the block is wired:
+Two paths compute a block:
 
-- ``LAYOUTS``, per norm position: which stage is each residual's x and F(x), which stage each
-  norm reads, which stage is the block's output, the order a forward pass reaches the stages,
-  and the formula. Diagnostics, the tracer, the activation cache and the docs read this table;
-  nothing else keeps a copy.
-- the **module path** (``_post``, ``_pre``, ``_sandwich``): module by module, every stage a
-  tensor that an intervention (``hooks``) may replace.
-- the **lean path** (``_post_lean``, ``_pre_lean``): the same block from the memory-lean kernels
-  of kernels.py, which keep inputs and recompute the rest in backward. It computes the module
-  path's forward values bit for bit (the kernels use the same ops in the same order); observers
-  see every stage, the ones it does not materialise computed beside it (``HookPoint.observe``).
+- the **module path** interprets the layout's steps, module by module: every stage is a tensor that
+  an intervention (``hooks``) may replace. The block owns a norm module per ``Norm`` step, a
+  ``Residual`` per ``Sum`` and a hook point per stage, all named as the table names them.
+- a **lean path** (``LEAN_PATHS``, registered under a layout's name: pre and post): the same block
+  from the memory-lean kernels of kernels.py, which keep inputs and recompute the rest in
+  backward. It computes the module path's forward values bit for bit (the kernels use the same ops
+  in the same order); observers see every stage, the ones it does not materialise computed beside
+  it (``HookPoint.observe``).
 
 Variants are chosen once, at construction; ``forward`` only decides lean or module path: lean
 where the config has a lean wiring (``ModelConfig.uses_lean_path``), unless an intervention is
@@ -30,7 +28,6 @@ attached or a KV cache is in use (generation).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -42,71 +39,11 @@ from .config import ModelConfig
 from .feedforward import FeedForward
 from .hooks import HookPoint, any_attached, any_intervention, hook_points, name_hook_points
 from .kernels import norm_linear, residual_norm_linear, residual_sum
+from .layouts import LAYOUTS, Norm, Step, Sublayer, Sum
 from .norms import build_norm
 
-# ---- the one table of stages ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Connection:
-    """One residual connection ``out = combine(x, F(x))``, by stage name within the block."""
-
-    sublayer: str  # "attn" or "ffn"
-    x: str  # the stage holding x: the identity path's input
-    branch: str  # the stage holding F(x), the branch as it is added
-    out: str  # the stage holding the sum
-    residual: str  # the Residual module that combines them ("res1", "res2")
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How a norm position wires the block, by stage name (docs/concepts.md#the-block)."""
-
-    formula: str
-    connections: dict[str, Connection]  # "attn", "ffn"
-    norm_inputs: dict[str, str]  # each norm's stage -> the stage it normalises
-    output: str  # the stage holding the block's output: the next block's resid_pre
-    order: tuple[str, ...]  # the stages in forward order; "attn", "ffn": the sublayer's own, in its order
-
-    def connection_into(self, out: str) -> Connection:
-        """The residual connection whose sum is stage ``out`` (``resid_mid`` or ``resid_post``)."""
-        return next(c for c in self.connections.values() if c.out == out)
-
-    def stages(self) -> list[str]:
-        """Every stage of the block in the order a forward pass reaches it (``attn.q``, ...)."""
-        sublayers = {"attn": MultiHeadAttention.STAGES, "ffn": FeedForward.STAGES}
-        order: list[str] = []
-        for stage in self.order:
-            order += [f"{stage}.{inner}" for inner in sublayers[stage]] if stage in sublayers else [stage]
-        return order
-
-
-LAYOUTS: dict[str, Layout] = {
-    "post": Layout(
-        "post-norm: y = LN1(x + MHA(x)), z = LN2(y + FFN(y))",
-        {"attn": Connection("attn", "resid_pre", "attn.out", "resid_mid", "res1"),
-         "ffn": Connection("ffn", "ln1", "ffn.out", "resid_post", "res2")},
-        {"ln1": "resid_mid", "ln2": "resid_post"},
-        output="ln2",
-        order=("resid_pre", "attn", "resid_mid", "ln1", "ffn", "resid_post", "ln2"),
-    ),
-    "pre": Layout(
-        "pre-norm: y = x + MHA(LN1(x)), z = y + FFN(LN2(y))",
-        {"attn": Connection("attn", "resid_pre", "attn.out", "resid_mid", "res1"),
-         "ffn": Connection("ffn", "resid_mid", "ffn.out", "resid_post", "res2")},
-        {"ln1": "resid_pre", "ln2": "resid_mid"},
-        output="resid_post",
-        order=("resid_pre", "ln1", "attn", "resid_mid", "ln2", "ffn", "resid_post"),
-    ),
-    "sandwich": Layout(
-        "sandwich: y = x + LN1_out(MHA(LN1(x))), z = y + LN2_out(FFN(LN2(y)))",
-        {"attn": Connection("attn", "resid_pre", "ln1_out", "resid_mid", "res1"),
-         "ffn": Connection("ffn", "resid_mid", "ln2_out", "resid_post", "res2")},
-        {"ln1": "resid_pre", "ln2": "resid_mid", "ln1_out": "attn.out", "ln2_out": "ffn.out"},
-        output="resid_post",
-        order=("resid_pre", "ln1", "attn", "ln1_out", "resid_mid", "ln2", "ffn", "ln2_out", "resid_post"),
-    ),
-}
+# each sublayer's own stages, in its forward order (the layout names the sublayer, the module its stages)
+SUBLAYER_STAGES = {"attn": MultiHeadAttention.STAGES, "ffn": FeedForward.STAGES}
 
 
 # ---- the residual combine ---------------------------------------------------------------------
@@ -157,100 +94,68 @@ class Residual(nn.Module):
 
 
 class TransformerBlock(HookedModule):
-    """One block: submodules ``attn``, ``ln1``, ``ffn``, ``ln2`` (+ ``ln1_out``, ``ln2_out`` for
-    sandwich; ``res1``, ``res2`` hold the residual combine). Stages: ``resid_pre``, ``attn.*``,
-    ``resid_mid``, ``ln1``, ``ffn.*``, ``resid_post``, ``ln2`` (and ``ln1_out``, ``ln2_out``).
+    """One block, wired as ``layouts.LAYOUTS[config.norm_position]`` says: submodules ``attn``, ``ffn``,
+    one norm per ``Norm`` step (``ln1``, ``ln2``; sandwich adds ``ln1_out``, ``ln2_out``; the shared
+    parallel block has ``ln1`` only) and one ``Residual`` per ``Sum`` (``res1``, ``res2``). Stages:
+    ``resid_pre``, then each step's (``attn.*``, ``ffn.*`` for the sublayers), in forward order.
     """
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        c = config
-        self.config = c
+        c = self.config = config
         self.layout = LAYOUTS[c.norm_position]
         fused = c.components_fused
-        norm = lambda: build_norm(c.norm, c.d_model, c.eps, c.bias, fused=fused)  # noqa: E731
         self.attn = MultiHeadAttention(c.d_model, c.n_heads, causal=c.causal, bias=c.bias, dropout=c.dropout,
                                        fused=fused)
         self.ffn = FeedForward(c.d_model, c.d_ff, c.activation, bias=c.bias, dropout=c.dropout, fused=fused)
-        self.ln1, self.ln2 = norm(), norm()
-        if c.norm_position == "sandwich":
-            self.ln1_out, self.ln2_out = norm(), norm()
-            self.hook_ln1_out, self.hook_ln2_out = HookPoint(), HookPoint()
-        self.res1 = Residual(c.residual, c.n_layers)
-        self.res2 = Residual(c.residual, c.n_layers)
-        for stage in ("resid_pre", "resid_mid", "ln1", "resid_post", "ln2"):
-            setattr(self, f"hook_{stage}", HookPoint())
+        for norm in self.layout.norms:
+            setattr(self, norm, build_norm(c.norm, c.d_model, c.eps, c.bias, fused=fused))
+        for residual in self.layout.residuals:
+            setattr(self, residual, Residual(c.residual, c.n_layers))
+        self.hook_resid_pre = HookPoint()
+        for step in self.layout.steps:
+            if not isinstance(step, Sublayer):  # a sublayer's stages are its own hook points
+                setattr(self, f"hook_{step.name}", HookPoint())
         self.keep_residual = c.keep_residual  # the lean path's speed mode (kernels.py ledger)
-        module_paths = {"post": self._post, "pre": self._pre, "sandwich": self._sandwich}
-        lean_paths = {"post": self._post_lean, "pre": self._pre_lean}
-        self._module_path = module_paths[c.norm_position]
-        self._lean_path = lean_paths[c.norm_position] if c.uses_lean_path else None
+        self._steps = [self._bind(step) for step in self.layout.steps]
+        self._lean_path = LEAN_PATHS[c.norm_position] if c.uses_lean_path else None
         name_hook_points(self)
         self._points = list(hook_points(self).values())
 
     def hook_names(self) -> list[str]:
-        """Every stage name, in the order a forward pass reaches them (LAYOUTS' order)."""
-        return self.layout.stages()
+        """Every stage name, in the order a forward pass reaches them (the layout's order)."""
+        return self.layout.stages(SUBLAYER_STAGES)
 
-    # -- the module path: every stage a tensor --------------------------------------------------
+    # -- the module path: the layout's steps, every stage a tensor ------------------------------
 
-    def _post(self, x: Tensor, mask: Tensor | None, cache: KVCache | None = None) -> Tensor:
+    def _bind(self, step: Step) -> Callable[[dict[str, Tensor], Tensor | None, Tensor | None, KVCache | None],
+                                           Tensor]:
+        """The step as a function of the stages computed so far, (mask, pad, KV cache) -> its stage."""
+        if isinstance(step, Norm):
+            norm, hook = getattr(self, step.name), getattr(self, f"hook_{step.name}")
+            return lambda stages, mask, pad, cache: hook(norm(stages[step.reads], pad))
+        if isinstance(step, Sum):
+            combine, hook = getattr(self, step.residual), getattr(self, f"hook_{step.name}")
+            first, *rest = step.branches
+
+            def total(stages: dict[str, Tensor], mask: Tensor | None, pad: Tensor | None,
+                      cache: KVCache | None) -> Tensor:
+                branch = stages[first]
+                for other in rest:  # the parallel block: the branches' sum, in the layout's order
+                    branch = branch + stages[other]
+                return hook(combine(stages[step.x], branch))
+
+            return total
+        if step.name == "attn":
+            return lambda stages, mask, pad, cache: self.attn(stages[step.reads], mask, cache)
+        return lambda stages, mask, pad, cache: self.ffn(stages[step.reads])
+
+    def _module_path(self, x: Tensor, mask: Tensor | None, cache: KVCache | None = None) -> Tensor:
+        stages = {"resid_pre": self.hook_resid_pre(x)}  # stage name -> tensor, filled in forward order
         pad = _positions(mask, x)
-        x = self.hook_resid_pre(x)
-        x = self.hook_ln1(self.ln1(self.hook_resid_mid(self.res1(x, self.attn(x, mask, cache))), pad))
-        return self.hook_ln2(self.ln2(self.hook_resid_post(self.res2(x, self.ffn(x))), pad))
-
-    def _pre(self, x: Tensor, mask: Tensor | None, cache: KVCache | None = None) -> Tensor:
-        pad = _positions(mask, x)
-        x = self.hook_resid_pre(x)
-        x = self.hook_resid_mid(self.res1(x, self.attn(self.hook_ln1(self.ln1(x, pad)), mask, cache)))
-        return self.hook_resid_post(self.res2(x, self.ffn(self.hook_ln2(self.ln2(x, pad)))))
-
-    def _sandwich(self, x: Tensor, mask: Tensor | None, cache: KVCache | None = None) -> Tensor:
-        pad = _positions(mask, x)
-        x = self.hook_resid_pre(x)
-        attn = self.hook_ln1_out(self.ln1_out(self.attn(self.hook_ln1(self.ln1(x, pad)), mask, cache), pad))
-        x = self.hook_resid_mid(self.res1(x, attn))
-        ffn = self.hook_ln2_out(self.ln2_out(self.ffn(self.hook_ln2(self.ln2(x, pad))), pad))
-        return self.hook_resid_post(self.res2(x, ffn))
-
-    # -- the lean path: the kernels of kernels.py, same forward values --------------------------
-    # Observers see a stage the kernels return but whose gradient they do not carry whole (the sum
-    # y, LN2(y): the rest of their gradient stays inside ResidualNormLinear) as a detached tensor.
-
-    def _pre_lean(self, x: Tensor, mask: Tensor | None) -> Tensor:  # (B, T, d_model)
-        """y = x + MHA(LN1(x)); z = y + FFN(LN2(y)), keeping 9d + H floats per token (10d + H with
-        keep_residual) for backward."""
-        attn, ffn, ln1, ln2 = self.attn, self.ffn, self.ln1, self.ln2
-        x = self.hook_resid_pre(x)
-        self.hook_ln1.observe(lambda: ln1(x))
-        q, k, v = norm_linear(x, ln1.kernel, ln1.weight, ln1.bias, attn.qkv_weights(), attn.qkv_bias())
-        c = attn.context(*attn.split_heads(q, k, v), mask)[0]  # (B, T, d): heads concatenated, before o
-        attn.observe_output(c)
-        y, z, *h = residual_norm_linear(
-            x, c, attn.o.weight, attn.o.bias, self.res1.alpha, ln2.kernel, ln2.weight, ln2.bias,
-            ffn.in_weights(), ffn.in_bias(), keep_sum=self.keep_residual,
-        )  # y = x + o(c): resid_mid; z = LN2(y); h = W1 z + b1: ffn.hidden
-        self.hook_resid_mid.see(y.detach())
-        self.hook_ln2.see(z.detach())
-        return self.hook_resid_post(self.res2(y, ffn.from_hidden(*h)))
-
-    def _post_lean(self, x: Tensor, mask: Tensor | None) -> Tensor:  # (B, T, d_model)
-        """y = LN1(x + MHA(x)); z = LN2(y + FFN(y)), keeping 10d + H + 2 floats per token (LN2 keeps
-        its input, mean and rstd; 11d + H + 2 with keep_residual) for backward."""
-        attn, ffn, ln1 = self.attn, self.ffn, self.ln1
-        x = self.hook_resid_pre(x)
-        q, k, v = norm_linear(x, None, None, None, attn.qkv_weights(), attn.qkv_bias())
-        c = attn.context(*attn.split_heads(q, k, v), mask)[0]
-        attn.observe_output(c)
-        s, y, *h = residual_norm_linear(
-            x, c, attn.o.weight, attn.o.bias, self.res1.alpha, ln1.kernel, ln1.weight, ln1.bias,
-            ffn.in_weights(), ffn.in_bias(), keep_sum=self.keep_residual,
-        )  # s = alpha x + o(c): resid_mid; y = LN1(s); h = W1 y + b1
-        self.hook_resid_mid.see(s.detach())
-        self.hook_ln1.see(y.detach())
-        out = self.hook_resid_post(self.res2(y, ffn.from_hidden(*h)))
-        return self.hook_ln2(self.ln2(out))  # LN2 keeps its input, mean and rstd: d + 2 more
+        for step, run in zip(self.layout.steps, self._steps, strict=True):
+            stages[step.out if isinstance(step, Sublayer) else step.name] = run(stages, mask, pad, cache)
+        return stages[self.layout.output]
 
     # -- which path -----------------------------------------------------------------------------
 
@@ -272,7 +177,56 @@ class TransformerBlock(HookedModule):
         return self._run(x, key_padding_mask, kv_cache, lean)
 
     def _run(self, x: Tensor, mask: Tensor | None, cache: KVCache | None, lean: bool) -> Tensor:
-        return self._lean_path(x, mask) if lean else self._module_path(x, mask, cache)
+        return self._lean_path(self, x, mask) if lean else self._module_path(x, mask, cache)
+
+
+# ---- the lean paths: the kernels of kernels.py, same forward values ------------------------------
+# Observers see a stage the kernels return but whose gradient they do not carry whole (the sum
+# y, LN2(y): the rest of their gradient stays inside ResidualNormLinear) as a detached tensor.
+
+
+def _pre_lean(block: TransformerBlock, x: Tensor, mask: Tensor | None) -> Tensor:  # (B, T, d_model)
+    """y = x + MHA(LN1(x)); z = y + FFN(LN2(y)), keeping 9d + H floats per token (10d + H with
+    keep_residual) for backward."""
+    attn, ffn, ln1, ln2 = block.attn, block.ffn, block.ln1, block.ln2
+    x = block.hook_resid_pre(x)
+    block.hook_ln1.observe(lambda: ln1(x))
+    q, k, v = norm_linear(x, ln1.kernel, ln1.weight, ln1.bias, attn.qkv_weights(), attn.qkv_bias())
+    c = attn.context(*attn.split_heads(q, k, v), mask)[0]  # (B, T, d): heads concatenated, before o
+    attn.observe_output(c)
+    y, z, *h = residual_norm_linear(
+        x, c, attn.o.weight, attn.o.bias, block.res1.alpha, ln2.kernel, ln2.weight, ln2.bias,
+        ffn.in_weights(), ffn.in_bias(), keep_sum=block.keep_residual,
+    )  # y = x + o(c): resid_mid; z = LN2(y); h = W1 z + b1: ffn.hidden
+    block.hook_resid_mid.see(y.detach())
+    block.hook_ln2.see(z.detach())
+    return block.hook_resid_post(block.res2(y, ffn.from_hidden(*h)))
+
+
+def _post_lean(block: TransformerBlock, x: Tensor, mask: Tensor | None) -> Tensor:  # (B, T, d_model)
+    """y = LN1(x + MHA(x)); z = LN2(y + FFN(y)), keeping 10d + H + 2 floats per token (LN2 keeps
+    its input, mean and rstd; 11d + H + 2 with keep_residual) for backward."""
+    attn, ffn, ln1 = block.attn, block.ffn, block.ln1
+    x = block.hook_resid_pre(x)
+    q, k, v = norm_linear(x, None, None, None, attn.qkv_weights(), attn.qkv_bias())
+    c = attn.context(*attn.split_heads(q, k, v), mask)[0]
+    attn.observe_output(c)
+    s, y, *h = residual_norm_linear(
+        x, c, attn.o.weight, attn.o.bias, block.res1.alpha, ln1.kernel, ln1.weight, ln1.bias,
+        ffn.in_weights(), ffn.in_bias(), keep_sum=block.keep_residual,
+    )  # s = alpha x + o(c): resid_mid; y = LN1(s); h = W1 y + b1
+    block.hook_resid_mid.see(s.detach())
+    block.hook_ln1.see(y.detach())
+    out = block.hook_resid_post(block.res2(y, ffn.from_hidden(*h)))
+    return block.hook_ln2(block.ln2(out))  # LN2 keeps its input, mean and rstd: d + 2 more
+
+
+# The lean wirings, by layout name: each layout whose table row says ``lean`` has one here (a test checks
+# both ways), and each computes that layout's module path's forward values.
+LEAN_PATHS: dict[str, Callable[[TransformerBlock, Tensor, Tensor | None], Tensor]] = {
+    "pre": _pre_lean,
+    "post": _post_lean,
+}
 
 
 def _positions(key_padding_mask: Tensor | None, x: Tensor) -> Tensor | None:

@@ -9,10 +9,11 @@ pass, read by name, by layer, stacked over layers, or as the sum that makes the 
     cache.logit_attrs(stack, tokens)        each part's share of a token's logit
     cache.hidden_states                     transformers' output_hidden_states=True list
 
-The residual stream is a sum only where no norm sits on it. Pre-norm and sandwich blocks add each
-sublayer's output to the stream, so the stream entering any block (and leaving the last) is the
-embedding plus every earlier attention and FFN output (``residual="rezero"`` and ``"deepnorm"``
-scale the parts: the decomposition carries the scales). Post-norm blocks normalise the stream
+The residual stream is a sum only where no norm sits on it. Pre-norm, sandwich and the parallel
+blocks add each sublayer's output to the stream (the parallel ones both to the same x), so the
+stream entering any block (and leaving the last) is the embedding plus every earlier attention
+and FFN output (``residual="rezero"`` and ``"deepnorm"`` scale the parts: the decomposition carries
+the scales). Post-norm blocks normalise the stream
 itself (resid_mid -> LN1, resid_post -> LN2): within a block ``resid_mid = resid_pre + attn.out``
 and ``resid_post = ln1 + ffn.out`` are sums, but a stream that went through LN1 or LN2 is not a
 sum of what came before it, so a decomposition reaching one is refused (or, with
@@ -82,7 +83,7 @@ class ActivationCache(Mapping[str, Tensor]):
     def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None
            ) -> ActivationCache:
         """The same cache with every tensor (and gradient) moved to ``device`` / cast to ``dtype``."""
-        move = lambda t: t.to(device=device, dtype=dtype if t.is_floating_point() else None)  # noqa: E731
+        move = lambda t: t.to(device=device, dtype=dtype if t.is_floating_point() else None)
         grads = {n: move(g) for n, g in self.grads.items()} if self.grads is not None else None
         return ActivationCache({n: move(t) for n, t in self._stages.items()}, self.model, grads)
 
@@ -167,8 +168,9 @@ class ActivationCache(Mapping[str, Tensor]):
         labels = []
         for i in range(min(last + 1, n)):
             labels.append(f"blocks.{i}.resid_pre")
-            if incl_mid and i < last:
-                labels.append(f"blocks.{i}.{blocks[i].layout.connections['ffn'].x}")
+            mid = blocks[i].layout.connections["ffn"].x  # the stream the FFN's connection adds to
+            if incl_mid and i < last and mid != "resid_pre":  # the parallel block has no stream between
+                labels.append(f"blocks.{i}.{mid}")
         if last == n:
             labels.append(self._final_stream())
         stack = torch.stack([self[name] for name in labels])
@@ -221,7 +223,7 @@ class ActivationCache(Mapping[str, Tensor]):
         reads that stage, with the denominator the forward computed: gamma (part - mean) / denom
         (RMSNorm: no centring). Linear, so the results sum to the norm's output minus beta."""
         name = self._stream_stage(layer, mlp_input) if stage is None else self.name_of(stage)
-        norm, where = self._norm_reading(name)
+        norm, where = self._norm_reading(name, "ffn" if mlp_input and stage is None else "attn")
         share = getattr(norm, "share", None)
         if isinstance(norm, nn.Identity):
             return stack
@@ -272,7 +274,7 @@ class ActivationCache(Mapping[str, Tensor]):
             stack = self.apply_ln_to_stack(stack, None if layer in (None, -1) else layer)
         return (stack, labels) if return_labels else stack
 
-    # -- how the model is wired (block.LAYOUTS, through each block's layout) ----------------------
+    # -- how the model is wired (layouts.LAYOUTS, through each block's layout) --------------------
 
     def _blocks(self, what: str) -> list[nn.Module]:
         blocks = getattr(self.model, "blocks", None)
@@ -302,8 +304,9 @@ class ActivationCache(Mapping[str, Tensor]):
             raise ValueError(f"layer={layer} is outside 0..{n} (n_layers: the stream leaving the last block)")
         return f"blocks.{layer}.{blocks[layer].layout.connections['ffn'].x if mlp_input else 'resid_pre'}"
 
-    def _norm_reading(self, name: str) -> tuple[nn.Module, str]:
-        """The norm that reads stream stage ``name`` (LAYOUTS' norm_inputs; after the last block: ln_f)."""
+    def _norm_reading(self, name: str, sublayer: str = "attn") -> tuple[nn.Module, str]:
+        """The norm that reads stream stage ``name`` (the layout's norm_inputs; after the last block:
+        ln_f); where two do (the parallel block's ln1 and ln2), the one ``sublayer`` reads."""
         if name == self._final_stream():
             return self.model.ln_f, "ln_f"
         if name == "embed":
@@ -311,6 +314,7 @@ class ActivationCache(Mapping[str, Tensor]):
         _, layer, stage = name.split(".", 2)
         block = self._blocks("apply_ln")[int(layer)]
         norms = [norm for norm, source in block.layout.norm_inputs.items() if source == stage]
+        norms.sort(key=lambda norm: norm != block.layout.sublayer(sublayer).reads)
         if not norms:
             raise ValueError(f"no norm reads {name} ({block.layout.formula}): apply_ln has nothing to apply")
         return getattr(block, norms[0]), f"blocks.{layer}.{norms[0]}"
@@ -348,16 +352,17 @@ class ActivationCache(Mapping[str, Tensor]):
                 "here, so the stream after it is not a sum of the parts before it. What is a sum: each "
                 "residual connection back to the last norm (post-norm: resid_mid = resid_pre + attn.out, "
                 "resid_post = ln1 + ffn.out); stop_at_norm=True decomposes that far")
-        connections = [c for c in layout.connections.values() if c.out == stage]
+        connections = [c for c in layout.connections.values() if c.out == stage]  # the parallel block: two
         if not connections:
             raise ValueError(f"{name} is not on the residual stream (decompose takes resid_pre, resid_mid, "
                              "resid_post or a block's output)")
-        connection = connections[0]
-        residual = getattr(block, connection.residual)
+        first = connections[0]
+        residual = getattr(block, first.residual)
         a, b = (c.detach() if isinstance(c, Tensor) else c for c in residual.coefficients())
-        before = self._parts(f"blocks.{layer}.{connection.x}", per_head, stop_at_norm) if a != 0 else []
-        branch = self._branch_parts(layer, connection.sublayer, connection.branch, per_head)
-        return [(label, a * t) for label, t in before] + [(label, b * t) for label, t in branch]
+        before = self._parts(f"blocks.{layer}.{first.x}", per_head, stop_at_norm) if a != 0 else []
+        branches = [part for c in connections
+                    for part in self._branch_parts(layer, c.sublayer, c.branch, per_head)]
+        return [(label, a * t) for label, t in before] + [(label, b * t) for label, t in branches]
 
     def _branch_parts(self, layer: int, sublayer: str, branch: str, per_head: bool
                       ) -> list[tuple[str, Tensor]]:
@@ -458,7 +463,7 @@ class HookedModule(nn.Module):
         """Every stage name this module exposes (blocks and models: in the order a forward reaches them)."""
         return list(hook_points(self))
 
-    def hooks(self, fns: Mapping[str, HookFn], observe: bool = False):  # noqa: ANN201 - a context manager
+    def hooks(self, fns: Mapping[str, HookFn], observe: bool = False):  # a context manager
         """Context manager attaching ``{name_or_glob: fn}`` for the with-block (interventions, or
         observers with ``observe``)."""
         return hooks(self, fns, observe)

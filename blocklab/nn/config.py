@@ -14,18 +14,19 @@ from typing import Any
 from ..errors import names
 from .activations import ACTIVATION_NAMES
 from .kernels import LAYER_NORM_VARIANTS
+from .layouts import LAYOUTS
 
 # One list per variant, next to what chooses among them. The LayerNorm variants are the kernels'
 # table (kernels.NORM_KERNELS); "batch" is BatchNorm, "none" no norm at all.
 NORMS = (*LAYER_NORM_VARIANTS, "batch", "none")
-NORM_POSITIONS = ("post", "pre", "sandwich")
+NORM_POSITIONS = tuple(LAYOUTS)  # the block layouts (layouts.LAYOUTS: where the norms sit, how it is wired)
 RESIDUALS = ("add", "rezero", "deepnorm", "none")
 POS_ENCODINGS = ("sinusoidal", "learned", "none")
 FUSED_CHOICES = (True, False, "auto")
 DEFAULT_EPS = 1e-5
 
-# The lean block wiring (block.py) exists for these; elsewhere the block runs module by module.
-LEAN_NORM_POSITIONS = ("pre", "post")
+# The lean block wiring (block.LEAN_PATHS) exists for these; elsewhere the block runs module by module.
+LEAN_NORM_POSITIONS = tuple(name for name, layout in LAYOUTS.items() if layout.lean)
 LEAN_RESIDUALS = ("add", "deepnorm")
 # fused="auto" takes the lean path from LEAN_MIN_D_MODEL up. On a CPU the lean path is never faster (its
 # autograd Functions recompute in backward and carry Python overhead); what it buys is memory: about 40%
@@ -101,7 +102,7 @@ class ModelConfig:
     embed_std: float = 1.0  # std of the token part at init, after the factor: E ~ N(0, (std/factor)^2)
     pos_std: float | None = None  # learned positions' init std (None: embed_std); learned only
     tie_embeddings: bool = False
-    final_norm: bool | None = None  # None: on for pre-norm and sandwich, off for post-norm
+    final_norm: bool | None = None  # None: as the layout says (off for post-norm, on for the others)
     dropout: float = 0.0
     type_vocab_size: int = 0  # BERT's token-type (segment) embeddings; 0 = none
     embed_norm: bool = False  # a LayerNorm on the embeddings (BERT)
@@ -114,14 +115,14 @@ class ModelConfig:
     _derived: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 - frozen
+        set_ = lambda name, value: object.__setattr__(self, name, value)  # frozen
         set_("d_ff", resolve_d_ff(self.d_ff, self.d_model) if isinstance(self.d_model, int) else self.d_ff)
         for name in ("eps", "embed_std", "pos_std"):  # 1 -> 1.0, so equal configs compare equal
             value = getattr(self, name)
             if isinstance(value, int) and not isinstance(value, bool):
                 set_(name, float(value))
-        if self.final_norm is None:  # pre-norm and sandwich end with a norm; post-norm's last block has one
-            set_("final_norm", self.norm_position != "post" and self.norm != "none")
+        if self.final_norm is None and self.norm_position in LAYOUTS:  # post-norm's last block ends in a norm
+            set_("final_norm", LAYOUTS[self.norm_position].final_norm and self.norm != "none")
             set_("_derived", frozenset({"final_norm"}))
         for error in _violations(self):
             raise ValueError(error)
@@ -205,8 +206,10 @@ def _violations(c: ModelConfig) -> list[str]:
     if c.residual == "rezero":
         need(c.norm == "none", f"residual='rezero' uses no LayerNorm, so norm={c.norm!r} must be 'none'")
     if c.residual == "deepnorm":
-        need(c.norm_position == "post", "residual='deepnorm' is a post-norm scheme, "
-             f"so norm_position={c.norm_position!r} must be 'post'")
+        on_stream = [name for name, layout in LAYOUTS.items() if layout.norm_on_stream]
+        need(c.norm_position in on_stream, "residual='deepnorm' normalizes the residual stream after each "
+             f"connection, so norm_position={c.norm_position!r} must be one that does: "
+             + ", ".join(map(repr, on_stream)))
         need(c.norm != "none",
              "residual='deepnorm' normalizes after each residual, so norm='none' is not allowed")
     if errors:

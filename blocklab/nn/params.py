@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from .attention import attention_parameter_count
 from .config import ModelConfig
 from .feedforward import ffn_parameter_count
+from .layouts import LAYOUTS
 from .norms import norm_parameter_count
 
 
@@ -34,18 +35,17 @@ def _norm(config: ModelConfig) -> int:
 
 
 def block_parameter_counts(config: ModelConfig) -> dict[str, int]:
-    """One block's parameters by submodule: attn, ffn, ln1, ln2 (+ ln1_out, ln2_out, residual)."""
+    """One block's parameters by submodule: attn, ffn, then each norm of its layout (ln1, ln2; sandwich
+    adds ln1_out, ln2_out) and ``residual`` (rezero's learned scalar per connection)."""
     c = config
+    layout = LAYOUTS[c.norm_position]
     counts = {
         "attn": attention_parameter_count(c.d_model, c.bias),
         "ffn": ffn_parameter_count(c.d_model, c.d_ff, c.activation, c.bias),
-        "ln1": _norm(c),
-        "ln2": _norm(c),
     }
-    if c.norm_position == "sandwich":
-        counts["ln1_out"] = counts["ln2_out"] = _norm(c)
+    counts |= {norm: _norm(c) for norm in layout.norms}
     if c.residual == "rezero":
-        counts["residual"] = 2  # one learned scalar per sublayer
+        counts["residual"] = len(layout.residuals)  # one learned scalar per residual connection
     return counts
 
 

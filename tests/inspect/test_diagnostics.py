@@ -164,6 +164,22 @@ def test_identity_plus_branch_sums_to_the_total_gradient():
                                            msg=f"{norm_position} {residual} {kind}")
 
 
+@pytest.mark.parametrize("norm_position", ["parallel", "parallel_shared"])
+def test_in_the_parallel_block_identity_and_both_branches_sum_to_the_total_gradient(norm_position):
+    """x + MHA(LN1(x)) + FFN(LN2(x)): one x, two branches; each sublayer's path is its own branch, and
+    the identity plus both branches is dL/dx (against autograd through the block's own output)."""
+    model = _model(norm_position=norm_position)
+    tokens, targets, _ = _batch(model.config, seed=1)
+    paths = measure_paths(model, tokens, targets)
+    for layer in paths:
+        attn, ffn = layer["attn"], layer["ffn"]
+        torch.testing.assert_close(attn["total"], ffn["total"], rtol=0, atol=0)  # the same x
+        torch.testing.assert_close(attn["identity"], ffn["identity"], rtol=0, atol=0)
+        assert attn["branch"].norm() > 0 and ffn["branch"].norm() > 0
+        torch.testing.assert_close(attn["identity"] + attn["branch"] + ffn["branch"], attn["total"],
+                                   rtol=1e-9, atol=1e-12)
+
+
 def _measured_and_by_hand(model, seed):
     """The model's diagnostics and a float64 hand forward on one padded batch, and its valid positions."""
     tokens, targets, mask = _batch(model.config, seed=seed, padded=True)

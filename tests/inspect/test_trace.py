@@ -39,6 +39,7 @@ VALIDATOR = jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text()))
 SMALL = dict(vocab_size=11, max_seq_len=6, d_model=16, n_heads=2, n_layers=2, d_ff=24)
 VARIANTS = {
     "post": {}, "pre": dict(norm_position="pre"), "sandwich": dict(norm_position="sandwich"),
+    "parallel": dict(norm_position="parallel"), "parallel_shared": dict(norm_position="parallel_shared"),
     "rezero": dict(residual="rezero", norm="none"), "deepnorm": dict(residual="deepnorm"),
     "residual-none": dict(residual="none"), "norm-none": dict(norm="none"),
     "rms": dict(norm="rms", norm_position="pre"), "eps-outside-sqrt": dict(norm="eps_outside_sqrt"),
@@ -406,7 +407,7 @@ def attention_ranges(model: bl.Transformer) -> dict[str, dict[str, list[tuple[fl
         stack = cache.stack_activation(f"attn.{kind}")[:, 0]  # (L, h, T, T)
         finite = stack.masked_fill(~stack.isfinite(), 0.0)
         top = finite.amax(dim=(-1, -2)) if sequential else finite.abs().amax(dim=(-1, -2))  # (L, h)
-        scale = lambda v: (0.0, float(v)) if sequential else (-float(v), float(v))  # noqa: E731
+        scale = lambda v: (0.0, float(v)) if sequential else (-float(v), float(v))
         out[kind] = {
             "head": [scale(v) for v in top.flatten()],
             "layer": [scale(v) for v in top.amax(1) for _ in range(top.shape[1])],

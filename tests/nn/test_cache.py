@@ -12,9 +12,10 @@ from test_hooks import VARIANTS, oracle, small_model, tokens_and_targets  # the 
 from torch import Tensor
 
 import blocklab as bl
-from blocklab.nn.block import LAYOUTS
+from blocklab.nn.block import SUBLAYER_STAGES
 from blocklab.nn.cache import ActivationCache, run_with_cache
 from blocklab.nn.hooks import SHORT_ALIASES, TRANSFORMERLENS_ALIASES, blocklab_name, hook_points
+from blocklab.nn.layouts import LAYOUTS
 
 TOL = dict(rtol=0, atol=1e-10)  # float64 sums of a handful of O(1) vectors
 
@@ -96,16 +97,16 @@ def test_the_stages_are_listed_in_the_order_a_forward_pass_fills_the_cache(posit
     model = bl.Transformer(bl.ModelConfig(vocab_size=11, d_model=16, n_heads=2, n_layers=2, d_ff=24,
                                           norm_position=position, fused=path == "lean")).eval()
     assert sorted(model.hook_names()) == sorted(hook_points(model))
-    assert model.blocks[0].hook_names() == LAYOUTS[position].stages()
+    assert model.blocks[0].hook_names() == LAYOUTS[position].stages(SUBLAYER_STAGES)
     tokens = torch.randint(0, 11, (2, 5))
     order: list[str] = []
     with model.hooks({"*": lambda x, name: order.append(name)}, observe=True):
         if path == "module":
-            with model.hooks({"blocks.*.resid_mid": lambda x, name: None}):  # an intervention
+            with model.hooks({"blocks.*.resid_post": lambda x, name: None}):  # an intervention
                 assert not model.blocks[0].uses_lean_path
                 model(tokens, targets=tokens)
         else:
-            assert model.blocks[0].uses_lean_path == (position != "sandwich")
+            assert model.blocks[0].uses_lean_path == LAYOUTS[position].lean
             model(tokens, targets=tokens)
     assert order == model.hook_names()
 
@@ -150,7 +151,8 @@ def test_an_intervention_on_a_heads_result_reaches_the_output() -> None:
 # ---- the residual stream as a sum -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("variant", ["pre", "sandwich", "rezero", "norm-none", "causal-pre"])
+@pytest.mark.parametrize("variant", ["pre", "sandwich", "rezero", "norm-none", "causal-pre", "parallel",
+                                     "parallel_shared", "parallel-rezero"])
 def test_the_decomposition_sums_to_the_stream_at_every_layer(variant: str) -> None:
     model, _, _, cache = cached(variant)
     layout = LAYOUTS[model.config.norm_position]
@@ -162,7 +164,7 @@ def test_the_decomposition_sums_to_the_stream_at_every_layer(variant: str) -> No
             torch.testing.assert_close(stack.sum(0), cache[stage], **TOL)
             assert labels[:2] == ["tok", "pos"] and len(labels) == stack.shape[0]  # x0 = tok + pos exactly
     _, labels = cache.decompose_resid(return_labels=True)
-    branch = [c.branch for c in layout.connections.values()]
+    branch = [c.branch for c in layout.connections.values()]  # parallel: attn.out, ffn.out into one sum
     assert labels == ["tok", "pos", *(f"blocks.{i}.{b}" for i in range(2) for b in branch)]
 
 

@@ -12,11 +12,11 @@ import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may come from a hub
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
-import blocklab as bl  # noqa: E402
-from blocklab.nn.generate import (  # noqa: E402
+import blocklab as bl
+from blocklab.nn.generate import (
     GenerationConfig,
     generate,
     new_kv_cache,
@@ -24,9 +24,9 @@ from blocklab.nn.generate import (  # noqa: E402
     top_k_filter,
     top_p_filter,
 )
-from blocklab.nn.tokens import pad_batch  # noqa: E402
-from blocklab.tasks.vocab import Tokenizer  # noqa: E402
-from blocklab.weights import load_pretrained  # noqa: E402
+from blocklab.nn.tokens import pad_batch
+from blocklab.tasks.vocab import Tokenizer
+from blocklab.weights import load_pretrained
 
 transformers = pytest.importorskip("transformers")
 
@@ -86,8 +86,10 @@ def left_padded(lengths, seed=0):
     {},
     {"norm_position": "post", "final_norm": False},
     {"norm_position": "sandwich"},
+    {"norm_position": "parallel"},
+    {"norm_position": "parallel_shared"},
     {"pos_encoding": "sinusoidal", "activation": "swiglu", "bias": False},
-], ids=["pre", "post", "sandwich", "sinusoidal-swiglu"])
+], ids=["pre", "post", "sandwich", "parallel", "parallel_shared", "sinusoidal-swiglu"])
 def test_cached_hidden_states_equal_the_full_forward_in_chunks(overrides):
     model = _model(**overrides)
     tokens = torch.randint(0, VOCAB, (2, 20))

@@ -125,6 +125,15 @@ def oracle(model: bl.Transformer, tokens: Tensor, targets: Tensor | None = None,
             m = S[f"{p}.resid_mid"] = residual(x, attention(y, f"{p}.attn"), p, 1)
             y = S[f"{p}.ln2"] = norm(m, f"{p}.ln2")
             x = S[f"{p}.resid_post"] = residual(m, ffn(y, f"{p}.ffn"), p, 2)
+        elif c.norm_position == "parallel":  # GPT-NeoX: x + MHA(LN1(x)) + FFN(LN2(x))
+            y = S[f"{p}.ln1"] = norm(x, f"{p}.ln1")
+            a = attention(y, f"{p}.attn")
+            y = S[f"{p}.ln2"] = norm(x, f"{p}.ln2")
+            x = S[f"{p}.resid_post"] = residual(x, a + ffn(y, f"{p}.ffn"), p, 1)
+        elif c.norm_position == "parallel_shared":  # GPT-J, PaLM: x + MHA(LN1(x)) + FFN(LN1(x))
+            y = S[f"{p}.ln1"] = norm(x, f"{p}.ln1")
+            a = attention(y, f"{p}.attn")
+            x = S[f"{p}.resid_post"] = residual(x, a + ffn(y, f"{p}.ffn"), p, 1)
         else:  # sandwich
             y = S[f"{p}.ln1"] = norm(x, f"{p}.ln1")
             a = S[f"{p}.ln1_out"] = norm(attention(y, f"{p}.attn"), f"{p}.ln1_out")
@@ -149,6 +158,9 @@ VARIANTS = {
     "post": dict(norm_position="post"),
     "pre": dict(norm_position="pre"),
     "sandwich": dict(norm_position="sandwich"),
+    "parallel": dict(norm_position="parallel"),
+    "parallel_shared": dict(norm_position="parallel_shared"),
+    "parallel-rezero": dict(norm_position="parallel", residual="rezero", norm="none"),
     "rezero": dict(residual="rezero", norm="none"),
     "deepnorm": dict(residual="deepnorm"),
     "residual-none": dict(residual="none"),

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from blocklab import ModelConfig, Transformer, count_parameters, preset
-from blocklab.nn.config import PRESETS, PUBLISHED_TOTALS
+from blocklab.nn.config import NORM_POSITIONS, PRESETS, PUBLISHED_TOTALS
 
 
 def built(config: ModelConfig) -> int:
@@ -23,7 +23,7 @@ VARIANTS = [
         )
     )
     for combo in itertools.product(
-        ["post", "pre", "sandwich"],
+        NORM_POSITIONS,
         ["add", "none"],
         ["standard", "rms", "none"],
         ["relu", "swiglu"],

@@ -208,6 +208,17 @@ def test_tiny_lm_memorises_its_sentence() -> None:
     assert task.tokenizer.decode(logits.argmax(-1)[0]) == "I like transformers <EOS>"
 
 
+@pytest.mark.parametrize("layout", ["parallel", "parallel_shared"])
+def test_a_parallel_block_trains_like_the_others(layout: str) -> None:
+    """The layouts table's parallel rows train with the same loop: tiny-lm memorised at the defaults."""
+    task = get_task("tiny-lm")
+    result = train(bl.preset("tiny-lm", norm_position=layout, **task.config_overrides()), None, task)
+    data = task.split("test")
+    with torch.no_grad():
+        logits = result.model.eval()(data.inputs)
+    assert F.cross_entropy(logits.flatten(0, 1).double(), data.targets.flatten()) < 0.01
+
+
 # ---- run folder: checkpoints, resume, locks, non-finite ----------------------------------------
 
 

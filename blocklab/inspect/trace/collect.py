@@ -6,7 +6,7 @@ per-position mean, variance (biased, over the features), std, min, max and L2 no
 that are LayerNorms also get the mu, var and denominator the norm used and the normalized
 vector z_hat before gamma/beta; FFN stages the fraction of units at or below zero;
 attention scores and weights the matrix per head. A norm's input is the stage the block's
-table (``block.LAYOUTS``) names for it, cached in the same pass (the embedding norm's, which is
+table (``layouts.LAYOUTS``) names for it, cached in the same pass (the embedding norm's, which is
 no stage, through a forward hook), so nothing of the model's wiring is re-implemented here.
 The cache only observes: the model computes what it computes untraced. Everything is float64
 from here on.
@@ -22,22 +22,22 @@ import torch
 from torch import Tensor, nn
 
 from ...device import model_device
-from ...nn.block import LAYOUTS
 from ...nn.config import ModelConfig
 from ...nn.embedding import embedding_parts
 from ...nn.hooks import select_names
+from ...nn.layouts import LAYOUTS
 from ...nn.norms import LayerNorm
 from .explain import explain_all  # words about the numbers, kept apart from the numbers
 from .record import STAT_NAMES, NormNumbers, Stage, Trace
 
-NORM_STAGES = ("ln1", "ln2", "ln1_out", "ln2_out", "ln_f")
+NORM_STAGES = {norm for layout in LAYOUTS.values() for norm in layout.norms} | {"ln_f"}  # kind "norm"
 # A norm module's numbers belong to the stage of the same name; the embedding norm feeds `embed`.
 NORM_MODULE_STAGE = {"embed_ln": "embed"}
 EMBED_PARTS = ("tok", "pos")  # the stages x0 is the sum of; the `embed` stage reports their norms and share
 
 
 def norm_input_stages(config: ModelConfig) -> dict[str, str]:
-    """Each norm stage -> the stage holding that norm's input, from the block's table (LAYOUTS): the
+    """Each norm stage -> the stage holding that norm's input, from the layouts table: the
     lean path fuses some norms into its kernels, but their inputs are stages either way."""
     layout = LAYOUTS[config.norm_position]
     inputs = {f"blocks.{i}.{ln}": f"blocks.{i}.{src}"

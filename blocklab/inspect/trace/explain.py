@@ -14,12 +14,16 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from ...nn.block import LAYOUTS
+from ...nn.layouts import LAYOUTS
 from .record import Stage, Trace
 
-NORM_ROLES = {"ln_f": "final norm before the head: ", "ln1_out": "sandwich norm of the attention output: ",
-              "ln2_out": "sandwich norm of the FFN output: "}
 BRANCH_WORDS = {"attn": "attention", "ffn": "FFN"}
+# what a norm is for, where its name alone does not say: the final norm, and a norm on a sublayer's
+# output (sandwich), read from the layouts table
+NORM_ROLES = {"ln_f": "final norm before the head: "} | {
+    norm: f"{layout.title} norm of the {BRANCH_WORDS[source.split('.')[0]]} output: "
+    for layout in LAYOUTS.values() for norm, source in layout.norm_inputs.items() if source.endswith(".out")
+}
 ACTIVATION_WORDS = {
     "relu": "ReLU max(0, h) set the negative units to 0",
     "gelu": "GELU h * Phi(h) (exact, erf) kept positives and squashed negatives toward 0 (never below -0.17)",
@@ -173,10 +177,11 @@ def _attn_out(s: Stage, w: Walk) -> str:
 
 def _residual(s: Stage, w: Walk) -> str:
     block = w.module(f"blocks.{s.block}")
-    connection = LAYOUTS[w.trace.config.norm_position].connection_into(s.kind)
-    res = getattr(block, connection.residual, None)
-    x_name, f_name = connection.x, connection.branch
-    x, branch = w.sibling(s, x_name), BRANCH_WORDS[connection.sublayer]
+    # every connection adding into this sum: one, or attention and the FFN side by side (parallel)
+    into = [c for c in LAYOUTS[w.trace.config.norm_position].connections.values() if c.out == s.kind]
+    res = getattr(block, into[0].residual, None)
+    x_name, f_name = into[0].x, " + ".join(c.branch for c in into)
+    x, branch = w.sibling(s, x_name), " and ".join(BRANCH_WORDS[c.sublayer] for c in into)
     # with --stages the stream before may not have been collected: then only the norm after
     change = _change(_l2(x), _l2(s)) if x is not None else f"mean L2 norm per position {_n(_l2(s))}"
     kind = getattr(res, "kind", "add")
@@ -189,7 +194,8 @@ def _residual(s: Stage, w: Walk) -> str:
                 f"alpha = (2N)^(1/4) = {_n(res.alpha)}; {change}")
     if kind == "none":
         return f"no residual: the stream is replaced by the {branch} output, nothing of x is kept; {change}"
-    return f"residual: added the {branch} output ({f_name}) back to the stream ({x_name}); {change}"
+    outputs = "outputs" if len(into) > 1 else "output"
+    return f"residual: added the {branch} {outputs} ({f_name}) back to the stream ({x_name}); {change}"
 
 
 def _norm(s: Stage, w: Walk) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ...nn.block import LAYOUTS
+from ...nn.layouts import LAYOUTS
 from .record import PER_HEAD_KINDS, STAT_NAMES, Stage, Trace
 from .text import (
     PARTS_HEADERS,
@@ -188,7 +188,7 @@ def _overview(page: Page) -> str:
     """The residual stream's L2 norm per position through the whole model."""
     t = page.trace
     # post-norm blocks normalize the stream itself; elsewhere a norm's output feeds a sublayer (or the head)
-    kinds = STREAM_KINDS + (("norm",) if t.config.norm_position == "post" else ())
+    kinds = STREAM_KINDS + (("norm",) if LAYOUTS[t.config.norm_position].norm_on_stream else ())
     stream = [s for s in t.stages if s.kind in kinds and s.name != "ln_f" and s.positions == t.positions]
     if not stream:
         return ""
@@ -216,8 +216,8 @@ def render_html(trace: Trace, decimals: int = 4) -> str:
         body.append(_section(page, stage))
         toc.append(f'<li><a href="#{_e(stage.name)}">{_e(stage.short)}</a></li>')
     chips = "".join(f'<span class="tok"><b>{i}</b>{_e(tok)}</span>' for i, tok in enumerate(trace.tokens))
-    model = (f"{c.n_layers} {c.norm_position}-norm blocks · d_model {c.d_model} · {c.n_heads} heads · "
-             f"d_ff {c.d_ff} · {c.activation} · norm {c.norm} · residual {c.residual} · "
+    model = (f"{c.n_layers} {LAYOUTS[c.norm_position].title} blocks · d_model {c.d_model} · "
+             f"{c.n_heads} heads · d_ff {c.d_ff} · {c.activation} · norm {c.norm} · residual {c.residual} · "
              f"vocab {c.vocab_size}")
     target = (f"<p>target <b>{_e(trace.target['token'])}</b> at position {trace.target['position']}</p>"
               if trace.target else "")

@@ -17,8 +17,8 @@ from rich.rule import Rule
 from rich.text import Text
 from torch import Tensor
 
-from ...nn.block import LAYOUTS
 from ...nn.embedding import EmbeddingParts
+from ...nn.layouts import LAYOUTS
 from .record import PER_HEAD_KINDS, STAT_NAMES, NormNumbers, Stage, Trace
 
 STAT_HEADERS = {"mean": "mean", "var": "var", "std": "std", "min": "min", "max": "max", "l2": "L2"}
@@ -214,7 +214,7 @@ def render_stage(trace: Trace, stage: Stage, decimals: int, max_features: int, w
 def header(trace: Trace) -> Group:
     """What was traced: the model and the input."""
     c = trace.config
-    model = (f"{c.n_layers} {c.norm_position}-norm blocks, d_model {c.d_model}, {c.n_heads} heads, "
+    model = (f"{c.n_layers} {LAYOUTS[c.norm_position].title} blocks, d_model {c.d_model}, {c.n_heads} heads, "
              f"d_ff {c.d_ff}, {c.activation}, norm {c.norm}, residual {c.residual}, vocab {c.vocab_size}")
     lines = [
         Text.assemble(("blocklab trace", "bold"), f"  {trace.source}"),

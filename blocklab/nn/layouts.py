@@ -1,0 +1,232 @@
+"""Every block layout as data (docs/concepts.md#the-block): the one table that names a layout.
+
+A layout is its steps in forward order; each step computes one stage of the block from earlier ones:
+
+    Norm("ln1", reads="resid_pre")                     ln1 = LN1(resid_pre)
+    Sublayer("attn", reads="ln1")                      attn.q ... attn.out = MHA(ln1)
+    Sum("resid_mid", "resid_pre", ("attn.out",), "res1")  resid_mid = combine(resid_pre, attn.out)
+
+The block's input is the stage ``resid_pre``; its output is the last step's stage. A ``Sum`` adds
+any number of branches to its identity input (the parallel block adds attention and the FFN to
+the same x); ``residual`` names the module that combines them (``add``: x + F, ``rezero``,
+``deepnorm``: see block.Residual). Norm modules and their stages share a name (``ln1``).
+
+Everything that depends on the wiring reads this table: the config (the allowed ``norm_position``
+names and their rules), the parameter count (the norms a block has), the block's module path
+(which interprets the steps), the activation cache (decompositions walk the sums back to x0),
+diagnostics (identity and branch paths at each connection), the tracer (what each stage is) and
+the CLI's help. The lean wirings of block.py are optimisations registered under a layout's name
+(``lean``: one exists), checked equal to the module path.
+
+Torch-free: config imports it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SUBLAYERS = ("attn", "ffn")
+
+
+@dataclass(frozen=True)
+class Norm:
+    """A norm module and its stage ``name``, normalising stage ``reads``."""
+
+    name: str
+    reads: str
+
+
+@dataclass(frozen=True)
+class Sublayer:
+    """Attention or the FFN (``name``) applied to stage ``reads``; its output is stage ``{name}.out``."""
+
+    name: str
+    reads: str
+
+    @property
+    def out(self) -> str:
+        return f"{self.name}.out"
+
+
+@dataclass(frozen=True)
+class Sum:
+    """A residual connection: stage ``name`` = combine(stage ``x``, the sum of the ``branches`` stages),
+    by the Residual module ``residual``."""
+
+    name: str
+    x: str
+    branches: tuple[str, ...]
+    residual: str
+
+
+Step = Norm | Sublayer | Sum
+
+
+@dataclass(frozen=True)
+class Connection:
+    """One sublayer's residual connection: ``out = combine(x, ... + branch + ...)``; ``branch`` is the
+    stage holding the sublayer's contribution as it is added (its output, or the norm of it)."""
+
+    sublayer: str  # "attn" or "ffn"
+    x: str  # the identity path's input
+    branch: str  # this sublayer's branch, as added
+    out: str  # the stage holding the sum
+    residual: str  # the Residual module combining them ("res1", "res2")
+    others: tuple[str, ...] = ()  # the other branches the same sum adds (the parallel block's)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a block is wired: ``steps`` in forward order, and what goes around the block."""
+
+    name: str  # the ModelConfig.norm_position value
+    summary: str  # one line for --help: where the norms sit
+    formula: str  # the block as math, for the tracer's headings and the docs
+    steps: tuple[Step, ...]
+    final_norm: bool  # a stack of these blocks ends with a norm before the head by default
+    lean: bool = False  # block.py registers a lean wiring for it (kernels.py), taken where the config allows
+    norm_on_stream: bool = field(init=False)  # a norm's output is the residual stream (post-norm)
+
+    def __post_init__(self) -> None:
+        known = {"resid_pre"}
+        for step in self.steps:
+            inputs = [step.reads] if not isinstance(step, Sum) else [step.x, *step.branches]
+            missing = [s for s in inputs if s not in known]
+            if missing:
+                raise ValueError(
+                    f"layout {self.name!r}: step {step.name!r} reads {missing}, not computed before it")
+            known |= {step.out} if isinstance(step, Sublayer) else {step.name}
+        object.__setattr__(self, "norm_on_stream", bool(set(self.norms) & self._stream_inputs()))
+
+    def _stream_inputs(self) -> set[str]:
+        """The stages a residual connection takes as its identity input, and the block's output."""
+        return {s.x for s in self.steps if isinstance(s, Sum)} | {self.output}
+
+    @property
+    def title(self) -> str:
+        """The layout's name in words: the formula's head ("pre-norm", "parallel, one norm")."""
+        return self.formula.split(":")[0]
+
+    @property
+    def output(self) -> str:
+        """The stage holding the block's output: the next block's resid_pre."""
+        last = self.steps[-1]
+        return last.out if isinstance(last, Sublayer) else last.name
+
+    @property
+    def norms(self) -> tuple[str, ...]:
+        """The block's norm modules, in forward order (each also a stage)."""
+        return tuple(s.name for s in self.steps if isinstance(s, Norm))
+
+    @property
+    def norm_inputs(self) -> dict[str, str]:
+        """Each norm -> the stage it normalises."""
+        return {s.name: s.reads for s in self.steps if isinstance(s, Norm)}
+
+    @property
+    def residuals(self) -> tuple[str, ...]:
+        """The block's Residual modules, one per sum, in forward order."""
+        return tuple(s.residual for s in self.steps if isinstance(s, Sum))
+
+    @property
+    def sums(self) -> tuple[Sum, ...]:
+        return tuple(s for s in self.steps if isinstance(s, Sum))
+
+    def sublayer(self, name: str) -> Sublayer:
+        return next(s for s in self.steps if isinstance(s, Sublayer) and s.name == name)
+
+    @property
+    def connections(self) -> dict[str, Connection]:
+        """Each sublayer's residual connection, by sublayer ("attn", "ffn")."""
+        found = {}
+        for name in SUBLAYERS:
+            branch = self._branch_of(name)
+            total = next(s for s in self.sums if branch in s.branches)
+            others = tuple(b for b in total.branches if b != branch)
+            found[name] = Connection(name, total.x, branch, total.name, total.residual, others)
+        return found
+
+    def _branch_of(self, sublayer: str) -> str:
+        """The stage through which ``sublayer`` reaches a sum: its output, or a norm reading only that."""
+        stage = self.sublayer(sublayer).out
+        for step in self.steps:
+            if isinstance(step, Norm) and step.reads == stage:
+                stage = step.name
+        return stage
+
+    def connection_into(self, out: str) -> Connection:
+        """The first residual connection whose sum is stage ``out`` (``resid_mid`` or ``resid_post``)."""
+        return next(c for c in self.connections.values() if c.out == out)
+
+    def stages(self, sublayer_stages: dict[str, tuple[str, ...]]) -> list[str]:
+        """Every stage of the block in the order a forward pass reaches it, a sublayer's own stages
+        (``sublayer_stages["attn"]``: q, k, ...) expanded as ``attn.q``, ..."""
+        order = ["resid_pre"]
+        for step in self.steps:
+            if isinstance(step, Sublayer):
+                order += [f"{step.name}.{inner}" for inner in sublayer_stages[step.name]]
+            else:
+                order.append(step.name)
+        return order
+
+
+LAYOUTS: dict[str, Layout] = {
+    layout.name: layout for layout in (
+        Layout(
+            "post", "post: a norm after each residual add (the original Transformer, BERT)",
+            "post-norm: y = LN1(x + MHA(x)), z = LN2(y + FFN(y))",
+            (Sublayer("attn", "resid_pre"),
+             Sum("resid_mid", "resid_pre", ("attn.out",), "res1"),
+             Norm("ln1", "resid_mid"),
+             Sublayer("ffn", "ln1"),
+             Sum("resid_post", "ln1", ("ffn.out",), "res2"),
+             Norm("ln2", "resid_post")),
+            final_norm=False, lean=True,
+        ),
+        Layout(
+            "pre", "pre: a norm before each sublayer, the residual stream left alone (GPT-2, Llama)",
+            "pre-norm: y = x + MHA(LN1(x)), z = y + FFN(LN2(y))",
+            (Norm("ln1", "resid_pre"),
+             Sublayer("attn", "ln1"),
+             Sum("resid_mid", "resid_pre", ("attn.out",), "res1"),
+             Norm("ln2", "resid_mid"),
+             Sublayer("ffn", "ln2"),
+             Sum("resid_post", "resid_mid", ("ffn.out",), "res2")),
+            final_norm=True, lean=True,
+        ),
+        Layout(
+            "sandwich", "sandwich: pre-norm plus a norm on each sublayer's output (CogView, NormFormer)",
+            "sandwich: y = x + LN1_out(MHA(LN1(x))), z = y + LN2_out(FFN(LN2(y)))",
+            (Norm("ln1", "resid_pre"),
+             Sublayer("attn", "ln1"),
+             Norm("ln1_out", "attn.out"),
+             Sum("resid_mid", "resid_pre", ("ln1_out",), "res1"),
+             Norm("ln2", "resid_mid"),
+             Sublayer("ffn", "ln2"),
+             Norm("ln2_out", "ffn.out"),
+             Sum("resid_post", "resid_mid", ("ln2_out",), "res2")),
+            final_norm=True,
+        ),
+        Layout(
+            "parallel", "parallel: attention and the FFN side by side on one x, each after its own norm "
+                        "(GPT-NeoX, Pythia)",
+            "parallel: z = x + MHA(LN1(x)) + FFN(LN2(x))",
+            (Norm("ln1", "resid_pre"),
+             Sublayer("attn", "ln1"),
+             Norm("ln2", "resid_pre"),
+             Sublayer("ffn", "ln2"),
+             Sum("resid_post", "resid_pre", ("attn.out", "ffn.out"), "res1")),
+            final_norm=True,
+        ),
+        Layout(
+            "parallel_shared", "parallel_shared: attention and the FFN side by side after one shared norm "
+                               "(GPT-J, PaLM)",
+            "parallel, one norm: z = x + MHA(LN1(x)) + FFN(LN1(x))",
+            (Norm("ln1", "resid_pre"),
+             Sublayer("attn", "ln1"),
+             Sublayer("ffn", "ln1"),
+             Sum("resid_post", "resid_pre", ("attn.out", "ffn.out"), "res1")),
+            final_norm=True,
+        ),
+    )
+}

@@ -1,0 +1,63 @@
+"""Tests for blocklab.nn.layouts: the table every layout is one row of, and what is derived from it.
+
+The block built from each row is checked against a float64 hand forward in tests/nn/test_hooks.py
+(every stage, every layout); here: the table's own rules and the lean registry that keys on it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from blocklab.nn.block import LEAN_PATHS
+from blocklab.nn.config import LEAN_NORM_POSITIONS, NORM_POSITIONS, ModelConfig
+from blocklab.nn.layouts import LAYOUTS, Layout, Norm, Sublayer, Sum
+
+
+def test_every_layout_marked_lean_has_a_registered_lean_path_and_no_other_does() -> None:
+    assert set(LEAN_PATHS) == {name for name, layout in LAYOUTS.items() if layout.lean}
+    assert set(LEAN_NORM_POSITIONS) == set(LEAN_PATHS)
+
+
+def test_the_config_takes_its_layout_names_and_final_norm_rule_from_the_table() -> None:
+    assert NORM_POSITIONS == tuple(LAYOUTS)
+    for name, layout in LAYOUTS.items():
+        assert ModelConfig(norm_position=name).final_norm is layout.final_norm
+        assert ModelConfig(norm_position=name, norm="none").final_norm is False
+
+
+def test_only_a_layout_that_normalises_the_stream_takes_deepnorm() -> None:
+    assert [name for name, layout in LAYOUTS.items() if layout.norm_on_stream] == ["post"]
+    ModelConfig(residual="deepnorm", norm_position="post")
+    for name in ("pre", "sandwich", "parallel", "parallel_shared"):
+        with pytest.raises(ValueError, match=f"norm_position='{name}' must be one that does: 'post'"):
+            ModelConfig(residual="deepnorm", norm_position=name)
+
+
+def test_connections_say_which_stage_each_sublayer_adds_to_which_stream() -> None:
+    post, parallel = LAYOUTS["post"].connections, LAYOUTS["parallel"].connections
+    assert (post["ffn"].x, post["ffn"].branch, post["ffn"].out) == ("ln1", "ffn.out", "resid_post")
+    assert LAYOUTS["sandwich"].connections["attn"].branch == "ln1_out"  # through its output norm
+    assert parallel["attn"].x == parallel["ffn"].x == "resid_pre"
+    assert parallel["attn"].out == parallel["ffn"].out == "resid_post"
+    assert parallel["attn"].others == ("ffn.out",) and parallel["ffn"].others == ("attn.out",)
+    assert LAYOUTS["parallel_shared"].norms == ("ln1",)
+    assert LAYOUTS["parallel_shared"].sublayer("ffn").reads == "ln1"
+    assert LAYOUTS["parallel"].residuals == ("res1",) and LAYOUTS["pre"].residuals == ("res1", "res2")
+
+
+def test_the_output_is_the_last_steps_stage() -> None:
+    assert {name: layout.output for name, layout in LAYOUTS.items()} == {
+        "post": "ln2", "pre": "resid_post", "sandwich": "resid_post", "parallel": "resid_post",
+        "parallel_shared": "resid_post"}
+
+
+@pytest.mark.parametrize("steps, unknown", [
+    ((Sublayer("attn", "ln1"), Norm("ln1", "resid_pre")), "['ln1']"),  # read before it is computed
+    ((Norm("ln1", "resid_pre"), Sublayer("attn", "ln1"), Sum("out", "resid_pre", ("ffn.out",), "res1")),
+     "['ffn.out']"),
+])
+def test_a_row_that_reads_a_stage_no_earlier_step_computes_is_refused(steps: tuple, unknown: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"reads {unknown}, not computed before it")):
+        Layout("broken", "", "broken: ?", steps, final_norm=True)
