@@ -31,7 +31,7 @@ WIDTHS = (32, 64, 96, 128, 192, 256, 384, 512)
 SHAPES = ((128, 8), (8, 128))
 
 
-def step_fn(model: Transformer, tokens: torch.Tensor):  # noqa: ANN201
+def step_fn(model: Transformer, tokens: torch.Tensor):
     def step() -> None:
         _, loss = model(tokens, targets=tokens)
         loss.backward()
@@ -80,7 +80,7 @@ def width_the_rule_gives(rows: list[dict]) -> int | None:
     """Smallest measured d_model from which every row (every shape, both positions) has
     module/lean >= 1 - LEAN_MAX_TIME_COST; None when even the widest fails."""
     widths = sorted({r["d_model"] for r in rows})
-    cheap = lambda r: r["module_over_lean"] >= 1 - LEAN_MAX_TIME_COST  # noqa: E731
+    cheap = lambda r: r["module_over_lean"] >= 1 - LEAN_MAX_TIME_COST
     ok = {d: all(cheap(r) for r in rows if r["d_model"] == d) for d in widths}
     passing_from = [d for i, d in enumerate(widths) if all(ok[w] for w in widths[i:])]
     return passing_from[0] if passing_from else None

@@ -22,11 +22,11 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
+import torch
 
-from blocklab.nn.generate import GenerationConfig, generate  # noqa: E402
-from blocklab.nn.tokens import pad_batch  # noqa: E402
-from blocklab.weights import load_pretrained  # noqa: E402
+from blocklab.nn.generate import GenerationConfig, generate
+from blocklab.nn.tokens import pad_batch
+from blocklab.weights import load_pretrained
 
 
 def _timed(fn) -> float:

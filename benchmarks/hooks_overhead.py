@@ -162,8 +162,8 @@ def hook_work_per_forward(config: bl.ModelConfig, batch: int) -> tuple[dict[str,
     call, see, observe, active = HookPoint.__call__, HookPoint.see, HookPoint.observe, HookPoint.active
     asked, intervened = block_module.any_attached, block_module.any_intervention
 
-    def counted(name: str, fn):  # noqa: ANN001, ANN202
-        def wrapper(*args):  # noqa: ANN002, ANN202
+    def counted(name: str, fn):
+        def wrapper(*args):
             counts[name] += 1
             return fn(*args)
         return wrapper

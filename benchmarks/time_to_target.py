@@ -141,10 +141,10 @@ def time_to_target(seeds: list[int], rounds: int, dropout: float) -> None:
                 steps[name] = out["steps"]
         b, p = statistics.median(times["blocklab"]), statistics.median(times["plain"])
         rows.append((seed, steps["blocklab"], steps["plain"], b, p))
-        show = lambda s: "-" if s is None else str(s)  # noqa: E731
+        show = lambda s: "-" if s is None else str(s)
         print(f"{seed:>4}  {show(steps['blocklab']):>14}  {show(steps['plain']):>11}  {b:>10.2f}  {p:>8.2f}  "
               f"{b / p:>9.2f}x", flush=True)
-    reached = lambda i: [r[i] if r[i] is not None else tc.steps for r in rows]  # noqa: E731
+    reached = lambda i: [r[i] if r[i] is not None else tc.steps for r in rows]
     ratios = [r[3] / r[4] for r in rows]
     print(f"median steps: blocklab {statistics.median(reached(1)):.0f}, "
           f"plain {statistics.median(reached(2)):.0f}; "

@@ -216,7 +216,7 @@ def _link_to(page: str) -> str:
     return page if current.parent == ROOT / "docs" else f"docs/{page}"
 
 
-def _cog():  # noqa: ANN202 - cog's module object, present while cog runs a page
+def _cog():  # cog's module object, present while cog runs a page
     return sys.modules["cog"]
 
 

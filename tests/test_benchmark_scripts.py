@@ -16,7 +16,7 @@ from blocklab.nn.hooks import HookPoint
 BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
 
 
-def _load(name: str):  # noqa: ANN202
+def _load(name: str):
     spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -42,7 +42,7 @@ def test_hooks_overhead_peer_touches_no_hook_point_and_agrees(fields, grad, monk
     for name in ("__call__", "see", "observe"):
         original = getattr(HookPoint, name)
 
-        def counted(*args, _original=original, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        def counted(*args, _original=original, **kwargs):
             calls["n"] += 1
             return _original(*args, **kwargs)
 

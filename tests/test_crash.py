@@ -30,7 +30,7 @@ TRIALS = 14  # kills per test run
 DELAY_SPREAD = 1.5
 
 
-def _train_config(checkpoint_every: int):  # noqa: ANN202 - TrainConfig, imported lazily
+def _train_config(checkpoint_every: int):  # TrainConfig, imported lazily
     from blocklab.training.loop import TrainConfig
 
     # threads=1, the driver's own count: a forked child that grows torch's OpenMP pool can hang
@@ -54,7 +54,7 @@ def _child(out: Path, checkpoint_every: int) -> None:
     try:
         _run(out, checkpoint_every)
         os._exit(0)
-    except BaseException as error:  # noqa: BLE001 - reported to the driver through the exit status
+    except BaseException as error:  # reported to the driver through the exit status
         print(f"child failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
         os._exit(3)
 

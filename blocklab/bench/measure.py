@@ -94,7 +94,7 @@ class LiveBytes(TorchDispatchMode):
     def _freed(self, key: int) -> None:
         self.live -= self._sizes.pop(key, 0)
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         inputs = {t.untyped_storage()._cdata for t in tree_leaves((args, kwargs)) if isinstance(t, Tensor)}
         for t in tree_leaves(out):

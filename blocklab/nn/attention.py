@@ -92,7 +92,7 @@ class MultiHeadAttention(nn.Module):
     def split_heads(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """(B, T, d_model) each -> (B, h, T, d_k) each: views, no copy."""
         B, T, _ = q.shape
-        heads = lambda y: y.view(B, T, self.n_heads, self.d_k).transpose(1, 2)  # noqa: E731
+        heads = lambda y: y.view(B, T, self.n_heads, self.d_k).transpose(1, 2)
         return self.hook_q(heads(q)), self.hook_k(heads(k)), self.hook_v(heads(v))
 
     def _allowed(

@@ -1,4 +1,5 @@
-"""The input embedding x0 (SPEC section 6): a token part and a position part, and how each is sized.
+"""The input embedding x0 (docs/concepts.md#the-stack): a token part and a position part, and how each
+is sized.
 
     x0  = tok + pos (+ token type)   (then embed_ln for BERT's layout)
     tok = scale * E[token]           E: (vocab, d_model), key ``embed.weight``
@@ -100,7 +101,7 @@ class SinusoidalPositions(nn.Module):
         self.max_seq_len, self.d_model = max_seq_len, d_model
         self.register_buffer("pe", sinusoidal_table(max_seq_len, d_model), persistent=False)
 
-    def _apply(self, fn, recurse=True):  # noqa: ANN001, ANN202 - nn.Module's signature
+    def _apply(self, fn, recurse=True):  # nn.Module's signature
         # .double() etc. would cast the float32 table; rebuild it from float64 at the new dtype
         super()._apply(fn, recurse)
         table = sinusoidal_table(self.max_seq_len, self.d_model, torch.float64)

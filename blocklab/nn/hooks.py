@@ -61,11 +61,11 @@ class _HookFns(list):
         super().extend(fns)
         self._count(len(self) - before)
 
-    def __iadd__(self, fns: Iterable[HookFn]):  # noqa: ANN204
+    def __iadd__(self, fns: Iterable[HookFn]):
         self.extend(fns)
         return self
 
-    def __imul__(self, n: int):  # noqa: ANN204
+    def __imul__(self, n: int):
         before = len(self)
         super().__imul__(n)
         self._count(len(self) - before)
@@ -84,12 +84,12 @@ class _HookFns(list):
         self._count(-len(self))
         super().clear()
 
-    def __delitem__(self, index) -> None:  # noqa: ANN001
+    def __delitem__(self, index) -> None:
         before = len(self)
         super().__delitem__(index)
         self._count(len(self) - before)
 
-    def __setitem__(self, index, value) -> None:  # noqa: ANN001
+    def __setitem__(self, index, value) -> None:
         before = len(self)
         super().__setitem__(index, value)
         self._count(len(self) - before)

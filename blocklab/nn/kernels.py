@@ -76,7 +76,7 @@ def autocast_state(x: Tensor) -> torch.dtype | None:
     return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
 
 
-def _as_forward_ran(ctx, x: Tensor) -> contextlib.AbstractContextManager:  # noqa: ANN001
+def _as_forward_ran(ctx, x: Tensor) -> contextlib.AbstractContextManager:
     """Backward's context: autocast as ``autocast_state`` found it in forward (saved on ``ctx``)."""
     dtype = ctx.autocast
     return contextlib.nullcontext() if dtype is None else torch.autocast(x.device.type, dtype=dtype)
@@ -105,26 +105,26 @@ def layer_norm_backward(
     return rstd * dz, dgamma, g.sum(rows)
 
 
-def _standard_forward(x: Tensor, gamma: Tensor | None, beta: Tensor | None, eps: float):  # noqa: ANN202
+def _standard_forward(x: Tensor, gamma: Tensor | None, beta: Tensor | None, eps: float):
     return torch.native_layer_norm(x, x.shape[-1:], gamma, beta, eps)
 
 
-def _standard_backward(g, x, mean, rstd, gamma, beta, eps):  # noqa: ANN001, ANN202
+def _standard_backward(g, x, mean, rstd, gamma, beta, eps):
     mask = [True, gamma is not None, beta is not None]
     return torch.ops.aten.native_layer_norm_backward(g, x, x.shape[-1:], mean, rstd, gamma, beta, mask)
 
 
-def _rms_forward(x: Tensor, gamma: Tensor | None, beta: Tensor | None, eps: float):  # noqa: ANN202
+def _rms_forward(x: Tensor, gamma: Tensor | None, beta: Tensor | None, eps: float):
     out, rstd = torch.ops.aten._fused_rms_norm(x, x.shape[-1:], gamma, eps)
     return out, None, rstd
 
 
-def _rms_backward(g, x, mean, rstd, gamma, beta, eps):  # noqa: ANN001, ANN202
+def _rms_backward(g, x, mean, rstd, gamma, beta, eps):
     dx, dgamma, _ = layer_norm_backward(g, x, None, rstd, gamma)  # ATen has no CPU kernel for it
     return dx, dgamma, None
 
 
-def _eps_outside_forward(x: Tensor, gamma: Tensor | None, beta: Tensor | None, eps: float):  # noqa: ANN202
+def _eps_outside_forward(x: Tensor, gamma: Tensor | None, beta: Tensor | None, eps: float):
     mean = x.mean(-1, keepdim=True)
     centred = x - mean
     rstd = 1.0 / (centred.square().mean(-1, keepdim=True).sqrt() + eps)  # 1 / (sigma + eps)
@@ -133,7 +133,7 @@ def _eps_outside_forward(x: Tensor, gamma: Tensor | None, beta: Tensor | None, e
     return (out if beta is None else out + beta), mean, rstd
 
 
-def _eps_outside_backward(g, x, mean, rstd, gamma, beta, eps):  # noqa: ANN001, ANN202
+def _eps_outside_backward(g, x, mean, rstd, gamma, beta, eps):
     # sigma == 0 only for a constant row, where z_hat == 0: the clamp keeps 0 * k finite
     k = 1.0 / (1.0 - eps * rstd).clamp_min(torch.finfo(rstd.dtype).tiny)
     dx, dgamma, dbeta = layer_norm_backward(g, x, mean, rstd, gamma, k)
@@ -289,14 +289,14 @@ class NormLinear(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, norm, gamma, beta, bias, *weights):  # noqa: ANN001, ANN205
+    def forward(ctx, x, norm, gamma, beta, bias, *weights):
         z = x if norm is None else norm(x, gamma, beta)[0]
         ctx.norm, ctx.with_bias, ctx.autocast = norm, bias is not None, autocast_state(x)
         ctx.save_for_backward(x, gamma, beta, *weights)
         return _linear_forward(z, weights, bias)
 
     @staticmethod
-    def backward(ctx, *grads):  # noqa: ANN001, ANN205
+    def backward(ctx, *grads):
         x, gamma, beta, *weights = ctx.saved_tensors
         norm = ctx.norm
         with _as_forward_ran(ctx, x):
@@ -331,7 +331,7 @@ class ResidualNormLinear(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, c, wo, bo, alpha, keep_sum, norm, gamma, beta, bias, *weights):  # noqa: ANN001, ANN205
+    def forward(ctx, x, c, wo, bo, alpha, keep_sum, norm, gamma, beta, bias, *weights):
         s = _residual(x, c, wo, bo, alpha)
         z = norm(s, gamma, beta)[0]
         ctx.alpha, ctx.keep_sum, ctx.norm, ctx.with_bias = alpha, keep_sum, norm, bias is not None
@@ -343,7 +343,7 @@ class ResidualNormLinear(torch.autograd.Function):
         return s, z, *h
 
     @staticmethod
-    def backward(ctx, gs, gz, *ghs):  # noqa: ANN001, ANN205
+    def backward(ctx, gs, gz, *ghs):
         kept, c, wo, bo, gamma, beta, *weights = ctx.saved_tensors
         with _as_forward_ran(ctx, kept):
             s = kept if ctx.keep_sum else _residual(kept, c, wo, bo, ctx.alpha)  # recompute, bit for bit
@@ -369,14 +369,14 @@ class ActLinear(torch.autograd.Function):
     recomputed in backward for dW, act'(h) for dh."""
 
     @staticmethod
-    def forward(ctx, act, weight, bias, *h):  # noqa: ANN001, ANN205
+    def forward(ctx, act, weight, bias, *h):
         a = act.forward(*h)
         ctx.act, ctx.with_bias, ctx.autocast = act, bias is not None, autocast_state(h[0])
         ctx.save_for_backward(weight, *((a,) if act.saves_output else h))
         return F.linear(a, weight, bias)
 
     @staticmethod
-    def backward(ctx, g):  # noqa: ANN001, ANN205
+    def backward(ctx, g):
         weight, *saved = ctx.saved_tensors
         act = ctx.act
         with _as_forward_ran(ctx, weight):
@@ -392,13 +392,13 @@ class LayerNormFunction(torch.autograd.Function):
     """LN(x) saving only x (the statistics are recomputed in backward)."""
 
     @staticmethod
-    def forward(ctx, x, norm, gamma, beta):  # noqa: ANN001, ANN205
+    def forward(ctx, x, norm, gamma, beta):
         ctx.norm, ctx.autocast = norm, autocast_state(x)
         ctx.save_for_backward(x, gamma, beta)
         return norm(x, gamma, beta)[0]
 
     @staticmethod
-    def backward(ctx, g):  # noqa: ANN001, ANN205
+    def backward(ctx, g):
         x, gamma, beta = ctx.saved_tensors
         with _as_forward_ran(ctx, x):
             dx, dgamma, dbeta = ctx.norm.grad(g, x, ctx.norm(x, gamma, beta), gamma, beta)

@@ -46,7 +46,7 @@ class Transformer(HookedModule):
         self.embed = build_token_embedding(c)
         self.pos = build_positions(c)
         self.token_type = nn.Embedding(c.type_vocab_size, c.d_model) if c.type_vocab_size else None
-        norm = lambda: build_norm(c.norm, c.d_model, c.eps, c.bias, fused=c.components_fused)  # noqa: E731
+        norm = lambda: build_norm(c.norm, c.d_model, c.eps, c.bias, fused=c.components_fused)
         self.embed_ln = norm() if c.embed_norm else NoNorm()
         self.drop = nn.Dropout(c.dropout) if c.dropout > 0 else nn.Identity()
         self.blocks = nn.ModuleList(TransformerBlock(c) for _ in range(c.n_layers))

@@ -144,7 +144,7 @@ class NoNorm(nn.Module):
 
 
 def build_norm(
-    norm: str, d_model: int, eps: float, bias: bool, device=None, dtype=None, fused: bool = True  # noqa: ANN001
+    norm: str, d_model: int, eps: float, bias: bool, device=None, dtype=None, fused: bool = True
 ) -> nn.Module:
     """The norm a config names: a LayerNorm variant, BatchNorm, or ``NoNorm`` for "none"."""
     if norm == "none":

@@ -438,7 +438,7 @@ class _Run:
         if self.folder is not None:
             try:
                 found = self._claim_folder(resume, overwrite)
-            except Exception as error:  # noqa: BLE001 - re-raised below, after telling the other ranks
+            except Exception as error:  # re-raised below, after telling the other ranks
                 failure = error
         message, found = self.procs.share((None if failure is None else str(failure), found))
         if failure is not None:
@@ -452,7 +452,7 @@ class _Run:
             gpu = [self.device] if self.device.type == "cuda" else None
             self.ddp = DistributedDataParallel(self.model, device_ids=gpu)
         if self.folder is not None:
-            self.metrics_file = open(self.folder / METRICS, "a")  # noqa: SIM115 - closed in __exit__
+            self.metrics_file = open(self.folder / METRICS, "a")  # closed in __exit__
 
     def _claim_folder(self, resume: bool, overwrite: bool) -> str | None:
         """Claim and lock the folder (files.folders.claim_folder), check or write config.json; the

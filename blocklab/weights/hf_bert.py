@@ -49,17 +49,18 @@ LAYER = {
 }
 EMBEDDINGS = {"word_embeddings": "embed", "position_embeddings": "pos", "token_type_embeddings": "token_type"}
 
-# What blocklab must be set to for BERT's layout (export checks these).
-LAYOUT = dict(norm_position="post", norm="standard", residual="add", bias=True, causal=False,
-              pos_encoding="learned", embed_norm=True, final_norm=False, tie_embeddings=True,
-              embed_scale="none")  # x0 = LayerNorm(word + position + token_type): no factor
+# The config fields BERT's architecture fixes (import sets them, export checks them).
+ARCHITECTURE = dict(
+    norm_position="post", norm="standard", residual="add", bias=True, causal=False,
+    pos_encoding="learned", embed_norm=True, final_norm=False, tie_embeddings=True,
+    embed_scale="none")  # x0 = LayerNorm(word + position + token_type): no factor
 # How BERT initialises its tables (initializer_range): imported configs say so.
 INIT = dict(embed_std=0.02)
 
 
 def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
     """ModelConfig from a BERT config.json."""
-    get = lambda name: hf_value(hf, DEFAULTS, name)  # noqa: E731
+    get = lambda name: hf_value(hf, DEFAULTS, name)
     require(hf, DEFAULTS, "position_embedding_type", ("absolute",))
     require(hf, DEFAULTS, "is_decoder", (False,))
     require(hf, DEFAULTS, "add_cross_attention", (False,))
@@ -68,13 +69,14 @@ def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
         vocab_size=get("vocab_size"), max_seq_len=get("max_position_embeddings"), d_model=get("hidden_size"),
         n_heads=get("num_attention_heads"), n_layers=get("num_hidden_layers"), d_ff=get("intermediate_size"),
         activation=ACTIVATIONS[act], eps=float(get("layer_norm_eps")),
-        dropout=float(get("hidden_dropout_prob")), type_vocab_size=get("type_vocab_size"), **LAYOUT, **INIT,
+        dropout=float(get("hidden_dropout_prob")), type_vocab_size=get("type_vocab_size"),
+        **ARCHITECTURE, **INIT,
     )
 
 
 def hf_config(config: ModelConfig, tokenizer: HFTokenizer | None = None) -> dict[str, Any]:
     """config.json for ``transformers.BertModel``."""
-    check_exportable(config, "BERT", LAYOUT)
+    check_exportable(config, "BERT", ARCHITECTURE)
     if config.type_vocab_size < 1:
         raise PretrainedError("this model has no BERT layout: ModelConfig type_vocab_size=0 (needs >= 1)")
     c = config

@@ -88,7 +88,7 @@ def read_config(folder: Path) -> dict[str, Any]:
 def _read_safetensors(path: Path) -> dict[str, Tensor]:
     try:
         with safe_open(str(path), framework="pt") as f:
-            return {key: f.get_tensor(key) for key in f.keys()}  # noqa: SIM118 - not a dict
+            return {key: f.get_tensor(key) for key in f.keys()}  # not a dict
     except (SafetensorError, OSError, ValueError) as error:
         problem = f"not a readable safetensors file ({error}); truncated or corrupt?"
         raise PretrainedError(f"{path}: {problem}") from None

@@ -37,17 +37,18 @@ ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu"
 LAYER_NORMS = {"ln_1": "ln1", "ln_2": "ln2"}
 LAYER_CONV1D = {"attn.c_proj": "attn.o", "mlp.c_fc": "ffn.w1", "mlp.c_proj": "ffn.w2"}
 
-# What blocklab must be set to for GPT-2's layout (export checks these).
-LAYOUT = dict(norm_position="pre", norm="standard", residual="add", bias=True, causal=True,
-              pos_encoding="learned", embed_norm=False, final_norm=True, type_vocab_size=0,
-              embed_scale="none")  # x0 = wte[t] + wpe[p]: no factor on the token rows
+# The config fields GPT-2's architecture fixes (import sets them, export checks them).
+ARCHITECTURE = dict(
+    norm_position="pre", norm="standard", residual="add", bias=True, causal=True,
+    pos_encoding="learned", embed_norm=False, final_norm=True, type_vocab_size=0,
+    embed_scale="none")  # x0 = wte[t] + wpe[p]: no factor on the token rows
 # How transformers initialises GPT2Model's tables (initializer_range): imported configs say so.
 INIT = dict(embed_std=0.02)
 
 
 def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
     """ModelConfig from a GPT-2 config.json."""
-    get = lambda name: hf_value(hf, DEFAULTS, name)  # noqa: E731
+    get = lambda name: hf_value(hf, DEFAULTS, name)
     require(hf, DEFAULTS, "scale_attn_weights", (True,))
     require(hf, DEFAULTS, "scale_attn_by_inverse_layer_idx", (False,))
     require(hf, DEFAULTS, "add_cross_attention", (False,))
@@ -57,13 +58,13 @@ def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
         vocab_size=get("vocab_size"), max_seq_len=get("n_positions"), d_model=d_model, n_heads=get("n_head"),
         n_layers=get("n_layer"), d_ff=get("n_inner") or 4 * d_model, activation=ACTIVATIONS[act],
         eps=float(get("layer_norm_epsilon")), dropout=float(get("resid_pdrop")),
-        tie_embeddings=get("tie_word_embeddings"), **LAYOUT, **INIT,
+        tie_embeddings=get("tie_word_embeddings"), **ARCHITECTURE, **INIT,
     )
 
 
 def hf_config(config: ModelConfig, tokenizer: HFTokenizer | None = None) -> dict[str, Any]:
     """config.json for ``transformers.GPT2LMHeadModel``."""
-    check_exportable(config, "GPT-2", LAYOUT)
+    check_exportable(config, "GPT-2", ARCHITECTURE)
     c = config
     eos = tokenizer.eos_id if tokenizer else None
     return {

@@ -65,7 +65,7 @@ def test_unfused_pre_norm_block_saves_its_hand_count() -> None:
 def test_live_bytes_counts_new_storages_until_they_are_freed() -> None:
     with LiveBytes() as live:
         a = torch.ones(1000)  # 4000 bytes
-        view = a[:10]  # noqa: F841 - a view: no new memory
+        view = a[:10]  # a view: no new memory
         b = a * 2  # 4000 more
         assert live.live == 8000
         del a, view

@@ -203,7 +203,7 @@ def test_debug_anywhere_shows_the_traceback(capsys) -> None:
     ],
 )
 def test_failures_that_are_not_usage_mistakes(error, status, expected, monkeypatch, capsys) -> None:
-    def fail(config):  # noqa: ANN001, ANN202 - stands in for count_parameters, which cmd_params calls
+    def fail(config):  # stands in for count_parameters, which cmd_params calls
         raise error
 
     monkeypatch.setattr("blocklab.nn.params.count_parameters", fail)

@@ -130,7 +130,7 @@ def test_detector_does_not_change_the_numbers(model_and_batch) -> None:
 # ---- the trainer under --detect-nonfinite --------------------------------------------------------
 
 
-def _train_tiny(out: Path, callbacks=(), **train_fields):  # noqa: ANN202 - TrainResult
+def _train_tiny(out: Path, callbacks=(), **train_fields):  # TrainResult
     from blocklab.tasks import get_task
     from blocklab.training.loop import TrainConfig, train
 
@@ -158,7 +158,7 @@ def test_nan_mid_training_stops_at_its_stage_and_checkpoints_the_last_good_weigh
         x[2, 1, 40] = float("nan")
         return x
 
-    def inject_after_step_3(ctx) -> None:  # noqa: ANN001 - StepContext
+    def inject_after_step_3(ctx) -> None:  # StepContext
         if ctx.step == 3:  # from step 4 on, the FFN pre-activation of layer 1 carries a NaN
             hook_points(ctx.model)["blocks.1.ffn.hidden"].fns.append(poison)
 
@@ -179,7 +179,7 @@ def test_nan_mid_training_stops_at_its_stage_and_checkpoints_the_last_good_weigh
 def test_nonfinite_weights_after_an_update_keep_the_previous_checkpoint(tmp_path: Path) -> None:
     from blocklab.training.loop import TrainingDiverged
 
-    def poison_weight(ctx) -> None:  # noqa: ANN001 - StepContext
+    def poison_weight(ctx) -> None:  # StepContext
         if ctx.step == 3:
             with torch.no_grad():
                 ctx.model.blocks[1].ffn.w2.weight[0, 5] = float("nan")

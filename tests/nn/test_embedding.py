@@ -89,7 +89,7 @@ def test_position_ids_pick_the_rows_of_the_position_code(pos_encoding: str) -> N
     _, cache = model.run_with_cache(tokens, position_ids=ids, names=["pos", "embed"])
     d = 16
     if pos_encoding == "sinusoidal":
-        angle = lambda p, j: p / 10000 ** ((j - j % 2) / d)  # noqa: E731 - PE[p, 2i], PE[p, 2i+1]
+        angle = lambda p, j: p / 10000 ** ((j - j % 2) / d)  # PE[p, 2i], PE[p, 2i+1]
         rows = [[math.sin(angle(p, j)) if j % 2 == 0 else math.cos(angle(p, j)) for j in range(d)]
                 for p in range(12)]
         table = torch.tensor(rows, dtype=torch.float64)

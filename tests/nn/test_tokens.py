@@ -13,15 +13,15 @@ from pathlib import Path
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may come from a hub
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
-import blocklab as bl  # noqa: E402
-from blocklab.nn.tokens import pad_batch  # noqa: E402
-from blocklab.tasks import get_task  # noqa: E402
-from blocklab.tasks.vocab import Tokenizer  # noqa: E402
-from blocklab.weights import load_pretrained, resolve_model_dir  # noqa: E402
-from blocklab.weights.hf_tokenizer import tokenizer_from_spec  # noqa: E402
+import blocklab as bl
+from blocklab.nn.tokens import pad_batch
+from blocklab.tasks import get_task
+from blocklab.tasks.vocab import Tokenizer
+from blocklab.weights import load_pretrained, resolve_model_dir
+from blocklab.weights.hf_tokenizer import tokenizer_from_spec
 
 transformers = pytest.importorskip("transformers")
 

@@ -19,7 +19,7 @@ def test_padded_listops_answers_lengths_and_disjoint_splits():
     assert isinstance(task, PaddedListOpsTask) and task.seq_len == 10
     train_split, test = task.split("train"), task.split("test")
     pad = task.tokenizer.pad_id
-    rows = lambda d: {tuple(r) for r in d.inputs.tolist()}  # noqa: E731
+    rows = lambda d: {tuple(r) for r in d.inputs.tolist()}
     assert not rows(train_split) & rows(test) and len(rows(test)) == 50
     lengths = set()
     for inputs, targets in zip(test.inputs.tolist(), test.targets.tolist(), strict=True):

@@ -245,7 +245,7 @@ def test_metadata_of_the_wrong_shape_is_refused_in_one_line(
     from safetensors import safe_open
 
     with safe_open(str(good), "pt") as f:
-        metadata, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - not a dict
+        metadata, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}  # not a dict
     save_file(tensors, good, {**metadata, key: value})
     _refused(good, fragment)
 

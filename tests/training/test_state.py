@@ -96,7 +96,7 @@ def test_an_optimizer_file_without_its_digest_is_refused_like_a_model_file(step4
     path = step4 / "optimizer.safetensors"
     with safe_open(str(path), framework="pt") as f:
         metadata = {k: v for k, v in f.metadata().items() if k != "sha256"}
-        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - not a dict
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # not a dict
     save_file(tensors, str(path), metadata=metadata)
     model = load_checkpoint(step4 / "model.safetensors").model
     with pytest.raises(ValueError, match="optimizer.safetensors: has no sha256 digest"):

@@ -119,7 +119,7 @@ def test_checkpoint_metadata(sandbox: Sandbox, data: st.DataObject, key: str) ->
     metadata = _metadata(path)
     valid = json.loads(metadata[key]) if isinstance(json.loads(metadata[key]), dict) else {"kind": "vocab"}
     with safe_open(str(path), "pt") as f:
-        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - not a dict
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # not a dict
     save_file(tensors, str(path), {**metadata, key: data.draw(file_texts(valid))})
     one_line_or_result(lambda: load_checkpoint(path))
     assert sandbox.untouched()

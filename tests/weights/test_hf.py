@@ -16,14 +16,14 @@ from pathlib import Path
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may come from a hub
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from safetensors.torch import load_file, save_file  # noqa: E402
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
 
-from blocklab.cli import main  # noqa: E402
-from blocklab.training.checkpoint import load_checkpoint  # noqa: E402
-from blocklab.weights import (  # noqa: E402
+from blocklab.cli import main
+from blocklab.training.checkpoint import load_checkpoint
+from blocklab.weights import (
     HFTokenizer,
     PretrainedError,
     load_pretrained,
@@ -31,8 +31,8 @@ from blocklab.weights import (  # noqa: E402
     resolve_model_dir,
     save_pretrained,
 )
-from blocklab.weights.hf_tokenizer import tokenizer_from_spec  # noqa: E402
-from blocklab.weights.sentence import sentence_embeddings  # noqa: E402
+from blocklab.weights.hf_tokenizer import tokenizer_from_spec
+from blocklab.weights.sentence import sentence_embeddings
 
 transformers = pytest.importorskip("transformers")
 

@@ -15,15 +15,15 @@ from pathlib import Path
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may come from a hub
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from safetensors.torch import save_file  # noqa: E402
+import pytest
+import torch
+from safetensors.torch import save_file
 
-import blocklab  # noqa: E402
-from blocklab.cli import main  # noqa: E402
-from blocklab.tasks import get_task  # noqa: E402
-from blocklab.training.loop import TrainConfig, train  # noqa: E402
-from blocklab.weights.load import ACCEPTED, Loaded, import_model, load, locate  # noqa: E402
+import blocklab
+from blocklab.cli import main
+from blocklab.tasks import get_task
+from blocklab.training.loop import TrainConfig, train
+from blocklab.weights.load import ACCEPTED, Loaded, import_model, load, locate
 
 transformers = pytest.importorskip("transformers")
 

@@ -79,7 +79,7 @@ def verdict(m: Numbers) -> Verdict:
     """m: {"relu": {"accuracy": [per seed], "eval_loss": [...]}, "gelu": {...}, "time_ratio": gelu/relu}."""
     relu, gelu = m["relu"], m["gelu"]
     # a diverged run's loss is None: it counts as infinitely bad
-    loss = lambda xs: statistics.fmean(x if x is not None else float("inf") for x in xs)  # noqa: E731
+    loss = lambda xs: statistics.fmean(x if x is not None else float("inf") for x in xs)
     return from_checks(
         [
             (

@@ -78,7 +78,7 @@ def invariance(p: dict[str, Any], setup: Setup) -> dict[str, dict[str, float]]:
 def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
     """Invariance of a sequence's output (at init) and accuracy per batch setting for both norms."""
     settings = [str(b) for b in p["batch_sizes"]] + ["padded"]
-    label = lambda s: f"b{s}" if s.isdigit() else s  # noqa: E731
+    label = lambda s: f"b{s}" if s.isdigit() else s
     acc = {
         norm: {s: accuracy(results, f"{NAME}/{setup.name}/{norm}/{label(s)}") for s in settings}
         for norm in NORMS

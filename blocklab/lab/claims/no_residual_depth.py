@@ -45,7 +45,7 @@ def runs(p: dict[str, Any], setup: Setup) -> list[RunSpec]:
 
 def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
     """Accuracy reached at the budget, per depth, with and without residuals; the curves."""
-    key = lambda res, d: f"{NAME}/{setup.name}/{res}/L{d}"  # noqa: E731
+    key = lambda res, d: f"{NAME}/{setup.name}/{res}/L{d}"
     return {
         "depths": p["depths"],
         **{res: [accuracy(results, key(res, d)) for d in p["depths"]] for res in RESIDUALS},

@@ -64,7 +64,7 @@ def verdict(m: Numbers) -> Verdict:
 
 def headline(m: Numbers) -> str:
     """Growth per depth, post and pre."""
-    fmt = lambda xs: " ".join(f"{x:.2f}" for x in xs)  # noqa: E731
+    fmt = lambda xs: " ".join(f"{x:.2f}" for x in xs)
     return f"growth at depth {' '.join(map(str, m['depths']))}: post {fmt(m['post'])}, pre {fmt(m['pre'])}"
 
 

@@ -51,7 +51,7 @@ def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
 def verdict(m: Numbers) -> Verdict:
     """m: {"init": [fraction <= 0 per layer], "trained": [...]}."""
     low, high = HALF
-    half = lambda xs: all(low <= x <= high for x in xs)  # noqa: E731
+    half = lambda xs: all(low <= x <= high for x in xs)
     return from_checks(
         [
             (

@@ -98,7 +98,7 @@ def run_claims(
         else None
         for c in claims
     }
-    advance: Callable[[str], None] = lambda name: bar.advance(bars[name]) if bar else None  # noqa: E731
+    advance: Callable[[str], None] = lambda name: bar.advance(bars[name]) if bar else None
     all_specs = sorted((s for ss in specs.values() for s in ss), key=_cost, reverse=True)
     results: dict[str, dict[str, Any]] = {}
     measured: dict[tuple[str, str], Numbers] = {}
@@ -109,7 +109,7 @@ def run_claims(
     def train_all() -> None:
         try:
             results.update(run_many(all_specs, jobs, lambda spec, _: advance(spec.key.split("/")[0])))
-        except BaseException as error:  # noqa: BLE001 - re-raised in the calling thread below
+        except BaseException as error:  # re-raised in the calling thread below
             failure.append(error)
 
     def measure(claim: Claim) -> None:
