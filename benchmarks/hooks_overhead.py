@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 import blocklab as bl
+from blocklab.nn import block as block_module
 from blocklab.nn.attention import MultiHeadAttention
 from blocklab.nn.block import TransformerBlock
 from blocklab.nn.feedforward import FeedForward
@@ -35,14 +36,20 @@ HOOK_CHECKS = ("any_attached", "any_intervention")  # blocklab.nn.hooks' "is a h
 
 
 class _StripHooks(ast.NodeTransformer):
-    """``self.hook_x(e)`` -> ``e``; ``self.hook_x.observe(...)`` and ``self.hook_x.see(...)`` (a stage
-    shown to observers only) -> ``None``; ``self.hook_x.active``, ``any_attached(...)``,
-    ``any_intervention(...)`` and ``any(... p.fns ...)`` (is a hook attached?) -> ``False``."""
+    """``self.hook_x(e)`` (also ``block.hook_x(e)`` and ``getattr(block, f"hook_{...}")(e)``) -> ``e``;
+    ``self.hook_x.observe(...)`` and ``self.hook_x.see(...)`` (a stage shown to observers only) ->
+    ``None``; ``self.hook_x.active``, ``any_attached(...)``, ``any_intervention(...)`` and
+    ``any(... p.fns ...)`` (is a hook attached?) -> ``False``."""
 
     @staticmethod
     def _is_hook(node: ast.AST) -> bool:
-        return (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-                and node.value.id == "self" and node.attr.startswith("hook_"))
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            return node.attr.startswith("hook_")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" \
+                and len(node.args) == 2 and isinstance(node.args[1], ast.JoinedStr):
+            head = node.args[1].values[0]
+            return isinstance(head, ast.Constant) and str(head.value).startswith("hook_")
+        return False
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         if self._is_hook(node.func) and len(node.args) == 1 and not node.keywords:
@@ -66,18 +73,24 @@ class _StripHooks(ast.NodeTransformer):
         return self.generic_visit(node)
 
 
-def _strip(cls: type, name: str, fn: Callable) -> Callable:
-    """``fn`` (a method of ``cls``) recompiled from its source without hooks; ``fn`` itself when it
-    touches none."""
+def _strip(where: str, name: str, fn: Callable, names: dict | None = None) -> Callable:
+    """``fn`` (a method or function) recompiled from its source without hooks, its global ``names``
+    replaced; ``fn`` itself when it touches none."""
     source = inspect.getsource(fn)
     if not any(word in source for word in ("hook_", ".fns", *HOOK_CHECKS)):
         return fn
     tree = _StripHooks().visit(ast.parse(textwrap.dedent(source)))
     tree.body[0].decorator_list = []  # @property: re-applied by the caller
     namespace: dict = {}
-    exec(compile(ast.fix_missing_locations(tree), f"<{cls.__name__}.{name} without hooks>", "exec"),
-         fn.__globals__, namespace)
+    exec(compile(ast.fix_missing_locations(tree), f"<{where}.{name} without hooks>", "exec"),
+         {**fn.__globals__, **(names or {})}, namespace)
     return namespace[name]
+
+
+# The block's module path runs its layout's steps through block_module.STEPS, and its lean path is one of
+# block_module.LEAN_PATHS: functions of the block, stripped here like its methods.
+PLAIN_STEPS = {kind: _strip("block", fn.__name__, fn) for kind, fn in block_module.STEPS.items()}
+PLAIN_LEAN = {layout: _strip("block", fn.__name__, fn) for layout, fn in block_module.LEAN_PATHS.items()}
 
 
 def _without_hooks(cls: type) -> type:
@@ -86,9 +99,9 @@ def _without_hooks(cls: type) -> type:
     methods: dict = {}
     for name, member in vars(cls).items():
         if inspect.isfunction(member) and name != "__init__":
-            methods[name] = _strip(cls, name, member)
+            methods[name] = _strip(cls.__name__, name, member, {"STEPS": PLAIN_STEPS})
         elif isinstance(member, property) and member.fset is None:
-            methods[name] = property(_strip(cls, name, member.fget))
+            methods[name] = property(_strip(cls.__name__, name, member.fget))
     return type(f"{cls.__name__}WithoutHooks", (cls,), methods)
 
 
@@ -101,10 +114,8 @@ def without_hooks(model: Transformer) -> Transformer:
     for module in plain.modules():
         if type(module) in PLAIN:
             module.__class__ = PLAIN[type(module)]
-        if isinstance(module, TransformerBlock):  # re-bind the wirings chosen at construction
-            module._module_path = getattr(module, module._module_path.__func__.__name__)
-            if module._lean_path is not None:
-                module._lean_path = getattr(module, module._lean_path.__func__.__name__)
+        if isinstance(module, TransformerBlock) and module._lean_path is not None:  # chosen at construction
+            module._lean_path = PLAIN_LEAN[module.config.norm_position]
     return plain
 
 
@@ -153,8 +164,6 @@ def hook_work_per_forward(config: bl.ModelConfig, batch: int) -> tuple[dict[str,
     """How often one unused forward calls a hook point (``__call__``, or ``see``/``observe`` on the
     lean path), reads ``.active`` and asks ``any_attached``/``any_intervention`` (counted by wrapping
     them for one forward), and what each costs alone (timeit, seconds)."""
-    from blocklab.nn import block as block_module
-
     torch.manual_seed(0)
     model = Transformer(config).eval()
     tokens = torch.randint(0, config.vocab_size, (batch, config.max_seq_len))

@@ -39,7 +39,7 @@ from .config import ModelConfig
 from .feedforward import FeedForward
 from .hooks import HookPoint, any_attached, any_intervention, hook_points, name_hook_points
 from .kernels import norm_linear, residual_norm_linear, residual_sum
-from .layouts import LAYOUTS, Norm, Step, Sublayer, Sum
+from .layouts import LAYOUTS, Norm, Sublayer, Sum
 from .norms import build_norm
 
 # each sublayer's own stages, in its forward order (the layout names the sublayer, the module its stages)
@@ -117,7 +117,6 @@ class TransformerBlock(HookedModule):
             if not isinstance(step, Sublayer):  # a sublayer's stages are its own hook points
                 setattr(self, f"hook_{step.name}", HookPoint())
         self.keep_residual = c.keep_residual  # the lean path's speed mode (kernels.py ledger)
-        self._steps = [self._bind(step) for step in self.layout.steps]
         self._lean_path = LEAN_PATHS[c.norm_position] if c.uses_lean_path else None
         name_hook_points(self)
         self._points = list(hook_points(self).values())
@@ -128,33 +127,12 @@ class TransformerBlock(HookedModule):
 
     # -- the module path: the layout's steps, every stage a tensor ------------------------------
 
-    def _bind(self, step: Step) -> Callable[[dict[str, Tensor], Tensor | None, Tensor | None, KVCache | None],
-                                           Tensor]:
-        """The step as a function of the stages computed so far, (mask, pad, KV cache) -> its stage."""
-        if isinstance(step, Norm):
-            norm, hook = getattr(self, step.name), getattr(self, f"hook_{step.name}")
-            return lambda stages, mask, pad, cache: hook(norm(stages[step.reads], pad))
-        if isinstance(step, Sum):
-            combine, hook = getattr(self, step.residual), getattr(self, f"hook_{step.name}")
-            first, *rest = step.branches
-
-            def total(stages: dict[str, Tensor], mask: Tensor | None, pad: Tensor | None,
-                      cache: KVCache | None) -> Tensor:
-                branch = stages[first]
-                for other in rest:  # the parallel block: the branches' sum, in the layout's order
-                    branch = branch + stages[other]
-                return hook(combine(stages[step.x], branch))
-
-            return total
-        if step.name == "attn":
-            return lambda stages, mask, pad, cache: self.attn(stages[step.reads], mask, cache)
-        return lambda stages, mask, pad, cache: self.ffn(stages[step.reads])
-
     def _module_path(self, x: Tensor, mask: Tensor | None, cache: KVCache | None = None) -> Tensor:
         stages = {"resid_pre": self.hook_resid_pre(x)}  # stage name -> tensor, filled in forward order
         pad = _positions(mask, x)
-        for step, run in zip(self.layout.steps, self._steps, strict=True):
-            stages[step.out if isinstance(step, Sublayer) else step.name] = run(stages, mask, pad, cache)
+        for step in self.layout.steps:
+            stage, value = STEPS[type(step)](self, step, stages, mask, pad, cache)
+            stages[stage] = value
         return stages[self.layout.output]
 
     # -- which path -----------------------------------------------------------------------------
@@ -178,6 +156,34 @@ class TransformerBlock(HookedModule):
 
     def _run(self, x: Tensor, mask: Tensor | None, cache: KVCache | None, lean: bool) -> Tensor:
         return self._lean_path(self, x, mask) if lean else self._module_path(x, mask, cache)
+
+
+# ---- the module path's steps: a function per kind of step, (block, step, stages so far) -> stage --
+# Module-level functions of the block (not closures over it), so a copied block runs its own modules.
+
+
+def _norm(block: TransformerBlock, step: Norm, stages: dict[str, Tensor], mask: Tensor | None,
+          pad: Tensor | None, cache: KVCache | None) -> tuple[str, Tensor]:
+    return step.name, getattr(block, f"hook_{step.name}")(getattr(block, step.name)(stages[step.reads], pad))
+
+
+def _sublayer(block: TransformerBlock, step: Sublayer, stages: dict[str, Tensor], mask: Tensor | None,
+              pad: Tensor | None, cache: KVCache | None) -> tuple[str, Tensor]:
+    x = stages[step.reads]
+    return step.out, block.attn(x, mask, cache) if step.name == "attn" else block.ffn(x)
+
+
+def _sum(block: TransformerBlock, step: Sum, stages: dict[str, Tensor], mask: Tensor | None,
+         pad: Tensor | None, cache: KVCache | None) -> tuple[str, Tensor]:
+    first, *rest = step.branches
+    branch = stages[first]
+    for other in rest:  # the parallel block: the branches' sum, in the layout's order
+        branch = branch + stages[other]
+    total = getattr(block, step.residual)(stages[step.x], branch)
+    return step.name, getattr(block, f"hook_{step.name}")(total)
+
+
+STEPS: dict[type, Callable[..., tuple[str, Tensor]]] = {Norm: _norm, Sublayer: _sublayer, Sum: _sum}
 
 
 # ---- the lean paths: the kernels of kernels.py, same forward values ------------------------------

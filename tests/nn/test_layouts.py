@@ -6,13 +6,16 @@ The block built from each row is checked against a float64 hand forward in tests
 
 from __future__ import annotations
 
+import copy
 import re
 
 import pytest
+import torch
 
 from blocklab.nn.block import LEAN_PATHS
 from blocklab.nn.config import LEAN_NORM_POSITIONS, NORM_POSITIONS, ModelConfig
 from blocklab.nn.layouts import LAYOUTS, Layout, Norm, Sublayer, Sum
+from blocklab.nn.model import Transformer
 
 
 def test_every_layout_marked_lean_has_a_registered_lean_path_and_no_other_does() -> None:
@@ -61,3 +64,18 @@ def test_the_output_is_the_last_steps_stage() -> None:
 def test_a_row_that_reads_a_stage_no_earlier_step_computes_is_refused(steps: tuple, unknown: str) -> None:
     with pytest.raises(ValueError, match=re.escape(f"reads {unknown}, not computed before it")):
         Layout("broken", "", "broken: ?", steps, final_norm=True)
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_a_copied_block_runs_its_own_modules(name: str) -> None:
+    """The module path's steps are functions of the block they are given, not closures over the block
+    that built them: a deep copy, changed, computes with its own weights (and dtype)."""
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(norm_position=name, d_model=16, n_heads=2, d_ff=32)).eval()
+    tokens = torch.randint(0, 18, (2, 8))
+    twin = copy.deepcopy(model).double()
+    with torch.no_grad():
+        torch.testing.assert_close(twin(tokens), model(tokens).double(), rtol=1e-5, atol=1e-5)
+        for p in twin.blocks.parameters():
+            p.mul_(1.5)
+        assert not torch.allclose(twin(tokens), model(tokens).double(), atol=1e-3)

@@ -2,7 +2,7 @@
 network, multi-head attention, parameter counts).
 
 Exact: parameters of the built modules (GPT-2 built on the meta device) against the analytic
-count (blocklab.nn.params) and the published figure.
+count (blocklab.count_parameters) and the published figure.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ CLAIM = Claim(
         "GPT-2 small has 124,439,808 parameters with its head tied to the token embedding.",
     ),
     method="Parameters of the built modules (GPT-2 built on the meta device) against the analytic count "
-    "(blocklab.nn.params) and the published figure.",
+    "(blocklab.count_parameters) and the published figure.",
     setups=(Setup("exact", "exact", "counting: nothing about it can be confounded"),),
     quick={},
     full={},
