@@ -14,8 +14,8 @@ import argparse
 import os
 import statistics
 
-from blocklab.bench.measure import time_rounds, within_round_ratios
 from blocklab.bench.runner import BOOTSTRAP, PEERS, Shape, blocklab_candidate, make_input, train_step
+from blocklab.bench.stats import time_rounds, within_round_ratios
 
 
 def main() -> None:

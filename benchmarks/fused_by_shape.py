@@ -23,7 +23,8 @@ import statistics
 import torch
 
 from blocklab import ModelConfig, Transformer
-from blocklab.bench.measure import median_ratio, saved_activations, time_rounds
+from blocklab.bench.memory import saved_activations
+from blocklab.bench.stats import median_ratio, time_rounds
 from blocklab.nn.config import LEAN_MAX_TIME_COST, LEAN_MIN_D_MODEL
 
 WIDTHS = (32, 64, 96, 128, 192, 256, 384, 512)

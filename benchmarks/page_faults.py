@@ -39,9 +39,9 @@ from typing import Any
 import torch
 
 from blocklab.bench.blocks import build_candidates, make_input, train_step
-from blocklab.bench.measure import within_round_ratios
 from blocklab.bench.report import ratio_text, shape_text
 from blocklab.bench.runner import BOOTSTRAP, PEERS, VARIANTS, Shape, compare, speed_ratios
+from blocklab.bench.stats import within_round_ratios
 
 SETTINGS: dict[str, dict[str, str]] = {
     "default": {},

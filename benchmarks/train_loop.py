@@ -16,7 +16,7 @@ import statistics
 import torch
 
 import blocklab as bl
-from blocklab.bench.measure import median_ratio, time_rounds
+from blocklab.bench.stats import median_ratio, time_rounds
 from blocklab.tasks import get_task
 from blocklab.training.loop import TrainConfig, train
 

@@ -70,16 +70,8 @@ from .blocks import (
     matmul_probe,
     train_step,
 )
-from .measure import (
-    NOT_MET,
-    Bootstrap,
-    decide,
-    saved_activations,
-    saved_by,
-    step_memory,
-    time_rounds,
-    within_round_ratios,
-)
+from .memory import saved_activations, saved_by, step_memory
+from .stats import NOT_MET, Bootstrap, decide, time_rounds, within_round_ratios
 
 FORMAT, VERSION = "blocklab-bench", 3  # the JSON layout: schema.json
 BOOTSTRAP = Bootstrap()  # 95%, 10,000 resamples, seed 0

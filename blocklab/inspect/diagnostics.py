@@ -219,7 +219,7 @@ def path_tensors(
     return {"total": grads[name(x_stage)], "identity": identity, "branch": branch}
 
 
-def measure(
+def diagnose(
     model: Transformer, tokens: Tensor, targets: Tensor, attention_mask: Tensor | None = None
 ) -> Diagnostics:
     """Gradient flow and forward statistics of ``model`` on one batch.
@@ -227,17 +227,17 @@ def measure(
     Runs one extra forward and backward with ``torch.autograd.grad``: parameters' ``.grad``,
     the global RNG and buffers (BatchNorm running statistics) are left as they were.
     """
-    return _measure(model, tokens, targets, attention_mask)[0]
+    return _diagnose(model, tokens, targets, attention_mask)[0]
 
 
-def measure_paths(
+def diagnose_paths(
     model: Transformer, tokens: Tensor, targets: Tensor, attention_mask: Tensor | None = None
 ) -> list[dict[str, dict[str, Tensor]]]:
     """The tensors behind every ``PathGradient``: per layer, {"attn"/"ffn": path_tensors(...)}."""
-    return _measure(model, tokens, targets, attention_mask, keep_tensors=True)[1]
+    return _diagnose(model, tokens, targets, attention_mask, keep_tensors=True)[1]
 
 
-def _measure(
+def _diagnose(
     model: Transformer, tokens: Tensor, targets: Tensor, attention_mask: Tensor | None,
     keep_tensors: bool = False,
 ) -> tuple[Diagnostics, list[dict[str, dict[str, Tensor]]]]:
@@ -284,17 +284,17 @@ def _measure(
 
 
 def diagnose_at_init(config: ModelConfig, task: Task, batch_size: int = 64, seed: int = 0) -> Diagnostics:
-    """``measure`` a freshly initialized ``Transformer(config)`` (seeded) on the first training examples."""
+    """``diagnose`` a freshly initialized ``Transformer(config)`` (seeded) on the first training examples."""
     check_memory(config, batch_size, task.seq_len, what=f"diagnosing {task.name}", force_flag=False)
     torch.manual_seed(seed)
     model = Transformer(config)
     data = task.split("train")
     mask = None if data.attention_mask is None else data.attention_mask[:batch_size]
-    return measure(model, data.inputs[:batch_size], data.targets[:batch_size], mask)
+    return diagnose(model, data.inputs[:batch_size], data.targets[:batch_size], mask)
 
 
 class DiagnosticsLogger:
-    """Training callback: every ``every`` steps, ``measure`` the step's batch; the compact per-layer
+    """Training callback: every ``every`` steps, ``diagnose`` the step's batch; the compact per-layer
     profile (``Diagnostics.summary``) goes into that step's metrics.jsonl line under ``"diag"``."""
 
     def __init__(self, every: int) -> None:
@@ -305,7 +305,7 @@ class DiagnosticsLogger:
     def __call__(self, ctx: Any) -> dict[str, Any] | None:  # ctx: train.StepContext
         if ctx.step % self.every and ctx.step != 1:
             return None
-        return {"diag": measure(ctx.model, ctx.inputs, ctx.targets, ctx.attention_mask).summary()}
+        return {"diag": diagnose(ctx.model, ctx.inputs, ctx.targets, ctx.attention_mask).summary()}
 
 
 def diagnostics_table(diag: Diagnostics, title: str = "") -> Any:

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from ..inspect.diagnostics import DiagnosticsLogger, measure
+from ..inspect.diagnostics import DiagnosticsLogger, diagnose
 from ..nn.config import preset
 from ..tasks import task_from_dict
 from ..training.loop import TrainConfig, TrainingDiverged, resolve_threads, share_cores, train
@@ -120,7 +120,7 @@ def run_one(spec: RunSpec, target: float = 0.9) -> dict[str, Any]:
         test = task.split("test")
         run.model.eval()
         mask = None if test.attention_mask is None else test.attention_mask[:256]
-        result["diag_after"] = measure(run.model, test.inputs[:256], test.targets[:256], mask).summary()
+        result["diag_after"] = diagnose(run.model, test.inputs[:256], test.targets[:256], mask).summary()
     return result
 
 

@@ -12,7 +12,6 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from blocklab.bench.measure import MET, NOT_MET, UNDECIDED
 from blocklab.bench.report import plot_sweeps, print_report
 from blocklab.bench.runner import (
     FULL,
@@ -41,6 +40,7 @@ from blocklab.bench.runner import (
     verdicts,
     width_shapes,
 )
+from blocklab.bench.stats import MET, NOT_MET, UNDECIDED
 from blocklab.cli import main
 
 TINY = Shape(d_model=16, n_heads=2, d_ff=64, batch=2, seq=8)

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import blocklab as bl
-from blocklab.inspect.diagnostics import measure, measure_paths
+from blocklab.inspect.diagnostics import diagnose, diagnose_paths
 
 B, T = 6, 8
 
@@ -122,7 +122,7 @@ def _model(**overrides):
 def test_gradient_flow_equals_float64_autograd_on_hand_built_model(norm_position, residual):
     model = _model(norm_position=norm_position, residual=residual)
     tokens, targets, mask = _batch(model.config, padded=True)
-    diag = measure(model, tokens, targets, attention_mask=mask)
+    diag = diagnose(model, tokens, targets, attention_mask=mask)
 
     hand = Hand(model)
     loss = hand.forward(tokens, targets, mask)
@@ -155,7 +155,7 @@ def test_identity_plus_branch_sums_to_the_total_gradient():
     for norm_position, residual in variants:
         model = _model(norm_position=norm_position, residual=residual)
         tokens, targets, _ = _batch(model.config, seed=1)
-        paths = measure_paths(model, tokens, targets)
+        paths = diagnose_paths(model, tokens, targets)
         assert len(paths) == 3
         for layer in paths:
             for kind, t in layer.items():
@@ -170,7 +170,7 @@ def test_in_the_parallel_block_identity_and_both_branches_sum_to_the_total_gradi
     the identity plus both branches is dL/dx (against autograd through the block's own output)."""
     model = _model(norm_position=norm_position)
     tokens, targets, _ = _batch(model.config, seed=1)
-    paths = measure_paths(model, tokens, targets)
+    paths = diagnose_paths(model, tokens, targets)
     for layer in paths:
         attn, ffn = layer["attn"], layer["ffn"]
         torch.testing.assert_close(attn["total"], ffn["total"], rtol=0, atol=0)  # the same x
@@ -183,7 +183,7 @@ def test_in_the_parallel_block_identity_and_both_branches_sum_to_the_total_gradi
 def _measured_and_by_hand(model, seed):
     """The model's diagnostics and a float64 hand forward on one padded batch, and its valid positions."""
     tokens, targets, mask = _batch(model.config, seed=seed, padded=True)
-    diag = measure(model, tokens, targets, attention_mask=mask)
+    diag = diagnose(model, tokens, targets, attention_mask=mask)
     hand = Hand(model)
     with torch.no_grad():
         hand.forward(tokens, targets, mask)
@@ -235,7 +235,7 @@ def test_measure_leaves_grads_rng_and_batchnorm_running_stats_untouched():
     tokens, targets, _ = _batch(model.config)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     rng = torch.get_rng_state()
-    diag = measure(model, tokens, targets)
+    diag = diagnose(model, tokens, targets)
     assert all(p.grad is None for p in model.parameters())
     assert torch.equal(torch.get_rng_state(), rng)
     for k, v in model.state_dict().items():

@@ -11,7 +11,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ...inspect.diagnostics import Diagnostics, measure
+from ...inspect import diagnostics
+from ...inspect.diagnostics import Diagnostics
 from ...nn.config import SAVED_BEFORE, preset
 from ...nn.model import Transformer
 from ...tasks import Task, get_task
@@ -107,7 +108,7 @@ def fresh_model(p: dict[str, Any], setup: Setup, seed: int, **fields: Any) -> Tr
 
 def diagnose(p: dict[str, Any], setup: Setup, n: int, seed: int, **fields: Any) -> Diagnostics:
     """Gradient flow and forward statistics of a fresh model (``fresh_model``) on ``n`` listops examples."""
-    return measure(fresh_model(p, setup, seed, **fields), *listops_batch(n))
+    return diagnostics.diagnose(fresh_model(p, setup, seed, **fields), *listops_batch(n))
 
 
 # ---- formatting and plots -----------------------------------------------------------------------
