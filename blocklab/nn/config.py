@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import names
 from .activations import ACTIVATION_NAMES
+from .init_schemes import INIT_SCHEMES
 from .kernels import LAYER_NORM_VARIANTS
 from .layouts import LAYOUTS
 
@@ -45,6 +46,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "residual": RESIDUALS,
     "pos_encoding": POS_ENCODINGS,
     "embed_scale": EMBED_SCALES,
+    "init": tuple(INIT_SCHEMES),
 }
 
 
@@ -111,6 +113,7 @@ class ModelConfig:
     fused: bool | str = "auto"
     keep_residual: bool = False  # lean path's speed mode: keep the residual sum (d floats/token) for backward
     checkpoint_blocks: bool = False  # recompute each block in backward: memory flat in depth
+    init: str = "default"  # how the blocks' linear weights start (init_schemes.INIT_SCHEMES)
     # fields that were derived from others (not given): ``replace`` derives them again
     _derived: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
 
@@ -222,6 +225,9 @@ def _violations(c: ModelConfig) -> list[str]:
     if c.keep_residual:
         need(c.uses_lean_path, "keep_residual=True keeps the lean path's residual sum, but "
              + _why_no_lean_path(c))
+    if c.residual == "deepnorm":
+        need(c.init == "default", f"init={c.init!r} would be overwritten: residual='deepnorm' draws its "
+             "blocks' weights itself (Xavier scaled by beta); leave init 'default'")
     return errors
 
 
@@ -243,7 +249,7 @@ def _why_no_lean_path(c: ModelConfig) -> str:
 
 # Fields added after blocklab first saved configs, and the value every model saved before then was
 # built with: a checkpoint's config without the field describes a model with this value.
-SAVED_BEFORE: dict[str, Any] = {"embed_scale": "none", "embed_std": 0.02}
+SAVED_BEFORE: dict[str, Any] = {"embed_scale": "none", "embed_std": 0.02, "init": "default"}
 
 
 def from_saved_dict(d: dict[str, Any]) -> ModelConfig:

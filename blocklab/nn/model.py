@@ -20,6 +20,7 @@ from .cache import HookedModule
 from .config import ModelConfig
 from .embedding import build_positions, build_token_embedding, init_embeddings
 from .hooks import HookPoint, name_hook_points
+from .init_schemes import INIT_SCHEMES
 from .norms import NoNorm, build_norm
 from .tokens import BatchEncoding, TextTokenizer, to_str_tokens, to_string
 
@@ -191,15 +192,18 @@ class Transformer(HookedModule):
 
 
 def init_weights(model: Transformer) -> None:
-    """Embeddings as the config says (``embedding.init_embeddings``); then GPT-style linears
-    N(0, 0.02) with biases 0 (a head tied to the embedding keeps the embedding's init); norms
-    gamma 1, beta 0. DeepNorm re-initialises each block's v, o and FFN weights with Xavier-normal
-    gain beta.
+    """Embeddings as the config says (``embedding.init_embeddings``); then every linear layer of the
+    blocks by the config's init scheme (``init_schemes.INIT_SCHEMES``; default: GPT-2's N(0, 0.02)),
+    the other linears N(0, 0.02) (a head tied to the embedding keeps the embedding's init); biases 0;
+    norms gamma 1, beta 0. DeepNorm re-initialises each block's v, o and FFN weights with
+    Xavier-normal gain beta.
     """
     init_embeddings(model.config, model.embed, model.pos, model.token_type)
+    in_blocks = {id(m) for m in model.blocks.modules() if isinstance(m, nn.Linear)}
+    scheme, default = INIT_SCHEMES[model.config.init], INIT_SCHEMES["default"]
     for module in model.modules():
         if isinstance(module, nn.Linear) and module.weight is not model.embed.weight:
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            (scheme if id(module) in in_blocks else default)(module.weight)
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
     if model.config.residual == "deepnorm":

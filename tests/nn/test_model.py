@@ -172,6 +172,7 @@ def test_bad_inputs_give_clear_errors() -> None:
 from blocklab.bench.memory import saved_activations  # noqa: E402
 from blocklab.nn.activations import ACTIVATION_NAMES  # noqa: E402
 from blocklab.nn.config import EMBED_SCALES, FIELDS, NORM_POSITIONS, NORMS, POS_ENCODINGS, RESIDUALS  # noqa: E402
+from blocklab.nn.init_schemes import INIT_SCHEMES  # noqa: E402
 
 ALTERNATIVES: dict[str, list] = {
     "vocab_size": [19],
@@ -199,6 +200,7 @@ ALTERNATIVES: dict[str, list] = {
     "fused": [True, False, "auto"],
     "keep_residual": [True, False],
     "checkpoint_blocks": [True, False],
+    "init": list(INIT_SCHEMES),
 }
 SMALL = dict(d_model=16, n_heads=2, d_ff=32)  # the listops shape, narrower: the test builds ~150 models
 BASES = {

@@ -20,9 +20,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from matplotlib.figure import Figure
-from torch import nn
 
 from ...nn.config import FIELDS
+from ...nn.init_schemes import INIT_SCHEMES
 from ...training.train_config import TRAIN_FIELDS
 from ..grid import RunSpec
 
@@ -33,19 +33,6 @@ ROLES = ("source", "confound", "exact")
 # what a source's setup states, in this order (a missing item is "not stated")
 SOURCE_SETUP_KEYS = ("depth", "width", "init", "positions", "lr", "warmup", "steps")
 
-
-def _xavier(model: nn.Module) -> None:
-    """Xavier-normal weights for every linear layer of the blocks (Xiong et al. 2020's setting)."""
-    for module in model.blocks.modules():
-        if isinstance(module, nn.Linear):
-            nn.init.xavier_normal_(module.weight)
-
-
-# weight init schemes a setup of an init claim can name: a function applied to the built model
-INIT_SCHEMES: dict[str, Callable[[nn.Module], None]] = {
-    "default": lambda model: None,  # blocklab's own init, as Transformer builds it
-    "xavier": _xavier,
-}
 
 Numbers = dict[str, Any]  # a setup's measurements: plain, JSON-ready
 Results = dict[str, dict[str, Any]]  # finished training runs by RunSpec key

@@ -14,10 +14,11 @@ from torch import Tensor
 from ...inspect import diagnostics
 from ...inspect.diagnostics import Diagnostics
 from ...nn.config import SAVED_BEFORE, preset
+from ...nn.init_schemes import INIT_SCHEMES
 from ...nn.model import Transformer
 from ...tasks import Task, get_task
 from ..grid import RunSpec
-from .base import INIT_SCHEMES, Results, Setup
+from .base import Results, Setup
 
 Axes = Any
 
@@ -102,7 +103,10 @@ def fresh_model(p: dict[str, Any], setup: Setup, seed: int, **fields: Any) -> Tr
     if both:
         raise ValueError(f"setup {setup.name!r} sets {both[0]!r}, which the claim itself varies")
     model = Transformer(preset("listops-seed", **small_model(p, **setup.model, **fields)))
-    INIT_SCHEMES[setup.init](model)
+    if setup.init != "default":  # the blocks' linears drawn again (ModelConfig.init draws them once)
+        for module in model.blocks.modules():
+            if isinstance(module, torch.nn.Linear):
+                INIT_SCHEMES[setup.init](module.weight)
     return model
 
 
@@ -165,6 +169,10 @@ EMBEDDING_CHANGE = (
 )
 
 
+# The input embedding blocklab had before issue 13 (config.SAVED_BEFORE's embedding fields)
+EARLIER_EMBEDDING: dict[str, Any] = {k: SAVED_BEFORE[k] for k in ("embed_scale", "embed_std")}
+
+
 def learned_positions(setup: Setup) -> Setup:
     """``setup`` with learned positions (GPT-2's) instead of the sinusoidal code."""
     return setup.but(
@@ -182,5 +190,5 @@ def earlier_embedding(setup: Setup) -> Setup:
         "tokens-0.02",
         "the earlier default embedding: GPT-2's N(0, 0.02^2) token table with no sqrt(d_model) factor, so "
         "the tokens are a few percent of the block's input next to the sinusoidal code of amplitude 1",
-        model=dict(SAVED_BEFORE),
+        model=EARLIER_EMBEDDING,
     )

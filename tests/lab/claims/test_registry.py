@@ -13,7 +13,7 @@ import pytest
 import blocklab.lab.claims as claims_package
 from blocklab.cli import main
 from blocklab.lab.claims import CLAIMS, REGISTRY, registry, runner, schema
-from blocklab.nn.config import SAVED_BEFORE
+from blocklab.lab.claims.shared import EARLIER_EMBEDDING
 
 NOT_CLAIMS = {"base", "shared", "registry", "runner", "views"}
 TRAIN_TINY = {"d_model": 16, "steps": 10, "lr": 1e-2, "warmup": 2, "batch_size": 16, "eval_every": 5}
@@ -65,7 +65,7 @@ def _changes(claim, field):
 def test_every_training_and_init_claim_varies_the_position_code_and_the_embedding_scale(claim):
     # issue 13: the earlier record measured one embedding; both parts of x0 are varied in every claim
     assert _changes(claim, "pos_encoding"), claim.name
-    earlier = [s for s in claim.setups if all(s.model.get(k) == v for k, v in SAVED_BEFORE.items())]
+    earlier = [s for s in claim.setups if all(s.model.get(k) == v for k, v in EARLIER_EMBEDDING.items())]
     assert earlier, claim.name
     if claim.name in STABILITY:
         assert _changes(claim, "lr"), claim.name
