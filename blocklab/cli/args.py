@@ -23,7 +23,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from rich_argparse import RawDescriptionRichHelpFormatter, RichHelpFormatter
 
@@ -33,6 +33,9 @@ from ..nn.config import CHOICES, FIELDS, LEAN_MIN_D_MODEL, PRESETS, ModelConfig,
 from ..nn.layouts import LAYOUTS
 from ..tasks import DEFAULT_TASK, TASKS, Task, get_task
 from ..training.train_config import TRAIN_FIELDS, TrainConfig
+
+if TYPE_CHECKING:
+    from ..lab.executors import Executor
 
 # ---- the parser: one-line errors, "did you mean", readable help ------------------------------------
 
@@ -499,18 +502,32 @@ def add_out_flag(parser: argparse.ArgumentParser, what: str, required: bool = Fa
     parser.add_argument("--out", required=required, type=parse_path, metavar="PATH", help=what)
 
 
-def add_jobs_flag(parser: argparse.ArgumentParser) -> None:
-    """``--jobs N``: worker processes; the one default rule is one per CPU core this process may use."""
+def add_executor_flags(parser: argparse.ArgumentParser) -> None:
+    """``--executor local|ray``, ``--address`` (ray) and ``--jobs N``: where a batch of training runs
+    executes (``lab.executors``); the one default rule for jobs is one per CPU core this process may use."""
+    from ..lab.executors import EXECUTORS
+
+    parser.add_argument("--executor", choices=EXECUTORS, default="local",
+                        help="where the training runs execute: local worker processes, or ray: a Ray cluster "
+                             "(--address) or a local Ray instance bound to 127.0.0.1 (needs blocklab[ray]); "
+                             "the numbers are the same (default: local)")
+    parser.add_argument("--address", metavar="ADDRESS",
+                        help="with --executor ray: the cluster to use (auto, HOST:PORT or ray://HOST:PORT; "
+                             "default: start a local instance)")
     parser.add_argument("--jobs", type=at_least(1), default=None, metavar="N",
-                        help="worker processes run at once (default: one per CPU core this process may use; "
-                             "1: one at a time, in this process)")
+                        help="runs at once: local worker processes, or the CPUs of the local Ray instance "
+                             "(default: one per CPU core this process may use; 1 with local: one at a time, "
+                             "in this process)")
 
 
-def jobs_from_args(args: argparse.Namespace) -> int:
-    """``--jobs``, or one per available CPU core."""
-    from ..lab.grid import default_jobs
+def executor_from_args(args: argparse.Namespace) -> Executor:
+    """The executor ``--executor``, ``--address`` and ``--jobs`` name (a contradiction is refused)."""
+    from ..lab.executors import Executor
 
-    return args.jobs if args.jobs is not None else default_jobs()
+    try:
+        return Executor(args.executor, args.jobs, args.address)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def add_seed_flag(parser: argparse.ArgumentParser, what: str,

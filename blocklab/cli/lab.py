@@ -13,7 +13,7 @@ from .args import (
     ACCURACY_RULE,
     add_command,
     add_config_flags,
-    add_jobs_flag,
+    add_executor_flags,
     add_json_flag,
     add_out_flag,
     add_seed_flag,
@@ -22,7 +22,7 @@ from .args import (
     at_least,
     config_from_args,
     emit_json,
-    jobs_from_args,
+    executor_from_args,
     literal,
     parse_accuracy,
     parse_names,
@@ -63,7 +63,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--seeds", type=at_least(1), default=1, metavar="N", help="seeds per cell (default: 1)")
     add_out_flag(p, "grid folder (default: runs/ablate-TASK); rerun to resume")
-    add_jobs_flag(p)
+    add_executor_flags(p)
     p.add_argument("--steps-to-accuracy", dest="steps_to_accuracy",
                    type=parse_accuracy, default=0.9, metavar="ACCURACY",
                    help=literal(f"the summary's 'steps to' column counts steps to this held-out accuracy: "
@@ -96,7 +96,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_json_flag(p, "the report")
     p.add_argument("--html", type=parse_path, metavar="FILE",
                    help="write a self-contained HTML page with a plot per claim")
-    add_jobs_flag(p)
+    add_out_flag(p, "folder that keeps each finished training run (default: runs/claims, or "
+                    "runs/claims-quick with --quick); rerun the command to continue an interrupted run")
+    add_executor_flags(p)
     p.add_argument("--list", action="store_true", help="list the claims and exit")
     p.set_defaults(func=cmd_claims)
 
@@ -148,7 +150,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         preset_name=args.preset,
         model=set_fields(args, FIELDS),
         train=set_fields(args, TRAIN_FIELDS),
-        jobs=jobs_from_args(args),
+        executor=executor_from_args(args),
         target=args.steps_to_accuracy,
         log_diagnostics=args.log_diagnostics,
         run_reports=args.run_reports,
@@ -176,7 +178,13 @@ def cmd_claims(args: argparse.Namespace) -> int:
         return 0
     select(args.only)  # unknown names fail before anything runs
     json_on_stdout = args.json == "-"
-    report = run_claims(args.only, quick=args.quick, jobs=jobs_from_args(args), progress=not json_on_stdout)
+    out = args.out or ("runs/claims-quick" if args.quick else "runs/claims")
+    try:
+        report = run_claims(args.only, quick=args.quick, executor=executor_from_args(args), out=out,
+                            progress=not json_on_stdout)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(f"interrupted; the finished training runs are kept in {out}: run the same "
+                                "command again to continue") from None
     if not emit_json(args.json, report):
         Console().print(claims_table(report))
     say_written(args.json)

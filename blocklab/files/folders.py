@@ -55,15 +55,17 @@ KINDS: dict[str, str] = {
     "run": "a training run",
     "ablation": "an ablation grid",
     "export": "a Hugging Face export",
+    "claims": "a claims run (its finished training runs)",
 }
 OWNED: dict[str, tuple[str, ...]] = {
     "run": (CONFIG, METRICS, CHECKPOINTS, REPORT, RESULT),
     "ablation": (SUMMARY, REPORT),  # and one folder per cell, each holding seed-K run folders
     "export": (MODEL_FILE, CONFIG, "tokenizer.json", "special_tokens_map.json"),
+    "claims": (),  # one folder per claim, each holding <setup>/<run>/result.json
 }
 # Which kinds of folder may sit inside which (never inside one of the names the outer one owns, such
 # as a run's checkpoints/, which it prunes): a run may hold other folders, a grid holds runs.
-NESTS: dict[str, tuple[str, ...]] = {"run": tuple(KINDS), "ablation": ("run",), "export": ()}
+NESTS: dict[str, tuple[str, ...]] = {"run": tuple(KINDS), "ablation": ("run",), "export": (), "claims": ()}
 
 
 class RunLockedError(ValueError):

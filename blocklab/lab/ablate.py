@@ -34,7 +34,8 @@ from ..files.jsonfiles import read_json, write_json
 from ..nn.config import FIELDS, preset
 from ..tasks import task_from_dict
 from ..training.loop import TRAIN_FIELDS, TrainConfig
-from .grid import RunSpec, run_many
+from .executors import Executor
+from .grid import RunSpec
 
 
 def grid_cells(vary: dict[str, list[Any]]) -> list[dict[str, Any]]:
@@ -118,7 +119,7 @@ def ablate(
     preset_name: str = "listops-seed",
     model: dict[str, Any] | None = None,
     train: dict[str, Any] | None = None,
-    jobs: int = 1,
+    executor: Executor | None = None,
     target: float = 0.9,
     log_diagnostics: int = 0,
     run_reports: bool = False,
@@ -126,6 +127,7 @@ def ablate(
 ) -> dict[str, Any]:
     """Run the grid (finished runs are skipped); write summary.json and report.html; return the summary.
 
+    ``executor``: where the runs execute (default: one at a time, in this process; ``lab.executors``).
     ``on_done(spec, result, skipped)`` is called for every run, finished earlier or now;
     ``run_reports`` also writes each run's own report.html (a second or two per run).
     """
@@ -135,7 +137,8 @@ def ablate(
     try:
         if marker is None or marker.legacy:
             write_marker(out, new_marker("ablation"))
-        return _run_grid(cells, out, task, preset_name, model, train, vary, seeds, jobs, target, on_done)
+        return _run_grid(cells, out, task, preset_name, model, train, vary, seeds,
+                         executor or Executor(jobs=1), target, on_done)
     finally:
         lock.release()
 
@@ -149,7 +152,7 @@ def _run_grid(
     train: dict[str, Any] | None,
     vary: dict[str, list[Any]],
     seeds: int,
-    jobs: int,
+    executor: Executor,
     target: float,
     on_done: Callable[[RunSpec, dict[str, Any], bool], None] | None,
 ) -> dict[str, Any]:
@@ -172,7 +175,7 @@ def _run_grid(
         if on_done:
             on_done(spec, result, False)
 
-    results.update(run_many(pending, jobs, finished, target))
+    results.update(executor.run(pending, finished, target))
     summary = {
         "task": task,
         "preset": preset_name,

@@ -4,8 +4,10 @@ the runner and the HTML page bound to it.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from ..executors import Executor
 from . import (
     gelu_approximations,
     gelu_vs_relu,
@@ -48,10 +50,16 @@ def select(names: list[str] | None) -> list[Claim]:
 
 
 def run_claims(
-    names: list[str] | None = None, quick: bool = False, jobs: int | None = None, progress: bool = True
+    names: list[str] | None = None,
+    quick: bool = False,
+    executor: Executor | None = None,
+    out: str | Path | None = None,
+    progress: bool = True,
 ) -> dict[str, Any]:
-    """Run every setup of the named claims (all for None); the JSON-ready report (``schema()``)."""
-    return runner.run_claims(select(names), quick, jobs, progress)
+    """Run every setup of the named claims (all for None); the JSON-ready report (``schema()``).
+    ``executor``: where training runs go (default: local worker processes); ``out``: a folder that
+    keeps finished runs, so running again continues an interrupted run (``runner.run_claims``)."""
+    return runner.run_claims(select(names), quick, executor, out, progress)
 
 
 def claims_html(report: dict[str, Any]) -> str:

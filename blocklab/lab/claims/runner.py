@@ -1,5 +1,11 @@
-"""Run claims: every setup of every selected claim, training runs in parallel worker processes,
-and the report (JSON-ready, ``schema.json``) with each setup's numbers and verdict.
+"""Run claims: every setup of every selected claim, its training runs on an executor (``local``
+worker processes or ``ray``: ``lab.executors``), and the report (JSON-ready, ``schema.json``) with
+each setup's numbers and verdict.
+
+Given a folder (``out``), every finished training run is kept there as it finishes
+(``OUT/<claim>/<setup>/<run>/result.json``, beside the folder's marker), so an interrupted run of the
+claims continues where it stopped: running it again trains only the runs whose result is missing or
+was made from another spec (the registry changed), and reads the others back.
 """
 
 from __future__ import annotations
@@ -13,11 +19,15 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..grid import RunSpec, default_jobs, run_many
+from ...files.folders import RESULT, claim_folder, new_marker, write_marker
+from ...files.jsonfiles import read_json, write_json
+from ..executors import Executor
+from ..grid import RunSpec, default_jobs
 from .base import Claim, Numbers, combine
 
 SCHEMA_VERSION = 2  # 2: per-setup verdicts and numbers, sources, load average
@@ -80,15 +90,60 @@ class LoadSampler:
         }
 
 
+class RunStore:
+    """Finished training runs of a claims folder: one result.json per run key, read back only when it
+    was made from the same spec."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+
+    def path(self, spec: RunSpec) -> Path:
+        """Where the result of ``spec`` is kept."""
+        return self.folder / spec.key / RESULT
+
+    def finished(self, spec: RunSpec) -> dict[str, Any] | None:
+        """The kept result of ``spec``, or None: none kept, unreadable, or made from another spec."""
+        path = self.path(spec)
+        if not path.is_file():
+            return None
+        try:
+            result = read_json(path)
+        except (OSError, ValueError):
+            return None  # a damaged file of our own folder: the run is trained again and it is replaced
+        same = isinstance(result, dict) and result.get("spec") == json.loads(json.dumps(spec.to_dict()))
+        return result if same else None
+
+    def save(self, spec: RunSpec, result: dict[str, Any]) -> None:
+        """Keep a finished run's result."""
+        write_json(self.path(spec), result)
+
+
 def run_claims(
     claims: list[Claim],
     quick: bool = False,
-    jobs: int | None = None,
+    executor: Executor | None = None,
+    out: str | Path | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
     """Run every setup of ``claims``; the report: per claim its source, method and overall verdict,
-    per setup its fields, numbers, verdict and checks."""
-    jobs = default_jobs() if jobs is None else jobs
+    per setup its fields, numbers, verdict and checks. Training runs go to ``executor`` (default:
+    local worker processes, one per core); with ``out``, finished runs are kept there and a rerun
+    reads them back instead of training them again."""
+    executor = executor or Executor()
+    if out is None:
+        return _run_claims(claims, quick, executor, None, progress)
+    lock, marker = claim_folder(out, "claims")
+    try:
+        if marker is None:
+            write_marker(out, new_marker("claims"))
+        return _run_claims(claims, quick, executor, RunStore(out), progress)
+    finally:
+        lock.release()
+
+
+def _run_claims(
+    claims: list[Claim], quick: bool, executor: Executor, store: RunStore | None, progress: bool
+) -> dict[str, Any]:
     start = time.perf_counter()
     specs = {(c.name, s.name): c.runs(c.params(quick), s) if c.runs else [] for c in claims for s in c.setups}
     bar = _progress() if progress else None
@@ -99,18 +154,23 @@ def run_claims(
         for c in claims
     }
     advance: Callable[[str], None] = lambda name: bar.advance(bars[name]) if bar else None
-    all_specs = sorted((s for ss in specs.values() for s in ss), key=_cost, reverse=True)
     results: dict[str, dict[str, Any]] = {}
+    todo = []
+    for spec in (s for ss in specs.values() for s in ss):
+        kept = store.finished(spec) if store else None
+        if kept is None:
+            todo.append(spec)
+        else:
+            results[spec.key] = kept
+            advance(spec.key.split("/")[0])
+    todo.sort(key=_cost, reverse=True)
     measured: dict[tuple[str, str], Numbers] = {}
     seconds: dict[tuple[str, str], float] = {}
 
-    failure: list[BaseException] = []
-
-    def train_all() -> None:
-        try:
-            results.update(run_many(all_specs, jobs, lambda spec, _: advance(spec.key.split("/")[0])))
-        except BaseException as error:  # re-raised in the calling thread below
-            failure.append(error)
+    def finished(spec: RunSpec, result: dict[str, Any]) -> None:
+        if store:
+            store.save(spec, result)
+        advance(spec.key.split("/")[0])
 
     def measure(claim: Claim) -> None:
         for setup in claim.setups:
@@ -120,15 +180,24 @@ def run_claims(
             seconds[claim.name, setup.name] = time.perf_counter() - t0 + own
             advance(claim.name)
 
-    worker = threading.Thread(target=train_all, daemon=True)
+    failure: list[BaseException] = []
+
+    def measure_untrained() -> None:  # exact and init claims, beside the training runs
+        try:
+            for claim in (c for c in claims if not c.runs):
+                measure(claim)
+        except BaseException as error:  # re-raised in the calling thread below
+            failure.append(error)
+
+    beside = threading.Thread(target=measure_untrained, daemon=True)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small models: one thread is fastest, and the workers have the other cores
     try:
         with LoadSampler() as load, bar if bar else nullcontext():
-            worker.start()  # training runs go to worker processes while this thread measures the rest
-            for claim in (c for c in claims if not c.runs):
-                measure(claim)
-            worker.join()
+            beside.start()
+            # the training runs from this thread, so Ctrl-C reaches the executor's loop, which stops them
+            results.update(executor.run(todo, finished))
+            beside.join()
             if failure:
                 raise failure[0]
             for claim in (c for c in claims if c.runs):
@@ -138,7 +207,7 @@ def run_claims(
     return {
         "schema_version": SCHEMA_VERSION,
         "mode": "quick" if quick else "full",
-        "jobs": jobs,
+        "jobs": executor.workers,
         "seconds": round(time.perf_counter() - start, 1),
         "load_average": load.summary(),
         "machine": {

@@ -14,29 +14,15 @@ import blocklab.lab.claims as claims_package
 from blocklab.cli import main
 from blocklab.lab.claims import CLAIMS, REGISTRY, registry, runner, schema
 from blocklab.lab.claims.shared import EARLIER_EMBEDDING
+from blocklab.lab.executors import Executor
 
 NOT_CLAIMS = {"base", "shared", "registry", "runner", "views"}
-TRAIN_TINY = {"d_model": 16, "steps": 10, "lr": 1e-2, "warmup": 2, "batch_size": 16, "eval_every": 5}
-TINY = {
-    "residual-gradient": {"d_model": 16, "batch": 8, "depths": [2, 4], "seeds": 1},
-    "pre-vs-post-gradient": {"d_model": 16, "batch": 8, "depths": [3, 6], "seeds": 1},
-    "layernorm-moments": {"d_model": 64, "n": 64, "input_vars": [1.0, 0.01186, 1e-5]},
-    "gelu-approximations": {"points": 20_001},
-    "param-counts": {},
-    "relu-sparsity": TRAIN_TINY,
-    "gelu-vs-relu": {**TRAIN_TINY, "seeds": 1, "timing": [32, 64, 3]},
-    "no-residual-depth": {**TRAIN_TINY, "depths": [1, 2], "trains_at": 0.3, "fails_below": 0.15},
-    "pre-vs-post-warmup": {**TRAIN_TINY, "depth": 2},
-    "norm-lr-robustness": {**TRAIN_TINY, "lrs": [1e-3, 1e-2], "trains_at": 0.3},
-    "pre-norm-depth": {**TRAIN_TINY, "depths": [1, 2], "trains_at": 0.3},
-    "layernorm-vs-batchnorm": {**TRAIN_TINY, "batch": 4, "batch_sizes": [1, 8]},
-}
 
 
-def test_the_registry_holds_every_claim_module_once():
+def test_the_registry_holds_every_claim_module_once(tiny_claims):
     modules = {m.name for m in pkgutil.iter_modules(claims_package.__path__)} - NOT_CLAIMS
     assert {import_module(f"blocklab.lab.claims.{m}").CLAIM.name for m in modules} == set(REGISTRY)
-    assert len(CLAIMS) == len(REGISTRY) == len(modules) == len(TINY)
+    assert len(CLAIMS) == len(REGISTRY) == len(modules) == len(tiny_claims)
 
 
 @pytest.mark.parametrize("claim", CLAIMS, ids=lambda c: c.name)
@@ -71,17 +57,11 @@ def test_every_training_and_init_claim_varies_the_position_code_and_the_embeddin
         assert _changes(claim, "lr"), claim.name
 
 
-@pytest.fixture
-def tiny_claims(monkeypatch):
-    shrunk = [dataclasses.replace(c, quick=TINY[c.name]) for c in CLAIMS]
-    monkeypatch.setattr(registry, "CLAIMS", shrunk)
-    monkeypatch.setattr(registry, "REGISTRY", {c.name: c for c in shrunk})
-    return shrunk
-
-
 def test_claims_quick_end_to_end_gives_a_verdict_per_setup(tmp_path, tiny_claims, capsys):
     out, page = tmp_path / "claims.json", tmp_path / "claims.html"
-    assert main(["claims", "--quick", "--jobs", "1", "--json", str(out), "--html", str(page)]) == 0
+    argv = ["claims", "--quick", "--jobs", "1", "--out", str(tmp_path / "runs"), "--json", str(out),
+            "--html", str(page)]
+    assert main(argv) == 0
     report = json.loads(out.read_text())
     jsonschema.validate(report, schema())
     assert [c["name"] for c in report["claims"]] == [c.name for c in tiny_claims]
@@ -90,7 +70,7 @@ def test_claims_quick_end_to_end_gives_a_verdict_per_setup(tmp_path, tiny_claims
         verdicts = {s["name"]: s["verdict"] for s in got["setups"]}
         assert all(v in ("holds", "partly", "fails") for v in verdicts.values())
         assert got["verdict"] == (verdicts.popitem()[1] if len(set(verdicts.values())) == 1 else "depends")
-        runs = [len(claim.runs(TINY[claim.name], s)) if claim.runs else 0 for s in claim.setups]
+        runs = [len(claim.runs(claim.quick, s)) if claim.runs else 0 for s in claim.setups]
         assert [s["runs"] for s in got["setups"]] == runs
     by_name = {c["name"]: c for c in report["claims"]}
     relu = by_name["relu-sparsity"]["setups"][0]["measurements"]
@@ -105,13 +85,13 @@ def test_claims_rejects_unknown_names(capsys):
     assert "unknown claim nope" in capsys.readouterr().err
 
 
-def test_every_task_a_claim_trains_on_reopens_with_blocklab_eval(tmp_path, capsys):
+def test_every_task_a_claim_trains_on_reopens_with_blocklab_eval(tmp_path, capsys, tiny_claims):
     tasks = {
         json.dumps(spec.task, sort_keys=True)
-        for c in CLAIMS
+        for c in tiny_claims
         if c.runs
         for s in c.setups
-        for spec in c.runs(TINY[c.name], s)
+        for spec in c.runs(c.quick, s)
     }
     assert {json.loads(t)["name"] for t in tasks} == {"listops", "listops-padded"}
     for task in map(json.loads, sorted(tasks)):
@@ -128,7 +108,7 @@ def test_every_task_a_claim_trains_on_reopens_with_blocklab_eval(tmp_path, capsy
 
 def test_a_failed_training_run_is_raised_by_run_claims(tiny_claims):
     # an lr train() refuses: the worker thread's ValueError reaches the caller, not "did not finish"
-    claim = REGISTRY["relu-sparsity"]
-    broken = dataclasses.replace(claim, quick={**TINY[claim.name], "lr": -1.0})
+    claim = registry.REGISTRY["relu-sparsity"]
+    broken = dataclasses.replace(claim, quick={**claim.quick, "lr": -1.0})
     with pytest.raises(ValueError, match="lr"):
-        runner.run_claims([broken], quick=True, jobs=1, progress=False)
+        runner.run_claims([broken], quick=True, executor=Executor(jobs=1), progress=False)

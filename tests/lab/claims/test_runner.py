@@ -1,0 +1,110 @@
+"""The claims runner keeps every finished training run in its folder: a run killed midway continues
+where it stopped (only the unfinished runs train again, the finished ones are read back), and a kept
+result made from another spec is trained again."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from blocklab.lab import grid
+from blocklab.lab.claims import registry
+from blocklab.lab.executors import Executor
+
+CLAIM = "relu-sparsity"
+# In a child process: the tiny registry; the first run trains, every later one hangs until it is killed.
+CHILD = """
+import dataclasses, sys, time
+from blocklab.cli import main
+from blocklab.lab import grid
+from blocklab.lab.claims import registry
+sizes = {sizes!r}
+registry.CLAIMS = [dataclasses.replace(c, quick=sizes) if c.name == {claim!r} else c for c in registry.CLAIMS]
+trained = grid.run_one
+calls = []
+def run_one(spec, target=0.9):
+    calls.append(spec.key)
+    if len(calls) > 1:
+        time.sleep(3600)
+    return trained(spec, target)
+grid.run_one = run_one
+sys.exit(main(["claims", "--quick", "--only", {claim!r}, "--jobs", "1", "--out", {out!r}, "--json", "-"]))
+"""
+
+
+def _kept(folder: Path) -> dict[str, int]:
+    return {str(p.parent.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("result.json")}
+
+
+@pytest.fixture
+def trained(monkeypatch):
+    """The keys of the runs trained in this process (``grid.run_one`` counted)."""
+    keys = []
+    real = grid.run_one
+
+    def counted(spec, target=0.9):
+        keys.append(spec.key)
+        return real(spec, target)
+
+    monkeypatch.setattr(grid, "run_one", counted)
+    return keys
+
+
+def test_a_claims_run_killed_midway_trains_only_its_unfinished_runs_again(tmp_path, tiny_claims, trained):
+    out = tmp_path / "claims"
+    sizes = registry.REGISTRY[CLAIM].quick
+    child = subprocess.Popen([sys.executable, "-c", CHILD.format(sizes=sizes, claim=CLAIM, out=str(out))],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 300  # a guard against a hang, not a measurement
+        while not _kept(out) and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert child.poll() is None, child.stderr.read().decode()
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.wait()
+    before = _kept(out)
+    claim = registry.REGISTRY[CLAIM]
+    keys = [spec.key for setup in claim.setups for spec in claim.runs(sizes, setup)]
+    assert len(before) == 1 and len(keys) > 1
+
+    report = registry.run_claims([CLAIM], quick=True, executor=Executor(jobs=1), out=out, progress=False)
+    assert sorted(trained) == sorted(set(keys) - set(before))  # the finished run was read back
+    assert {k: v for k, v in _kept(out).items() if k in before} == before  # and left as it was
+    assert sorted(_kept(out)) == sorted(keys)
+
+    trained.clear()
+    again = registry.run_claims([CLAIM], quick=True, executor=Executor(jobs=1), out=out, progress=False)
+    assert trained == []
+    measurements = lambda r: [s["measurements"] for c in r["claims"] for s in c["setups"]]  # noqa: E731
+    assert measurements(again) == measurements(report)
+
+
+def test_a_kept_result_of_another_spec_or_a_damaged_one_is_trained_again(tmp_path, tiny_claims, trained):
+    out = tmp_path / "claims"
+    registry.run_claims([CLAIM], quick=True, executor=Executor(jobs=1), out=out, progress=False)
+    first, second, third = sorted(out.rglob("result.json"))
+    stale = json.loads(first.read_text())
+    stale["spec"]["train"]["steps"] += 1
+    first.write_text(json.dumps(stale))
+    second.write_text("{not json")
+    trained.clear()
+    registry.run_claims([CLAIM], quick=True, executor=Executor(jobs=1), out=out, progress=False)
+    assert sorted(trained) == sorted(str(p.parent.relative_to(out)) for p in (first, second))
+    assert json.loads(first.read_text())["spec"]["train"]["steps"] == stale["spec"]["train"]["steps"] - 1
+
+
+def test_a_claims_folder_is_only_one_blocklab_made_for_claims(tmp_path, capsys):
+    from blocklab.cli import main
+
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("precious")
+    assert main(["claims", "--quick", "--only", "layernorm-moments", "--out", str(tmp_path / "mine")]) == 2
+    assert "is not empty and was not written by blocklab" in capsys.readouterr().err
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "precious"
