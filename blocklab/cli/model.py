@@ -72,7 +72,8 @@ def _formulas(c: ModelConfig) -> dict[str, str]:
         "embed": f"vocab {c.vocab_size} x d {d}",
         "pos": f"max_seq_len {c.max_seq_len} x d {d}",
         "token_type": f"{c.type_vocab_size} x d {d}",
-        "blocks.attn": f"L {L} x (4d^2{b})",
+        "blocks.attn": f"L {L} x (4d^2{b})" if c.kv_heads == c.n_heads else
+                       f"L {L} x (2d^2 + 2d x {c.kv_heads * c.d_head}{' + biases' if c.bias else ''})",
         "blocks.ffn": f"L {L} x ({n_in} d d_ff{' + biases' if c.bias else ''}), d_ff {c.d_ff}",
         **{f"blocks.{norm}": f"L {L} x {ln}" for norm in LAYOUTS[c.norm_position].norms},
         "ln_f": ln,

@@ -1,8 +1,14 @@
 """Multi-head attention (docs/concepts.md#multi-head-attention), the sublayer the block wraps.
 
-    Q = x Wq^T, K = x Wk^T, V = x Wv^T        split into h heads of d_k = d / h
-    head_i = softmax(Q_i K_i^T / sqrt(d_k) + mask) V_i
+    Q = x Wq^T, K = x Wk^T, V = x Wv^T        split into h heads of d_k = d / h (K, V: h_kv heads)
+    head_i = softmax(Q_i K_g(i)^T / sqrt(d_k) + mask) V_g(i)      g(i) = i // (h / h_kv)
     MHA(x) = concat(head_1..head_h) Wo^T + bo
+
+Grouped-query attention (``n_kv_heads`` = h_kv < h; multi-query at h_kv = 1) gives each group of
+h / h_kv query heads one key and value head: Wk and Wv are (h_kv d_k, d), the KV cache holds h_kv
+heads. With rotary positions (rotary.py) each head's queries and keys are rotated by their positions
+after the split (the ``rot_q``, ``rot_k`` stages). A sliding window (``sliding_window`` = w) lets a
+query see only the last w positions, itself included (Mistral).
 
 Head i owns output rows i*d_k .. (i+1)*d_k of q, k and v, and columns i*d_k .. (i+1)*d_k of Wo:
 its result ``z_i Wo[:, i]^T`` (``attn.result``) is what it adds to the output, and the results of
@@ -26,19 +32,22 @@ from torch import Tensor, nn
 
 from .hooks import HookPoint
 from .kernels import norm_linear
+from .rotary import Angles
 
 
 class MultiHeadAttention(nn.Module):
-    """Keys ``q``, ``k``, ``v``, ``o``: each an ``nn.Linear(d_model, d_model)``.
+    """Keys ``q``, ``k``, ``v``, ``o``: ``nn.Linear``s, q and o (d_model, d_model), k and v
+    (n_kv_heads d_k, d_model).
 
     ``key_padding_mask``: bool (B, T), True where the key is padding (``nn.MultiheadAttention``'s
-    convention). Stages, in forward order (``STAGES``): ``q``, ``k``, ``v`` (B, h, T, d_k),
-    ``scores`` and ``weights`` (B, h, T, T), ``z`` (B, T, h, d_k: each head's output before Wo),
-    ``result`` (B, T, h, d_model: each head's output through its columns of Wo, without bo),
-    ``out`` (B, T, d_model).
+    convention). Stages, in forward order (``stages``): ``q`` (B, h, T, d_k), ``k``, ``v`` (B, h_kv, T,
+    d_k), with rotary positions ``rot_q``, ``rot_k`` (the same, rotated), ``scores`` and ``weights``
+    (B, h, T, T), ``z`` (B, T, h, d_k: each head's output before Wo), ``result`` (B, T, h, d_model:
+    each head's output through its columns of Wo, without bo), ``out`` (B, T, d_model).
     """
 
-    STAGES = ("q", "k", "v", "scores", "weights", "z", "result", "out")
+    STAGES = ("q", "k", "v", "rot_q", "rot_k", "scores", "weights", "z", "result", "out")  # every stage
+    ROTARY_STAGES = ("rot_q", "rot_k")
 
     def __init__(
         self,
@@ -50,36 +59,48 @@ class MultiHeadAttention(nn.Module):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
         fused: bool = True,
+        n_kv_heads: int | None = None,
+        qkv_bias: bool | None = None,
+        rotary: bool = False,
+        sliding_window: int | None = None,
     ) -> None:
         super().__init__()
         if n_heads < 1 or d_model % n_heads:
             raise ValueError(f"MultiHeadAttention n_heads={n_heads} must divide d_model={d_model}")
+        kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        if kv_heads < 1 or n_heads % kv_heads:
+            raise ValueError(f"MultiHeadAttention n_kv_heads={n_kv_heads} must divide n_heads={n_heads}")
         factory = {"device": device, "dtype": dtype}
         self.d_model, self.n_heads, self.d_k, self.causal = d_model, n_heads, d_model // n_heads, causal
-        self.q = nn.Linear(d_model, d_model, bias=bias, **factory)
-        self.k = nn.Linear(d_model, d_model, bias=bias, **factory)
-        self.v = nn.Linear(d_model, d_model, bias=bias, **factory)
+        self.n_kv_heads, self.sliding_window = kv_heads, sliding_window
+        in_bias = bias if qkv_bias is None else qkv_bias
+        self.q = nn.Linear(d_model, d_model, bias=in_bias, **factory)
+        self.k = nn.Linear(d_model, kv_heads * self.d_k, bias=in_bias, **factory)
+        self.v = nn.Linear(d_model, kv_heads * self.d_k, bias=in_bias, **factory)
         self.o = nn.Linear(d_model, d_model, bias=bias, **factory)
         self.dropout_p = dropout
         self.resid_dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.use_fast_path = True
         self.fused = fused  # the qkv matmul keeps the parameters, not their concatenation, for backward
-        for stage in self.STAGES:
+        self.stages = tuple(s for s in self.STAGES if rotary or s not in self.ROTARY_STAGES)
+        for stage in self.stages:
             setattr(self, f"hook_{stage}", HookPoint())
 
-    def _project_qkv(self, x: Tensor, separate: bool = False) -> tuple[Tensor, Tensor, Tensor]:
-        """One matmul for q, k and v (their weights concatenated), split into heads.
+    def _project_qkv(self, x: Tensor, angles: Angles | None, separate: bool = False
+                     ) -> tuple[Tensor, Tensor, Tensor]:
+        """One matmul for q, k and v (their weights concatenated), split into heads (and rotated).
 
         ``separate``: three matmuls instead (decoding one token, where the concat would cost more
         than the matmul it saves).
         """
         if separate:
-            return self.split_heads(self.q(x), self.k(x), self.v(x))
+            return self.split_heads(self.q(x), self.k(x), self.v(x), angles)
         if self.fused:  # q, k, v: views of one matmul's output, each with its own gradient
             qkv = norm_linear(x, None, None, None, self.qkv_weights(), self.qkv_bias())
         else:
-            qkv = F.linear(x, torch.cat(self.qkv_weights()), self.qkv_bias()).split(self.d_model, dim=-1)
-        return self.split_heads(*qkv)
+            sizes = [w.shape[0] for w in self.qkv_weights()]
+            qkv = F.linear(x, torch.cat(self.qkv_weights()), self.qkv_bias()).split(sizes, dim=-1)
+        return self.split_heads(*qkv, angles)
 
     def qkv_weights(self) -> tuple[Tensor, Tensor, Tensor]:
         """Wq, Wk, Wv: applied as one (3d, d) matmul whose output is [q | k | v]."""
@@ -89,11 +110,21 @@ class MultiHeadAttention(nn.Module):
         """cat(bq, bk, bv), matching ``qkv_weights``."""
         return torch.cat([self.q.bias, self.k.bias, self.v.bias]) if self.q.bias is not None else None
 
-    def split_heads(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """(B, T, d_model) each -> (B, h, T, d_k) each: views, no copy."""
+    def split_heads(self, q: Tensor, k: Tensor, v: Tensor, angles: Angles | None = None
+                    ) -> tuple[Tensor, Tensor, Tensor]:
+        """(B, T, d_model) q -> (B, h, T, d_k), (B, T, h_kv d_k) k and v -> (B, h_kv, T, d_k): views, no
+        copy; then, with rotary positions, q and k rotated by ``angles`` (the rot_q, rot_k stages)."""
         B, T, _ = q.shape
-        heads = lambda y: y.view(B, T, self.n_heads, self.d_k).transpose(1, 2)
-        return self.hook_q(heads(q)), self.hook_k(heads(k)), self.hook_v(heads(v))
+        heads = lambda y: y.view(B, T, -1, self.d_k).transpose(1, 2)
+        q, k, v = self.hook_q(heads(q)), self.hook_k(heads(k)), self.hook_v(heads(v))
+        if angles is not None:
+            q, k = self.hook_rot_q(angles.rotate(q)), self.hook_rot_k(angles.rotate(k))
+        return q, k, v
+
+    def _shared(self, kv: Tensor) -> Tensor:
+        """(B, h_kv, T, d_k) -> (B, h, T, d_k): each key/value head repeated for its group of query heads."""
+        groups = self.n_heads // self.n_kv_heads
+        return kv if groups == 1 else kv.repeat_interleave(groups, dim=1)
 
     def _allowed(
         self, key_padding_mask: Tensor | None, T: int, device: torch.device, past: int = 0
@@ -103,6 +134,8 @@ class MultiHeadAttention(nn.Module):
         allowed = None
         if self.causal:
             allowed = torch.ones(T, past + T, dtype=torch.bool, device=device).tril(past)[None, None]
+            if self.sliding_window is not None:  # and only the last w positions: j > past + i - w
+                allowed = allowed & torch.ones_like(allowed).triu(past - self.sliding_window + 1)
         if key_padding_mask is not None:
             keys = ~key_padding_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
             allowed = keys if allowed is None else allowed & keys
@@ -123,6 +156,7 @@ class MultiHeadAttention(nn.Module):
         return torch.softmax(scores.masked_fill(blind, 0.0), dim=-1).masked_fill(blind, 0.0)
 
     def _explicit(self, q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None) -> tuple[Tensor, Tensor]:
+        k, v = self._shared(k), self._shared(v)
         scores = self.hook_scores(self._scores(q, k, allowed))  # (B, h, T, T)
         weights = self.hook_weights(self._softmax(scores, allowed))  # (B, h, T, T)
         dropped = F.dropout(weights, self.dropout_p, self.training) if self.dropout_p else weights
@@ -135,17 +169,18 @@ class MultiHeadAttention(nn.Module):
         if self.hook_scores.observers or self.hook_weights.observers:
             allowed = self._allowed(key_padding_mask, q.shape[2], q.device, past)
             with torch.no_grad():
-                scores = self._scores(q, k, allowed)
+                scores = self._scores(q, self._shared(k), allowed)
             self.hook_scores.observe(lambda: scores)
             self.hook_weights.observe(lambda: self._softmax(scores, allowed))
 
     def _attend(
-        self, x: Tensor, key_padding_mask: Tensor | None, explicit: bool, kv_cache: KVCache | None = None
+        self, x: Tensor, key_padding_mask: Tensor | None, explicit: bool, kv_cache: KVCache | None = None,
+        angles: Angles | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         B, T, _ = x.shape
-        q, k, v = self._project_qkv(x, separate=kv_cache is not None and T == 1)
+        q, k, v = self._project_qkv(x, angles, separate=kv_cache is not None and T == 1)
         past = 0
-        if kv_cache is not None:  # attend over the cached keys/values too: (B, h, past + T, d_k)
+        if kv_cache is not None:  # attend over the cached keys/values too: (B, h_kv, past + T, d_k)
             past = kv_cache.length
             k, v = kv_cache.append(k, v)
         ctx, weights = self.context(q, k, v, key_padding_mask, explicit, past)
@@ -190,10 +225,12 @@ class MultiHeadAttention(nn.Module):
             # so do several new queries after a cached past (SDPA's is_causal aligns top-left).
             # One new query after the past sees every key: no mask at all.
             offset_causal = self.causal and past > 0 and T > 1
-            needs_mask = key_padding_mask is not None or offset_causal
+            windowed = self.sliding_window is not None and past + T > self.sliding_window
+            needs_mask = key_padding_mask is not None or offset_causal or windowed
             allowed = self._allowed(key_padding_mask, T, q.device, past) if needs_mask else None
             ctx = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=allowed, dropout_p=self.dropout_p if self.training else 0.0,
+                q, self._shared(k), self._shared(v), attn_mask=allowed,
+                dropout_p=self.dropout_p if self.training else 0.0,
                 is_causal=self.causal and allowed is None and past == 0,
             )
             self._observe_scores_and_weights(q, k, key_padding_mask, past)
@@ -203,10 +240,12 @@ class MultiHeadAttention(nn.Module):
         return z.reshape(B, T, self.d_model), weights
 
     def forward(
-        self, x: Tensor, key_padding_mask: Tensor | None = None, kv_cache: KVCache | None = None
+        self, x: Tensor, key_padding_mask: Tensor | None = None, kv_cache: KVCache | None = None,
+        angles: Angles | None = None,
     ) -> Tensor:  # (B, T, d_model)
-        """kv_cache: this layer's cache during generation; x is then only the new positions."""
-        return self._attend(x, key_padding_mask, self.needs_explicit, kv_cache)[0]
+        """kv_cache: this layer's cache during generation; x is then only the new positions.
+        angles: the rotary positions' cos and sin for x's positions (``Rotary.angles``), when rotary."""
+        return self._attend(x, key_padding_mask, self.needs_explicit, kv_cache, angles)[0]
 
     @property
     def needs_explicit(self) -> bool:
@@ -214,19 +253,22 @@ class MultiHeadAttention(nn.Module):
         return not self.use_fast_path or self.hook_scores.intervened or self.hook_weights.intervened
 
     def forward_with_weights(
-        self, x: Tensor, key_padding_mask: Tensor | None = None
+        self, x: Tensor, key_padding_mask: Tensor | None = None, angles: Angles | None = None
     ) -> tuple[Tensor, Tensor]:
         """The explicit path: (output (B, T, d_model), attention weights (B, h, T, T))."""
-        out, weights = self._attend(x, key_padding_mask, explicit=True)
+        out, weights = self._attend(x, key_padding_mask, explicit=True, angles=angles)
         assert weights is not None
         return out, weights
 
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, n_heads={self.n_heads}, d_k={self.d_k}, causal={self.causal}"
+        return (f"d_model={self.d_model}, n_heads={self.n_heads}, d_k={self.d_k}, causal={self.causal}"
+                + (f", n_kv_heads={self.n_kv_heads}" if self.n_kv_heads != self.n_heads else "")
+                + (f", sliding_window={self.sliding_window}" if self.sliding_window is not None else ""))
 
 
 class KVCache:
-    """One attention layer's keys and values so far, preallocated: (B, h, max_len, d_k) each.
+    """One attention layer's keys and values so far, preallocated: (B, h_kv, max_len, d_k) each (the
+    key/value heads: grouped-query attention stores fewer).
 
     ``append`` writes the new positions after the first ``length`` and returns the filled part.
     """
@@ -250,6 +292,12 @@ class KVCache:
         return self.k[:, :, :end], self.v[:, :, :end]
 
 
-def attention_parameter_count(d_model: int, bias: bool) -> int:
-    """4 d^2, plus 4 d with biases."""
-    return 4 * d_model * d_model + (4 * d_model if bias else 0)
+def attention_parameter_count(d_model: int, bias: bool, kv_dim: int | None = None,
+                              qkv_bias: bool | None = None) -> int:
+    """Wq and Wo d^2 each, Wk and Wv d kv_dim each (kv_dim = n_kv_heads d_k; d without grouped
+    queries): 4 d^2 for multi-head attention; plus the biases (q, k, v: ``qkv_bias``, as ``bias`` when
+    unset; o: ``bias``)."""
+    kv_dim = d_model if kv_dim is None else kv_dim
+    in_bias = bias if qkv_bias is None else qkv_bias
+    return 2 * d_model * d_model + 2 * d_model * kv_dim + ((d_model + 2 * kv_dim) if in_bias else 0) \
+        + (d_model if bias else 0)

@@ -41,10 +41,7 @@ from .hooks import HookPoint, any_attached, any_intervention, hook_points, name_
 from .kernels import norm_linear, residual_norm_linear, residual_sum
 from .layouts import LAYOUTS, Norm, Sublayer, Sum
 from .norms import build_norm
-
-# each sublayer's own stages, in its forward order (the layout names the sublayer, the module its stages)
-SUBLAYER_STAGES = {"attn": MultiHeadAttention.STAGES, "ffn": FeedForward.STAGES}
-
+from .rotary import Angles
 
 # ---- the residual combine ---------------------------------------------------------------------
 
@@ -105,8 +102,10 @@ class TransformerBlock(HookedModule):
         c = self.config = config
         self.layout = LAYOUTS[c.norm_position]
         fused = c.components_fused
-        self.attn = MultiHeadAttention(c.d_model, c.n_heads, causal=c.causal, bias=c.bias, dropout=c.dropout,
-                                       fused=fused)
+        self.attn = MultiHeadAttention(
+            c.d_model, c.n_heads, causal=c.causal, bias=c.bias, dropout=c.dropout, fused=fused,
+            n_kv_heads=c.n_kv_heads, qkv_bias=c.qkv_bias, rotary=c.pos_encoding == "rotary",
+            sliding_window=c.sliding_window)
         self.ffn = FeedForward(c.d_model, c.d_ff, c.activation, bias=c.bias, dropout=c.dropout, fused=fused)
         for norm in self.layout.norms:
             setattr(self, norm, build_norm(c.norm, c.d_model, c.eps, c.bias, fused=fused))
@@ -123,15 +122,16 @@ class TransformerBlock(HookedModule):
 
     def hook_names(self) -> list[str]:
         """Every stage name, in the order a forward pass reaches them (the layout's order)."""
-        return self.layout.stages(SUBLAYER_STAGES)
+        return self.layout.stages({"attn": self.attn.stages, "ffn": self.ffn.STAGES})
 
     # -- the module path: the layout's steps, every stage a tensor ------------------------------
 
-    def _module_path(self, x: Tensor, mask: Tensor | None, cache: KVCache | None = None) -> Tensor:
+    def _module_path(self, x: Tensor, mask: Tensor | None, cache: KVCache | None = None,
+                     angles: Angles | None = None) -> Tensor:
         stages = {"resid_pre": self.hook_resid_pre(x)}  # stage name -> tensor, filled in forward order
         pad = _positions(mask, x)
         for step in self.layout.steps:
-            stage, value = STEPS[type(step)](self, step, stages, mask, pad, cache)
+            stage, value = STEPS[type(step)](self, step, stages, mask, pad, cache, angles)
             stages[stage] = value
         return stages[self.layout.output]
 
@@ -143,19 +143,22 @@ class TransformerBlock(HookedModule):
         return self._lean_path is not None and self.attn.use_fast_path and not any_intervention(self._points)
 
     def forward(
-        self, x: Tensor, key_padding_mask: Tensor | None = None, kv_cache: KVCache | None = None
+        self, x: Tensor, key_padding_mask: Tensor | None = None, kv_cache: KVCache | None = None,
+        angles: Angles | None = None,
     ) -> Tensor:  # (B, T, d_model)
-        """key_padding_mask: bool (B, T), True where the token is padding. kv_cache: generation only."""
+        """key_padding_mask: bool (B, T), True where the token is padding. kv_cache: generation only.
+        angles: with rotary positions, the cos and sin of x's positions (``Rotary.angles``)."""
         lean = kv_cache is None and self.uses_lean_path
         if self.config.checkpoint_blocks and kv_cache is None and torch.is_grad_enabled() \
                 and not any_attached(self._points):
             # keep only x; the block is recomputed in backward, on the path chosen now (never with
             # hooks attached: the recompute would run them a second time)
-            return checkpoint(self._run, x, key_padding_mask, None, lean, use_reentrant=False)
-        return self._run(x, key_padding_mask, kv_cache, lean)
+            return checkpoint(self._run, x, key_padding_mask, None, lean, angles, use_reentrant=False)
+        return self._run(x, key_padding_mask, kv_cache, lean, angles)
 
-    def _run(self, x: Tensor, mask: Tensor | None, cache: KVCache | None, lean: bool) -> Tensor:
-        return self._lean_path(self, x, mask) if lean else self._module_path(x, mask, cache)
+    def _run(self, x: Tensor, mask: Tensor | None, cache: KVCache | None, lean: bool,
+             angles: Angles | None = None) -> Tensor:
+        return self._lean_path(self, x, mask, angles) if lean else self._module_path(x, mask, cache, angles)
 
 
 # ---- the module path's steps: a function per kind of step, (block, step, stages so far) -> stage --
@@ -163,18 +166,18 @@ class TransformerBlock(HookedModule):
 
 
 def _norm(block: TransformerBlock, step: Norm, stages: dict[str, Tensor], mask: Tensor | None,
-          pad: Tensor | None, cache: KVCache | None) -> tuple[str, Tensor]:
+          pad: Tensor | None, cache: KVCache | None, angles: Angles | None) -> tuple[str, Tensor]:
     return step.name, getattr(block, f"hook_{step.name}")(getattr(block, step.name)(stages[step.reads], pad))
 
 
 def _sublayer(block: TransformerBlock, step: Sublayer, stages: dict[str, Tensor], mask: Tensor | None,
-              pad: Tensor | None, cache: KVCache | None) -> tuple[str, Tensor]:
+              pad: Tensor | None, cache: KVCache | None, angles: Angles | None) -> tuple[str, Tensor]:
     x = stages[step.reads]
-    return step.out, block.attn(x, mask, cache) if step.name == "attn" else block.ffn(x)
+    return step.out, block.attn(x, mask, cache, angles) if step.name == "attn" else block.ffn(x)
 
 
 def _sum(block: TransformerBlock, step: Sum, stages: dict[str, Tensor], mask: Tensor | None,
-         pad: Tensor | None, cache: KVCache | None) -> tuple[str, Tensor]:
+         pad: Tensor | None, cache: KVCache | None, angles: Angles | None) -> tuple[str, Tensor]:
     first, *rest = step.branches
     branch = stages[first]
     for other in rest:  # the parallel block: the branches' sum, in the layout's order
@@ -191,14 +194,15 @@ STEPS: dict[type, Callable[..., tuple[str, Tensor]]] = {Norm: _norm, Sublayer: _
 # y, LN2(y): the rest of their gradient stays inside ResidualNormLinear) as a detached tensor.
 
 
-def _pre_lean(block: TransformerBlock, x: Tensor, mask: Tensor | None) -> Tensor:  # (B, T, d_model)
+def _pre_lean(block: TransformerBlock, x: Tensor, mask: Tensor | None, angles: Angles | None
+              ) -> Tensor:  # (B, T, d_model)
     """y = x + MHA(LN1(x)); z = y + FFN(LN2(y)), keeping 9d + H floats per token (10d + H with
     keep_residual) for backward."""
     attn, ffn, ln1, ln2 = block.attn, block.ffn, block.ln1, block.ln2
     x = block.hook_resid_pre(x)
     block.hook_ln1.observe(lambda: ln1(x))
     q, k, v = norm_linear(x, ln1.kernel, ln1.weight, ln1.bias, attn.qkv_weights(), attn.qkv_bias())
-    c = attn.context(*attn.split_heads(q, k, v), mask)[0]  # (B, T, d): heads concatenated, before o
+    c = attn.context(*attn.split_heads(q, k, v, angles), mask)[0]  # (B, T, d): heads concatenated, before o
     attn.observe_output(c)
     y, z, *h = residual_norm_linear(
         x, c, attn.o.weight, attn.o.bias, block.res1.alpha, ln2.kernel, ln2.weight, ln2.bias,
@@ -209,13 +213,14 @@ def _pre_lean(block: TransformerBlock, x: Tensor, mask: Tensor | None) -> Tensor
     return block.hook_resid_post(block.res2(y, ffn.from_hidden(*h)))
 
 
-def _post_lean(block: TransformerBlock, x: Tensor, mask: Tensor | None) -> Tensor:  # (B, T, d_model)
+def _post_lean(block: TransformerBlock, x: Tensor, mask: Tensor | None, angles: Angles | None
+               ) -> Tensor:  # (B, T, d_model)
     """y = LN1(x + MHA(x)); z = LN2(y + FFN(y)), keeping 10d + H + 2 floats per token (LN2 keeps
     its input, mean and rstd; 11d + H + 2 with keep_residual) for backward."""
     attn, ffn, ln1 = block.attn, block.ffn, block.ln1
     x = block.hook_resid_pre(x)
     q, k, v = norm_linear(x, None, None, None, attn.qkv_weights(), attn.qkv_bias())
-    c = attn.context(*attn.split_heads(q, k, v), mask)[0]
+    c = attn.context(*attn.split_heads(q, k, v, angles), mask)[0]
     attn.observe_output(c)
     s, y, *h = residual_norm_linear(
         x, c, attn.o.weight, attn.o.bias, block.res1.alpha, ln1.kernel, ln1.weight, ln1.bias,
@@ -229,7 +234,7 @@ def _post_lean(block: TransformerBlock, x: Tensor, mask: Tensor | None) -> Tenso
 
 # The lean wirings, by layout name: each layout whose table row says ``lean`` has one here (a test checks
 # both ways), and each computes that layout's module path's forward values.
-LEAN_PATHS: dict[str, Callable[[TransformerBlock, Tensor, Tensor | None], Tensor]] = {
+LEAN_PATHS: dict[str, Callable[[TransformerBlock, Tensor, Tensor | None, Angles | None], Tensor]] = {
     "pre": _pre_lean,
     "post": _post_lean,
 }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,13 +17,14 @@ from .activations import ACTIVATION_NAMES
 from .init_schemes import INIT_SCHEMES
 from .kernels import LAYER_NORM_VARIANTS
 from .layouts import LAYOUTS
+from .rotary import ROTARY_STYLES, check_rope_scaling, rotary_dim
 
 # One list per variant, next to what chooses among them. The LayerNorm variants are the kernels'
 # table (kernels.NORM_KERNELS); "batch" is BatchNorm, "none" no norm at all.
 NORMS = (*LAYER_NORM_VARIANTS, "batch", "none")
 NORM_POSITIONS = tuple(LAYOUTS)  # the block layouts (layouts.LAYOUTS: where the norms sit, how it is wired)
 RESIDUALS = ("add", "rezero", "deepnorm", "none")
-POS_ENCODINGS = ("sinusoidal", "learned", "none")
+POS_ENCODINGS = ("sinusoidal", "learned", "rotary", "none")  # rotary: rotary.py, inside attention
 FUSED_CHOICES = (True, False, "auto")
 DEFAULT_EPS = 1e-5
 
@@ -46,6 +48,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "residual": RESIDUALS,
     "pos_encoding": POS_ENCODINGS,
     "embed_scale": EMBED_SCALES,
+    "rotary_style": ROTARY_STYLES,
     "init": tuple(INIT_SCHEMES),
 }
 
@@ -89,6 +92,7 @@ class ModelConfig:
     max_seq_len: int = 8
     d_model: int = 64
     n_heads: int = 4
+    n_kv_heads: int | None = None  # key/value heads, each shared by n_heads / n_kv_heads queries (None: all)
     n_layers: int = 2
     d_ff: int = 256  # or a ratio times d_model: 4.0, "4x", "8/3x" (resolved to an int)
     activation: str = "relu"
@@ -97,8 +101,16 @@ class ModelConfig:
     residual: str = "add"
     eps: float = DEFAULT_EPS
     bias: bool = True
+    qkv_bias: bool | None = None  # biases on q, k and v (None: as bias; Qwen2 has them, without any other)
     causal: bool = False
+    sliding_window: int | None = None  # causal attention to the last N positions only (Mistral); None: all
     pos_encoding: str = "sinusoidal"
+    # rotary only (blocklab/nn/rotary.py): the share of each head rotated, the base of the frequencies,
+    # which features pair up, and Llama 3's frequency scaling
+    rotary_fraction: float = 1.0
+    rotary_base: float = 10000.0
+    rotary_style: str = "half"
+    rope_scaling: dict[str, Any] | None = None
     # how big the token part of x0 is next to the position part (blocklab/nn/embedding.py says why)
     embed_scale: str = "sqrt_d_model"  # tok = factor * E[token]: "sqrt_d_model" (Vaswani et al.) or "none"
     embed_std: float = 1.0  # std of the token part at init, after the factor: E ~ N(0, (std/factor)^2)
@@ -120,7 +132,7 @@ class ModelConfig:
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # frozen
         set_("d_ff", resolve_d_ff(self.d_ff, self.d_model) if isinstance(self.d_model, int) else self.d_ff)
-        for name in ("eps", "embed_std", "pos_std"):  # 1 -> 1.0, so equal configs compare equal
+        for name in ("eps", "embed_std", "pos_std", "rotary_fraction", "rotary_base"):  # 1 -> 1.0: equal
             value = getattr(self, name)
             if isinstance(value, int) and not isinstance(value, bool):
                 set_(name, float(value))
@@ -134,6 +146,16 @@ class ModelConfig:
     def d_head(self) -> int:
         """Per-head width d_k = d_model / n_heads."""
         return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: ``n_kv_heads``, or one per query head when unset."""
+        return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
+
+    @property
+    def has_qkv_bias(self) -> bool:
+        """Whether q, k and v have biases: ``qkv_bias``, or as ``bias`` when unset."""
+        return self.bias if self.qkv_bias is None else self.qkv_bias
 
     @property
     def uses_lean_path(self) -> bool:
@@ -199,6 +221,7 @@ def _violations(c: ModelConfig) -> list[str]:
                  "keep_residual", "checkpoint_blocks"):
         value = getattr(c, name)
         need(isinstance(value, bool), f"{name}={value!r} must be true or false")
+    _attention_violations(c, need)
     need(isinstance(c.fused, bool) or c.fused == "auto", f"fused={c.fused!r} must be true, false or 'auto'")
     need(
         isinstance(c.dropout, (int, float)) and not isinstance(c.dropout, bool) and 0 <= c.dropout < 1,
@@ -229,6 +252,37 @@ def _violations(c: ModelConfig) -> list[str]:
         need(c.init == "default", f"init={c.init!r} would be overwritten: residual='deepnorm' draws its "
              "blocks' weights itself (Xavier scaled by beta); leave init 'default'")
     return errors
+
+
+def _attention_violations(c: ModelConfig, need: Callable[[bool, str], None]) -> None:
+    """Grouped-query heads, the q/k/v biases, the sliding window and rotary positions' options."""
+    if c.n_kv_heads is not None:
+        need(_is_int(c.n_kv_heads) and c.n_kv_heads >= 1 and c.n_heads % c.n_kv_heads == 0,
+             f"n_kv_heads={c.n_kv_heads!r} must be an integer >= 1 dividing n_heads={c.n_heads} "
+             "(or unset: one key/value head per query head)")
+    need(c.qkv_bias is None or isinstance(c.qkv_bias, bool),
+         f"qkv_bias={c.qkv_bias!r} must be true, false or unset (as bias)")
+    if c.sliding_window is not None:
+        need(_is_int(c.sliding_window) and c.sliding_window >= 1,
+             f"sliding_window={c.sliding_window!r} must be an integer >= 1 (or unset: no window)")
+        need(c.causal, f"sliding_window={c.sliding_window!r} limits causal attention, but causal=False")
+    rotary = c.pos_encoding == "rotary"
+    defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
+    for name in ("rotary_fraction", "rotary_base", "rotary_style", "rope_scaling"):
+        if not rotary and getattr(c, name) != defaults[name]:
+            need(False, f"{name}={getattr(c, name)!r} applies to rotary positions, but "
+                 f"pos_encoding={c.pos_encoding!r}: leave it unset or use pos_encoding='rotary'")
+    if not rotary:
+        return
+    need(_is_positive_number(c.rotary_base), f"rotary_base={c.rotary_base!r} must be a finite number > 0")
+    fraction_ok = _is_positive_number(c.rotary_fraction) and c.rotary_fraction <= 1
+    need(fraction_ok, f"rotary_fraction={c.rotary_fraction!r} must be a number in (0, 1]")
+    if fraction_ok:
+        dim = rotary_dim(c.d_head, c.rotary_fraction)
+        need(dim >= 2 and dim % 2 == 0, f"rotary_fraction={c.rotary_fraction!r} of d_head={c.d_head} rotates "
+             f"{dim} features; it must rotate an even number >= 2")
+    problem = check_rope_scaling(c.rope_scaling)
+    need(problem is None, f"rope_scaling={c.rope_scaling!r} {problem}")
 
 
 def _why_no_lean_path(c: ModelConfig) -> str:

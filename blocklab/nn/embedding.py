@@ -122,10 +122,11 @@ class LearnedPositions(nn.Embedding):
 
 
 def build_positions(config: ModelConfig) -> nn.Module | None:
-    """The positional encoding a config names (None for "none")."""
+    """The positional encoding x0 adds, as the config names it (None for "rotary" and "none")."""
     table = {
         "sinusoidal": lambda: SinusoidalPositions(config.max_seq_len, config.d_model),
         "learned": lambda: LearnedPositions(config.max_seq_len, config.d_model),
+        "rotary": lambda: None,  # nothing added to x0: attention rotates queries and keys (rotary.py)
         "none": lambda: None,
     }
     return table[config.pos_encoding]()

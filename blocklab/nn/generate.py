@@ -206,7 +206,7 @@ def positions_from_mask(mask: Tensor) -> Tensor:
 def new_kv_cache(model: Transformer, batch: int, max_len: int) -> list[KVCache]:
     """One empty KVCache per block, for ``batch`` sequences of up to ``max_len`` positions."""
     c, weight = model.config, model.head.weight
-    shape = (batch, c.n_heads, max_len, c.d_head)
+    shape = (batch, c.kv_heads, max_len, c.d_head)  # grouped-query models keep fewer key/value heads
     return [KVCache(*shape, weight.dtype, weight.device) for _ in range(c.n_layers)]
 
 

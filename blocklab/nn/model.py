@@ -1,6 +1,7 @@
 """The stack (docs/concepts.md#the-stack): embeddings, positions, N blocks, final norm, LM head, loss.
 
-    x0 = tok + pos                         tok = scale * E[tokens], pos = PE[positions] (embedding.py)
+    x0 = tok + pos                         tok = scale * E[tokens], pos = PE[positions] (embedding.py;
+                                           rotary positions add nothing here: attention rotates q, k)
     x_{l+1} = Block_l(x_l)                 l = 0..N-1
     logits = ln_f(x_N) @ W_vocab^T         ln_f for pre-norm; head optionally tied to Embed
     loss = cross_entropy(logits, targets)  targets of -100 (padding) are ignored
@@ -22,6 +23,7 @@ from .embedding import build_positions, build_token_embedding, init_embeddings
 from .hooks import HookPoint, name_hook_points
 from .init_schemes import INIT_SCHEMES
 from .norms import NoNorm, build_norm
+from .rotary import Rotary
 from .tokens import BatchEncoding, TextTokenizer, to_str_tokens, to_string
 
 IGNORE_INDEX = -100  # targets at padding / unscored positions
@@ -46,6 +48,8 @@ class Transformer(HookedModule):
         c = self.config = config
         self.embed = build_token_embedding(c)
         self.pos = build_positions(c)
+        self.rotary = Rotary(c.d_head, c.rotary_fraction, c.rotary_base, c.rotary_style, c.rope_scaling) \
+            if c.pos_encoding == "rotary" else None
         self.token_type = nn.Embedding(c.type_vocab_size, c.d_model) if c.type_vocab_size else None
         norm = lambda: build_norm(c.norm, c.d_model, c.eps, c.bias, fused=c.components_fused)
         self.embed_ln = norm() if c.embed_norm else NoNorm()
@@ -135,12 +139,14 @@ class Transformer(HookedModule):
         key_padding_mask = attention_mask == 0 if attention_mask is not None else None  # True at padding
         pad = key_padding_mask[:, past:] if key_padding_mask is not None else None  # these tokens' own
         x = self._embed(tokens, past, position_ids, token_type_ids, pad)
-        if kv_cache is None:
-            for block in self.blocks:
-                x = block(x, key_padding_mask)
-        else:
-            for block, cache in zip(self.blocks, kv_cache, strict=True):
-                x = block(x, key_padding_mask, cache)
+        angles = None
+        if self.rotary is not None:  # each token's position in its own sequence: past, past + 1, ...
+            positions = position_ids if position_ids is not None else \
+                torch.arange(past, past + tokens.shape[1], device=tokens.device)
+            angles = self.rotary.angles(positions, x.dtype)
+        caches = kv_cache if kv_cache is not None else [None] * len(self.blocks)
+        for block, cache in zip(self.blocks, caches, strict=True):
+            x = block(x, key_padding_mask, cache, angles)
         return self.hook_ln_f(self.ln_f(x, pad))
 
     def forward(

@@ -40,7 +40,7 @@ def block_parameter_counts(config: ModelConfig) -> dict[str, int]:
     c = config
     layout = LAYOUTS[c.norm_position]
     counts = {
-        "attn": attention_parameter_count(c.d_model, c.bias),
+        "attn": attention_parameter_count(c.d_model, c.bias, c.kv_heads * c.d_head, c.qkv_bias),
         "ffn": ffn_parameter_count(c.d_model, c.d_ff, c.activation, c.bias),
     }
     counts |= {norm: _norm(c) for norm in layout.norms}

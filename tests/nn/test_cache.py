@@ -12,7 +12,6 @@ from test_hooks import VARIANTS, oracle, small_model, tokens_and_targets  # the 
 from torch import Tensor
 
 import blocklab as bl
-from blocklab.nn.block import SUBLAYER_STAGES
 from blocklab.nn.cache import ActivationCache, run_with_cache
 from blocklab.nn.hooks import SHORT_ALIASES, TRANSFORMERLENS_ALIASES, blocklab_name, hook_points
 from blocklab.nn.layouts import LAYOUTS
@@ -97,7 +96,8 @@ def test_the_stages_are_listed_in_the_order_a_forward_pass_fills_the_cache(posit
     model = bl.Transformer(bl.ModelConfig(vocab_size=11, d_model=16, n_heads=2, n_layers=2, d_ff=24,
                                           norm_position=position, fused=path == "lean")).eval()
     assert sorted(model.hook_names()) == sorted(hook_points(model))
-    assert model.blocks[0].hook_names() == LAYOUTS[position].stages(SUBLAYER_STAGES)
+    stages = {"attn": model.blocks[0].attn.stages, "ffn": model.blocks[0].ffn.STAGES}
+    assert model.blocks[0].hook_names() == LAYOUTS[position].stages(stages)
     tokens = torch.randint(0, 11, (2, 5))
     order: list[str] = []
     with model.hooks({"*": lambda x, name: order.append(name)}, observe=True):

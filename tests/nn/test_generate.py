@@ -89,7 +89,10 @@ def left_padded(lengths, seed=0):
     {"norm_position": "parallel"},
     {"norm_position": "parallel_shared"},
     {"pos_encoding": "sinusoidal", "activation": "swiglu", "bias": False},
-], ids=["pre", "post", "sandwich", "parallel", "parallel_shared", "sinusoidal-swiglu"])
+    {"pos_encoding": "rotary", "pos_std": None, "n_kv_heads": 2, "norm": "rms", "bias": False},
+    {"pos_encoding": "rotary", "pos_std": None, "n_kv_heads": 1, "sliding_window": 5, "rotary_fraction": 0.5},
+], ids=["pre", "post", "sandwich", "parallel", "parallel_shared", "sinusoidal-swiglu", "rotary-gqa",
+        "rotary-mqa-window"])
 def test_cached_hidden_states_equal_the_full_forward_in_chunks(overrides):
     model = _model(**overrides)
     tokens = torch.randint(0, VOCAB, (2, 20))
@@ -102,7 +105,10 @@ def test_cached_hidden_states_equal_the_full_forward_in_chunks(overrides):
     assert (torch.cat(chunks, dim=1) - full).abs().max().item() < 1e-5
 
 
-@pytest.mark.parametrize("overrides", [{}, {"norm_position": "post"}], ids=["pre", "post"])
+@pytest.mark.parametrize("overrides", [
+    {}, {"norm_position": "post"},
+    {"pos_encoding": "rotary", "pos_std": None, "n_kv_heads": 2, "sliding_window": 4},
+], ids=["pre", "post", "rotary-gqa-window"])
 def test_kv_cached_generation_gives_the_same_tokens_as_uncached(overrides):
     model = _model(**overrides)
     ids, mask, _ = left_padded([4, 2, 6])

@@ -60,12 +60,33 @@ def oracle(model: bl.Transformer, tokens: Tensor, targets: Tensor | None = None,
         y = x @ W[f"{key}.weight"].T
         return y + W[f"{key}.bias"] if f"{key}.bias" in W else y
 
+    def rotate(x: Tensor) -> Tensor:  # (B, heads, T, dk): pairs of the first r features, by position
+        r = int(dk * c.rotary_fraction)
+        # cos and sin as transformers computes them: float32 frequencies, angles, cos and sin (then float64)
+        inv = 1.0 / (c.rotary_base ** (torch.arange(0, r, 2, dtype=torch.float32) / r))
+        angle = torch.arange(T, dtype=torch.float32)[:, None] * inv  # (T, r/2)
+        out = x.clone()
+        for m in range(r // 2):
+            a, b = (m, m + r // 2) if c.rotary_style == "half" else (2 * m, 2 * m + 1)
+            cos, sin = angle[:, m].cos().double(), angle[:, m].sin().double()
+            out[..., a] = x[..., a] * cos - x[..., b] * sin
+            out[..., b] = x[..., b] * cos + x[..., a] * sin
+        return out
+
     def attention(x: Tensor, p: str) -> Tensor:
-        q, k, v = (linear(x, f"{p}.{n}").view(B, T, h, dk).transpose(1, 2) for n in "qkv")
+        q = linear(x, f"{p}.q").view(B, T, h, dk).transpose(1, 2)
+        k, v = (linear(x, f"{p}.{n}").view(B, T, -1, dk).transpose(1, 2) for n in "kv")  # (B, h_kv, T, dk)
         S[f"{p}.q"], S[f"{p}.k"], S[f"{p}.v"] = q, k, v
+        if c.pos_encoding == "rotary":
+            q = S[f"{p}.rot_q"] = rotate(q)
+            k = S[f"{p}.rot_k"] = rotate(k)
+        group = h // k.shape[1]  # query head i reads key/value head i // group
+        k, v = (torch.stack([y[:, i // group] for i in range(h)], 1) for y in (k, v))
         scores = q @ k.transpose(-1, -2) / math.sqrt(dk)
         if c.causal:
             scores = scores.masked_fill(torch.ones(T, T).triu(1).bool(), float("-inf"))
+        if c.sliding_window is not None:  # query i sees keys i - w + 1 .. i
+            scores = scores.masked_fill(torch.ones(T, T).tril(-c.sliding_window).bool(), float("-inf"))
         S[f"{p}.scores"] = scores
         weights = torch.exp(scores - scores.amax(-1, keepdim=True))
         weights = weights / weights.sum(-1, keepdim=True)
@@ -107,7 +128,7 @@ def oracle(model: bl.Transformer, tokens: Tensor, targets: Tensor | None = None,
             pe[:, j + 1] = torch.cos(pos[:, 0] / 10000 ** (j / d))
     factor = {"sqrt_d_model": math.sqrt(d), "none": 1.0}[c.embed_scale]  # Vaswani et al. 3.4
     S["tok"] = factor * W["embed.weight"][tokens]
-    if c.pos_encoding != "none":
+    if c.pos_encoding not in ("none", "rotary"):
         S["pos"] = {"sinusoidal": pe, "learned": W.get("pos.weight", pe)[:T]}[c.pos_encoding].expand(B, T, d)
     x = S["tok"] + S["pos"] if "pos" in S else S["tok"]
     S["embed"] = x
@@ -168,6 +189,14 @@ VARIANTS = {
     "rms": dict(norm="rms", norm_position="pre"),
     "eps-outside-sqrt": dict(norm="eps_outside_sqrt"),
     "causal-pre": dict(causal=True, norm_position="pre", pos_encoding="learned"),
+    # the modern block: rotary positions, grouped queries (2 query heads share 1 key/value head)
+    "llama-like": dict(causal=True, norm_position="pre", norm="rms", activation="swiglu", bias=False,
+                       pos_encoding="rotary", n_kv_heads=1),
+    "rotary-interleaved-partial": dict(causal=True, norm_position="parallel", pos_encoding="rotary",
+                                       rotary_style="interleaved", rotary_fraction=0.5, rotary_base=100.0),
+    "qwen2-like-window": dict(causal=True, norm_position="pre", norm="rms", bias=False, qkv_bias=True,
+                              pos_encoding="rotary", sliding_window=2),
+    "mqa-learned": dict(n_kv_heads=1, pos_encoding="learned"),
     "embed-sqrt-d-learned": dict(embed_scale="sqrt_d_model", embed_std=1.0, pos_encoding="learned",
                                  pos_std=0.5),
     "embed-none-no-positions": dict(embed_scale="none", embed_std=0.02, pos_encoding="none"),

@@ -179,6 +179,7 @@ ALTERNATIVES: dict[str, list] = {
     "max_seq_len": [16],
     "d_model": [32],
     "n_heads": [2, 8],
+    "n_kv_heads": [None, 1, 2],
     "n_layers": [1, 3],
     "d_ff": [128],
     "activation": list(ACTIVATION_NAMES),
@@ -187,8 +188,15 @@ ALTERNATIVES: dict[str, list] = {
     "residual": list(RESIDUALS),
     "eps": [1e-3],
     "bias": [True, False],
+    "qkv_bias": [None, True, False],
     "causal": [True, False],
+    "sliding_window": [None, 3],
     "pos_encoding": list(POS_ENCODINGS),
+    "rotary_fraction": [1.0, 0.5],
+    "rotary_base": [10000.0, 100.0],
+    "rotary_style": ["half", "interleaved"],
+    "rope_scaling": [None, {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+                            "high_freq_factor": 4.0, "original_max_position_embeddings": 16}],
     "embed_scale": list(EMBED_SCALES),
     "embed_std": [1.0, 0.02],
     "pos_std": [0.5, None],
@@ -208,13 +216,16 @@ BASES = {
     # learned positions: the base where pos_std is observable (sinusoidal bases refuse it, naming it)
     "pre-rms-lean": ModelConfig(**SMALL, norm_position="pre", norm="rms", fused=True, pos_encoding="learned"),
     "no-norm": ModelConfig(**SMALL, norm="none", norm_position="pre"),
+    # the modern block: rotary positions (where their options are observable), grouped queries, causal
+    "llama-like": ModelConfig(**SMALL, norm_position="pre", norm="rms", activation="swiglu", bias=False,
+                              causal=True, pos_encoding="rotary", n_kv_heads=1),
 }
 
 
 # Changes that build the same model by the math, not by a value being ignored: with no norm, every
 # sequential layout wires the same x + F(x) (its norms are identities); the parallel ones still differ
 # (x + MHA(x) + FFN(x)).
-SAME_BY_THE_MATH = {("no-norm", "norm_position", "post"), ("no-norm", "norm_position", "sandwich")}
+SAME_BY_THE_MATH = {("no-norm", "norm_position", "'post'"), ("no-norm", "norm_position", "'sandwich'")}
 
 
 def _fingerprint(config: ModelConfig) -> list:
@@ -272,7 +283,11 @@ def test_every_field_changes_something_observable_or_is_refused(base: str, field
             continue  # refused, naming the field
         if field == "fused" and changed.components_fused == config.components_fused:
             continue  # "auto" resolving to what the other value says: the same model by definition
-        if (base, field, value) in SAME_BY_THE_MATH:
+        if field == "n_kv_heads" and changed.kv_heads == config.kv_heads:
+            continue  # unset means one key/value head per query head: the same model by definition
+        if field == "qkv_bias" and changed.has_qkv_bias == config.has_qkv_bias:
+            continue  # unset means as bias: the same model by definition
+        if (base, field, repr(value)) in SAME_BY_THE_MATH:
             assert _same(_fingerprint(changed), reference), f"{base}: {field}={value!r} now differs"
             continue
         assert not _same(_fingerprint(changed), reference), f"{base}: {field}={value!r} changed nothing"
