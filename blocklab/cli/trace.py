@@ -1,8 +1,8 @@
 """``blocklab trace``: pick the model and the input, collect, then print / write JSON / write HTML.
 
-The model is a preset built with a fixed seed (``listops-seed`` and ``tiny-lm`` bring their
-task's tokenizer) or ``--model`` (anything ``blocklab.load`` reads: a run, a checkpoint, a Hugging
-Face folder or an installed model package), which brings its own tokenizer when it has one.
+The model is a preset built with a fixed seed (a preset shaped for a task, ``config.PRESET_TASKS``,
+brings the task's tokenizer) or ``--model`` (anything ``blocklab.load`` reads: a run, a checkpoint, a
+Hugging Face folder or an installed model package), which brings its own tokenizer when it has one.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 from ..files.folders import write_output_file
 from ..inspect.trace.collect import collect_trace, trace_to_dict
 from ..inspect.trace.record import Trace
-from ..nn.config import FIELDS
+from ..nn.config import FIELDS, PRESET_TASKS
 from ..nn.model import Transformer
 from .args import (
     add_command,
@@ -82,7 +82,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 
 MIN_WIDTH = 40  # narrower, the tables' columns no longer fit one number each
-PRESET_TASKS = {"listops-seed": "listops", "tiny-lm": "tiny-lm"}  # presets that come with a tokenizer
 
 
 @dataclass

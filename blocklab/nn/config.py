@@ -351,14 +351,33 @@ PRESET_NOTES: dict[str, str] = {
                  "which blocklab does not build",
 }
 
-# Published totals, where exact figures exist (GPT-2: the released checkpoints; BERT-base: BertModel).
+# Published totals, where exact figures exist (GPT-2: the released checkpoints; BERT-base: BertModel; the
+# modern families: the released checkpoint's parameter count on its Hugging Face model page; Pythia's also
+# Biderman et al. 2023, Table 1).
 PUBLISHED_TOTALS: dict[str, int] = {
     "gpt2": 124_439_808,
     "gpt2-medium": 354_823_168,
     "gpt2-large": 774_030_080,
     "gpt2-xl": 1_557_611_200,
     "bert-base": 109_482_240,
+    "llama-3.2-1b": 1_235_814_400,
+    "smollm2-135m": 134_515_008,
+    "qwen2.5-0.5b": 494_032_768,
+    "pythia-160m": 162_322_944,
+    "mistral-7b": 7_241_732_096,
 }
+
+
+def _llama(vocab: int, n_ctx: int, d_model: int, d_ff: int, n_layers: int, n_heads: int, n_kv_heads: int,
+           eps: float, theta: float, **more: Any) -> dict[str, Any]:
+    """The Llama block (Llama, SmolLM, Mistral, Qwen2): pre-norm RMSNorm, SwiGLU, rotary positions,
+    grouped-query attention, no biases, causal; tables N(0, 0.02^2) (initializer_range)."""
+    return dict(
+        vocab_size=vocab, max_seq_len=n_ctx, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads,
+        n_layers=n_layers, d_ff=d_ff, activation="swiglu", norm="rms", norm_position="pre", bias=False,
+        causal=True, pos_encoding="rotary", rotary_base=theta, eps=eps, embed_scale="none", embed_std=0.02,
+        **more,
+    )
 
 PRESETS: dict[str, dict[str, Any]] = {
     "listops-seed": dict(
@@ -387,7 +406,25 @@ PRESETS: dict[str, dict[str, Any]] = {
         tie_embeddings=True, type_vocab_size=2, embed_norm=True,
         embed_scale="none", embed_std=0.02,
     ),
+    # The modern block at the listops seed's size: what `blocklab train --preset llama-seed` trains.
+    "llama-seed": _llama(18, 8, 64, 176, 2, 4, 2, 1e-5, 10000.0),
+    # Released models' shapes (their config.json on the Hugging Face hub)
+    "llama-3.2-1b": _llama(128256, 131072, 2048, 8192, 16, 32, 8, 1e-5, 500000.0, tie_embeddings=True,
+                           rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
+    "smollm2-135m": _llama(49152, 8192, 576, 1536, 30, 9, 3, 1e-5, 100000.0, tie_embeddings=True),
+    "qwen2.5-0.5b": _llama(151936, 32768, 896, 4864, 24, 14, 2, 1e-6, 1000000.0, tie_embeddings=True,
+                           qkv_bias=True),
+    "mistral-7b": _llama(32000, 32768, 4096, 14336, 32, 32, 8, 1e-5, 10000.0, sliding_window=4096),
+    "pythia-160m": dict(
+        vocab_size=50304, max_seq_len=2048, d_model=768, n_heads=12, n_layers=12, d_ff=3072,
+        activation="gelu", norm_position="parallel", causal=True, pos_encoding="rotary",
+        rotary_fraction=0.25, eps=1e-5, embed_scale="none", embed_std=0.02,
+    ),
 }
+
+# The task each toy preset is shaped for (its vocabulary and length): its tokenizer comes with it.
+PRESET_TASKS: dict[str, str] = {"listops-seed": "listops", "tiny-lm": "tiny-lm", "llama-seed": "listops"}
 
 # How each preset sizes its input embedding (ModelConfig embed_scale, embed_std, pos_std; the
 # reasons are in blocklab/nn/embedding.py). `blocklab params --preset NAME` prints the line.
@@ -404,6 +441,11 @@ EMBEDDING_CHOICES: dict[str, str] = {
                     "gpt3-13b", "gpt3-175b")},
     "bert-base": "BERT's layout: x0 = LayerNorm(word + position + token type), no factor, every table "
                  "N(0, 0.02^2) (BERT's code: a truncated normal of std 0.02)",
+    **{name: "the Llama layout (transformers' initializer_range): x0 = E[t], no factor, E ~ N(0, 0.02^2); "
+             "positions are rotary, inside attention, so x0 has no position part"
+       for name in ("llama-seed", "llama-3.2-1b", "smollm2-135m", "qwen2.5-0.5b", "mistral-7b")},
+    "pythia-160m": "GPT-NeoX's layout: x0 = E[t], no factor, E ~ N(0, 0.02^2); rotary positions on 25% of "
+                   "each head, inside attention",
 }
 
 

@@ -23,16 +23,22 @@ from torch import Tensor
 
 from ..files.atomic import atomic_write_bytes
 from ..files.folders import claim_folder, new_marker, write_marker
+from ..nn.config import ModelConfig
 from ..nn.memory import check_memory
 from ..nn.model import Transformer
 from ..training.checkpoint import state_tensors
 from ..training.runfiles import OWNED
-from . import hf_bert, hf_gpt2
+from . import hf_bert, hf_gpt2, hf_gpt_neox
+from .hf_llama import LLAMA, MISTRAL, QWEN2
 from .hf_map import Family, PretrainedError, from_hf, is_ignored, to_hf
 from .hf_tokenizer import HFTokenizer, load_folder_tokenizer
 
-FAMILIES: dict[str, Family] = {"bert": hf_bert, "gpt2": hf_gpt2}  # type: ignore[dict-item]
-EXPORT_FAMILY = {"post": "bert", "pre": "gpt2"}  # by norm_position
+# By config.json's model_type. Export tries them in this order and takes the first whose layout the
+# model has: Qwen2 (q/k/v biases), then Llama (no window), then Mistral (a window).
+FAMILIES: dict[str, Family] = {  # type: ignore[dict-item]
+    "bert": hf_bert, "gpt2": hf_gpt2, "qwen2": QWEN2, "llama": LLAMA, "mistral": MISTRAL,
+    "gpt_neox": hf_gpt_neox,
+}
 MAX_LISTED = 8  # keys named in one error message
 
 
@@ -213,22 +219,40 @@ def read_pretrained(path: str | Path) -> Pretrained:
 
 
 def load_pretrained(path: str | Path) -> tuple[Transformer, HFTokenizer | None]:
-    """``model, tokenizer = load_pretrained(folder_or_package)``: a Hugging Face BERT or GPT-2 folder."""
+    """``model, tokenizer = load_pretrained(folder_or_package)``: a Hugging Face folder of one of
+    ``FAMILIES`` (BERT, GPT-2, Llama, Mistral, Qwen2, GPT-NeoX)."""
     loaded = read_pretrained(path)
     return loaded.model, loaded.tokenizer
 
 
-def save_pretrained(model: Transformer, path: str | Path, tokenizer: HFTokenizer | None = None) -> Path:
-    """Write ``model`` as a Hugging Face folder (BERT for post-norm, GPT-2 for pre-norm) that
-    ``transformers`` loads; with a Hugging Face tokenizer, also its tokenizer.json."""
-    kind = EXPORT_FAMILY.get(model.config.norm_position)
-    if kind is None:
-        raise PretrainedError(f"this model has no BERT or GPT-2 layout: ModelConfig "
-                              f"norm_position={model.config.norm_position!r} (BERT is 'post', GPT-2 'pre')")
-    family = FAMILIES[kind]
-    hf_config = family.hf_config(model.config, tokenizer)
-    hf_tensors = to_hf(state_tensors(model), family.weight_map(model.config))
-    tensors = {family.export_key(k): v.cpu() for k, v in hf_tensors.items()}
+def export_family(config: ModelConfig, family: str | None = None) -> Family:
+    """The family a model of ``config`` is written as: ``family`` (a model_type), or the first of
+    ``FAMILIES`` whose layout it has; a PretrainedError says why each does not fit."""
+    if family is not None:
+        if family not in FAMILIES:
+            raise PretrainedError(f"family={family!r} is not one of: {', '.join(FAMILIES)}")
+        FAMILIES[family].hf_config(config)  # raises naming what does not fit
+        return FAMILIES[family]
+    why = []
+    for name, candidate in FAMILIES.items():
+        try:
+            candidate.hf_config(config)
+        except PretrainedError as error:
+            why.append(f"{name}: {str(error).removeprefix('this model has no ')}")
+            continue
+        return candidate
+    raise PretrainedError("this model has no Hugging Face layout blocklab writes; " + "; ".join(why))
+
+
+def save_pretrained(model: Transformer, path: str | Path, tokenizer: HFTokenizer | None = None,
+                    family: str | None = None) -> Path:
+    """Write ``model`` as a Hugging Face folder that ``transformers`` loads: the layout of ``family``
+    (a model_type: bert, gpt2, llama, mistral, qwen2, gpt_neox), by default the first that fits the
+    model; with a Hugging Face tokenizer, also its tokenizer.json."""
+    chosen = export_family(model.config, family)
+    hf_config = chosen.hf_config(model.config, tokenizer)
+    hf_tensors = to_hf(state_tensors(model), chosen.weight_map(model.config))
+    tensors = {chosen.export_key(k): v.cpu() for k, v in hf_tensors.items()}
     files = {
         "model.safetensors": safetensors_bytes(tensors, metadata={"format": "pt"}),
         "config.json": json.dumps(hf_config, indent=2).encode(),

@@ -26,11 +26,14 @@ class PretrainedError(ValueError):
 
 @dataclass(frozen=True)
 class WeightMap:
-    """Hugging Face tensor ``hf`` = cat(blocklab tensors ``ours``, dim 0), transposed if ``conv1d``."""
+    """Hugging Face tensor ``hf`` = cat(blocklab tensors ``ours``, dim 0), transposed if ``conv1d``;
+    with ``heads`` > 0, interleaved head by head instead: [q_0 k_0 v_0 q_1 k_1 v_1 ...] (GPT-NeoX's
+    query_key_value), each part ``heads`` blocks of equal rows."""
 
     hf: str
     ours: tuple[str, ...]
     conv1d: bool = False
+    heads: int = 0
 
 
 def renamed(hf_prefix: str, ours_prefix: str, modules: dict[str, str], conv1d: bool = False,
@@ -47,7 +50,11 @@ def to_hf(state: dict[str, Tensor], rows: list[WeightMap]) -> dict[str, Tensor]:
     """blocklab state dict -> Hugging Face tensors (contiguous, as safetensors wants)."""
     out = {}
     for row in rows:
-        t = torch.cat([state[k] for k in row.ours]) if len(row.ours) > 1 else state[row.ours[0]]
+        parts = [state[k] for k in row.ours]
+        if row.heads:  # (heads, parts, rows per head, ...) -> one tensor, head by head
+            t = torch.stack([p.unflatten(0, (row.heads, -1)) for p in parts], 1).flatten(0, 2)
+        else:
+            t = torch.cat(parts) if len(parts) > 1 else parts[0]
         out[row.hf] = (t.t() if row.conv1d and t.dim() == 2 else t).detach().contiguous()
     return out
 
@@ -58,6 +65,11 @@ def from_hf(hf: dict[str, Tensor], rows: list[WeightMap], shapes: dict[str, torc
     for row in rows:
         t = hf[row.hf]
         t = t.t() if row.conv1d and t.dim() == 2 else t
+        if row.heads:  # head by head: (heads, parts, rows per head, ...)
+            parts = t.unflatten(0, (row.heads, len(row.ours), -1)).unbind(1)
+            for key, part in zip(row.ours, parts, strict=True):
+                out[key] = part.flatten(0, 1).contiguous()
+            continue
         sizes = [shapes[k][0] for k in row.ours]
         for key, part in zip(row.ours, torch.split(t, sizes), strict=True):
             out[key] = part.contiguous()
@@ -65,7 +77,7 @@ def from_hf(hf: dict[str, Tensor], rows: list[WeightMap], shapes: dict[str, torc
 
 
 class Family(Protocol):
-    """What hf_bert and hf_gpt2 provide."""
+    """What each family module (hf_bert, hf_gpt2, hf_gpt_neox) or object (hf_llama's) provides."""
 
     MODEL_TYPE: str
     IGNORED: tuple[str, ...]  # regexes of Hugging Face keys blocklab does not use (pooler, buffers)

@@ -71,6 +71,11 @@ class HFTokenizer:
         """The end-of-sequence token's id (GPT-2: ``<|endoftext|>``), or None."""
         return self.token_id(self.special_tokens.get("eos_token"))
 
+    @property
+    def bos_id(self) -> int | None:
+        """The beginning-of-sequence token's id (Llama: ``<s>``), or None."""
+        return self.token_id(self.special_tokens.get("bos_token"))
+
     def encode(self, text: str) -> list[int]:
         """Text -> ids (special tokens included); empty text is a ValueError."""
         return self._tok.encode(_nonblank(text)).ids

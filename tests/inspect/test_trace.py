@@ -44,6 +44,8 @@ VARIANTS = {
     "residual-none": dict(residual="none"), "norm-none": dict(norm="none"),
     "rms": dict(norm="rms", norm_position="pre"), "eps-outside-sqrt": dict(norm="eps_outside_sqrt"),
     "causal": dict(causal=True, norm_position="pre"), "bert-like": dict(embed_norm=True, type_vocab_size=2),
+    "llama-like": dict(causal=True, norm_position="pre", norm="rms", activation="swiglu", bias=False,
+                       pos_encoding="rotary", n_kv_heads=1, rotary_base=100.0),
     **{f"act-{a}": dict(activation=a) for a in bl.ACTIVATION_NAMES},
 }
 
@@ -261,6 +263,22 @@ def test_json_validates_and_has_one_record_per_stage(variant: str) -> None:
     if variant == "causal":  # masked scores are null and left out of the statistics
         scores = next(s for s in doc["stages"] if s["name"] == "blocks.0.attn.scores")
         assert scores["values"][0][1] is None and scores["masked"] == [2 * (4 - t) for t in range(5)]
+
+
+@pytest.mark.parametrize("style, fraction", [("half", 1.0), ("interleaved", 0.5)])
+def test_the_rotary_stage_names_its_pairs_and_their_angles_in_numbers(style: str, fraction: float) -> None:
+    """rot_q's sentence: which features pair up and each shown pair's angle, position x base^(-2m/r)."""
+    model = listops_model(norm_position="pre", causal=True, pos_encoding="rotary", rotary_base=100.0,
+                          rotary_style=style, rotary_fraction=fraction)
+    trace = collect_trace(model, IDS, TOKENIZER.tokens(IDS), position=5)
+    words = next(s for s in trace.stages if s.name == "blocks.0.attn.rot_q").explanation
+    r = int(16 * fraction)  # of d_head 16 (listops-seed: 64 / 4)
+    assert f"first {r} of 16 features rotated in {r // 2} pairs" in words
+    assert ("feature m with feature m + 8" if style == "half" else "features 2m and 2m + 1") in words
+    for m in (0, 1, r // 2 - 1):
+        assert f"pair {m} by {5 * 100.0 ** (-2 * m / r):.4g} rad" in words, words
+    q = next(s for s in trace.stages if s.name == "blocks.0.attn.q")
+    assert f"mean L2 norm {float(q.stats['l2'].mean()):.4g} ->" in words  # a rotation keeps lengths
 
 
 def test_schema_rejects_a_record_without_statistics() -> None:

@@ -50,7 +50,9 @@ def test_a_key_that_names_no_stage_says_why() -> None:
         cache["resid_pre", 2]
     with pytest.raises(KeyError, match="did you mean .*blocks.0.ln1"):
         cache["blocks.0.ln3"]
-    with pytest.raises(KeyError, match="has no blocklab stage: rotary"):
+    with pytest.raises(KeyError, match="has no blocklab stage: a copy of resid_pre"):
+        cache["blocks.0.hook_q_input"]
+    with pytest.raises(KeyError, match="no stage 'blocks.0.attn.hook_rot_q'"):  # a stage of rotary models
         cache["blocks.0.attn.hook_rot_q"]
     _, some = model.run_with_cache(tokens, names="blocks.*.ln1")
     with pytest.raises(KeyError, match="'blocks.0.ln2' was not cached"):
@@ -62,6 +64,8 @@ def test_every_transformerlens_alias_names_a_stage_of_some_model_or_says_why_not
     for position in LAYOUTS:
         names |= set(bl.Transformer(bl.ModelConfig(vocab_size=11, d_model=16, n_heads=2, n_layers=1,
                                                    norm_position=position)).hook_names())
+    names |= set(bl.Transformer(bl.ModelConfig(d_model=16, n_heads=2, n_layers=1, pos_encoding="rotary")
+                                ).hook_names())
     for alias in TRANSFORMERLENS_ALIASES:
         tl = alias.transformerlens.format(i=0)
         if alias.blocklab is None:

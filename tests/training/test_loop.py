@@ -219,6 +219,20 @@ def test_a_parallel_block_trains_like_the_others(layout: str) -> None:
     assert F.cross_entropy(logits.flatten(0, 1).double(), data.targets.flatten()) < 0.01
 
 
+@pytest.mark.parametrize("task_name", ["listops", "tiny-lm"])
+def test_the_llama_style_preset_trains_on_listops_and_tiny_lm(task_name: str) -> None:
+    """The modern block (RMSNorm, SwiGLU, rotary positions, grouped-query attention) at the listops
+    seed's size trains with the same loop and defaults: listops to its target, tiny-lm memorised."""
+    task = get_task(task_name)
+    result = train(bl.preset("llama-seed", **task.config_overrides()), None, task)
+    data = task.split("test")
+    with torch.no_grad():
+        logits = result.model.eval()(data.inputs)
+    scored = data.targets != -100
+    accuracy = (logits.argmax(-1)[scored] == data.targets[scored]).double().mean()
+    assert accuracy >= 0.99
+
+
 # ---- run folder: checkpoints, resume, locks, non-finite ----------------------------------------
 
 

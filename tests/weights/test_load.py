@@ -148,10 +148,11 @@ def test_unsupported_folders_list_what_is_accepted(tmp_path: Path) -> None:
     neither.mkdir()
     (neither / "config.json").write_text(json.dumps({"hidden_size": 8}))
     assert "its config.json is neither a blocklab run's nor a Hugging Face model's" in refusal(neither)
-    llama = tmp_path / "llama"
-    llama.mkdir()
-    (llama / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    assert "model_type='llama' is not supported; blocklab reads bert, gpt2" in refusal(llama)
+    falcon = tmp_path / "falcon"
+    falcon.mkdir()
+    (falcon / "config.json").write_text(json.dumps({"model_type": "falcon"}))
+    assert ("model_type='falcon' is not supported; blocklab reads bert, gpt2, qwen2, llama, mistral, gpt_neox"
+            in refusal(falcon))
 
 
 def test_a_run_without_a_checkpoint_and_missing_paths_are_named(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from ...nn.layouts import LAYOUTS
+from ...nn.rotary import inverse_frequencies, rotary_dim
 from .record import Stage, Trace
 
 BRANCH_WORDS = {"attn": "attention", "ffn": "FFN"}
@@ -103,15 +104,15 @@ def _pos(s: Stage, w: Walk) -> str:
 def _embed(s: Stage, w: Walk) -> str:
     c = w.trace.config
     parts = ["token part"]
-    parts += {"sinusoidal": ["sinusoidal position code"], "learned": ["learned positions"], "none": []}[
-        c.pos_encoding]
+    parts += {"sinusoidal": ["sinusoidal position code"], "learned": ["learned positions"], "none": [],
+              "rotary": []}[c.pos_encoding]  # rotary positions act inside attention (rot_q, rot_k)
     if c.type_vocab_size:
         parts.append("token-type embedding")
     words = f"x0 = {' + '.join(parts)}"
     if s.norm_module:
         words += f", normalized with {s.norm_module}"
     share = ""
-    if s.parts is not None and c.pos_encoding != "none":
+    if s.parts is not None and c.pos_encoding not in ("none", "rotary"):
         mean_share = float(s.parts.tok_share.mean())
         share = f"; token share ||tok|| / (||tok|| + ||pos||) {mean_share:.1%} (mean over positions)"
     return f"embedding: {words}; mean L2 norm per position {_n(_l2(s))}{share}"
@@ -125,9 +126,35 @@ def _qkv(s: Stage, w: Walk) -> str:
     attn = w.module(s.name.rsplit(".", 1)[0])
     letter = s.kind[-1]
     role = {"q": "queries", "k": "keys", "v": "values"}[letter]
-    heads = f"split into {attn.n_heads} heads of d_k {attn.d_k}" if attn is not None else "split into heads"
+    n = (attn.n_heads if letter == "q" else attn.n_kv_heads) if attn is not None else None
+    heads = f"split into {n} heads of d_k {attn.d_k}" if attn is not None else "split into heads"
+    if attn is not None and letter != "q" and attn.n_kv_heads != attn.n_heads:
+        heads += f", each shared by {attn.n_heads // attn.n_kv_heads} query heads (grouped-query)"
     bias = f" + b{letter}" if attn is not None and attn.q.bias is not None else ""
     return f"{role}: the attention input times W{letter}^T{bias}, {heads} (columns head.dim)"
+
+
+PAIRS = {"half": "feature m with feature m + {half}", "interleaved": "features 2m and 2m + 1"}
+
+
+def _rotary(s: Stage, w: Walk) -> str:
+    """The rotation in numbers: which pairs, by which angle at the shown position(s)."""
+    c, letter = w.trace.config, s.kind[-1]
+    d_k = c.d_head
+    dim = rotary_dim(d_k, c.rotary_fraction)
+    freqs = inverse_frequencies(dim, c.rotary_base, c.rope_scaling).tolist()
+    p = s.positions[-1]
+    shown = sorted({0, 1, len(freqs) - 1})
+    angles = ", ".join(f"pair {m} by {_n(p * freqs[m])} rad" for m in shown)
+    kept = f"; features {dim}..{d_k - 1} pass unchanged" if dim < d_k else ""
+    scaled = " (Llama 3's scaling divides the low frequencies)" if c.rope_scaling else ""
+    before = w.sibling(s, f"attn.{letter}")
+    norms = f"; lengths kept: mean L2 norm {_n(_l2(before))} -> {_n(_l2(s))}" if before is not None else ""
+    pairs = PAIRS[c.rotary_style].format(half=dim // 2)
+    return (f"rotary positions ({'queries' if letter == 'q' else 'keys'}): each head's first {dim} of {d_k} "
+            f"features rotated in {dim // 2} pairs ({pairs}), pair m by "
+            f"position x base^(-2m/{dim}), base {_n(c.rotary_base)}{scaled}; at {w.trace.label(p)}: "
+            f"{angles}{kept}{norms}. So q . k depends on the positions only through their distance")
 
 
 def _scores(s: Stage, w: Walk) -> str:
@@ -278,7 +305,8 @@ def _loss(s: Stage, w: Walk) -> str:
 
 EXPLAINERS: dict[str, Callable[[Stage, Walk], str]] = {
     "tok": _tok, "pos": _pos, "embed": _embed, "resid_pre": _resid_pre,
-    "attn.q": _qkv, "attn.k": _qkv, "attn.v": _qkv, "attn.scores": _scores, "attn.weights": _weights,
+    "attn.q": _qkv, "attn.k": _qkv, "attn.v": _qkv, "attn.rot_q": _rotary, "attn.rot_k": _rotary,
+    "attn.scores": _scores, "attn.weights": _weights,
     "attn.z": _z, "attn.result": _result,
     "attn.out": _attn_out, "resid_mid": _residual, "resid_post": _residual, "norm": _norm,
     "ffn.hidden": _ffn_hidden, "ffn.act": _ffn_act, "ffn.out": _ffn_out,

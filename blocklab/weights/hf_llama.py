@@ -1,0 +1,159 @@
+"""The Llama layout (``transformers.LlamaForCausalLM``; Mistral's and Qwen2's are the same tensors)
+<-> blocklab's pre-norm rotary stack with RMSNorm, SwiGLU and grouped-query attention.
+
+    model.embed_tokens                                 -> embed
+    model.layers.{i}.input_layernorm                   -> blocks.{i}.ln1      (RMSNorm, no bias)
+    model.layers.{i}.self_attn.{q,k,v,o}_proj          -> blocks.{i}.attn.q, k, v, o
+    model.layers.{i}.post_attention_layernorm          -> blocks.{i}.ln2
+    model.layers.{i}.mlp.gate_proj, up_proj, down_proj -> blocks.{i}.ffn.w1, w3, w2   (silu(W1 x) * W3 x)
+    model.norm, lm_head                                -> ln_f, head          (lm_head: tied or not)
+
+The families differ in their config only: Mistral adds a sliding window, Qwen2 biases on q, k and v
+(and nothing else). A config field blocklab cannot honour (another rope scaling, biases on o or the
+MLP, attention dropout, per-layer windows, a head width other than hidden_size / heads) is refused,
+naming it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..nn.config import ModelConfig
+from .hf_map import PretrainedError, WeightMap, check_exportable, hf_value, renamed, require
+from .hf_tokenizer import HFTokenizer
+
+LAYER = {
+    "input_layernorm": "ln1", "post_attention_layernorm": "ln2",
+    "self_attn.q_proj": "attn.q", "self_attn.k_proj": "attn.k", "self_attn.v_proj": "attn.v",
+    "self_attn.o_proj": "attn.o",
+    "mlp.gate_proj": "ffn.w1", "mlp.up_proj": "ffn.w3", "mlp.down_proj": "ffn.w2",
+}
+# transformers' LlamaConfig defaults, for fields a config.json leaves out (Mistral and Qwen2 override some).
+LLAMA_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": None, "hidden_act": "silu",
+    "max_position_embeddings": 2048, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+    "rope_theta": 10000.0, "rope_scaling": None, "attention_bias": False, "attention_dropout": 0.0,
+    "mlp_bias": False, "head_dim": None, "pretraining_tp": 1,
+}
+# The config fields the architecture fixes (import sets them, export checks them).
+ARCHITECTURE = dict(
+    norm_position="pre", norm="rms", residual="add", bias=False, causal=True, activation="swiglu",
+    pos_encoding="rotary", rotary_fraction=1.0, rotary_style="half", embed_norm=False, final_norm=True,
+    type_vocab_size=0, embed_scale="none")  # x0 = embed_tokens[t]: no factor, no position table
+INIT = dict(embed_std=0.02)  # initializer_range: how transformers draws the tables
+
+
+@dataclass(frozen=True)
+class LlamaFamily:
+    """One family of the Llama layout: its model_type, defaults and the fields it honours."""
+
+    MODEL_TYPE: str
+    name: str  # for messages: "Llama"
+    architecture: str  # the transformers class export names
+    defaults: dict[str, Any]
+    window: bool = False  # honours sliding_window (Mistral)
+    qkv_bias: bool = False  # biases on q, k, v (Qwen2)
+    IGNORED: tuple[str, ...] = (r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq", r"lm_head\.weight")
+
+    def config_from_hf(self, hf: dict[str, Any]) -> ModelConfig:
+        """ModelConfig from a config.json of this family; every field blocklab cannot honour refused."""
+        get = lambda name: hf_value(hf, self.defaults, name)
+        require(hf, self.defaults, "hidden_act", ("silu",))
+        require(hf, self.defaults, "attention_dropout", (0, 0.0))
+        for name in ("attention_bias", "mlp_bias"):
+            if name in self.defaults:
+                require(hf, self.defaults, name, (False,))
+        if "pretraining_tp" in self.defaults:
+            require(hf, self.defaults, "pretraining_tp", (1,))
+        d_model, heads = get("hidden_size"), get("num_attention_heads")
+        head_dim = get("head_dim") if "head_dim" in self.defaults else None
+        if head_dim is not None and (not isinstance(d_model, int) or not isinstance(heads, int)
+                                     or heads < 1 or head_dim * heads != d_model):
+            raise PretrainedError(f"config.json head_dim={head_dim!r} is not supported: blocklab's heads are "
+                                  f"hidden_size / num_attention_heads wide ({d_model} / {heads})")
+        return ModelConfig(
+            vocab_size=get("vocab_size"), max_seq_len=get("max_position_embeddings"), d_model=d_model,
+            n_heads=heads, n_kv_heads=get("num_key_value_heads"), n_layers=get("num_hidden_layers"),
+            d_ff=get("intermediate_size"), eps=float(get("rms_norm_eps")),
+            tie_embeddings=get("tie_word_embeddings"), rotary_base=float(get("rope_theta")),
+            rope_scaling=_rope_scaling(hf.get("rope_scaling")), sliding_window=self._window(hf),
+            qkv_bias=True if self.qkv_bias else None, **ARCHITECTURE, **INIT,
+        )
+
+    def _window(self, hf: dict[str, Any]) -> int | None:
+        if self.MODEL_TYPE == "qwen2":  # a window only where use_sliding_window says, on some layers
+            if hf_value(hf, self.defaults, "use_sliding_window"):
+                raise PretrainedError("config.json use_sliding_window=true is not supported: Qwen2 windows "
+                                      "only some layers (max_window_layers), blocklab all or none")
+            return None
+        if not self.window or ("sliding_window" in hf and hf["sliding_window"] is None):  # null: no window
+            return None
+        return hf_value(hf, self.defaults, "sliding_window")
+
+    def hf_config(self, config: ModelConfig, tokenizer: HFTokenizer | None = None) -> dict[str, Any]:
+        """config.json for ``transformers``' class of this family."""
+        needed = {**ARCHITECTURE, "qkv_bias": True if self.qkv_bias else None}
+        if not self.window:
+            needed["sliding_window"] = None
+        check_exportable(config, self.name, needed)
+        c = config
+        out = {
+            "architectures": [self.architecture], "model_type": self.MODEL_TYPE,
+            "vocab_size": c.vocab_size, "hidden_size": c.d_model, "intermediate_size": c.d_ff,
+            "num_hidden_layers": c.n_layers, "num_attention_heads": c.n_heads,
+            "num_key_value_heads": c.kv_heads, "hidden_act": "silu", "max_position_embeddings": c.max_seq_len,
+            "rms_norm_eps": c.eps, "tie_word_embeddings": c.tie_embeddings, "rope_theta": c.rotary_base,
+            "rope_scaling": c.rope_scaling, "attention_dropout": 0.0, "initializer_range": 0.02,
+            "bos_token_id": tokenizer.bos_id if tokenizer else None,
+            "eos_token_id": tokenizer.eos_id if tokenizer else None,
+        }
+        if self.window:
+            out["sliding_window"] = c.sliding_window
+        if self.MODEL_TYPE == "qwen2":
+            out["use_sliding_window"] = False
+        return out
+
+    def weight_map(self, config: ModelConfig) -> list[WeightMap]:
+        """Every LlamaForCausalLM tensor and the blocklab tensor it is."""
+        rows = [WeightMap("model.embed_tokens.weight", ("embed.weight",))]
+        for i in range(config.n_layers):
+            rows += renamed(f"model.layers.{i}.", f"blocks.{i}.", LAYER, params=("weight",))
+            if config.has_qkv_bias:
+                rows += renamed(f"model.layers.{i}.", f"blocks.{i}.",
+                                {f"self_attn.{n}_proj": f"attn.{n}" for n in "qkv"}, params=("bias",))
+        rows.append(WeightMap("model.norm.weight", ("ln_f.weight",)))
+        if not config.tie_embeddings:
+            rows.append(WeightMap("lm_head.weight", ("head.weight",)))
+        return rows
+
+    def normalize_key(self, key: str) -> str:
+        """The keys are the same in every file (LlamaForCausalLM's)."""
+        return key
+
+    def export_key(self, key: str) -> str:
+        return key
+
+
+def _rope_scaling(value: Any) -> dict[str, Any] | None:
+    """config.json's rope_scaling in blocklab's form (ModelConfig refuses what it cannot compute);
+    transformers' older ``type`` key is read as ``rope_type``."""
+    if not isinstance(value, dict):
+        return value
+    value = dict(value)
+    if "type" in value:
+        value.setdefault("rope_type", value.pop("type"))
+    return value
+
+
+LLAMA = LlamaFamily("llama", "Llama", "LlamaForCausalLM", LLAMA_DEFAULTS)
+MISTRAL = LlamaFamily("mistral", "Mistral", "MistralForCausalLM", {
+    **{k: v for k, v in LLAMA_DEFAULTS.items() if k not in ("attention_bias", "mlp_bias", "pretraining_tp")},
+    "intermediate_size": 14336, "num_key_value_heads": 8, "max_position_embeddings": 4096 * 32,
+    "sliding_window": 4096}, window=True)
+QWEN2 = LlamaFamily("qwen2", "Qwen2", "Qwen2ForCausalLM", {
+    **{k: v for k, v in LLAMA_DEFAULTS.items() if k not in ("attention_bias", "mlp_bias", "pretraining_tp",
+                                                             "head_dim")},
+    "vocab_size": 151936, "intermediate_size": 22016, "max_position_embeddings": 32768,
+    "use_sliding_window": False, "sliding_window": 4096}, qkv_bias=True)

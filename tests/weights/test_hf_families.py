@@ -1,0 +1,255 @@
+"""The modern families against ``transformers`` (blocklab/weights/hf_llama.py, hf_gpt_neox.py):
+Llama, Mistral (sliding window), Qwen2 (q/k/v biases) and GPT-NeoX (parallel block, partial rotary).
+
+For each family, small random models are built with ``transformers`` in several configs (tied and
+untied heads, grouped-query ratios, rotary fraction and theta, Llama 3's rope scaling, a window) and
+saved with ``save_pretrained``; blocklab loads the folder with its tokenizer. Oracles: the same
+``transformers`` model's logits (float32 within 1e-4, float64 within 1e-10), every hidden state and
+attention pattern, greedy and sampled generation (the same seed), left-padded batches; export
+written back and read by ``transformers`` (the same logits) and by blocklab (bit for bit). No network.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import transformers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+
+import blocklab as bl
+from blocklab.nn.generate import generate
+from blocklab.weights import read_pretrained, save_pretrained
+from blocklab.weights.hf_map import PretrainedError
+
+VOCAB = 101
+SHAPE = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+             num_attention_heads=4, max_position_embeddings=64, bos_token_id=1, eos_token_id=2)
+LLAMA3 = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 16}
+
+# name -> (transformers class, config); each a different corner of what the import honours
+CASES = {
+    "llama-mha-untied": (transformers.LlamaForCausalLM, transformers.LlamaConfig(**SHAPE)),
+    "llama-gqa-tied-theta": (transformers.LlamaForCausalLM, transformers.LlamaConfig(
+        **SHAPE, num_key_value_heads=2, tie_word_embeddings=True, rope_theta=500.0)),
+    "llama3-mqa-scaled": (transformers.LlamaForCausalLM, transformers.LlamaConfig(
+        **SHAPE, num_key_value_heads=1, rope_theta=50000.0, rope_scaling=LLAMA3)),
+    "mistral-window": (transformers.MistralForCausalLM, transformers.MistralConfig(
+        **SHAPE, num_key_value_heads=2, sliding_window=5)),
+    "qwen2-qkv-bias-tied": (transformers.Qwen2ForCausalLM, transformers.Qwen2Config(
+        **SHAPE, num_key_value_heads=2, tie_word_embeddings=True)),
+    "pythia-parallel-quarter": (transformers.GPTNeoXForCausalLM, transformers.GPTNeoXConfig(
+        **SHAPE, rotary_pct=0.25, use_parallel_residual=True)),
+    "neox-sequential-half": (transformers.GPTNeoXForCausalLM, transformers.GPTNeoXConfig(
+        **SHAPE, rotary_pct=0.5, rotary_emb_base=100, use_parallel_residual=False, tie_word_embeddings=True)),
+}
+
+
+def _tokenizer_json() -> str:
+    """A byte-level BPE over a small vocabulary (the kind of tokenizer.json these families ship),
+    adding <s> in front of every text as Llama's post-processor does."""
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(33, 127):  # printable bytes, in GPT-2's byte-to-unicode form
+        vocab.setdefault(chr(b), len(vocab))
+    vocab["Ġ"] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    assert tok.get_vocab_size() <= VOCAB
+    return tok.to_str()
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def case(request, tmp_path_factory):
+    """(name, the transformers model, its folder, blocklab's import of the folder)."""
+    name = request.param
+    cls, config = CASES[name]
+    torch.manual_seed(0)
+    hf = cls(config).eval()
+    with torch.no_grad():  # spread the weights so that greedy decoding varies
+        for p in hf.parameters():
+            p.normal_(0.0, 0.3) if p.dim() == 2 else p.add_(0.1 * torch.randn_like(p))
+    folder = tmp_path_factory.mktemp(name)
+    hf.save_pretrained(str(folder))
+    (folder / "tokenizer.json").write_text(_tokenizer_json())
+    (folder / "special_tokens_map.json").write_text(json.dumps({"bos_token": "<s>", "eos_token": "</s>"}))
+    return name, hf, folder, read_pretrained(folder)
+
+
+def _ids(seed: int, shape: tuple[int, int] = (2, 11)) -> torch.Tensor:
+    return torch.randint(3, VOCAB, shape, generator=torch.Generator().manual_seed(seed))
+
+
+def test_the_config_is_read_as_the_family_says(case):
+    name, hf, _, loaded = case
+    c, h = loaded.model.config, hf.config
+    assert c.pos_encoding == "rotary" and c.causal
+    assert c.kv_heads == getattr(h, "num_key_value_heads", h.num_attention_heads)
+    assert c.tie_embeddings == h.tie_word_embeddings
+    assert c.norm_position == ("parallel" if getattr(h, "use_parallel_residual", False) else "pre")
+    assert c.sliding_window == (h.sliding_window if name.startswith("mistral") else None)
+    assert loaded.model_type == h.model_type
+    assert bl.count_parameters(c).total == sum(p.numel() for p in hf.parameters())
+
+
+def test_logits_equal_transformers_float32(case):
+    _, hf, _, loaded = case
+    tokens = _ids(1, (3, 40))  # past the window and Llama 3's original length
+    with torch.no_grad():
+        ours, theirs = loaded.model(tokens), hf(tokens).logits
+    assert (ours - theirs).abs().max().item() < 1e-4
+
+
+def _rms_norm_in_the_inputs_dtype(self, hidden_states):
+    """transformers' Llama-family RMSNorm, without its cast to float32 (which it makes even in a float64
+    model): the formula in the input's dtype, so that a float64 model runs float64 throughout."""
+    variance = hidden_states.pow(2).mean(-1, keepdim=True)
+    return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
+
+
+def test_logits_equal_transformers_float64(case, monkeypatch):
+    """transformers computes the rotary angles in float32 in every model (blocklab too, rotary.py) and
+    the Llama family's RMSNorm in float32 even in a float64 model; with that norm run in float64, the
+    two float64 models agree to 1e-10."""
+    _, hf, folder, _ = case
+    for module in (transformers.models.llama.modeling_llama.LlamaRMSNorm,
+                   transformers.models.mistral.modeling_mistral.MistralRMSNorm,
+                   transformers.models.qwen2.modeling_qwen2.Qwen2RMSNorm):
+        monkeypatch.setattr(module, "forward", _rms_norm_in_the_inputs_dtype)
+    model = read_pretrained(folder).model.double()
+    hf64 = type(hf)(hf.config).double().eval()
+    hf64.load_state_dict(hf.state_dict())
+    tokens = _ids(2, (2, 30))
+    with torch.no_grad():
+        assert (model(tokens) - hf64(tokens).logits).abs().max().item() < 1e-10
+
+
+def test_every_hidden_state_and_attention_pattern_equals_transformers(case):
+    _, hf, folder, loaded = case
+    eager = type(hf).from_pretrained(str(folder), attn_implementation="eager").eval()
+    tokens = _ids(3, (2, 20))
+    with torch.no_grad():
+        out = eager(tokens, output_hidden_states=True, output_attentions=True)
+        _, cache = loaded.model.run_with_cache(tokens)
+    assert len(cache.hidden_states) == len(out.hidden_states)
+    for ours, theirs in zip(cache.hidden_states, out.hidden_states, strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-4)
+    for i, theirs in enumerate(out.attentions):
+        torch.testing.assert_close(cache[f"blocks.{i}.attn.weights"], theirs, rtol=0, atol=1e-5)
+
+
+def _hf_generate(hf, prompt, mask, **settings):
+    settings = {"do_sample": False, "eos_token_id": None, "pad_token_id": 0, "top_k": 0, **settings}
+    with torch.no_grad():
+        return hf.generate(prompt, attention_mask=mask, **settings)
+
+
+def test_greedy_and_sampled_generation_equal_transformers_on_a_left_padded_batch(case):
+    _, hf, _, loaded = case
+    lengths = [3, 8, 5]
+    width = max(lengths)
+    ids = torch.zeros(3, width, dtype=torch.long)
+    mask = torch.zeros(3, width, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        ids[row, width - n:] = _ids(10 + row, (1, n))[0]
+        mask[row, width - n:] = 1
+    ours = generate(loaded.model, ids, attention_mask=mask, max_new_tokens=20)
+    assert torch.equal(ours, _hf_generate(hf, ids, mask, max_new_tokens=20))
+    assert len(set(ours[:, width:].flatten().tolist())) > 5, "the continuation should vary"
+    sampled = dict(do_sample=True, top_k=10, top_p=0.9, temperature=1.2)
+    ours = generate(loaded.model, ids, attention_mask=mask, max_new_tokens=20, seed=4, **sampled)
+    torch.manual_seed(4)  # transformers draws from the global generator
+    assert torch.equal(ours, _hf_generate(hf, ids, mask, max_new_tokens=20, **sampled))
+
+
+def test_the_tokenizer_comes_with_the_model(case):
+    _, _, folder, loaded = case
+    theirs = transformers.PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
+    assert loaded.tokenizer.encode("a b!") == theirs("a b!")["input_ids"]
+    assert loaded.tokenizer.bos_id == 1 and loaded.tokenizer.eos_id == 2
+
+
+def test_export_loads_in_transformers_and_reads_back_bit_for_bit(case, tmp_path):
+    _, hf, _, loaded = case
+    save_pretrained(loaded.model, tmp_path / "out", loaded.tokenizer)
+    again = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "out")).eval()
+    assert type(again) is type(hf)
+    tokens = _ids(5)
+    with torch.no_grad():
+        assert torch.equal(again(tokens).logits, hf(tokens).logits)  # the same weights through the same code
+    back = read_pretrained(tmp_path / "out")
+    assert back.model.config == loaded.model.config
+    for key, tensor in loaded.model.state_dict().items():
+        assert torch.equal(back.model.state_dict()[key], tensor), key
+
+
+def test_blocklab_load_and_every_model_command_take_the_folder(case, capsys):
+    _, hf, folder, _ = case
+    loaded = bl.load(folder)
+    tokens = _ids(6)
+    with torch.no_grad():
+        assert torch.equal(loaded.model(tokens), read_pretrained(folder).model(tokens))
+    from blocklab.cli import main
+
+    assert main(["generate", "--model", str(folder), "--input", "ab c", "--max-new-tokens", "4"]) == 0
+    assert main(["trace", "--model", str(folder), "--input", "ab c", "--stages", "blocks.0.attn.rot_q"]) == 0
+    out = capsys.readouterr().out
+    assert "rot_q" in out
+
+
+@pytest.mark.parametrize("family, changes, field", [
+    ("llama", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_scaling"),
+    ("llama", {"attention_bias": True}, "attention_bias"),
+    ("llama", {"mlp_bias": True}, "mlp_bias"),
+    ("llama", {"hidden_act": "gelu"}, "hidden_act"),
+    ("llama", {"head_dim": 16}, "head_dim"),
+    ("llama", {"attention_dropout": 0.1}, "attention_dropout"),
+    ("qwen2", {"use_sliding_window": True}, "use_sliding_window"),
+    ("gpt_neox", {"attention_bias": False}, "attention_bias"),
+    ("gpt_neox", {"hidden_dropout": 0.1}, "hidden_dropout"),
+])
+def test_a_config_field_the_import_cannot_honour_is_refused_by_name(tmp_path, family, changes, field):
+    cls, config = {"llama": CASES["llama-mha-untied"], "qwen2": CASES["qwen2-qkv-bias-tied"],
+                   "gpt_neox": CASES["pythia-parallel-quarter"]}[family]
+    torch.manual_seed(0)
+    cls(config).save_pretrained(str(tmp_path))
+    written = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**written, **changes}))
+    with pytest.raises(PretrainedError, match=field):
+        read_pretrained(tmp_path)
+
+
+def test_export_chooses_the_family_whose_layout_the_model_has_and_says_why_not(tmp_path):
+    model = bl.Transformer(bl.ModelConfig(norm_position="sandwich"))
+    with pytest.raises(PretrainedError, match="no Hugging Face layout .*gpt2: .*norm_position='sandwich'"):
+        save_pretrained(model, tmp_path / "x")
+    llama = bl.Transformer(bl.ModelConfig(norm_position="pre", norm="rms", bias=False, causal=True,
+                                          activation="swiglu", pos_encoding="rotary", embed_scale="none",
+                                          n_kv_heads=2, d_model=32, n_heads=4))
+    save_pretrained(llama, tmp_path / "llama")
+    assert json.loads((tmp_path / "llama" / "config.json").read_text())["model_type"] == "llama"
+    with pytest.raises(PretrainedError, match="GPT-2 layout: ModelConfig norm='rms'"):
+        save_pretrained(llama, tmp_path / "gpt2", family="gpt2")
+
+
+@pytest.mark.parametrize("name", ["llama-3.2-1b", "smollm2-135m", "qwen2.5-0.5b", "pythia-160m",
+                                  "mistral-7b"])
+def test_each_presets_total_equals_transformers_model_of_its_config_and_the_published_figure(name):
+    """The preset's count from the shapes, the transformers model its exported config.json builds (on
+    the meta device: no memory), and the released checkpoint's published total agree."""
+    from blocklab.nn.config import PUBLISHED_TOTALS, preset
+    from blocklab.weights.hf_folder import export_family
+
+    config = preset(name)
+    family = export_family(config)  # from the config alone: a 7B model is not built to name it
+    hf_config = transformers.AutoConfig.for_model(**family.hf_config(config))
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(hf_config)
+    total = sum(p.numel() for p in model.parameters())  # a tied head counted once
+    assert bl.count_parameters(config).total == total == PUBLISHED_TOTALS[name]
+    assert hf_config.model_type == {"pythia-160m": "gpt_neox", "qwen2.5-0.5b": "qwen2",
+                                    "mistral-7b": "mistral"}.get(name, "llama")
+
