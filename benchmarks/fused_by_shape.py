@@ -23,7 +23,7 @@ import statistics
 import torch
 
 from blocklab import ModelConfig, Transformer
-from blocklab.bench.memory import saved_activations
+from blocklab.bench.footprint import saved_activations
 from blocklab.bench.stats import median_ratio, time_rounds
 from blocklab.nn.config import LEAN_MAX_TIME_COST, LEAN_MIN_D_MODEL
 

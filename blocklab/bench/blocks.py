@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from ..nn.activations import is_gated
 from ..nn.block import TransformerBlock
 from ..nn.config import ModelConfig
-from .memory import clear_grads
+from .footprint import clear_grads
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
 

@@ -70,7 +70,7 @@ from .blocks import (
     matmul_probe,
     train_step,
 )
-from .memory import saved_activations, saved_by, step_memory
+from .footprint import saved_activations, saved_by, step_memory
 from .stats import NOT_MET, Bootstrap, decide, time_rounds, within_round_ratios
 
 FORMAT, VERSION = "blocklab-bench", 3  # the JSON layout: schema.json

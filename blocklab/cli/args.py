@@ -186,6 +186,24 @@ def parse_float_or_none(text: str) -> float | None:
     return None if text.strip().lower() == "none" else parse_float(text)
 
 
+def parse_int_or_none(text: str) -> int | None:
+    """'none' -> None (the field's own default rule), else ``parse_int``."""
+    return None if text.strip().lower() == "none" else parse_int(text)
+
+
+def parse_json_object_or_none(text: str) -> dict[str, Any] | None:
+    """'none' -> None, else a JSON object (``rope_scaling``: the config says what it may hold)."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not JSON (an object: '{{\"a\": 1}}')") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a JSON object")
+    return value
+
+
 def at_least(minimum: int, most: int | None = None) -> Callable[[str], int]:
     """A parser of integers >= ``minimum`` (and <= ``most``), for numbers no config validates."""
 
@@ -343,8 +361,15 @@ def _field_parser(name: str, default: Any, annotation: str) -> tuple[Callable[[s
         return parse_accuracy, "ACCURACY", ACCURACY_RULE
     if name in CHOICES:
         return str, "NAME", f"one of: {', '.join(CHOICES[name])}"
-    if default is None and str(annotation).replace(" ", "") == "float|None":
+    spelled = str(annotation).replace(" ", "")
+    if default is None and spelled == "float|None":
         return parse_float_or_none, "X|none", "a number, or none"
+    if default is None and spelled == "int|None":
+        return parse_int_or_none, "N|none", "an integer, or none"
+    if default is None and spelled == "bool|None":  # qkv_bias: unset follows another field
+        return parse_optional_bool, "true|false|auto", "true, false or auto"
+    if default is None and spelled.startswith("dict["):
+        return parse_json_object_or_none, "JSON|none", "a JSON object, or none"
     if isinstance(default, bool):
         return parse_bool, "true|false", "true or false"
     if isinstance(default, int):
@@ -360,6 +385,8 @@ FIELD_HELP = {
     "max_seq_len": "the longest input, in tokens",
     "d_model": "width of the residual stream",
     "n_heads": "attention heads (they must divide d-model)",
+    "n_kv_heads": "key/value heads, each shared by n-heads / n-kv-heads query heads (grouped-query; 1: "
+                  "multi-query; none: one per query head)",
     "n_layers": "blocks in the stack",
     "d_ff": "hidden width of the feed-forward",
     "activation": "the feed-forward's activation",
@@ -368,8 +395,14 @@ FIELD_HELP = {
     "residual": "how a branch joins the residual stream",
     "eps": "the norms' epsilon",
     "bias": "biases in the linear layers and norms",
+    "qkv_bias": "biases on q, k and v alone (Qwen2); auto: as --bias",
     "causal": "each position sees only itself and earlier ones (a language model)",
-    "pos_encoding": "the position code added to the token embedding",
+    "sliding_window": "causal attention to the last N positions only (Mistral); none: all",
+    "pos_encoding": "the position code added to the token embedding (rotary: inside attention instead)",
+    "rotary_fraction": "rotary only: the share of each head rotated (Pythia: 0.25)",
+    "rotary_base": "rotary only: the frequencies' base theta",
+    "rotary_style": "rotary only: half (Llama, GPT-NeoX) or interleaved (GPT-J) pairs",
+    "rope_scaling": "rotary only: Llama 3's scaling, JSON: '{\"rope_type\": \"llama3\", \"factor\": 8, ...}'",
     "tie_embeddings": "the output head shares the token embedding's weights",
     "final_norm": "a norm after the last block",
     "dropout": "dropout probability while training",

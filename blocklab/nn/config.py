@@ -7,6 +7,7 @@ the keys of a run's ``config.json``. The shape fields default to the ``listops-s
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -132,6 +133,8 @@ class ModelConfig:
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # frozen
         set_("d_ff", resolve_d_ff(self.d_ff, self.d_model) if isinstance(self.d_model, int) else self.d_ff)
+        if isinstance(self.rope_scaling, dict):  # a copy: changing the caller's dict changes no config
+            set_("rope_scaling", dict(self.rope_scaling))
         for name in ("eps", "embed_std", "pos_std", "rotary_fraction", "rotary_base"):  # 1 -> 1.0: equal
             value = getattr(self, name)
             if isinstance(value, int) and not isinstance(value, bool):
@@ -141,6 +144,10 @@ class ModelConfig:
             set_("_derived", frozenset({"final_norm"}))
         for error in _violations(self):
             raise ValueError(error)
+
+    def __hash__(self) -> int:  # rope_scaling is a dict: hash it by its JSON text
+        return hash(tuple(json.dumps(v, sort_keys=True) if isinstance(v, dict) else v
+                          for v in (getattr(self, name) for name in FIELDS)))
 
     @property
     def d_head(self) -> int:

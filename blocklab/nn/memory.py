@@ -2,7 +2,7 @@
 
 The estimate, in bytes, for float32 (4 bytes a value), P parameters, N = batch x seq tokens:
 
-    parameters   4 P   (+ the sinusoidal table, 4 max_seq_len d)
+    parameters   4 P   (+ the sinusoidal table, 4 max_seq_len d; rotary: its r/2 frequencies)
     gradients    4 P                          training only
     optimizer    8 P                          AdamW keeps two moments per parameter
     activations  4 N (L a + 3 d + 3 V)        training: what autograd keeps for backward
@@ -33,6 +33,7 @@ from pathlib import Path
 from .activations import is_gated
 from .config import ModelConfig
 from .params import count_parameters
+from .rotary import rotary_dim
 
 BYTES_FLOAT32 = 4
 ADAMW_SLOTS = 2  # exp_avg and exp_avg_sq
@@ -100,7 +101,9 @@ def estimate_memory(
     T = c.max_seq_len if seq_len is None else seq_len
     tokens = batch_size * T
     P = count_parameters(c).total
-    params = BYTES_FLOAT32 * (P + (c.max_seq_len * c.d_model if c.pos_encoding == "sinusoidal" else 0))
+    tables = {"sinusoidal": c.max_seq_len * c.d_model,  # the fixed position code; rotary: its frequencies
+              "rotary": rotary_dim(c.d_head, c.rotary_fraction) // 2}.get(c.pos_encoding, 0)
+    params = BYTES_FLOAT32 * (P + tables)
     per_layer = activation_values_per_token(c, T, explicit_attention)
     if training:
         blocks = (c.n_layers * c.d_model + per_layer if getattr(c, "checkpoint_blocks", False)

@@ -113,3 +113,13 @@ def test_every_preset_is_valid_and_frozen() -> None:
         c = preset(name)
         with pytest.raises(AttributeError):
             c.d_model = 1  # type: ignore[misc]
+
+
+def test_a_config_with_rope_scaling_hashes_and_keeps_its_own_copy() -> None:
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 64}
+    a = ModelConfig(pos_encoding="rotary", rope_scaling=scaling)
+    b = ModelConfig(pos_encoding="rotary", rope_scaling=dict(scaling))
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    scaling["factor"] = 2.0  # the caller's dict changes; the config does not
+    assert a.rope_scaling["factor"] == 8.0

@@ -10,7 +10,7 @@ from torch import nn
 from torch.autograd import gradcheck
 
 from blocklab import ModelConfig, Transformer, TransformerBlock
-from blocklab.bench.memory import LiveBytes, saved_activations
+from blocklab.bench.footprint import LiveBytes, saved_activations
 from blocklab.nn.activations import ACTIVATION_NAMES, is_gated
 from blocklab.nn.kernels import (
     act_kernel,

@@ -41,6 +41,12 @@ def _peak_step_bytes(model: Transformer, tokens: torch.Tensor) -> int:
                     activation="swiglu", norm_position="pre"),  # module by module (fused="auto" at d 128)
         ModelConfig(vocab_size=50, max_seq_len=64, d_model=128, n_heads=4, n_layers=3, d_ff=512,
                     norm_position="post", fused=True),  # the lean path
+        ModelConfig(vocab_size=50, max_seq_len=64, d_model=128, n_heads=4, n_kv_heads=2, n_layers=3,
+                    d_ff="8/3x", activation="swiglu", norm="rms", norm_position="pre", bias=False,
+                    causal=True, pos_encoding="rotary"),  # the Llama block: rotary positions, grouped queries
+        ModelConfig(vocab_size=50, max_seq_len=64, d_model=128, n_heads=4, n_kv_heads=1, n_layers=3,
+                    d_ff=512, norm_position="pre", causal=True, pos_encoding="rotary",
+                    fused=True),  # the lean path, multi-query
         pytest.param(ModelConfig(vocab_size=500, max_seq_len=64, d_model=128, n_heads=4, n_layers=2, d_ff=512,
                                  causal=True, checkpoint_blocks=True), marks=pytest.mark.slow),
     ],

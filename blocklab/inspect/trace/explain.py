@@ -144,7 +144,7 @@ def _rotary(s: Stage, w: Walk) -> str:
     dim = rotary_dim(d_k, c.rotary_fraction)
     freqs = inverse_frequencies(dim, c.rotary_base, c.rope_scaling).tolist()
     p = s.positions[-1]
-    shown = sorted({0, 1, len(freqs) - 1})
+    shown = sorted({0, min(1, len(freqs) - 1), len(freqs) - 1})  # the first pairs and the last
     angles = ", ".join(f"pair {m} by {_n(p * freqs[m])} rad" for m in shown)
     kept = f"; features {dim}..{d_k - 1} pass unchanged" if dim < d_k else ""
     scaled = " (Llama 3's scaling divides the low frequencies)" if c.rope_scaling else ""

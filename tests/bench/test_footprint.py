@@ -1,10 +1,10 @@
-"""blocklab/bench/memory.py: saved tensors and live bytes of a step, against hand counts."""
+"""blocklab/bench/footprint.py: saved tensors and live bytes of a step, against hand counts."""
 
 import torch
 from torch import nn
 
 from blocklab import ModelConfig, TransformerBlock
-from blocklab.bench.memory import LiveBytes, saved_activations, saved_by, step_memory
+from blocklab.bench.footprint import LiveBytes, saved_activations, saved_by, step_memory
 
 
 def test_saved_bytes_of_a_small_mlp_count_each_storage_once_and_no_parameters() -> None:
