@@ -112,9 +112,12 @@ def _normalise(text: str) -> str:
     """Paths of this machine out of the text (the scratch folder, the checkout, site-packages), trailing
     spaces and blank lines off."""
     work = str(work_dir())
+    # site-packages first: a virtual environment inside the checkout (CI's .venv) would otherwise
+    # lose its absolute prefix to the checkout rule and keep a relative ".venv/lib/..." the rule
+    # below no longer matches.
+    text = re.sub(r"(?:/[^\s/'\"]+)+/site-packages/", ".../site-packages/", text)
     text = text.replace(work + "/", "").replace(work, ".")
     text = text.replace(str(ROOT) + "/", "").replace(str(ROOT), ".")
-    text = re.sub(r"(?:/[^\s/'\"]+)+/site-packages/", ".../site-packages/", text)
     text = "\n".join(line.rstrip() for line in text.splitlines())
     return text.strip("\n")
 
