@@ -22,6 +22,8 @@ from torch import Tensor, nn
 class BatchNorm(nn.Module):
     """Keys: ``weight`` (gamma), ``bias`` (beta); buffers ``running_mean``, ``running_var``."""
 
+    STAGES: tuple[str, ...] = ()  # no stages of its own (its statistics are the batch's)
+
     def __init__(
         self,
         d_model: int,

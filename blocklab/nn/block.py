@@ -34,9 +34,9 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from .attention import KVCache, MultiHeadAttention
-from .cache import HookedModule
 from .config import ModelConfig
 from .feedforward import FeedForward
+from .hooked import HookedModule
 from .hooks import HookPoint, any_attached, any_intervention, hook_points, name_hook_points
 from .kernels import norm_linear, residual_norm_linear, residual_sum
 from .layouts import LAYOUTS, Norm, Sublayer, Sum
@@ -122,7 +122,8 @@ class TransformerBlock(HookedModule):
 
     def hook_names(self) -> list[str]:
         """Every stage name, in the order a forward pass reaches them (the layout's order)."""
-        return self.layout.stages({"attn": self.attn.stages, "ffn": self.ffn.STAGES})
+        inner = {"attn": self.attn.stages, "ffn": self.ffn.stages}
+        return self.layout.stages(inner | {norm: getattr(self, norm).STAGES for norm in self.layout.norms})
 
     # -- the module path: the layout's steps, every stage a tensor ------------------------------
 
@@ -200,7 +201,8 @@ def _pre_lean(block: TransformerBlock, x: Tensor, mask: Tensor | None, angles: A
     keep_residual) for backward."""
     attn, ffn, ln1, ln2 = block.attn, block.ffn, block.ln1, block.ln2
     x = block.hook_resid_pre(x)
-    block.hook_ln1.observe(lambda: ln1(x))
+    ln1.hook_scale.observe(lambda: ln1.stats(x).denom)
+    block.hook_ln1.observe(lambda: ln1.normalize(x))
     q, k, v = norm_linear(x, ln1.kernel, ln1.weight, ln1.bias, attn.qkv_weights(), attn.qkv_bias())
     c = attn.context(*attn.split_heads(q, k, v, angles), mask)[0]  # (B, T, d): heads concatenated, before o
     attn.observe_output(c)
@@ -209,6 +211,7 @@ def _pre_lean(block: TransformerBlock, x: Tensor, mask: Tensor | None, angles: A
         ffn.in_weights(), ffn.in_bias(), keep_sum=block.keep_residual,
     )  # y = x + o(c): resid_mid; z = LN2(y); h = W1 z + b1: ffn.hidden
     block.hook_resid_mid.see(y.detach())
+    ln2.hook_scale.observe(lambda: ln2.stats(y).denom)
     block.hook_ln2.see(z.detach())
     return block.hook_resid_post(block.res2(y, ffn.from_hidden(*h)))
 
@@ -227,6 +230,7 @@ def _post_lean(block: TransformerBlock, x: Tensor, mask: Tensor | None, angles: 
         ffn.in_weights(), ffn.in_bias(), keep_sum=block.keep_residual,
     )  # s = alpha x + o(c): resid_mid; y = LN1(s); h = W1 y + b1
     block.hook_resid_mid.see(s.detach())
+    ln1.hook_scale.observe(lambda: ln1.stats(s).denom)
     block.hook_ln1.see(y.detach())
     out = block.hook_resid_post(block.res2(y, ffn.from_hidden(*h)))
     return block.hook_ln2(block.ln2(out))  # LN2 keeps its input, mean and rstd: d + 2 more

@@ -13,19 +13,22 @@ import torch
 from torch import Tensor, nn
 
 from .activations import is_gated
+from .circuits import FeedForwardWeights
 from .hooks import HookPoint
 from .kernels import act_kernel, act_linear, norm_linear
 
 
-class FeedForward(nn.Module):
+class FeedForward(FeedForwardWeights, nn.Module):
     """Keys: ``w1.weight (d_ff, d_model)``, ``w1.bias``, ``w2.weight (d_model, d_ff)``, ``w2.bias``,
     and for gated activations ``w3.weight (d_ff, d_model)``, ``w3.bias``.
 
-    Stages, in forward order (``STAGES``): ``hidden`` (pre-activation x W1^T + b1), ``act`` (what
-    enters W2), ``out``.
+    Stages, in forward order (``stages``): ``hidden`` (pre-activation x W1^T + b1; gated: the gate's),
+    when gated ``linear`` (the linear branch x W3^T + b3, TransformerLens' ``hook_pre_linear``),
+    ``act`` (what enters W2), ``out``.
     """
 
-    STAGES = ("hidden", "act", "out")
+    STAGES = ("hidden", "linear", "act", "out")  # every stage a FFN can have
+    GATED_STAGES = ("linear",)
 
     def __init__(
         self,
@@ -48,7 +51,8 @@ class FeedForward(nn.Module):
         self.w2 = nn.Linear(d_ff, d_model, bias=bias, **factory)
         self.w3 = nn.Linear(d_model, d_ff, bias=bias, **factory) if is_gated(activation) else None
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
-        for stage in self.STAGES:
+        self.stages = tuple(s for s in self.STAGES if self.w3 is not None or s not in self.GATED_STAGES)
+        for stage in self.stages:
             setattr(self, f"hook_{stage}", HookPoint())
         self.fused = fused  # the lean path keeps h only, not act(h) (blocklab/nn/kernels.py)
 
@@ -72,15 +76,17 @@ class FeedForward(nn.Module):
         """act(h) @ W2.T + b2 keeping only h for backward (the lean path): observers see ``hidden`` and
         ``act`` (computed beside it), never a different computation."""
         self.hook_hidden.see(h[0])
+        if len(h) > 1:
+            self.hook_linear.see(h[1])
         self.hook_act.observe(lambda: self.act_kernel.forward(*h))
         return self.hook_out(self.dropout(act_linear(h, self.act_kernel, self.w2.weight, self.w2.bias)))
 
     def forward(self, x: Tensor) -> Tensor:  # (B, T, d_model)
         h = self.project_in(x)
-        if self.fused and not (self.hook_hidden.intervened or self.hook_act.intervened):
+        if self.fused and not any(getattr(self, f"hook_{s}").intervened for s in self.stages[:-1]):
             return self.from_hidden(*h)
         # module by module, each stage a tensor an intervention may replace; same forward values
-        h = (self.hook_hidden(h[0]), *h[1:])  # (B, T, d_ff)
+        h = (self.hook_hidden(h[0]), *(self.hook_linear(h3) for h3 in h[1:]))  # (B, T, d_ff) each
         a = self.hook_act(self.act_kernel.forward(*h))  # (B, T, d_ff)
         return self.hook_out(self.dropout(self.w2(a)))  # (B, T, d_model)
 

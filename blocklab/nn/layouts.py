@@ -158,14 +158,14 @@ class Layout:
         """The first residual connection whose sum is stage ``out`` (``resid_mid`` or ``resid_post``)."""
         return next(c for c in self.connections.values() if c.out == out)
 
-    def stages(self, sublayer_stages: dict[str, tuple[str, ...]]) -> list[str]:
-        """Every stage of the block in the order a forward pass reaches it, a sublayer's own stages
-        (``sublayer_stages["attn"]``: q, k, ...) expanded as ``attn.q``, ..."""
+    def stages(self, inner: dict[str, tuple[str, ...]]) -> list[str]:
+        """Every stage of the block in the order a forward pass reaches it, a module's own stages
+        (``inner["attn"]``: q, k, ...; ``inner["ln1"]``: scale) expanded as ``attn.q``, ``ln1.scale``, ...
+        before the step's own (a sublayer's output is its last inner stage)."""
         order = ["resid_pre"]
         for step in self.steps:
-            if isinstance(step, Sublayer):
-                order += [f"{step.name}.{inner}" for inner in sublayer_stages[step.name]]
-            else:
+            order += [f"{step.name}.{stage}" for stage in inner.get(step.name, ())]
+            if not isinstance(step, Sublayer):
                 order.append(step.name)
         return order
 

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .batchnorm import BatchNorm
+from .hooks import HookPoint
 from .kernels import LAYER_NORM_VARIANTS, NormKernel, layer_norm, norm_kernel
 
 NORM_VARIANTS = LAYER_NORM_VARIANTS  # the kernels' table is the one list of LayerNorm variants
@@ -78,8 +79,12 @@ class LayerNorm(nn.Module):
     """LayerNorm over the last dimension; keys ``weight`` (gamma) and ``bias`` (beta).
 
     ``variant``: "standard", "eps_outside_sqrt" or "rms" (RMSNorm: gamma only, never a bias).
-    ``bias=False`` gives the bias-free LayerNorm (gamma only).
+    ``bias=False`` gives the bias-free LayerNorm (gamma only). Stage ``scale`` (..., 1): the
+    denominator each position was divided by (TransformerLens' ``hook_scale``); an intervention on it
+    replaces the denominator (freezing a norm's scale), the norm then computed explicitly.
     """
+
+    STAGES = ("scale",)
 
     def __init__(
         self,
@@ -105,9 +110,19 @@ class LayerNorm(nn.Module):
         self.kernel = norm_kernel(variant, self.eps)  # forward + backward pair of the fused paths
         if fused and variant != "standard":  # F.layer_norm already saves only x, mean and rstd
             self._fn = partial(_lean, self.kernel)
+        self.hook_scale = HookPoint()
 
     def forward(self, x: Tensor, padding_mask: Tensor | None = None) -> Tensor:  # (..., d_model)
         """``padding_mask`` is accepted and unused: each position is normalised on its own."""
+        if self.hook_scale.intervened:  # the denominator replaced: (x - mu) / scale, then gamma, beta
+            stats = self.stats(x)
+            out = (x - stats.mu) / self.hook_scale(stats.denom) * self.weight
+            return out + self.bias if self.bias is not None else out
+        self.hook_scale.observe(lambda: self.stats(x).denom)
+        return self.normalize(x)
+
+    def normalize(self, x: Tensor) -> Tensor:
+        """The norm's output, without its hook point (for a path that shows the scale itself)."""
         return self._fn(x, self.weight, self.bias, self.eps)
 
     def stats(self, x: Tensor) -> NormStats:
@@ -134,6 +149,8 @@ def norm_parameter_count(d_model: int, variant: str, bias: bool) -> int:
 
 class NoNorm(nn.Module):
     """norm="none": the identity, with the norms' signature."""
+
+    STAGES: tuple[str, ...] = ()
 
     def forward(self, x: Tensor, padding_mask: Tensor | None = None) -> Tensor:
         return x

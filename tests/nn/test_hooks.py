@@ -47,12 +47,14 @@ def oracle(model: bl.Transformer, tokens: Tensor, targets: Tensor | None = None,
         if c.norm == "none":
             return z
         if c.norm == "rms":
-            z_hat = z / torch.sqrt((z * z).mean(-1, keepdim=True) + c.eps)
+            denom = torch.sqrt((z * z).mean(-1, keepdim=True) + c.eps)  # (B, T, 1)
+            z_hat = z / denom
         else:
             mu = z.mean(-1, keepdim=True)
             var = ((z - mu) ** 2).mean(-1, keepdim=True)
             denom = var.sqrt() + c.eps if c.norm == "eps_outside_sqrt" else torch.sqrt(var + c.eps)
             z_hat = (z - mu) / denom
+        S[f"{key}.scale"] = denom  # TransformerLens' hook_scale: the denominator, before the norm's output
         out = z_hat * W[f"{key}.weight"]
         return out + W[f"{key}.bias"] if f"{key}.bias" in W else out
 
@@ -106,7 +108,8 @@ def oracle(model: bl.Transformer, tokens: Tensor, targets: Tensor | None = None,
         S[f"{p}.hidden"] = hidden
         act = ACTIVATIONS[c.activation](hidden)
         if c.activation in GATED:
-            act = act * linear(x, f"{p}.w3")
+            S[f"{p}.linear"] = linear(x, f"{p}.w3")
+            act = act * S[f"{p}.linear"]
         S[f"{p}.act"] = act
         out = linear(act, f"{p}.w2")
         out = torch.zeros_like(out) if p in ablate else out

@@ -33,6 +33,7 @@ from .record import STAT_NAMES, NormNumbers, Stage, Trace
 NORM_STAGES = {norm for layout in LAYOUTS.values() for norm in layout.norms} | {"ln_f"}  # kind "norm"
 # A norm module's numbers belong to the stage of the same name; the embedding norm feeds `embed`.
 NORM_MODULE_STAGE = {"embed_ln": "embed"}
+SCALE_SUFFIX = ".scale"  # a norm's denominator stage (nn/norms.py): the norm's own numbers show it
 EMBED_PARTS = ("tok", "pos")  # the stages x0 is the sum of; the `embed` stage reports their norms and share
 
 
@@ -168,7 +169,8 @@ def collect_trace(
     was_training = model.training
     model.eval()
     embed_inputs, handles = _capture_embed_norm_input(model)
-    shown = select_names(model.hook_names(), names)
+    # a norm's scale is shown with the norm (its denominator), not as a stage of its own
+    shown = select_names([n for n in model.hook_names() if not n.endswith(SCALE_SUFFIX)], names)
     input_of = norm_input_stages(config)
     needed = shown + [input_of[n] for n in shown if n in input_of and input_of[n] not in shown]
     # the embed stage's parts are read even when only `embed` is asked for

@@ -264,6 +264,12 @@ def _ffn_hidden(s: Stage, w: Walk) -> str:
             f"{pct:.1f}% of hidden units are <= 0")
 
 
+def _ffn_linear(s: Stage, w: Walk) -> str:
+    ffn = _ffn_module(s, w)
+    return (f"FFN linear branch: d_model {ffn.d_model} -> d_ff {ffn.d_ff} with W3 (x W3^T + b3), no "
+            f"activation; it multiplies the gate's output unit by unit; mean L2 norm {_n(_l2(s))}")
+
+
 def _ffn_act(s: Stage, w: Walk) -> str:
     ffn = _ffn_module(s, w)
     words = ACTIVATION_WORDS.get(getattr(ffn, "activation", ""), "activation")
@@ -309,7 +315,7 @@ EXPLAINERS: dict[str, Callable[[Stage, Walk], str]] = {
     "attn.scores": _scores, "attn.weights": _weights,
     "attn.z": _z, "attn.result": _result,
     "attn.out": _attn_out, "resid_mid": _residual, "resid_post": _residual, "norm": _norm,
-    "ffn.hidden": _ffn_hidden, "ffn.act": _ffn_act, "ffn.out": _ffn_out,
+    "ffn.hidden": _ffn_hidden, "ffn.linear": _ffn_linear, "ffn.act": _ffn_act, "ffn.out": _ffn_out,
     "logits": _logits, "probs": _probs, "loss": _loss,
 }
 
