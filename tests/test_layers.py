@@ -4,8 +4,9 @@ declares, never in a loop.
 Every subpackage's ``__init__`` and every top-level module says in its docstring what it may import,
 on a line ``May import: errors, device, nn.`` (``nothing`` or ``any``). This test reads those
 declarations; there is no second map of the package here. Every import of a blocklab module counts,
-also the ones inside functions (a lazy import is still a dependency). Within a subpackage modules
-import each other freely, but never in a loop.
+also the ones inside functions (a lazy import is still a dependency), except under ``if
+TYPE_CHECKING:`` (annotations only: nothing runs). Within a subpackage modules import each other
+freely, but never in a loop.
 """
 
 from __future__ import annotations
@@ -33,7 +34,13 @@ def imports_of(path: Path, module: str, modules: set[str]) -> set[str]:
     package = [] if module == "__init__" else module.split(".") if path.name == "__init__.py" \
         else module.split(".")[:-1]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    typing_only = {id(n) for guard in ast.walk(tree)
+                   if isinstance(guard, ast.If) and _checks_types(guard.test)
+                   for stmt in guard.body for n in ast.walk(stmt)}
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
@@ -54,6 +61,12 @@ def imports_of(path: Path, module: str, modules: set[str]) -> set[str]:
                     found.add(name)
     found.discard(module)
     return found
+
+
+def _checks_types(test: ast.expr) -> bool:
+    """``TYPE_CHECKING`` or ``typing.TYPE_CHECKING``: a block only type checkers read."""
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
 def unit(module: str) -> str:
@@ -183,6 +196,12 @@ def test_the_checker_fails_on_an_import_against_a_declared_rule(tmp_path: Path, 
                                                                   expected: str) -> None:
     root = _package(tmp_path, {**GOOD, name: text})
     assert any(expected in p for p in violations(root)), violations(root)
+
+
+def test_an_import_for_type_checkers_only_is_no_dependency(tmp_path: Path) -> None:
+    guarded = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..high.b import f\n"
+    root = _package(tmp_path, {**GOOD, "low/c.py": guarded})
+    assert violations(root) == [] and loops(root) == []
 
 
 def test_the_checker_finds_a_loop_inside_a_unit(tmp_path: Path) -> None:

@@ -30,12 +30,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .circuits import AttentionWeights
 from .hooks import HookPoint
 from .kernels import norm_linear
 from .rotary import Angles
 
 
-class MultiHeadAttention(nn.Module):
+class MultiHeadAttention(AttentionWeights, nn.Module):
     """Keys ``q``, ``k``, ``v``, ``o``: ``nn.Linear``s, q and o (d_model, d_model), k and v
     (n_kv_heads d_k, d_model).
 

@@ -27,8 +27,8 @@ per-head results when they are). Forward values then agree with the plain run to
 rather than bit for bit; ``cache.grads`` holds d(scalar)/d(stage), exactly what
 ``torch.autograd.grad`` gives for those tensors.
 
-``HookedModule`` (the mixin of TransformerBlock and Transformer) is here too: its
-``run_with_cache`` returns this cache.
+``HookedModule`` (nn/hooked.py, the mixin of TransformerBlock and Transformer) gives them
+``run_with_cache``, which returns this cache.
 """
 
 from __future__ import annotations
@@ -80,6 +80,17 @@ class ActivationCache(Mapping[str, Tensor]):
         shown = ", ".join(names[:4]) + (f", ... ({len(names)} stages)" if len(names) > 4 else "")
         return f"ActivationCache({shown}{', with grads' if self.grads is not None else ''})"
 
+    def remove_batch_dim(self) -> ActivationCache:
+        """Every stage without its batch dimension, in place (TransformerLens' ``remove_batch_dim``): for a
+        cache of one input; a ValueError for a larger batch."""
+        sizes = {t.shape[0] for t in self._stages.values() if t.dim() > 0}
+        if sizes != {1}:
+            raise ValueError(f"remove_batch_dim needs a batch of 1; this cache's batch is {sorted(sizes)}")
+        self._stages = {n: t[0] if t.dim() > 0 else t for n, t in self._stages.items()}
+        if self.grads is not None:
+            self.grads.remove_batch_dim()
+        return self
+
     def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None
            ) -> ActivationCache:
         """The same cache with every tensor (and gradient) moved to ``device`` / cast to ``dtype``."""
@@ -120,7 +131,8 @@ class ActivationCache(Mapping[str, Tensor]):
 
     def _missing(self, key: str, name: str) -> str:
         """Why ``name`` (what ``key`` means) is not in the cache: never a stage, or not cached."""
-        known = self.model.hook_names() if isinstance(self.model, HookedModule) else list(self._stages)
+        names = getattr(self.model, "hook_names", None)  # a block or model lists its stages
+        known = names() if callable(names) else list(self._stages)
         if name in known:
             return f"stage {name!r} was not cached (run_with_cache(names=...) chose others)"
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
@@ -234,20 +246,24 @@ class ActivationCache(Mapping[str, Tensor]):
             return share(stack, self[name])
 
     def logit_attrs(
-        self, stack: Tensor, tokens: int | Tensor | None = None, incorrect_tokens: int | Tensor | None = None,
+        self, stack: Tensor, tokens: int | str | Tensor | None = None,
+        incorrect_tokens: int | str | Tensor | None = None,
         *, direction: Tensor | None = None, apply_ln: bool = True,
     ) -> Tensor:
         """Each part's share of a logit: (parts, B, T) = part . direction, with parts of the stream
         leaving the last block (``decompose_resid()``, ``stack_head_results``, ...).
 
-        direction: the head's row of ``tokens`` (an id, or ids broadcastable to (B, T): the logit
-        of that token at each position), minus the row of ``incorrect_tokens`` (a logit
+        direction: the head's row of ``tokens`` (an id, one token's text as TransformerLens takes it, or
+        ids broadcastable to (B, T): the logit of that token at each position), minus the row of
+        ``incorrect_tokens`` (a logit
         difference); or any ``direction`` (d,) or (B, T, d) in the head's input space.
         ``apply_ln`` (default): the parts go through the final norm first (``apply_ln_to_stack``),
         so the attributions plus beta . direction sum to the logit (difference) exactly.
         """
         if (tokens is None) == (direction is None):
             raise ValueError("logit_attrs needs tokens (the logit of those ids) or a direction, not both")
+        tokens, incorrect_tokens = (self.model.to_single_token(t) if isinstance(t, str) else t
+                                    for t in (tokens, incorrect_tokens))  # " cat": one token's text
         if tokens is not None:
             unembed = self._model_part("head", "logit_attrs").weight  # (vocab, d)
             direction = unembed[torch.as_tensor(tokens, device=unembed.device)]
@@ -454,23 +470,3 @@ def _gradients(scalar: Tensor, stages: dict[str, Tensor], retain: bool) -> dict[
     by_id = {id(t): g for t, g in zip(unique, found, strict=True)}
     return {name: g.detach() if (g := by_id.get(id(t))) is not None else torch.zeros_like(t).detach()
             for name, t in stages.items()}
-
-
-class HookedModule(nn.Module):
-    """Mixin giving a module ``run_with_cache``, ``hooks`` and ``hook_names`` over its own hook points."""
-
-    def hook_names(self) -> list[str]:
-        """Every stage name this module exposes (blocks and models: in the order a forward reaches them)."""
-        return list(hook_points(self))
-
-    def hooks(self, fns: Mapping[str, HookFn], observe: bool = False):  # a context manager
-        """Context manager attaching ``{name_or_glob: fn}`` for the with-block (interventions, or
-        observers with ``observe``)."""
-        return hooks(self, fns, observe)
-
-    def run_with_cache(
-        self, *args: object, names: NameFilter = None, detach: bool = True, backward: Backward = False,
-        **kwargs: object,
-    ) -> tuple[object, ActivationCache]:
-        """``output, cache = module.run_with_cache(inputs)``: every (or the named) stage's tensor."""
-        return run_with_cache(self, *args, names=names, detach=detach, backward=backward, **kwargs)

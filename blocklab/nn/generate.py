@@ -14,7 +14,10 @@ order ``transformers``' ``generate`` uses, so that the same settings give the sa
                          from a torch.Generator seeded with ``seed``
 
 Batches: prompts of different lengths come left-padded with an attention mask
-(``model.to_tokens(texts, padding="left")``), so every row's newest token is in the last column.
+(``model.tokenize(texts, padding="left")``), so every row's newest token is in the last column.
+Text in, text out: ``generate(model, "The cat", 10)`` tokenizes (with the BOS token first where
+TransformerLens' ``prepend_bos`` puts one) and returns the prompt and its continuation as text,
+without the BOS token (a list of texts: a list of strings).
 Positions count from each row's first real token: position_ids = cumsum(mask) - 1, so a padded row
 gets the same positions (and the same tokens) as when it is generated alone.
 
@@ -44,13 +47,16 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from .attention import KVCache
-from .model import Transformer
+from .tokens import BatchEncoding, bos_to_prepend
+
+if TYPE_CHECKING:  # annotations only: the model calls generate (Transformer.generate)
+    from .model import Transformer
 
 OnToken = Callable[[Tensor, Tensor], None]  # (new tokens (B,), active rows (B,) bool)
 SAMPLING_ONLY = ("temperature", "temperature_end", "top_k", "top_p", "seed")
@@ -259,7 +265,7 @@ def _check(model: Transformer, tokens: Tensor, mask: Tensor, config: GenerationC
     right = (mask.diff(dim=-1) < 0).any(-1).nonzero().flatten().tolist()
     if right:
         raise ValueError(f"prompt row {right[0]} has padding after a real token: generate needs left padding "
-                         "(model.to_tokens(texts, padding='left'))")
+                         "(model.tokenize(texts, padding='left'))")
     vocab = model.config.vocab_size
     for name, ids in (("stop_ids", config.stop_ids), ("pad_id", [config.pad_id] if config.pad_id else [])):
         if any(i >= vocab for i in ids):
@@ -288,17 +294,29 @@ def _filler(model: Transformer, config: GenerationConfig) -> int | None:
 @torch.inference_mode()
 def generate(
     model: Transformer,
-    tokens: Tensor,
+    tokens: Tensor | str | list[str],
     max_new_tokens: int | None = None,
     *,
     config: GenerationConfig | None = None,
     attention_mask: Tensor | None = None,
     on_token: OnToken | None = None,
+    prepend_bos: bool | None = None,
     **fields: Any,
-) -> Tensor:
+) -> Tensor | str | list[str]:
     """Extend ``tokens`` (B, T) (left-padded when ``attention_mask`` says so) by up to
     ``max_new_tokens`` columns; returns (B, T + generated). ``fields`` change ``config``'s fields:
-    ``generate(model, ids, 20, do_sample=True, top_p=0.9, seed=0)``."""
+    ``generate(model, ids, 20, do_sample=True, top_p=0.9, seed=0)``. Text in (a str or a list of
+    them), text out: the prompt and its continuation, without a prepended BOS token."""
+    if isinstance(tokens, str) or isinstance(tokens, list) and all(isinstance(t, str) for t in tokens):
+        if attention_mask is not None:
+            raise ValueError("text is tokenized with its own attention mask: pass ids to give a mask")
+        batch = model.tokenize(tokens, prepend_bos=prepend_bos, padding="left")
+        out = generate(model, batch.ids, max_new_tokens, config=config, attention_mask=batch.attention_mask,
+                       on_token=on_token, **fields)
+        texts = _texts(model, out, batch, prepend_bos)
+        return texts[0] if isinstance(tokens, str) else texts
+    if prepend_bos:
+        raise ValueError("prepend_bos applies to text; these are token ids already")
     if max_new_tokens is not None:
         fields["max_new_tokens"] = max_new_tokens
     config = (config or GenerationConfig()).replace(**fields)
@@ -337,6 +355,15 @@ def generate(
     finally:
         model.train(was_training)
     return out
+
+
+def _texts(model: Transformer, out: Tensor, prompt: BatchEncoding, prepend_bos: bool | None) -> list[str]:
+    """Each row of ``out`` as text: its real prompt tokens, without a BOS ``tokenize`` prepended, and
+    every token generated after them."""
+    skip = 0 if prepend_bos is False or bos_to_prepend(model.require_tokenizer()) is None else 1
+    width = prompt.ids.shape[1]
+    return [model.to_string(torch.cat([row[:width][mask.bool()][skip:], row[width:]]))
+            for row, mask in zip(out, prompt.attention_mask, strict=True)]
 
 
 def _stopped(

@@ -99,6 +99,30 @@ class _HookFns(list):
             HookPoint.attached -= len(self)
 
 
+class HookName(str):
+    """A stage's name as a hook function receives it: the string is blocklab's name
+    (``blocks.0.attn.weights``), so ``fn(x, name)`` code keeps working, and it has TransformerLens'
+    hook attributes, so ``fn(x, hook)`` code reading ``hook.name`` or ``hook.layer()`` runs unchanged:
+    ``.name`` is TransformerLens' name for the stage (``blocks.0.attn.hook_pattern``) where it has one,
+    else blocklab's."""
+
+    @property
+    def name(self) -> str:
+        return transformerlens_name(self)
+
+    @property
+    def ctx(self) -> dict:
+        """TransformerLens' per-hook scratch dict: kept across calls until a ``clear_contexts``."""
+        return self.__dict__.setdefault("_ctx", {})
+
+    def layer(self) -> int:
+        """The block the stage is in (``blocks.3.ln1`` -> 3); a ValueError for stages outside blocks."""
+        parts = self.split(".")
+        if len(parts) < 2 or parts[0] != "blocks" or not parts[1].isdigit():
+            raise ValueError(f"{str(self)!r} is not a stage of a block: it has no layer")
+        return int(parts[1])
+
+
 class HookPoint(nn.Module):
     """Identity on a named stage; runs attached hook functions when there are any.
 
@@ -112,13 +136,15 @@ class HookPoint(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.name = ""
+        self.name = HookName("")
         self.fns = _HookFns()
         self.observers = _HookFns()
 
     def __setattr__(self, name: str, value: object) -> None:
         if name in ("fns", "observers") and not isinstance(value, _HookFns):  # a plain list: count it too
             value = _HookFns(value)  # type: ignore[arg-type]
+        if name == "name" and not isinstance(value, HookName):
+            value = HookName(value)
         super().__setattr__(name, value)
 
     @property
@@ -223,7 +249,7 @@ class Alias:
 _HEADS_FIRST = "TransformerLens (B, T, h, d_head); blocklab (B, h, T, d_k), heads before positions"
 _LN_BEFORE_AFFINE = ("TransformerLens: before gamma and beta (the same tensor when it folds them into the "
                      "next weights, fold_ln=True); blocklab: the norm's output, after them")
-_LN_SCALE = "the norm's denominator; blocklab's tracer shows it (blocklab trace, norm.denom)"
+_LN_SCALE = "the norm's denominator per position, (B, T, 1) in both (LayerNorm and RMSNorm)"
 _COPY = "a copy that feeds {what} alone (TransformerLens's {flag}); blocklab has one {stage} (replace {alt})"
 
 TRANSFORMERLENS_ALIASES: tuple[Alias, ...] = (
@@ -240,7 +266,7 @@ TRANSFORMERLENS_ALIASES: tuple[Alias, ...] = (
     Alias("blocks.{i}.hook_q_input", None, "a copy of resid_pre per head for q alone (use_split_qkv_input)"),
     Alias("blocks.{i}.hook_k_input", None, "a copy of resid_pre per head for k alone (use_split_qkv_input)"),
     Alias("blocks.{i}.hook_v_input", None, "a copy of resid_pre per head for v alone (use_split_qkv_input)"),
-    Alias("blocks.{i}.ln1.hook_scale", None, _LN_SCALE),
+    Alias("blocks.{i}.ln1.hook_scale", "blocks.{i}.ln1.scale", _LN_SCALE),
     Alias("blocks.{i}.ln1.hook_normalized", "blocks.{i}.ln1", _LN_BEFORE_AFFINE),
     Alias("blocks.{i}.attn.hook_q", "blocks.{i}.attn.q", _HEADS_FIRST),
     Alias("blocks.{i}.attn.hook_k", "blocks.{i}.attn.k", _HEADS_FIRST),
@@ -258,10 +284,10 @@ TRANSFORMERLENS_ALIASES: tuple[Alias, ...] = (
     Alias("blocks.{i}.hook_resid_mid", "blocks.{i}.resid_mid"),
     Alias("blocks.{i}.hook_mlp_in", None,
           _COPY.format(what="the MLP", flag="use_hook_mlp_in", stage="resid_mid", alt="ln2 in pre-norm")),
-    Alias("blocks.{i}.ln2.hook_scale", None, _LN_SCALE),
+    Alias("blocks.{i}.ln2.hook_scale", "blocks.{i}.ln2.scale", _LN_SCALE),
     Alias("blocks.{i}.ln2.hook_normalized", "blocks.{i}.ln2", _LN_BEFORE_AFFINE),
     Alias("blocks.{i}.mlp.hook_pre", "blocks.{i}.ffn.hidden", "gated: the gate's pre-activation in both"),
-    Alias("blocks.{i}.mlp.hook_pre_linear", None, "gated: the linear half, x W3 + b3, is no stage"),
+    Alias("blocks.{i}.mlp.hook_pre_linear", "blocks.{i}.ffn.linear", "gated: the linear branch, x W3 + b3"),
     Alias("blocks.{i}.mlp.hook_mid", None, "SoLU's LayerNorm input: blocklab has no SoLU"),
     Alias("blocks.{i}.mlp.hook_post", "blocks.{i}.ffn.act"),
     Alias("blocks.{i}.hook_mlp_out", "blocks.{i}.ffn.out"),
@@ -269,8 +295,10 @@ TRANSFORMERLENS_ALIASES: tuple[Alias, ...] = (
     Alias("blocks.{i}.hook_resid_post", "blocks.{i}.resid_post"),
     Alias("blocks.{i}.hook_normalized_resid_post", "blocks.{i}.ln2",
           "HookedEncoder (post-norm): the block output"),
-    Alias("ln_final.hook_scale", None, _LN_SCALE),
+    Alias("ln_final.hook_scale", "ln_f.scale", _LN_SCALE),
     Alias("ln_final.hook_normalized", "ln_f", _LN_BEFORE_AFFINE),
+    Alias("unembed.hook_in", "ln_f", "what the head reads: the final hidden state"),
+    Alias("unembed.hook_out", "logits", "the head's output"),
 )
 
 
@@ -288,6 +316,20 @@ SHORT_ALIASES: dict[str, str] = {
     for short in [a.transformerlens.rsplit(".", 1)[1].removeprefix("hook_")]
     if sum(b.transformerlens.endswith(f".hook_{short}") for b in TRANSFORMERLENS_ALIASES) == 1
 }
+
+
+# blocklab stage (with {i}) -> TransformerLens' name for it: the first alias naming that stage
+_TL_NAMES = {a.blocklab: a.transformerlens for a in reversed(TRANSFORMERLENS_ALIASES) if a.blocklab}
+
+
+def transformerlens_name(name: str) -> str:
+    """TransformerLens' name for a blocklab stage (``blocks.0.attn.weights`` ->
+    ``blocks.0.attn.hook_pattern``), or the name itself where TransformerLens has none."""
+    parts = name.split(".")
+    if len(parts) > 2 and parts[0] == "blocks" and parts[1].isdigit():
+        template = _TL_NAMES.get(".".join(["blocks", "{i}", *parts[2:]]))
+        return template.format(i=parts[1]) if template else name
+    return _TL_NAMES.get(name, name)
 
 
 def blocklab_name(name: str) -> str:
@@ -315,14 +357,15 @@ def select_names(names: Iterable[str], wanted: NameFilter) -> list[str]:
 
     Names and globs may be written as TransformerLens writes them (``blocks.*.attn.hook_pattern``)
     or as module paths (``blocks.0.hook_resid_mid``): ``blocklab_name`` translates them. A
-    predicate is given blocklab's names. A name or glob that matches nothing is a ValueError that
-    suggests the closest names.
+    predicate is asked with blocklab's name and with TransformerLens' (``lambda n: n.endswith("hook_z")``
+    works as in TransformerLens); either true selects the stage. A name or glob that matches nothing
+    is a ValueError that suggests the closest names.
     """
     names = list(names)
     if wanted is None:
         return names
     if callable(wanted):
-        return [n for n in names if wanted(n)]
+        return [n for n in names if wanted(n) or ((tl := transformerlens_name(n)) != n and wanted(tl))]
     written = [wanted] if isinstance(wanted, str) else list(wanted)
     patterns = {p: blocklab_name(p) for p in written}  # as written -> in blocklab's words
     chosen = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns.values())]
@@ -336,25 +379,41 @@ def select_names(names: Iterable[str], wanted: NameFilter) -> list[str]:
     return chosen
 
 
-@contextmanager
-def hooks(root: nn.Module, fns: Mapping[str, HookFn], observe: bool = False) -> Iterator[None]:
-    """Attach ``{name_or_glob: fn}`` to the hook points below ``root`` for the with-block: as
-    interventions (a returned tensor replaces the stage's value), or with ``observe`` as observers
-    (read only; the model computes exactly what it computes unobserved).
+Handle = tuple[_HookFns, HookFn]  # where a function was attached, and the function: to detach it
 
-    Every name is checked before anything is attached; the hooks are removed on exit,
-    also when the block raises.
-    """
+
+def attach(root: nn.Module, plan: Iterable[tuple[NameFilter, HookFn]], observe: bool = False) -> list[Handle]:
+    """Attach each ``(name, glob, list or predicate; fn)`` to the hook points below ``root`` it selects:
+    as interventions (a returned tensor replaces the stage's value), or with ``observe`` as observers.
+    Every name is checked before anything is attached. Returns the handles ``detach`` takes."""
     points = hook_points(root)
-    plan = [(points[name], name, fn) for pattern, fn in fns.items() for name in select_names(points, pattern)]
-    attached: list[tuple[_HookFns, HookFn]] = []
+    chosen = [(points[name], name, fn) for wanted, fn in plan for name in select_names(points, wanted)]
+    handles: list[Handle] = []
+    for point, name, fn in chosen:
+        point.name = point.name or name  # a standalone component was never named by a model
+        where = point.observers if observe else point.fns
+        where.append(fn)
+        handles.append((where, fn))
+    return handles
+
+
+def detach(handles: Iterable[Handle]) -> None:
+    """Remove what ``attach`` attached (each once; one already removed is skipped)."""
+    for where, fn in handles:
+        if fn in where:
+            where.remove(fn)
+
+
+@contextmanager
+def hooks(root: nn.Module, fns: Mapping[str, HookFn] | Iterable[tuple[NameFilter, HookFn]],
+          observe: bool = False) -> Iterator[None]:
+    """Attach ``{name_or_glob: fn}`` (or TransformerLens' ``[(name_or_filter, fn)]``) to the hook points
+    below ``root`` for the with-block: as interventions (a returned tensor replaces the stage's
+    value), or with ``observe`` as observers (read only; the model computes exactly what it
+    computes unobserved). Every name is checked before anything is attached; the hooks are
+    removed on exit, also when the block raises."""
+    handles = attach(root, fns.items() if isinstance(fns, Mapping) else fns, observe)
     try:
-        for point, name, fn in plan:
-            point.name = point.name or name  # a standalone component was never named by a model
-            where = point.observers if observe else point.fns
-            where.append(fn)
-            attached.append((where, fn))
         yield
     finally:
-        for where, fn in attached:
-            where.remove(fn)
+        detach(handles)

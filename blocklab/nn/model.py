@@ -5,11 +5,17 @@
     x_{l+1} = Block_l(x_l)                 l = 0..N-1
     logits = ln_f(x_N) @ W_vocab^T         ln_f for pre-norm; head optionally tied to Embed
     loss = cross_entropy(logits, targets)  targets of -100 (padding) are ignored
+
+The calling conventions of TransformerLens and ``transformers`` work beside blocklab's: the input may be
+text (``model("The cat")``, a list of texts, a ``BatchEncoding``), ``return_type`` picks "logits",
+"loss" (next-token loss when no targets are given), "both" or None, and ``output_hidden_states`` /
+``output_attentions`` return a ``ModelOutput`` with ``transformers``' fields.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
@@ -17,19 +23,41 @@ from torch import Tensor, nn
 
 from .attention import KVCache
 from .block import TransformerBlock, deepnorm_beta
-from .cache import HookedModule
+from .circuits import ModelWeights
 from .config import ModelConfig
 from .embedding import build_positions, build_token_embedding, init_embeddings
+from .hooked import HookedModule
 from .hooks import HookPoint, name_hook_points
 from .init_schemes import INIT_SCHEMES
 from .norms import NoNorm, build_norm
 from .rotary import Rotary
-from .tokens import BatchEncoding, TextTokenizer, to_str_tokens, to_string
+from .tokens import BatchEncoding, TextTokenizer, encode_texts, to_str_tokens, to_string
 
 IGNORE_INDEX = -100  # targets at padding / unscored positions
+RETURN_TYPES = ("logits", "loss", "both", None)  # TransformerLens' return_type
+Input = Tensor | str | Sequence[str] | BatchEncoding  # token ids (B, T), or text to tokenize
 
 
-class Transformer(HookedModule):
+@dataclass
+class ModelOutput:
+    """What ``transformers`` returns with ``output_hidden_states`` / ``output_attentions``: ``logits``
+    (B, T, vocab), ``loss`` (with targets), ``hidden_states`` (x0, every block's output, the final
+    hidden state: n_layers + 1 of (B, T, d)), ``attentions`` (each block's weights (B, h, T, T)).
+    Indexing works as on ``transformers``' outputs: by name, or by position over the fields set."""
+
+    logits: Tensor
+    loss: Tensor | None = None
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+
+    def to_tuple(self) -> tuple[object, ...]:
+        return tuple(v for f in fields(self) if (v := getattr(self, f.name)) is not None)
+
+    def __getitem__(self, key: int | str) -> object:
+        return getattr(self, key) if isinstance(key, str) else self.to_tuple()[key]
+
+
+class Transformer(HookedModule, ModelWeights):
     """Keys: ``embed.weight``, ``pos.weight`` (learned), ``token_type.weight``, ``embed_ln.*``,
     ``blocks.{i}.*``, ``ln_f.*`` (when final_norm), ``head.weight`` (absent from the parameters
     when tied to ``embed``). Stages, in forward order (``STAGES``; ``blocks``: each block's, in its
@@ -63,17 +91,21 @@ class Transformer(HookedModule):
             if stage != "blocks":
                 setattr(self, f"hook_{stage}", HookPoint())
         self.tokenizer = None  # a plain attribute: not a module, not in the state dict
+        self.weights_processed: list[str] = []  # fold_ln, ... (circuits.py): an analysis view, not for saving
         init_weights(self)
         name_hook_points(self)
 
     def hook_names(self) -> list[str]:
         """Every stage name, in the order a forward pass reaches them."""
         order: list[str] = []
+        norms = {"embed": "embed_ln", "ln_f": "ln_f"}  # a norm's own stages (scale) come before its output
         for stage in self.STAGES:
             if stage == "blocks":
                 order += [f"blocks.{i}.{s}" for i, b in enumerate(self.blocks) for s in b.hook_names()]
-            else:
-                order.append(stage)
+                continue
+            if stage in norms:
+                order += [f"{norms[stage]}.{s}" for s in getattr(self, norms[stage]).STAGES]
+            order.append(stage)
         return order
 
     def _check_tokens(self, tokens: Tensor, past: int = 0, position_ids: Tensor | None = None) -> None:
@@ -151,22 +183,89 @@ class Transformer(HookedModule):
 
     def forward(
         self,
-        tokens: Tensor,
+        tokens: Input,
         targets: Tensor | None = None,
         attention_mask: Tensor | None = None,
         token_type_ids: Tensor | None = None,
         position_ids: Tensor | None = None,
-    ) -> Tensor | tuple[Tensor, Tensor]:
-        """Logits (B, T, vocab); with targets (B, T), also the mean cross-entropy over targets != -100."""
+        *,
+        return_type: str | None = "default",
+        loss_per_token: bool = False,
+        prepend_bos: bool | None = None,
+        padding_side: str = "right",
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor] | ModelOutput | None:
+        """Logits (B, T, vocab); with targets (B, T), also the mean cross-entropy over targets != -100.
+
+        ``tokens`` may be text (a str or a list: tokenized with ``prepend_bos`` and ``padding_side``,
+        as ``to_tokens``) or a ``BatchEncoding``. TransformerLens' ``return_type``: "logits", "loss"
+        (with no targets, each token predicting the next: mean over scored positions, or per token
+        (B, T - 1) with ``loss_per_token``), "both" (logits, loss), None (nothing). With
+        ``output_hidden_states`` or ``output_attentions``, a ``ModelOutput`` as ``transformers`` returns.
+        """
+        if return_type not in (*RETURN_TYPES, "default"):
+            raise ValueError(f"return_type={return_type!r} is not one of: logits, loss, both, None")
+        tokens, attention_mask = self._ids(tokens, attention_mask, prepend_bos, padding_side)
+        if output_hidden_states or output_attentions:
+            if return_type != "default" or loss_per_token:
+                raise ValueError("output_hidden_states / output_attentions return a ModelOutput; "
+                                 "drop return_type and loss_per_token")
+            return self._model_output(tokens, targets, attention_mask, token_type_ids, position_ids,
+                                      output_hidden_states, output_attentions)
         hidden = self.encode(tokens, attention_mask, token_type_ids, position_ids=position_ids)
         logits = self.hook_logits(self.head(hidden))
         full = logits if logits.dtype == torch.float64 else logits.float()  # softmax/CE never in bf16
         if self.hook_probs.active:  # softmax only when someone looks at it
             self.hook_probs(torch.softmax(full, dim=-1))
-        if targets is None:
-            return logits
-        loss = F.cross_entropy(full.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
-        return logits, self.hook_loss(loss)
+        wants_loss = return_type in ("loss", "both") or (return_type == "default" and targets is not None)
+        if not wants_loss:
+            return None if return_type is None else logits  # TransformerLens' None: no output
+        if targets is None:  # each token predicts the next: TransformerLens' language-model loss
+            targets = tokens[:, 1:].masked_fill(attention_mask[:, 1:] == 0, IGNORE_INDEX) \
+                if attention_mask is not None else tokens[:, 1:]
+            full = full[:, :-1]
+        if loss_per_token:  # (B, T'): 0 where a target is not scored
+            loss = F.cross_entropy(full.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX,
+                                   reduction="none").view(targets.shape)
+        else:
+            loss = self.hook_loss(F.cross_entropy(full.flatten(0, 1), targets.flatten(),
+                                                  ignore_index=IGNORE_INDEX))
+        if return_type == "loss":
+            return loss
+        return logits, loss
+
+    def _model_output(
+        self, tokens: Tensor, targets: Tensor | None, attention_mask: Tensor | None,
+        token_type_ids: Tensor | None, position_ids: Tensor | None, hidden_states: bool, attentions: bool,
+    ) -> ModelOutput:
+        """``forward`` with ``transformers``' hidden states and attention weights, read through the cache."""
+        names = [*(["embed", *(f"blocks.{i}.{b.layout.output}" for i, b in enumerate(self.blocks)), "ln_f"]
+                   if hidden_states else []),
+                 *([f"blocks.{i}.attn.weights" for i in range(len(self.blocks))] if attentions else [])]
+        out, cache = self.run_with_cache(tokens, targets, attention_mask, token_type_ids, position_ids,
+                                         names=names, detach=False)  # gradients flow, as in transformers
+        logits, loss = out if isinstance(out, tuple) else (out, None)
+        return ModelOutput(
+            logits, loss, tuple(cache.hidden_states) if hidden_states else None,
+            tuple(cache[f"blocks.{i}.attn.weights"] for i in range(len(self.blocks))) if attentions else None)
+
+    def _ids(self, tokens: Input, attention_mask: Tensor | None, prepend_bos: bool | None, padding_side: str
+             ) -> tuple[Tensor, Tensor | None]:
+        """Token ids and the attention mask for any input ``forward`` takes."""
+        if isinstance(tokens, BatchEncoding):
+            if attention_mask is not None:
+                raise ValueError("a BatchEncoding carries its attention_mask: pass one or the other")
+            return tokens.ids, tokens.attention_mask
+        if isinstance(tokens, str) or (isinstance(tokens, Sequence) and not isinstance(tokens, Tensor)):
+            if attention_mask is not None:
+                raise ValueError("text is tokenized with its own attention mask: pass ids to give a mask")
+            batch = self.tokenize(tokens, prepend_bos=prepend_bos, padding=padding_side)
+            mask = batch.attention_mask if not bool(batch.attention_mask.all()) else None
+            return batch.ids, mask
+        if prepend_bos:
+            raise ValueError("prepend_bos applies to text; these are token ids already")
+        return tokens, attention_mask
 
     def require_tokenizer(self) -> TextTokenizer:
         """The model's tokenizer; a ValueError saying how to attach one when there is none."""
@@ -178,18 +277,45 @@ class Transformer(HookedModule):
             )
         return self.tokenizer
 
-    def to_tokens(self, texts: str | Sequence[str], padding: str = "right") -> BatchEncoding:
+    def tokenize(self, texts: str | Sequence[str], prepend_bos: bool | None = False, padding: str = "right"
+                 ) -> BatchEncoding:
         """Texts -> (ids (B, T), attention_mask (B, T)) on the model's device, padded on the ``padding``
-        side: "right" (encoders, scoring) or "left" (generation: every row ends in the last column)."""
-        batch = self.require_tokenizer().encode_batch([texts] if isinstance(texts, str) else texts, padding)
+        side: "right" (encoders, scoring) or "left" (generation: every row ends in the last column).
+        By default the tokenizer's own ids, as ``transformers`` gives them; ``prepend_bos`` True puts
+        the BOS token first, None decides as TransformerLens does (when the tokenizer has a BOS it does
+        not add itself: ``to_tokens``, and text given to ``forward`` or ``generate``)."""
+        batch = encode_texts(self.require_tokenizer(), texts, prepend_bos, padding)
         device = self.head.weight.device
         return BatchEncoding(batch.ids.to(device), batch.attention_mask.to(device))
 
+    def to_tokens(self, input: str | Sequence[str], prepend_bos: bool | None = None,
+                  padding_side: str = "right") -> Tensor:
+        """TransformerLens' ``to_tokens``: text -> ids (B, T) on the model's device (a list padded on
+        ``padding_side`` with the pad id; ``tokenize`` also gives the attention mask)."""
+        return self.tokenize(input, prepend_bos, padding_side).ids
+
+    def to_single_token(self, string: str) -> int:
+        """The id of a text that is one token (TransformerLens' ``to_single_token``); a ValueError
+        naming the tokens otherwise."""
+        ids = self.tokenize(string, prepend_bos=False).ids[0].tolist()
+        if len(ids) != 1:
+            raise ValueError(f"{string!r} is {len(ids)} tokens, not one: {self.to_str_tokens(string, False)}")
+        return ids[0]
+
     def to_str_tokens(
-        self, inputs: str | Sequence[str] | Sequence[int] | Tensor
+        self, inputs: str | Sequence[str] | Sequence[int] | Tensor, prepend_bos: bool | None = None
     ) -> list[str] | list[list[str]]:
-        """Each token as text: a text or 1-D ids -> list[str]; texts or (B, T) ids -> a list per row."""
-        return to_str_tokens(self.require_tokenizer(), inputs)
+        """Each token as text: a text or 1-D ids -> list[str]; texts or (B, T) ids -> a list per row.
+        Texts get the BOS token first as ``to_tokens`` says (``prepend_bos``, TransformerLens' default)."""
+        return to_str_tokens(self.require_tokenizer(), inputs, prepend_bos)
+
+    def generate(self, input: Tensor | str | list[str], max_new_tokens: int | None = None, **settings: object
+                 ) -> Tensor | str | list[str]:
+        """TransformerLens' ``model.generate``: ``blocklab.nn.generate.generate(self, input, ...)`` (text in,
+        text out; ids in, ids out; ``settings`` are GenerationConfig's fields and ``attention_mask``)."""
+        from .generate import generate
+
+        return generate(self, input, max_new_tokens, **settings)
 
     def to_string(self, ids: Sequence[int] | Tensor, attention_mask: Tensor | None = None) -> str | list[str]:
         """Ids -> text: 1-D -> str, (B, T) -> a str per row (positions where attention_mask is 0 left out)."""

@@ -43,6 +43,8 @@ class TextTokenizer(Protocol):
     @property
     def eos_id(self) -> int | None: ...
 
+    # optional: ``bos_id`` (int | None), the beginning-of-sequence token's id (Hugging Face tokenizers)
+
     def encode(self, text: str) -> list[int]: ...
 
     def encode_batch(self, texts: Sequence[str], padding: str = "right") -> BatchEncoding: ...
@@ -54,6 +56,34 @@ class TextTokenizer(Protocol):
     def str_tokens(self, ids: Sequence[int] | Tensor) -> list[str]: ...
 
     def to_dict(self) -> dict[str, Any]: ...
+
+
+def bos_to_prepend(tokenizer: TextTokenizer) -> int | None:
+    """The id TransformerLens' ``prepend_bos=True`` puts before each text for this tokenizer: its BOS
+    token (GPT-2's ``<|endoftext|>``), or None when it has none or its encoding adds it already
+    (Llama's ``<s>``). A vocabulary tokenizer declares no BOS (a task writes its own ``<BOS>``)."""
+    bos = getattr(tokenizer, "bos_id", None)
+    if bos is None:
+        return None
+    return None if tokenizer.encode("a")[:1] == [bos] else bos
+
+
+def encode_texts(tokenizer: TextTokenizer, texts: str | Sequence[str], prepend_bos: bool | None = None,
+                 padding: str = "right") -> BatchEncoding:
+    """Texts -> (ids (B, T), attention_mask (B, T)), each row the tokenizer's ids with, when
+    ``prepend_bos`` (None: whenever the tokenizer has a BOS it does not add itself, as TransformerLens
+    does), the BOS token first; padded on ``padding``'s side."""
+    check_padding(padding)
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    if prepend_bos is True and getattr(tokenizer, "bos_id", None) is None:
+        raise ValueError("prepend_bos=True, but this tokenizer has no BOS token")
+    bos = None if prepend_bos is False else bos_to_prepend(tokenizer)
+    batch = tokenizer.encode_batch(texts, padding)
+    if bos is None:
+        return batch
+    return pad_batch([[bos, *row[mask.bool()].tolist()] for row, mask in zip(batch.ids, batch.attention_mask,
+                                                                            strict=True)],
+                     tokenizer.pad_id, padding)
 
 
 def check_padding(padding: str) -> None:
@@ -91,19 +121,25 @@ def id_list(ids: Sequence[int] | Tensor, vocab_size: int) -> list[int]:
 
 
 def to_str_tokens(
-    tokenizer: TextTokenizer, inputs: str | Sequence[str] | Sequence[int] | Tensor
+    tokenizer: TextTokenizer, inputs: str | Sequence[str] | Sequence[int] | Tensor,
+    prepend_bos: bool | None = None,
 ) -> list[str] | list[list[str]]:
     """Each token as the text it stands for: a text or 1-D ids -> list[str]; several texts or
-    (B, T) ids -> one list per row (padding kept for ids, texts are not padded)."""
+    (B, T) ids -> one list per row (padding kept for ids, texts are not padded). Texts get the
+    BOS token first as ``encode_texts`` says (``prepend_bos``)."""
+    def of_text(text: str) -> list[str]:
+        batch = encode_texts(tokenizer, text, prepend_bos)
+        return tokenizer.str_tokens(batch.ids[0])
+
     if isinstance(inputs, str):
-        return tokenizer.str_tokens(tokenizer.encode(inputs))
+        return of_text(inputs)
     if isinstance(inputs, Tensor):
         if inputs.dim() == 2:
             return [tokenizer.str_tokens(row) for row in inputs]
         return tokenizer.str_tokens(inputs)
     items = list(inputs)
     if items and all(isinstance(item, str) for item in items):
-        return [tokenizer.str_tokens(tokenizer.encode(item)) for item in items]
+        return [of_text(item) for item in items]
     return tokenizer.str_tokens(items)
 
 

@@ -52,7 +52,12 @@ class Checkpoint:
 
 
 def state_tensors(model: Transformer) -> dict[str, torch.Tensor]:
-    """The state dict as safetensors wants it: contiguous, CPU, tied head stored once."""
+    """The state dict as safetensors wants it: contiguous, CPU, tied head stored once. A model whose
+    weights were processed for analysis (``fold_ln`` and the like) is refused: it no longer has the
+    layout its config describes (a folded norm's head bias, an untied head)."""
+    if getattr(model, "weights_processed", None):
+        raise ValueError(f"this model's weights were processed ({', '.join(model.weights_processed)}) for "
+                         "analysis and no longer match its config; save the model before processing it")
     tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     if model.config.tie_embeddings:
         tensors.pop("head.weight", None)

@@ -1,0 +1,370 @@
+"""The weights as TransformerLens reads them (and Elhage et al. 2021's circuits), and the processing
+that folds the norms into them. Views of the model's own parameters, in TransformerLens' shapes:
+
+    W_E (vocab, d) [after the embedding's factor]  W_pos (n_ctx, d)      W_U (d, vocab), b_U (vocab)
+    W_Q, W_K, W_V (n_layers, h, d, d_head)         b_Q, b_K, b_V (n_layers, h, d_head)
+    W_O (n_layers, h, d_head, d)                   b_O (n_layers, d)
+    W_in, W_gate (n_layers, d, d_ff)               b_in (n_layers, d_ff)
+    W_out (n_layers, d_ff, d)                      b_out (n_layers, d)
+    QK = W_Q W_K^T, OV = W_V W_O (n_layers, h, d, d), as factored matrices
+
+q = x W_Q[l, h] + b_Q[l, h] for the normalised input x, and so on. Grouped-query models show W_K, W_V,
+b_K, b_V per query head (each key/value head repeated for its group, as TransformerLens shows them);
+``_W_K`` and ``_W_V`` hold the key/value heads themselves. A gated FFN's gate is W_gate (w1) and its
+linear half W_in (w3). Per block, ``model.blocks[l].attn.W_Q`` is a view: writing into it writes the
+model's weight; the model's stacked ``W_Q`` is a copy.
+
+Processing (in place; each keeps the output distribution, TransformerLens' ``process_weights_``):
+
+- ``fold_ln``: a norm whose output only feeds linear layers (pre-norm, the parallel blocks, the final
+  norm) is folded into them: W <- diag(gamma) W, b <- b + beta W, then the weights reading it are
+  centred over d (LayerNorm's output has mean 0, so this changes nothing); the norm keeps only its
+  normalisation (gamma 1, beta 0). RMSNorm folds gamma only. Logits unchanged (float rounding).
+- ``center_writing_weights``: every weight writing to the residual stream (W_E, W_pos, W_O, b_O,
+  W_out, b_out) loses its mean over d; every reader normalises with LayerNorm, which subtracts it.
+- ``center_unembed``: W_U and b_U lose their mean over the vocabulary: each position's logits shift
+  by one constant, the probabilities do not change.
+- ``fold_value_biases``: b_V moves into b_O (b_O + sum_h b_V[h] W_O[h]): attention weights sum to 1.
+
+A layout where a norm sits on the stream (post-norm, sandwich) cannot fold; centring the writers
+needs LayerNorm (not RMSNorm): both are refused with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .layouts import LAYOUTS, Norm, Sublayer
+
+CENTRING_NORMS = ("standard", "eps_outside_sqrt")  # norms that subtract the mean: centring writers is free
+
+
+class FactoredMatrix:
+    """A product A B kept as its factors (TransformerLens' FactoredMatrix): A (..., m, r), B (..., r, n)."""
+
+    def __init__(self, A: Tensor, B: Tensor) -> None:
+        if A.shape[-1] != B.shape[-2]:
+            raise ValueError(f"factors do not chain: A {tuple(A.shape)}, B {tuple(B.shape)}")
+        self.A, self.B = A, B
+
+    @property
+    def AB(self) -> Tensor:  # (..., m, n)
+        return self.A @ self.B
+
+    @property
+    def BA(self) -> Tensor:  # (..., r, r): the same nonzero eigenvalues, a smaller matrix
+        return self.B @ self.A
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size([*self.A.shape[:-1], self.B.shape[-1]])
+
+    @property
+    def T(self) -> FactoredMatrix:
+        return FactoredMatrix(self.B.transpose(-2, -1), self.A.transpose(-2, -1))
+
+    @property
+    def eigenvalues(self) -> Tensor:
+        """The nonzero eigenvalues of A B (those of B A)."""
+        return torch.linalg.eigvals(self.BA)
+
+    def __getitem__(self, index: Any) -> FactoredMatrix:
+        """Index the leading (layer, head) dimensions: ``model.OV[3, 5]``."""
+        return FactoredMatrix(self.A[index], self.B[index])
+
+    def __repr__(self) -> str:
+        return f"FactoredMatrix(shape={tuple(self.shape)}, rank <= {self.A.shape[-1]})"
+
+
+# ---- one block's views -------------------------------------------------------------------------
+
+
+class AttentionWeights:
+    """TransformerLens' attention weight views, for ``MultiHeadAttention`` (mixin)."""
+
+    q: nn.Linear
+    k: nn.Linear
+    v: nn.Linear
+    o: nn.Linear
+    n_heads: int
+    n_kv_heads: int
+    d_k: int
+    d_model: int
+
+    def _in(self, linear: nn.Linear) -> Tensor:  # (heads, d_model, d_head), a view
+        return linear.weight.view(-1, self.d_k, self.d_model).transpose(1, 2)
+
+    def _bias(self, linear: nn.Linear) -> Tensor:  # (heads, d_head)
+        if linear.bias is None:
+            return torch.zeros(linear.weight.shape[0] // self.d_k, self.d_k, dtype=linear.weight.dtype,
+                               device=linear.weight.device)
+        return linear.bias.view(-1, self.d_k)
+
+    def _per_query_head(self, per_kv_head: Tensor) -> Tensor:  # (h_kv, ...) -> (h, ...)
+        groups = self.n_heads // self.n_kv_heads
+        return per_kv_head if groups == 1 else per_kv_head.repeat_interleave(groups, dim=0)
+
+    @property
+    def W_Q(self) -> Tensor:
+        return self._in(self.q)
+
+    @property
+    def _W_K(self) -> Tensor:
+        return self._in(self.k)
+
+    @property
+    def _W_V(self) -> Tensor:
+        return self._in(self.v)
+
+    @property
+    def W_K(self) -> Tensor:
+        return self._per_query_head(self._W_K)
+
+    @property
+    def W_V(self) -> Tensor:
+        return self._per_query_head(self._W_V)
+
+    @property
+    def W_O(self) -> Tensor:  # (h, d_head, d_model), a view
+        return self.o.weight.view(self.d_model, self.n_heads, self.d_k).permute(1, 2, 0)
+
+    @property
+    def b_Q(self) -> Tensor:
+        return self._bias(self.q)
+
+    @property
+    def b_K(self) -> Tensor:
+        return self._per_query_head(self._bias(self.k))
+
+    @property
+    def b_V(self) -> Tensor:
+        return self._per_query_head(self._bias(self.v))
+
+    @property
+    def b_O(self) -> Tensor:
+        if self.o.bias is None:
+            return torch.zeros(self.d_model, dtype=self.o.weight.dtype, device=self.o.weight.device)
+        return self.o.bias
+
+
+class FeedForwardWeights:
+    """TransformerLens' MLP weight views, for ``FeedForward`` (mixin): W_in (d, d_ff) is the linear half
+    of a gated FFN (w3) and the only input weight of a plain one (w1); W_gate is a gated FFN's gate (w1)."""
+
+    w1: nn.Linear
+    w2: nn.Linear
+    w3: nn.Linear | None
+
+    @property
+    def W_in(self) -> Tensor:
+        return (self.w3 if self.w3 is not None else self.w1).weight.T
+
+    @property
+    def W_gate(self) -> Tensor:
+        if self.w3 is None:
+            raise AttributeError("W_gate: this FFN is not gated (its activation has no gate)")
+        return self.w1.weight.T
+
+    @property
+    def b_in(self) -> Tensor:
+        linear = self.w3 if self.w3 is not None else self.w1
+        return linear.bias if linear.bias is not None else torch.zeros_like(linear.weight[:, 0])
+
+    @property
+    def W_out(self) -> Tensor:
+        return self.w2.weight.T
+
+    @property
+    def b_out(self) -> Tensor:
+        return self.w2.bias if self.w2.bias is not None else torch.zeros_like(self.w2.weight[:, 0])
+
+
+# ---- the model's views and processing ------------------------------------------------------------
+
+
+def _stacked(name: str, where: Callable[[nn.Module], nn.Module]) -> property:
+    def get(self: Any) -> Tensor:
+        return torch.stack([getattr(where(block), name) for block in self.blocks])
+
+    get.__doc__ = f"{name} of every block, stacked: (n_layers, ...)."
+    return property(get)
+
+
+class ModelWeights:
+    """TransformerLens' weight views, circuits and weight processing, for ``Transformer`` (mixin)."""
+
+    blocks: nn.ModuleList
+    embed: nn.Module
+    pos: nn.Module | None
+    head: nn.Linear
+    ln_f: nn.Module
+    config: Any
+
+    W_Q = _stacked("W_Q", lambda b: b.attn)
+    W_K = _stacked("W_K", lambda b: b.attn)
+    W_V = _stacked("W_V", lambda b: b.attn)
+    W_O = _stacked("W_O", lambda b: b.attn)
+    b_Q = _stacked("b_Q", lambda b: b.attn)
+    b_K = _stacked("b_K", lambda b: b.attn)
+    b_V = _stacked("b_V", lambda b: b.attn)
+    b_O = _stacked("b_O", lambda b: b.attn)
+    W_in = _stacked("W_in", lambda b: b.ffn)
+    W_gate = _stacked("W_gate", lambda b: b.ffn)
+    b_in = _stacked("b_in", lambda b: b.ffn)
+    W_out = _stacked("W_out", lambda b: b.ffn)
+    b_out = _stacked("b_out", lambda b: b.ffn)
+
+    @property
+    def W_E(self) -> Tensor:
+        """(vocab, d): what x0 adds for each token (the embedding rows times their factor)."""
+        scale = getattr(self.embed, "scale", 1.0)
+        return self.embed.weight if scale == 1.0 else self.embed.weight * scale
+
+    @property
+    def W_pos(self) -> Tensor:
+        """(n_ctx, d): what x0 adds at each position (learned or sinusoidal)."""
+        if self.pos is None:
+            raise AttributeError(f"W_pos: pos_encoding={self.config.pos_encoding!r} adds no position table "
+                                 "to x0")
+        return self.pos.weight if hasattr(self.pos, "weight") else self.pos.pe  # learned, or sinusoidal
+
+    @property
+    def W_U(self) -> Tensor:
+        return self.head.weight.T
+
+    @property
+    def b_U(self) -> Tensor:
+        return self.head.bias if self.head.bias is not None else torch.zeros_like(self.head.weight[:, 0])
+
+    @property
+    def QK(self) -> FactoredMatrix:
+        """W_Q W_K^T per layer and head: (n_layers, h, d, d)."""
+        return FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1))
+
+    @property
+    def OV(self) -> FactoredMatrix:
+        """W_V W_O per layer and head: (n_layers, h, d, d)."""
+        return FactoredMatrix(self.W_V, self.W_O)
+
+    # -- processing ------------------------------------------------------------------------------
+
+    def _untie(self) -> None:
+        """Give the head its own copy of a tied embedding: processing changes W_U and W_E differently
+        (TransformerLens keeps them apart too). The model is then no longer what its config says: a
+        processed model is for analysis (saving one is refused: ``weights_processed`` says why)."""
+        if self.head.weight is self.embed.weight:
+            self.head.weight = nn.Parameter(self.embed.weight.detach().clone())
+
+    def process_weights_(self, fold_ln: bool = True, center_writing_weights: bool = True,
+                         center_unembed: bool = True, fold_value_biases: bool = True) -> None:
+        """TransformerLens' ``process_weights_``: the chosen processing steps, in its order."""
+        if fold_ln:
+            self.fold_ln()
+        if center_writing_weights:
+            self.center_writing_weights()
+        if center_unembed:
+            self.center_unembed()
+        if fold_value_biases:
+            self.fold_value_biases()
+
+    @torch.no_grad()
+    def fold_ln(self) -> None:
+        """Fold every norm into the linear layers that read it (module docstring)."""
+        layout = LAYOUTS[self.config.norm_position]
+        _check_foldable(self.config, layout)
+        self._untie()
+        centre = self.config.norm in CENTRING_NORMS
+        for block in self.blocks:
+            for step in layout.steps:
+                if not isinstance(step, Norm):
+                    continue
+                readers = [s.name for s in layout.steps if isinstance(s, Sublayer) and s.reads == step.name]
+                norm = getattr(block, step.name)
+                linears = [lin for r in readers for lin in _reading_linears(getattr(block, r))]
+                _fold(norm, linears, centre)
+        if not isinstance(self.ln_f, nn.Identity) and hasattr(self.ln_f, "weight"):
+            if self.head.bias is None and getattr(self.ln_f, "bias", None) is not None:
+                self.head.bias = nn.Parameter(torch.zeros_like(self.head.weight[:, 0]))
+            _fold(self.ln_f, [self.head], centre)
+        self.weights_processed = [*getattr(self, "weights_processed", []), "fold_ln"]
+
+    @torch.no_grad()
+    def center_writing_weights(self) -> None:
+        """Subtract from every weight writing to the stream its mean over d (module docstring)."""
+        if self.config.norm not in CENTRING_NORMS:
+            raise ValueError(f"center_writing_weights needs every reader of the stream to subtract the mean "
+                             f"(LayerNorm); norm={self.config.norm!r} does not")
+        self._untie()
+        self.embed.weight -= self.embed.weight.mean(-1, keepdim=True)
+        if self.pos is not None and hasattr(self.pos, "weight"):
+            self.pos.weight -= self.pos.weight.mean(-1, keepdim=True)
+        for block in self.blocks:
+            for linear in (block.attn.o, block.ffn.w2):  # (d, in): the mean over d of each column
+                linear.weight -= linear.weight.mean(0, keepdim=True)
+                if linear.bias is not None:
+                    linear.bias -= linear.bias.mean()
+        self.weights_processed = [*getattr(self, "weights_processed", []), "center_writing_weights"]
+
+    @torch.no_grad()
+    def center_unembed(self) -> None:
+        """Subtract W_U's and b_U's means over the vocabulary (probabilities unchanged)."""
+        self._untie()
+        self.head.weight -= self.head.weight.mean(0, keepdim=True)
+        if self.head.bias is not None:
+            self.head.bias -= self.head.bias.mean()
+        self.weights_processed = [*getattr(self, "weights_processed", []), "center_unembed"]
+
+    @torch.no_grad()
+    def fold_value_biases(self) -> None:
+        """b_O <- b_O + sum_h b_V[h] W_O[h]; b_V <- 0."""
+        for block in self.blocks:
+            attn = block.attn
+            if attn.v.bias is None:
+                continue
+            folded = (attn.b_V[:, :, None] * attn.W_O).sum((0, 1))  # (d,): per query head
+            if attn.o.bias is None:
+                raise ValueError("fold_value_biases needs a bias on o to hold the value biases")
+            attn.o.bias += folded
+            attn.v.bias.zero_()
+        self.weights_processed = [*getattr(self, "weights_processed", []), "fold_value_biases"]
+
+
+def _check_foldable(config: Any, layout: Any) -> None:
+    if config.norm not in (*CENTRING_NORMS, "rms"):
+        raise ValueError(f"fold_ln folds LayerNorm or RMSNorm; norm={config.norm!r} has no affine to fold")
+    if config.embed_norm:
+        raise ValueError("fold_ln: the embedding norm (embed_ln) feeds the stream, not a linear layer")
+    for step in layout.steps:
+        if isinstance(step, Norm):
+            readers = [s for s in layout.steps if getattr(s, "reads", None) == step.name or
+                       getattr(s, "x", None) == step.name or step.name in getattr(s, "branches", ())]
+            if not readers or not all(isinstance(s, Sublayer) for s in readers) or step.name == layout.output:
+                raise ValueError(f"fold_ln: in the {layout.title} block {step.name} feeds the residual "
+                                 "stream, not only linear layers, so it cannot fold into them")
+
+
+def _reading_linears(sublayer: nn.Module) -> list[nn.Linear]:
+    """The linear layers that read a sublayer's input: q, k, v; or w1 (and w3, gated)."""
+    if hasattr(sublayer, "q"):
+        return [sublayer.q, sublayer.k, sublayer.v]
+    return [sublayer.w1] + ([sublayer.w3] if sublayer.w3 is not None else [])
+
+
+def _fold(norm: nn.Module, linears: list[nn.Linear], centre: bool) -> None:
+    """Fold ``norm``'s gamma and beta into ``linears`` (weights (out, d)), then centre their inputs."""
+    gamma, beta = norm.weight, getattr(norm, "bias", None)
+    for linear in linears:
+        if beta is not None:
+            if linear.bias is None:
+                raise ValueError("fold_ln: a norm with a bias needs a bias on every layer it feeds")
+            linear.bias += linear.weight @ beta  # with the unfolded weight
+        linear.weight *= gamma  # scales column j by gamma_j
+        if centre:
+            linear.weight -= linear.weight.mean(-1, keepdim=True)  # centred over the d inputs
+    gamma.fill_(1.0)
+    if beta is not None:
+        beta.zero_()
