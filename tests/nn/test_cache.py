@@ -64,8 +64,8 @@ def test_every_transformerlens_alias_names_a_stage_of_some_model_or_says_why_not
     for position in LAYOUTS:
         names |= set(bl.Transformer(bl.ModelConfig(vocab_size=11, d_model=16, n_heads=2, n_layers=1,
                                                    norm_position=position)).hook_names())
-    names |= set(bl.Transformer(bl.ModelConfig(d_model=16, n_heads=2, n_layers=1, pos_encoding="rotary")
-                                ).hook_names())
+    names |= set(bl.Transformer(bl.ModelConfig(d_model=16, n_heads=2, n_layers=1, pos_encoding="rotary",
+                                               activation="swiglu")).hook_names())
     for alias in TRANSFORMERLENS_ALIASES:
         tl = alias.transformerlens.format(i=0)
         if alias.blocklab is None:
@@ -100,8 +100,10 @@ def test_the_stages_are_listed_in_the_order_a_forward_pass_fills_the_cache(posit
     model = bl.Transformer(bl.ModelConfig(vocab_size=11, d_model=16, n_heads=2, n_layers=2, d_ff=24,
                                           norm_position=position, fused=path == "lean")).eval()
     assert sorted(model.hook_names()) == sorted(hook_points(model))
-    stages = {"attn": model.blocks[0].attn.stages, "ffn": model.blocks[0].ffn.STAGES}
-    assert model.blocks[0].hook_names() == LAYOUTS[position].stages(stages)
+    block = model.blocks[0]
+    inner = {"attn": block.attn.stages, "ffn": block.ffn.stages,
+             **{norm: ("scale",) for norm in block.layout.norms}}
+    assert block.hook_names() == LAYOUTS[position].stages(inner)
     tokens = torch.randint(0, 11, (2, 5))
     order: list[str] = []
     with model.hooks({"*": lambda x, name: order.append(name)}, observe=True):

@@ -1,4 +1,5 @@
-"""Tokens in and out: ``to_tokens`` / ``to_str_tokens`` / ``to_string`` for both kinds of tokenizer.
+"""Tokens in and out: ``tokenize`` / ``to_tokens`` / ``to_str_tokens`` / ``to_string`` for both kinds of
+tokenizer.
 
 Oracles: ``transformers``' pure-Python tokenizers (``BertTokenizer`` on MiniLM's vocab.txt,
 ``GPT2Tokenizer`` on a byte-level BPE vocabulary built here) with their own padding, and written-out
@@ -17,7 +18,7 @@ import pytest
 import torch
 
 import blocklab as bl
-from blocklab.nn.tokens import pad_batch
+from blocklab.nn.tokens import bos_to_prepend, pad_batch
 from blocklab.tasks import get_task
 from blocklab.tasks.vocab import Tokenizer
 from blocklab.weights import load_pretrained, resolve_model_dir
@@ -80,11 +81,11 @@ def imported(request):
 
 
 @pytest.mark.parametrize("padding", ["right", "left"])
-def test_to_tokens_ids_and_mask_equal_transformers_padding(imported, padding):
+def test_tokenize_ids_and_mask_equal_transformers_padding(imported, padding):
     model, oracle, _ = imported
     oracle.padding_side = padding
     expected = oracle(TEXTS, padding=True, return_tensors="pt")
-    ids, mask = model.to_tokens(TEXTS, padding=padding)
+    ids, mask = model.tokenize(TEXTS, padding=padding)
     assert torch.equal(ids, expected["input_ids"])
     assert torch.equal(mask, expected["attention_mask"])
     real = mask.sum(1).tolist()  # the short text is padded on the requested side
@@ -93,9 +94,9 @@ def test_to_tokens_ids_and_mask_equal_transformers_padding(imported, padding):
     assert mask[short, 0 if padding == "right" else -1] == 1
 
 
-def test_to_tokens_of_one_text_is_a_batch_of_one(imported):
+def test_tokenize_of_one_text_is_a_batch_of_one(imported):
     model, oracle, _ = imported
-    ids, mask = model.to_tokens(TEXTS[0])
+    ids, mask = model.tokenize(TEXTS[0])
     assert ids.tolist() == [oracle(TEXTS[0])["input_ids"]] and bool(mask.all())
 
 
@@ -104,12 +105,15 @@ def test_to_str_tokens_are_each_id_decoded_alone_like_transformers(imported):
     for text in TEXTS:
         ids = oracle(text)["input_ids"]
         expected = [oracle.decode([i]) for i in ids]
-        assert model.to_str_tokens(text) == expected
+        assert model.to_str_tokens(text, prepend_bos=False) == expected
+        bos = bos_to_prepend(model.tokenizer)  # GPT-2's <|endoftext|>; BERT adds [CLS] itself
+        first = [model.tokenizer.decode([bos])] if bos is not None else []
+        assert model.to_str_tokens(text) == first + expected
         assert model.to_str_tokens(ids) == expected
         assert model.to_str_tokens(torch.tensor(ids)) == expected
-    batch, _ = model.to_tokens(TEXTS[:2], padding="left")
+    batch, _ = model.tokenize(TEXTS[:2], padding="left")
     assert model.to_str_tokens(batch) == [[oracle.decode([i]) for i in row] for row in batch.tolist()]
-    assert model.to_str_tokens(TEXTS[:2]) == [model.to_str_tokens(t) for t in TEXTS[:2]]
+    assert model.to_str_tokens(TEXTS[:2], False) == [model.to_str_tokens(t, False) for t in TEXTS[:2]]
 
 
 def test_gpt2_str_tokens_show_the_text_and_tokens_the_vocabulary_spelling(gpt2):
@@ -120,9 +124,9 @@ def test_gpt2_str_tokens_show_the_text_and_tokens_the_vocabulary_spelling(gpt2):
 
 
 @pytest.mark.parametrize("padding", ["right", "left"])
-def test_to_string_inverts_to_tokens_and_equals_transformers_batch_decode(imported, padding):
+def test_to_string_inverts_tokenize_and_equals_transformers_batch_decode(imported, padding):
     model, oracle, auto = imported
-    ids, mask = model.to_tokens(TEXTS, padding=padding)
+    ids, mask = model.tokenize(TEXTS, padding=padding)
     texts = model.to_string(ids, mask)
     assert texts == auto.batch_decode(ids, skip_special_tokens=True)  # as the folder's files say to decode
     assert model.to_string(ids[1], mask[1]) == texts[1]
@@ -150,7 +154,7 @@ def tiny_lm_model() -> bl.Transformer:
 ])
 def test_vocabulary_tokenizer_pads_on_either_side(padding, ids, mask, short):
     model = tiny_lm_model()  # <PAD> <BOS> <EOS> I like transformers
-    batch = model.to_tokens(["<BOS> I like transformers", "I like"], padding=padding)
+    batch = model.tokenize(["<BOS> I like transformers", "I like"], padding=padding)
     assert batch.ids.tolist() == ids and batch.attention_mask.tolist() == mask
     assert model.to_string(batch.ids, batch.attention_mask) == ["<BOS> I like transformers", "I like"]
     assert model.to_string(batch.ids)[1].split().count("<PAD>") == 2  # no mask: padding is text too
@@ -161,7 +165,7 @@ def test_char_tokenizer_round_trips_text_through_the_model(tmp_path):
     tok = Tokenizer(["<PAD>", *sorted(set("hello world\n"))], level="char")
     model = bl.Transformer(bl.preset("tiny-lm", vocab_size=tok.vocab_size))
     model.tokenizer = tok
-    ids, mask = model.to_tokens(["hello\nworld", "low"], padding="left")
+    ids, mask = model.tokenize(["hello\nworld", "low"], padding="left")
     assert model.to_string(ids, mask) == ["hello\nworld", "low"]
     assert model.to_str_tokens("he l") == ["h", "e", " ", "l"]
 
@@ -190,7 +194,7 @@ def test_trained_model_carries_its_task_tokenizer():
 
 def test_a_model_without_tokenizer_says_how_to_attach_one():
     model = bl.Transformer(bl.preset("tiny-lm"))
-    for call in (lambda: model.to_tokens("I like"), lambda: model.to_str_tokens([1, 2]),
+    for call in (lambda: model.tokenize("I like"), lambda: model.to_str_tokens([1, 2]),
                  lambda: model.to_string([1, 2])):
         with pytest.raises(ValueError, match=r"no tokenizer: set model.tokenizer .*blocklab.load"):
             call()
@@ -207,4 +211,4 @@ def test_padding_side_ids_and_inputs_are_checked():
     with pytest.raises(ValueError, match=r"attention_mask \(1, 2\) must have the shape of ids \(1, 3\)"):
         model.to_string(torch.tensor([[1, 3, 4]]), torch.ones(1, 2))
     with pytest.raises(ValueError, match="empty input"):
-        model.to_tokens(["I like", "  "])
+        model.tokenize(["I like", "  "])

@@ -139,6 +139,14 @@ def test_every_hidden_state_and_attention_pattern_equals_transformers(case):
         torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-4)
     for i, theirs in enumerate(out.attentions):
         torch.testing.assert_close(cache[f"blocks.{i}.attn.weights"], theirs, rtol=0, atol=1e-5)
+    # the same through forward's transformers-style flags
+    mine = loaded.model(tokens, output_hidden_states=True, output_attentions=True)
+    torch.testing.assert_close(mine.logits, out.logits, rtol=0, atol=1e-4)
+    assert len(mine.hidden_states) == len(out.hidden_states) and len(mine.attentions) == len(out.attentions)
+    for ours, theirs in zip(mine.hidden_states + mine.attentions, out.hidden_states + out.attentions,
+                            strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-4)
+    assert mine.hidden_states[0].requires_grad  # not detached: gradients flow as in transformers
 
 
 def _hf_generate(hf, prompt, mask, **settings):

@@ -1,0 +1,287 @@
+"""TransformerLens code runs on blocklab with the same numbers: TransformerLens' own HookedTransformer
+(its 3.x releases, which run on the transformers the suite uses) is the oracle, on GPT-2-shaped
+weights built here with a byte-level BPE tokenizer trained here (no network).
+
+Checked: the same logits; after fold_ln / center_writing_weights / center_unembed / fold_value_biases,
+the same processed weights and the same cache at every TransformerLens hook name; a TransformerLens
+script (text in, hooks reading ``hook.name`` and ``hook.layer()``, ``run_with_hooks`` ablating a
+head, ``names_filter``, ``cache[name, layer]``, ``remove_batch_dim``, ``to_single_token``, greedy
+``generate`` of text) run unchanged on both.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import blocklab as bl
+
+transformers = pytest.importorskip("transformers")
+tl = pytest.importorskip("transformer_lens")
+from tokenizers import ByteLevelBPETokenizer  # noqa: E402
+from transformer_lens import HookedTransformer, HookedTransformerConfig  # noqa: E402
+from transformer_lens.pretrained.weight_conversions import convert_gpt2_weights, convert_llama_weights  # noqa: E402
+from transformer_lens.utilities import get_act_name  # noqa: E402
+
+EOT = "<|endoftext|>"
+TEXT = "The cat sat on the mat. The dog sat on the log. A cat and a dog sat on a mat and a log."
+PROMPT = "The cat sat on"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """(blocklab's import of a random GPT-2 folder, TransformerLens' HookedTransformer of the same
+    weights, unprocessed, and the folder)."""
+    folder = tmp_path_factory.mktemp("gpt2-tl")
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator([TEXT] * 20, vocab_size=300, min_frequency=1, special_tokens=[EOT])
+    (folder / "tokenizer.json").write_text(bpe._tokenizer.to_str())
+    (folder / "special_tokens_map.json").write_text(json.dumps({"bos_token": EOT, "eos_token": EOT,
+                                                                "unk_token": EOT}))
+    vocab = bpe.get_vocab_size()
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=vocab, n_positions=32, n_embd=32, n_layer=2, n_head=4,
+                                     bos_token_id=0, eos_token_id=0)
+    hf = transformers.GPT2LMHeadModel(config).eval()
+    with torch.no_grad():  # spread the weights: the norms' gamma and beta too, so folding them matters
+        for p in hf.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    hf.save_pretrained(str(folder))
+    # the folder's tokenizer, as transformers (and TransformerLens) read it
+    transformers.PreTrainedTokenizerFast(
+        tokenizer_file=str(folder / "tokenizer.json"), bos_token=EOT, eos_token=EOT, unk_token=EOT,
+        pad_token=EOT).save_pretrained(str(folder))
+    ours = bl.load(folder).model
+    return ours, _hooked(hf, folder, process=False), folder
+
+
+def _hooked(hf, folder, process: bool) -> HookedTransformer:
+    c = hf.config
+    cfg = HookedTransformerConfig(
+        n_layers=c.n_layer, d_model=c.n_embd, d_head=c.n_embd // c.n_head, n_heads=c.n_head,
+        d_mlp=4 * c.n_embd, d_vocab=c.vocab_size, n_ctx=c.n_positions, act_fn="gelu_new",
+        normalization_type="LN", eps=c.layer_norm_epsilon, positional_embedding_type="standard",
+        original_architecture="GPT2LMHeadModel", default_prepend_bos=True, device="cpu",
+    )
+    model = HookedTransformer(cfg, tokenizer=transformers.AutoTokenizer.from_pretrained(str(folder)))
+    model.load_and_process_state_dict(
+        convert_gpt2_weights(hf, cfg), fold_ln=process, center_writing_weights=process,
+        center_unembed=process, fold_value_biases=process)
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def processed(models):
+    """Both models after TransformerLens' four processing steps."""
+    ours, _, folder = models
+    hf = transformers.GPT2LMHeadModel.from_pretrained(str(folder)).eval()
+    ours = bl.load(folder).model
+    ours.process_weights_(fold_ln=True, center_writing_weights=True, center_unembed=True,
+                          fold_value_biases=True)
+    return ours, _hooked(hf, folder, process=True)
+
+
+def test_text_becomes_the_same_tokens_with_the_bos_token_first(models):
+    ours, theirs, _ = models
+    assert torch.equal(ours.to_tokens(PROMPT), theirs.to_tokens(PROMPT))
+    assert ours.to_tokens(PROMPT)[0, 0] == 0  # <|endoftext|>, TransformerLens' prepend_bos
+    assert torch.equal(ours.to_tokens(PROMPT, prepend_bos=False), theirs.to_tokens(PROMPT, prepend_bos=False))
+    assert ours.to_str_tokens(PROMPT) == theirs.to_str_tokens(PROMPT)
+    assert ours.to_single_token(" cat") == theirs.to_single_token(" cat")
+
+
+def test_the_same_logits_as_hooked_transformer(models):
+    ours, theirs, _ = models
+    tokens = theirs.to_tokens([TEXT[:40], TEXT[10:50]])
+    with torch.no_grad():
+        torch.testing.assert_close(ours(tokens), theirs(tokens), rtol=0, atol=1e-4)
+        torch.testing.assert_close(ours(PROMPT), theirs(PROMPT), rtol=0, atol=1e-4)  # text in
+        loss = ours(PROMPT, return_type="loss")
+        assert float(loss) == pytest.approx(float(theirs(PROMPT, return_type="loss")), abs=1e-5)
+
+
+WEIGHTS = ("W_E", "W_pos", "W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "W_in", "b_in", "W_out",
+           "b_out", "W_U", "b_U")
+
+
+@pytest.mark.parametrize("name", WEIGHTS)
+def test_processed_weights_equal_hooked_transformers(processed, name):
+    ours, theirs = processed
+    torch.testing.assert_close(getattr(ours, name), getattr(theirs, name), rtol=0, atol=1e-5)
+
+
+def test_processing_keeps_the_log_probabilities(models, processed):
+    plain, _, _ = models
+    ours, theirs = processed
+    tokens = theirs.to_tokens(TEXT[:60])
+    with torch.no_grad():
+        logp = ours(tokens).log_softmax(-1)
+        torch.testing.assert_close(logp, plain(tokens).log_softmax(-1), rtol=0, atol=1e-4)
+        torch.testing.assert_close(logp, theirs(tokens).log_softmax(-1), rtol=0, atol=1e-4)
+
+
+def _ours_like_theirs(name: str, tensor: torch.Tensor) -> torch.Tensor:
+    """blocklab's stage in TransformerLens' layout: q, k, v are heads-first in blocklab."""
+    heads_first = ("hook_q", "hook_k", "hook_v", "hook_rot_q", "hook_rot_k")
+    return tensor.transpose(1, 2) if name.split(".")[-1] in heads_first else tensor
+
+
+def test_the_cache_at_every_transformerlens_hook_name_equals_hooked_transformers(processed):
+    ours, theirs = processed
+    tokens = theirs.to_tokens(TEXT[:50])
+    with torch.no_grad():
+        _, their_cache = theirs.run_with_cache(tokens)
+        _, our_cache = ours.run_with_cache(tokens)
+    assert len(their_cache) > 30
+    for name, want in their_cache.items():
+        got = _ours_like_theirs(name, our_cache[name])  # every TransformerLens name resolves
+        finite = torch.isfinite(want)
+        assert torch.equal(finite, torch.isfinite(got)), name
+        torch.testing.assert_close(got[finite], want[finite], rtol=0, atol=2e-4, msg=name)
+
+
+def transformerlens_script(model):
+    """Written for TransformerLens: text in, a hook reading hook.name and hook.layer(), a head ablated
+    with run_with_hooks, names_filter, cache[name, layer], remove_batch_dim, greedy generation."""
+    tokens = model.to_tokens(PROMPT)
+    logits, cache = model.run_with_cache(tokens, names_filter=lambda name: name.endswith("hook_pattern"))
+    seen = []
+
+    def ablate_head(z, hook):
+        seen.append((hook.name, hook.layer()))
+        z[:, :, 1] = 0.0
+        return z
+
+    ablated = model.run_with_hooks(tokens, fwd_hooks=[(get_act_name("z", 0), ablate_head)])
+    pattern = cache["pattern", 1]
+    _, one = model.run_with_cache(PROMPT, names_filter=get_act_name("resid_post", 1))
+    one.remove_batch_dim()
+    text = model.generate(PROMPT, max_new_tokens=6, do_sample=False, **(
+        {} if isinstance(model, bl.Transformer) else {"verbose": False, "stop_at_eos": False}))
+    return logits, pattern, ablated, seen, one[get_act_name("resid_post", 1)], text
+
+
+def test_a_transformerlens_script_runs_unchanged_with_the_same_numbers(models):
+    ours, theirs, _ = models
+    with torch.no_grad():
+        mine, reference = transformerlens_script(ours), transformerlens_script(theirs)
+    for got, want in zip(mine[:3], reference[:3], strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
+    assert mine[3] == reference[3] == [("blocks.0.attn.hook_z", 0)]
+    torch.testing.assert_close(mine[4], reference[4], rtol=0, atol=1e-4)  # (T, d): the batch of one removed
+    assert mine[4].dim() == 2
+    assert mine[5] == reference[5]
+    assert not torch.allclose(mine[2], mine[0])  # the ablation changed the logits
+
+
+def hooks_script(model):
+    """add_hook (permanent and not, forward and backward, with hook.ctx), reset_hooks by direction,
+    bwd_hooks in run_with_hooks, an intervention on a LayerNorm's hook_scale: TransformerLens' code."""
+    tokens = model.to_tokens(TEXT[:40])
+    out = {}
+
+    def halve(x, hook):
+        hook.ctx["calls"] = hook.ctx.get("calls", 0) + 1
+        return x * 0.5
+
+    def keep_grad(key):
+        def fn(grad, hook):
+            out[key] = grad.detach().clone()
+        return fn
+
+    model.add_hook(get_act_name("resid_post", 0), halve, is_permanent=True)
+    model.add_hook(get_act_name("mlp_out", 1), lambda x, hook: x * 0.0)
+    model.add_hook(get_act_name("resid_mid", 1), keep_grad("kept"), dir="bwd")
+    logits = model(tokens)
+    logits.sum().backward()
+    out["both"] = logits.detach()
+    model.reset_hooks(direction="bwd")  # the forward hooks stay
+    out["fwd only"] = model(tokens).detach()
+    model.reset_hooks()  # the permanent one stays
+    out["permanent"] = model(tokens).detach()
+    model.reset_hooks(including_permanent=True)
+    out["none"] = model(tokens).detach()
+    loss = model.run_with_hooks(tokens, return_type="loss", bwd_hooks=[
+        (get_act_name("resid_pre", 1), keep_grad("resid_pre")),
+        (get_act_name("pattern", 0), keep_grad("pattern"))])
+    loss.backward()
+    out["scaled"] = model.run_with_hooks(tokens, fwd_hooks=[
+        ("blocks.1.ln1.hook_scale", lambda scale, hook: scale * 2.0)]).detach()
+    model.zero_grad(set_to_none=True)
+    return out
+
+
+def test_add_hook_reset_hooks_and_backward_hooks_do_what_they_do_in_transformerlens(models):
+    ours, theirs, _ = models
+    mine, reference = hooks_script(ours), hooks_script(theirs)
+    assert mine.keys() == reference.keys()
+    for key, want in reference.items():
+        torch.testing.assert_close(mine[key], want, rtol=0, atol=1e-4, msg=key)
+    assert not torch.allclose(mine["both"], mine["none"]) and not torch.allclose(mine["scaled"], mine["none"])
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    """A random Llama folder with grouped-query attention (4 query heads, 2 key/value heads), rotary
+    positions, RMSNorm and SwiGLU, and TransformerLens' HookedTransformer of it, both processed
+    (fold_ln, center_unembed, fold_value_biases; RMSNorm has no mean to centre the stream by)."""
+    folder = tmp_path_factory.mktemp("llama-tl")
+    torch.manual_seed(1)
+    config = transformers.LlamaConfig(
+        vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5, tie_word_embeddings=False)
+    hf = transformers.LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    hf.save_pretrained(str(folder))
+    cfg = HookedTransformerConfig(
+        n_layers=2, d_model=32, d_head=8, n_heads=4, n_key_value_heads=2, d_mlp=64, d_vocab=100, n_ctx=64,
+        act_fn="silu", gated_mlp=True, normalization_type="RMS", final_rms=True, eps=1e-5,
+        positional_embedding_type="rotary", rotary_dim=8, rotary_base=getattr(config, "rope_theta", 10000.0),
+        original_architecture="LlamaForCausalLM", device="cpu")
+    state = convert_llama_weights(hf, cfg)
+    plain = HookedTransformer(cfg)
+    plain.load_and_process_state_dict(state, fold_ln=False, center_writing_weights=False,
+                                      center_unembed=False)
+    processed = HookedTransformer(cfg)
+    processed.load_and_process_state_dict(state, fold_ln=True, center_writing_weights=False,
+                                          center_unembed=True,
+                                          fold_value_biases=True)
+    ours = bl.load(folder).model
+    ours_processed = bl.load(folder).model
+    ours_processed.process_weights_(fold_ln=True, center_writing_weights=False, center_unembed=True,
+                                    fold_value_biases=True)
+    return (ours, plain.eval()), (ours_processed, processed.eval())
+
+
+LLAMA_WEIGHTS = ("W_E", "W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "W_in", "W_gate", "W_out",
+                 "W_U")
+
+
+def test_grouped_query_weights_as_transformerlens_shows_them(llama):
+    for ours, theirs in llama:  # unprocessed, then processed
+        for name in LLAMA_WEIGHTS:
+            torch.testing.assert_close(getattr(ours, name), getattr(theirs, name), rtol=0, atol=1e-5,
+                                       msg=name)
+        assert ours.W_K.shape == (2, 4, 32, 8)  # each key head shown once per query head that reads it
+        tokens = torch.randint(0, 100, (2, 12), generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            torch.testing.assert_close(ours(tokens), theirs(tokens), rtol=0, atol=1e-4)
+
+
+def test_the_cache_of_a_llama_at_every_transformerlens_name(llama):
+    _, (ours, theirs) = llama
+    tokens = torch.randint(0, 100, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        _, their_cache = theirs.run_with_cache(tokens)
+        _, our_cache = ours.run_with_cache(tokens)
+    assert any(name.endswith("hook_pre_linear") for name in their_cache)  # the gated FFN's linear branch
+    assert any(name.endswith("hook_rot_k") for name in their_cache)
+    for name, want in their_cache.items():
+        got = _ours_like_theirs(name, our_cache[name])
+        if name.endswith(("hook_k", "hook_v", "hook_rot_k")) and got.shape != want.shape:  # (B, T, h_kv, d)
+            got = got.repeat_interleave(2, dim=2) if got.shape[2] * 2 == want.shape[2] else got
+        torch.testing.assert_close(got, want, rtol=0, atol=2e-4, msg=name)
