@@ -118,9 +118,10 @@ def model_subject(path: str) -> Subject:
 
 
 def vocabulary(tokenizer: Any, size: int) -> list[str] | None:
-    """Every token string of the model's vocabulary, or None when the tokenizer cannot name them all."""
+    """Every token of the model's vocabulary as the text it stands for (GPT-2's ``Ġcat`` is ``" cat"``,
+    as ``to_str_tokens``), or None when the tokenizer cannot name them all."""
     try:
-        return list(tokenizer.tokens(list(range(size)))) if tokenizer is not None else None
+        return list(tokenizer.str_tokens(list(range(size)))) if tokenizer is not None else None
     except (ValueError, TypeError, AttributeError):
         return None
 
@@ -135,6 +136,14 @@ def target_id(tokenizer: Any, token: str) -> int:
     )
     if found is not None:
         return int(found)
+    if tokenizer is not None:  # the token as text (" cat"), when it is one token
+        try:
+            ids = tokenizer.encode(token)
+        except ValueError:  # not in a vocabulary tokenizer's words
+            ids = []
+        ids = [i for i in ids if tokenizer.str_tokens([i])[0] in token]  # without the special tokens it adds
+        if len(ids) == 1:
+            return int(ids[0])
     if tokenizer is None and token.isdigit():
         return int(token)
     raise ValueError(
@@ -164,7 +173,7 @@ def collect_for_args(args: argparse.Namespace, overrides: dict[str, Any]) -> Tra
     bad = [i for i in ids if not 0 <= i < V]
     if bad:
         raise ValueError(f"token id {bad[0]} is out of range: the model's vocabulary has ids 0..{V - 1}")
-    labels = tok.tokens(ids) if tok is not None else [str(i) for i in ids]
+    labels = tok.str_tokens(ids) if tok is not None else [str(i) for i in ids]  # as text, not vocab spelling
     target = target_id(tok, args.target) if args.target is not None else None
     with compute.autocast():
         return collect_trace(

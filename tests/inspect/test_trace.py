@@ -201,7 +201,7 @@ def test_printed_numbers_equal_the_cached_values_at_the_printed_precision() -> N
                 assert row[8] == f"{100 * float((v <= 0).double().mean()):.1f}%"
     # LayerNorm ln1 of block 0 (post-norm: its input is resid_mid)
     z = cache["blocks.0.resid_mid"][0].double()
-    header, rows = grid(printed["blocks.0.ln1"], "LayerNorm(standard), eps 1e-05")
+    header, rows = grid(printed["blocks.0.ln1"], "LayerNorm, eps 1e-05")
     assert header[2:] == ["mu", "var", "sqrt(var+eps)", "z_hat", "mean", "z_hat", "var",
                           "var/sqrt(var+eps)^2"]
     for row in rows:
@@ -395,6 +395,10 @@ def test_html_page_renders_in_headless_chromium_without_console_errors(tmp_path:
     assert re.search(rf'<html[^>]* data-rendered="{n_canvas}"', dom), log[-2000:]
     assert "Uncaught" not in log and "CONSOLE" not in log, log
     assert dom.count('class="stage') == len(trace.stages)
+    anchors = re.findall(r' id="([^"]+)"', dom)
+    assert len(anchors) == len(set(anchors))  # every anchor once: the contents links land where they say
+    assert {"input", "after-the-blocks", "top-k", "logit-lens"} <= set(anchors)
+    assert set(re.findall(r'<a href="#([^"]+)"', dom)) <= set(anchors)
     from PIL import Image
 
     shot = Image.open(tmp_path / "shot.png").convert("RGB")
@@ -481,3 +485,94 @@ def test_html_draws_each_attention_map_on_the_chosen_scale_in_chromium(tmp_path:
     assert drawn == pytest.approx(flat(in_page_order), rel=1e-6)
     bars = re.findall(r'<figure class="bar"([^>]*)><canvas class="colorbar"', dom)
     assert len(bars) == 2 * model.config.n_layers and all(("hidden" in b) == (mode == "head") for b in bars)
+
+
+# ---- predictions, the logit lens and real vocabularies ---------------------------------------------
+
+
+def test_top_k_and_logit_lens_equal_a_hand_computation() -> None:
+    torch.manual_seed(0)
+    model = bl.Transformer(bl.ModelConfig(**SMALL, norm_position="pre", causal=True, init="xavier")).eval()
+    vocab = [f"w{i}" for i in range(11)]
+    ids = [1, 4, 2, 9, 3]
+    trace = collect_trace(model, ids, [vocab[i] for i in ids], target=7, target_token="w7", vocab=vocab)
+    tokens = torch.tensor([ids])
+    with torch.no_grad():
+        logits, cache = model.run_with_cache(tokens)
+    logits = logits[0].double()  # (T, V)
+    for found in trace.predictions:  # every position, 10 most likely first
+        probs = logits[found.position].softmax(-1)
+        order = sorted(range(11), key=lambda i: -float(probs[i]))[:10]
+        assert found.ids == order and found.tokens == [vocab[i] for i in order]
+        assert found.probs == pytest.approx(probs[order].tolist(), abs=1e-12)
+        assert found.logits == pytest.approx(logits[found.position, order].tolist(), abs=1e-12)
+    last = trace.predictions[-1]
+    assert last.target_rank == 1 + sum(float(logits[-1, i]) > float(logits[-1, 7]) for i in range(11))
+    assert last.target_prob == pytest.approx(float(logits[-1].softmax(-1)[7]), abs=1e-12)
+    ln_f = model.ln_f
+    lens_stages = ["embed", "blocks.0.resid_post", "blocks.1.resid_post"]
+    assert [lens.stage for lens in trace.lens] == lens_stages
+    for lens in trace.lens:  # each stream stage through the final LayerNorm and the head, by hand
+        x = cache[lens.stage][0, -1].double().detach()
+        gamma, beta, head = (p.detach().double() for p in (ln_f.weight, ln_f.bias, model.head.weight))
+        z = (x - x.mean()) / torch.sqrt(x.var(unbiased=False) + ln_f.eps) * gamma + beta
+        by_hand = (z @ head.T).softmax(-1)
+        order = sorted(range(11), key=lambda i: -float(by_hand[i]))[:5]
+        assert lens.ids == order and lens.probs == pytest.approx(by_hand[order].tolist(), abs=1e-6)
+    assert trace.lens[-1].ids == last.ids[:5]  # the last block's output read this way is the prediction
+    text = text_of(trace, 4)
+    assert "the 10 most likely next tokens; the target 'w7' ranks" in text and "logit lens at 4 'w3'" in text
+    record = trace_to_dict(trace)
+    VALIDATOR.validate(record)
+    assert record["lens"][0]["stage"] == "embed" and len(record["predictions"]) == len(ids)
+
+
+def test_a_vocabulary_wider_than_the_shown_columns_shows_its_largest() -> None:
+    torch.manual_seed(0)
+    model = bl.Transformer(bl.ModelConfig(**{**SMALL, "vocab_size": 700}, norm_position="pre",
+                                          init="xavier")).eval()
+    vocab = [f"t{i}" for i in range(700)]
+    trace = collect_trace(model, [5, 6, 7], ["t5", "t6", "t7"], vocab=vocab, names="logits")
+    logits = trace.stage("logits").rows[-1]
+    top = logits.topk(16).indices.tolist()
+    text = text_of(trace, 4, max_features=16)
+    assert "the 16 largest at position 2 of 700" in text
+    header = next(line for line in text.splitlines() if line.startswith("pos") and "t" in line.split()[2])
+    assert header.split()[2:] == [vocab[i] for i in top]  # the columns: the largest first
+    page = render_html(trace)
+    assert "(the 512 largest at position 2)" in page and "first 512" not in page
+
+
+def test_the_final_norm_is_named_by_its_kind_and_a_missing_one_says_so() -> None:
+    post = listops_model()  # post-norm: no final norm
+    trace = collect_trace(post, IDS, TOKENIZER.tokens(IDS))
+    ln_f = trace.stage("ln_f")
+    assert ln_f.norm_module == "" and "NoNorm" not in ln_f.explanation
+    assert "no norm here (final_norm=False: the post-norm blocks already end in a norm)" in ln_f.explanation
+    rms = collect_trace(listops_model(norm_position="pre", norm="rms"), IDS, TOKENIZER.tokens(IDS))
+    assert rms.stage("ln_f").norm_module == "RMSNorm"
+    assert "RMSNorm: divided each position by sqrt(mean(z^2) + eps)" in rms.stage("ln_f").explanation
+
+
+def test_a_byte_level_bpe_model_is_traced_in_text_not_vocabulary_spelling(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import ByteLevelBPETokenizer
+
+    text = "The cat sat on the mat. The dog sat on the log."
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator([text] * 10, vocab_size=280, min_frequency=1, special_tokens=["<|endoftext|>"])
+    folder = tmp_path / "gpt2"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_text(bpe._tokenizer.to_str())
+    torch.manual_seed(0)
+    transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=bpe.get_vocab_size(), n_positions=16, n_embd=16, n_layer=1, n_head=2)).save_pretrained(folder)
+    out = tmp_path / "trace.json"
+    assert main(["trace", "--model", str(folder), "--input", "The cat sat", "--target", " mat",
+                 "--json", str(out), "-q"]) == 0
+    record = json.loads(out.read_text())
+    VALIDATOR.validate(record)
+    assert record["input"]["tokens"] == ["The", " cat", " sat"]  # as to_str_tokens, not 'Ġcat'
+    assert record["target"]["id"] == bpe.token_to_id("Ġmat")  # --target given as text
+    assert all("Ġ" not in token for p in record["predictions"] for token in p["tokens"])
+    assert record["lens"][-1]["target_rank"] >= 1

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Sequence
+from dataclasses import asdict
 
 import torch
 from torch import Tensor, nn
@@ -26,15 +27,17 @@ from ...nn.config import ModelConfig
 from ...nn.embedding import embedding_parts
 from ...nn.hooks import select_names
 from ...nn.layouts import LAYOUTS
-from ...nn.norms import LayerNorm
+from ...nn.norms import LayerNorm, NoNorm
 from .explain import explain_all  # words about the numbers, kept apart from the numbers
-from .record import STAT_NAMES, NormNumbers, Stage, Trace
+from .record import STAT_NAMES, NormNumbers, Stage, TopK, Trace
 
 NORM_STAGES = {norm for layout in LAYOUTS.values() for norm in layout.norms} | {"ln_f"}  # kind "norm"
 # A norm module's numbers belong to the stage of the same name; the embedding norm feeds `embed`.
 NORM_MODULE_STAGE = {"embed_ln": "embed"}
 SCALE_SUFFIX = ".scale"  # a norm's denominator stage (nn/norms.py): the norm's own numbers show it
 EMBED_PARTS = ("tok", "pos")  # the stages x0 is the sum of; the `embed` stage reports their norms and share
+TOP_K = 10  # the model's most likely next tokens listed per shown position
+LENS_K = 5  # the logit lens' tokens per stream stage
 
 
 def norm_input_stages(config: ModelConfig) -> dict[str, str]:
@@ -123,11 +126,54 @@ def _capture_embed_norm_input(model: nn.Module) -> tuple[dict[str, Tensor], list
     return inputs, handles
 
 
+NORM_KIND_NAMES = {"standard": "LayerNorm", "rms": "RMSNorm",
+                   "eps_outside_sqrt": "LayerNorm (eps outside the root)"}
+
+
 def _norm_label(module: nn.Module | None) -> str:
-    if module is None or isinstance(module, nn.Identity):
+    """The norm by its kind (LayerNorm, RMSNorm, BatchNorm); "" where no norm runs (an identity)."""
+    if module is None or isinstance(module, (nn.Identity, NoNorm)):
         return ""
     variant = getattr(module, "variant", None)
-    return f"{type(module).__name__}({variant})" if variant else type(module).__name__
+    if variant is None:
+        return type(module).__name__
+    return NORM_KIND_NAMES.get(variant, f"{type(module).__name__}({variant})")
+
+
+def stream_stages(model: nn.Module) -> list[str]:
+    """The residual stream between blocks: x0 (``embed``), then each block's output stage."""
+    return ["embed", *(f"blocks.{i}.{block.layout.output}" for i, block in enumerate(model.blocks))]
+
+
+def top_k(stage: str, position: int, logits: Tensor, k: int, vocab: Sequence[str] | None,
+          target: int | None = None) -> TopK:
+    """The ``k`` most likely tokens of one logit vector (V,), with the target's rank when given."""
+    logits = logits.to(torch.float64)
+    probs = torch.softmax(logits, -1)
+    values, ids = probs.topk(min(k, probs.numel()))
+    found = TopK(stage, position, ids.tolist(), [vocab[i] if vocab else str(i) for i in ids.tolist()],
+                 values.tolist(), logits[ids].tolist())
+    if target is not None:
+        found.target_rank = 1 + int((logits > logits[target]).sum())
+        found.target_prob = float(probs[target])
+    return found
+
+
+def _predictions(model: nn.Module, cache: dict[str, Tensor], positions: list[int],
+                 vocab: Sequence[str] | None, target: int | None) -> tuple[list[TopK], list[TopK]]:
+    """The model's top k at each shown position, and the logit lens at the last one: each stream stage
+    through the final norm and the head, as if the blocks after it were not there."""
+    last = positions[-1]
+    aim = target if target is not None and last == len(cache["logits"][0]) - 1 else None
+    predictions = [top_k("logits", p, cache["logits"][0, p], TOP_K, vocab,
+                         aim if p == last else None) for p in positions]
+    lens = []
+    with torch.no_grad():
+        for name in stream_stages(model):
+            x = cache[name][:, last:last + 1]  # (1, 1, d)
+            logits = model.head(model.ln_f(x))[0, 0]
+            lens.append(top_k(name, last, logits, LENS_K, vocab, aim))
+    return predictions, lens
 
 
 def collect_trace(
@@ -175,6 +221,7 @@ def collect_trace(
     needed = shown + [input_of[n] for n in shown if n in input_of and input_of[n] not in shown]
     # the embed stage's parts are read even when only `embed` is asked for
     needed += [p for p in EMBED_PARTS if "embed" in shown and p not in needed and p in model.hook_names()]
+    needed += [n for n in ("logits", *stream_stages(model)) if n not in needed]  # predictions, logit lens
     try:
         with torch.no_grad():
             _, cache = model.run_with_cache(tokens_t, names=needed, targets=targets)
@@ -219,6 +266,7 @@ def collect_trace(
                 pos = cache["pos"][0, stage_positions] if "pos" in cache else None
                 stage.parts = embedding_parts(cache["tok"][0, stage_positions], pos)
             trace.stages.append(stage)
+        trace.predictions, trace.lens = _predictions(model, cache, positions, vocab, target)
         explain_all(trace, model)
     return trace
 
@@ -277,4 +325,6 @@ def trace_to_dict(trace: Trace) -> dict:
         "input": {"text": trace.text, "ids": trace.ids, "tokens": trace.tokens},
         "positions": trace.positions, "target": trace.target,
         "stages": [stage_to_dict(s) for s in trace.stages],
+        "predictions": [asdict(p) for p in trace.predictions],
+        "lens": [asdict(p) for p in trace.lens],
     }

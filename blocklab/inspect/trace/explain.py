@@ -232,7 +232,9 @@ def _norm(s: Stage, w: Walk) -> str:
         if not s.norm_module and w.trace.config.norm == "none":
             return f"{where}no norm here (norm='none'): the values pass through unchanged"
         if not s.norm_module:
-            return f"{where}none (final_norm off: the post-norm blocks already end in a LayerNorm); unchanged"
+            why = ("final_norm=False: the post-norm blocks already end in a norm"
+                   if LAYOUTS[w.trace.config.norm_position].norm_on_stream else "final_norm=False")
+            return f"{where}no norm here ({why}): the values pass through unchanged"
         if "Batch" in s.norm_module:
             return (f"{where}{s.norm_module}: each feature normalized with statistics over batch and "
                     "positions (running estimates in eval), not per position, so rows need not have mean 0, "
@@ -305,8 +307,10 @@ def _probs(s: Stage, w: Walk) -> str:
 def _loss(s: Stage, w: Walk) -> str:
     t = w.trace.target or {}
     V = w.trace.config.vocab_size
+    ranked = [p for p in w.trace.predictions if p.target_rank is not None]
+    rank = f"; the target ranks {ranked[0].target_rank} of {V}" if ranked else ""
     return (f"loss: cross-entropy -ln p(target {t.get('token')!r}) at {w.trace.label(s.positions[0])} = "
-            f"{_n(float(s.rows[0, 0]))} (a uniform guess gives ln {V} = {_n(math.log(V))})")
+            f"{_n(float(s.rows[0, 0]))} (a uniform guess gives ln {V} = {_n(math.log(V))}){rank}")
 
 
 EXPLAINERS: dict[str, Callable[[Stage, Walk], str]] = {

@@ -27,9 +27,13 @@ from .text import (
     PARTS_TITLE,
     column_labels,
     fmt,
+    lens_table,
     norm_cells,
     norm_headers,
     parts_cells,
+    shown_columns,
+    shows_predictions,
+    top_k_table,
 )
 
 MAX_COLUMNS = 512  # a heatmap shows at most this many features (vocabularies can be 50k wide)
@@ -168,12 +172,17 @@ def _section(page: Page, stage: Stage) -> str:
     if stage.heads is not None:
         parts.append(page.attention(stage))
     else:
-        cols = column_labels(stage, stage.rows.shape[1]) if stage.columns is not None else None
+        F = stage.rows.shape[1]
+        columns = shown_columns(stage, stage.rows, min(F, MAX_COLUMNS))  # a vocabulary: its largest
+        cols = column_labels(stage, F) if stage.columns is not None else None
         sequential = stage.kind == "probs"
         what = "after gamma/beta" if stage.norm is not None else "values"
         group = stage.shape[-1] if stage.kind in PER_HEAD_KINDS else 0
-        parts.append(page.heatmap(stage.rows, labels, cols, sequential,
-                                  f"{what}: positions x {stage.rows.shape[1]} features", group))
+        caption = f"{what}: positions x {F} features"
+        if len(columns) < F:  # a vocabulary wider than a map: the largest at the last position, in order
+            caption += f" (the {len(columns)} largest at position {stage.positions[-1]})"
+        shown_labels = [cols[j] for j in columns] if cols else None
+        parts.append(page.heatmap(stage.rows[:, columns], labels, shown_labels, sequential, caption, group))
     parts.append(_stats_table(t, stage, d))
     if stage.parts is not None:
         rows = [[str(p), t.tokens[p], *parts_cells(stage.parts, i, d)] for i, p in enumerate(stage.positions)]
@@ -209,12 +218,21 @@ def render_html(trace: Trace, decimals: int = 4) -> str:
     for stage in trace.stages:
         if stage.block != block:
             block = stage.block
-            title = (f"Block {block} · {LAYOUTS[c.norm_position].formula}" if block is not None
-                     else ("Input" if not body else "After the blocks"))
-            body.append(f'<h2 class="block" id="block-{block}">{_e(title)}</h2>')
-            toc.append(f'<li class="group"><a href="#block-{block}">{_e(title.split(" · ")[0])}</a></li>')
+            title, anchor = ((f"Block {block} · {LAYOUTS[c.norm_position].formula}", f"block-{block}")
+                             if block is not None else
+                             (("Input", "input") if not body else ("After the blocks", "after-the-blocks")))
+            body.append(f'<h2 class="block" id="{anchor}">{_e(title)}</h2>')
+            toc.append(f'<li class="group"><a href="#{anchor}">{_e(title.split(" · ")[0])}</a></li>')
         body.append(_section(page, stage))
         toc.append(f'<li><a href="#{_e(stage.name)}">{_e(stage.short)}</a></li>')
+    if trace.predictions and shows_predictions(trace):
+        body.append('<h2 class="block" id="predictions">Predictions</h2>'
+                    + "".join(f'<section class="predictions" id="{anchor}">{_table(headers, rows, title)}</section>'
+                              for anchor, (title, headers, rows) in
+                              (("top-k", top_k_table(trace, trace.predictions, page.decimals)),
+                               ("logit-lens", lens_table(trace)))))
+        toc += ['<li class="group"><a href="#predictions">Predictions</a></li>',
+                '<li><a href="#top-k">top k</a></li>', '<li><a href="#logit-lens">logit lens</a></li>']
     chips = "".join(f'<span class="tok"><b>{i}</b>{_e(tok)}</span>' for i, tok in enumerate(trace.tokens))
     model = (f"{c.n_layers} {LAYOUTS[c.norm_position].title} blocks · d_model {c.d_model} · "
              f"{c.n_heads} heads · d_ff {c.d_ff} · {c.activation} · norm {c.norm} · residual {c.residual} · "

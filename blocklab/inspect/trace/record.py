@@ -64,6 +64,23 @@ class Stage:
 
 
 @dataclass
+class TopK:
+    """The k most likely next tokens read from one vector: ``stage`` (``logits`` for the model's own
+    prediction; a stream stage for the logit lens, read through the final norm and the head) at
+    ``position``; ids, tokens as text, probabilities and logits, most likely first. With a target,
+    its rank (1 = most likely) and probability there."""
+
+    stage: str
+    position: int
+    ids: list[int]
+    tokens: list[str]
+    probs: list[float]
+    logits: list[float]
+    target_rank: int | None = None
+    target_prob: float | None = None
+
+
+@dataclass
 class Trace:
     """A whole walk: where the model came from, the input, and the stages in order."""
 
@@ -75,6 +92,8 @@ class Trace:
     text: str | None = None
     target: dict | None = None  # {"position", "id", "token"} when a loss was computed
     stages: list[Stage] = field(default_factory=list)
+    predictions: list[TopK] = field(default_factory=list)  # the model's top k at each shown position
+    lens: list[TopK] = field(default_factory=list)  # the logit lens at the last shown position, per stage
 
     def stage(self, name: str) -> Stage:
         """The stage called ``name``; KeyError listing the names otherwise."""

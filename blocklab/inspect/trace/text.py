@@ -19,7 +19,7 @@ from torch import Tensor
 
 from ...nn.embedding import EmbeddingParts
 from ...nn.layouts import LAYOUTS
-from .record import PER_HEAD_KINDS, STAT_NAMES, NormNumbers, Stage, Trace
+from .record import PER_HEAD_KINDS, STAT_NAMES, NormNumbers, Stage, TopK, Trace
 
 STAT_HEADERS = {"mean": "mean", "var": "var", "std": "std", "min": "min", "max": "max", "l2": "L2"}
 
@@ -153,20 +153,75 @@ def column_labels(stage: Stage, features: int) -> list[str]:
     return [str(j) for j in range(features)]
 
 
+VOCAB_KINDS = ("logits", "probs")  # one feature per vocabulary token: summarised by their largest
+
+
+def shown_columns(stage: Stage, rows: Tensor, shown: int) -> list[int]:
+    """Which features to show when only ``shown`` fit: a vocabulary's largest at the last position (the
+    tokens that matter), in that order; any other stage's first ones."""
+    if stage.kind in VOCAB_KINDS and shown < rows.shape[1]:
+        return rows[-1].topk(shown).indices.tolist()
+    return list(range(shown))
+
+
+def shows_predictions(trace: Trace) -> bool:
+    """Whether the top-k and logit-lens tables are shown: with the logits stage (a trace of chosen
+    stages shows those alone; its JSON still holds them)."""
+    return any(s.kind == "logits" for s in trace.stages)
+
+
+Table = tuple[str, list[str], list[list[str]]]  # title, headers, rows: the terminal and the page show both
+
+
+def top_k_table(trace: Trace, found: Sequence[TopK], decimals: int) -> Table:
+    """The model's most likely next tokens at each shown position."""
+    rows = [[str(p.position), trace.tokens[p.position], str(rank + 1), repr(token), fmt(prob, decimals),
+             fmt(logit, decimals)]
+            for p in found
+            for rank, (token, prob, logit) in enumerate(zip(p.tokens, p.probs, p.logits, strict=True))]
+    ranked = [p for p in found if p.target_rank is not None]
+    title = f"the {len(found[0].ids)} most likely next tokens"
+    if ranked:
+        t = trace.target
+        title += (f"; the target {t['token']!r} ranks {ranked[0].target_rank} "
+                  f"(p = {fmt(ranked[0].target_prob, decimals)})")
+    return title, ["pos", "token", "rank", "next token", "p", "logit"], rows
+
+
+def lens_table(trace: Trace) -> Table:
+    """The logit lens: each stream stage read through the final norm and the head."""
+    k = len(trace.lens[0].ids)
+    ranked = trace.lens[0].target_rank is not None
+    rows = [[lens.stage,
+             *(f"{token!r} {fmt(prob, 2)}" for token, prob in zip(lens.tokens, lens.probs, strict=True)),
+             *([str(lens.target_rank)] if ranked else [])]
+            for lens in trace.lens]
+    title = (f"logit lens at {trace.label(trace.lens[0].position)}: each stream stage through the final norm "
+             "and the head, its top tokens with p")
+    return title, ["stage", *(f"top {i + 1}" for i in range(k)), *(["target rank"] if ranked else [])], rows
+
+
 def vector_grids(
     trace: Trace, stage: Stage, rows: Tensor, title: str, decimals: int, max_features: int, width: int
 ) -> list[Grid]:
     """The vectors at each position, first ``max_features`` features (0 = all), in column chunks that fit."""
     F = rows.shape[1]
     shown = F if max_features <= 0 else min(F, max_features)
-    labels = column_labels(stage, F)[:shown]
-    cells = [[fmt(float(v), decimals) for v in row[:shown]] for row in rows]
+    columns = shown_columns(stage, rows, shown)
+    all_labels = column_labels(stage, F)
+    labels = [all_labels[j] for j in columns]
+    cells = [[fmt(float(row[j]), decimals) for j in columns] for row in rows]
     cell_w = max([len(c) for row in cells for c in row] + [len(lab) for lab in labels])
     label_w = max(3, len(str(max(stage.positions)))) + 2 + max(len(trace.tokens[p]) for p in stage.positions)
     labels = [lab.rjust(cell_w) for lab in labels]  # one width for every column of a vector
     per_chunk = max(1, (width - label_w) // (cell_w + 2))
-    note = f"{title}, features 0-{shown - 1} of {F} (--max-features 0 shows all)" if shown < F else (
-        f"{title}, {F} features")
+    if shown == F:
+        note = f"{title}, {F} features"
+    elif stage.kind in VOCAB_KINDS:
+        note = (f"{title}, the {shown} largest at position {stage.positions[-1]} of {F} "
+                "(--max-features 0 shows all)")
+    else:
+        note = f"{title}, features 0-{shown - 1} of {F} (--max-features 0 shows all)"
     return [
         grid(note if start == 0 else "", ["pos", "token", *labels[start:start + per_chunk]],
              [_row_label(trace, p) + cells[i][start:start + per_chunk]
@@ -247,3 +302,7 @@ def render_text(
             else:
                 console.print(Rule("after the blocks", style="blue"))
         console.print(render_stage(trace, stage, decimals, max_features, width))
+    if trace.predictions and shows_predictions(trace):
+        console.print(Rule("predictions", style="blue"))
+        for table in (top_k_table(trace, trace.predictions, decimals), lens_table(trace)):
+            console.print(to_text(grid(*table)), "")
