@@ -565,8 +565,9 @@ def test_a_byte_level_bpe_model_is_traced_in_text_not_vocabulary_spelling(tmp_pa
     folder.mkdir()
     (folder / "tokenizer.json").write_text(bpe._tokenizer.to_str())
     torch.manual_seed(0)
-    transformers.GPT2LMHeadModel(transformers.GPT2Config(
-        vocab_size=bpe.get_vocab_size(), n_positions=16, n_embd=16, n_layer=1, n_head=2)).save_pretrained(folder)
+    config = transformers.GPT2Config(vocab_size=bpe.get_vocab_size(), n_positions=16, n_embd=16, n_layer=1,
+                                     n_head=2)
+    transformers.GPT2LMHeadModel(config).save_pretrained(folder)
     out = tmp_path / "trace.json"
     assert main(["trace", "--model", str(folder), "--input", "The cat sat", "--target", " mat",
                  "--json", str(out), "-q"]) == 0

@@ -227,7 +227,8 @@ def render_html(trace: Trace, decimals: int = 4) -> str:
         toc.append(f'<li><a href="#{_e(stage.name)}">{_e(stage.short)}</a></li>')
     if trace.predictions and shows_predictions(trace):
         body.append('<h2 class="block" id="predictions">Predictions</h2>'
-                    + "".join(f'<section class="predictions" id="{anchor}">{_table(headers, rows, title)}</section>'
+                    + "".join(f'<section class="predictions" id="{anchor}">'
+                              f"{_table(headers, rows, title)}</section>"
                               for anchor, (title, headers, rows) in
                               (("top-k", top_k_table(trace, trace.predictions, page.decimals)),
                                ("logit-lens", lens_table(trace)))))
