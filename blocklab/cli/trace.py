@@ -8,7 +8,7 @@ Hugging Face folder or an installed model package), which brings its own tokeniz
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -91,6 +91,13 @@ class Subject:
     model: Transformer
     tokenizer: Any
     source: str
+    _vocab: list[str] | None = field(default=None, repr=False)
+
+    def vocab(self) -> list[str] | None:
+        """Every token of the vocabulary as text (``vocabulary``), worked out once per subject."""
+        if self._vocab is None:
+            self._vocab = vocabulary(self.tokenizer, self.model.config.vocab_size) or []
+        return self._vocab or None
 
 
 def preset_subject(name: str, seed: int, overrides: dict[str, Any]) -> Subject:
@@ -163,31 +170,47 @@ def collect_for_args(args: argparse.Namespace, overrides: dict[str, Any]) -> Tra
         subject = model_subject(args.model)
     else:
         subject = preset_subject(args.preset, args.seed, overrides)
+    subject.model.to(compute.device)
+    with compute.autocast():
+        return trace_subject(subject, args.input, args.tokens, args.target, args.position, args.stages)
+
+
+def input_ids(subject: Subject, text: str | None, tokens: str | None) -> list[int]:
+    """The input as ids: ``text`` through the subject's tokenizer, or ``tokens`` ("1,2,3"); each id checked
+    against the vocabulary."""
     tok = subject.tokenizer
-    if (args.input is None) == (args.tokens is None):
+    if (text is None) == (tokens is None):
         raise ValueError("give the input as text with --input or as ids with --tokens (one of them)")
-    if args.input is not None and tok is None:
+    if text is not None and tok is None:
         raise ValueError(f"{subject.source} has no tokenizer: give token ids with --tokens 1,2,3")
-    ids = tok.encode(args.input) if args.input is not None else parse_token_ids(args.tokens)
+    ids = tok.encode(text) if text is not None else parse_token_ids(tokens)
     V = subject.model.config.vocab_size
     bad = [i for i in ids if not 0 <= i < V]
     if bad:
         raise ValueError(f"token id {bad[0]} is out of range: the model's vocabulary has ids 0..{V - 1}")
+    return ids
+
+
+def trace_subject(subject: Subject, text: str | None, tokens: str | None, target: str | None = None,
+                  position: int | None = None, stages: list[str] | None = None) -> Trace:
+    """``collect_trace`` of one input given as ``blocklab trace`` takes it (--input or --tokens, --target,
+    --position, --stages): the command and ``blocklab explore`` share it, so they agree number for number."""
+    tok = subject.tokenizer
+    ids = input_ids(subject, text, tokens)
     labels = tok.str_tokens(ids) if tok is not None else [str(i) for i in ids]  # as text, not vocab spelling
-    target = target_id(tok, args.target) if args.target is not None else None
-    with compute.autocast():
-        return collect_trace(
-            subject.model.to(compute.device),
-            ids,
-            labels,
-            position=args.position,
-            target=target,
-            target_token=args.target,
-            vocab=vocabulary(tok, V),
-            names=args.stages,
-            source=subject.source,
-            text=args.input,
-        )
+    aim = target_id(tok, target) if target is not None else None
+    return collect_trace(
+        subject.model,
+        ids,
+        labels,
+        position=position,
+        target=aim,
+        target_token=target,
+        vocab=subject.vocab(),
+        names=stages,
+        source=subject.source,
+        text=text,
+    )
 
 
 def cmd_trace(args: argparse.Namespace) -> int:

@@ -1,0 +1,111 @@
+"""``blocklab explore``: serve the live page (blocklab/explore) over the models the flags name.
+
+The models are built here, once, as ``blocklab trace`` builds them (``--model`` through ``blocklab.load``,
+``--preset`` with the config flags and ``--seed``); the page can choose only among them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+
+from ..errors import BlocklabWarning, UsageError
+from ..nn.config import FIELDS, PRESETS
+from .args import (
+    add_command,
+    add_config_flags,
+    add_model_flag,
+    add_seed_flag,
+    at_least,
+    one_of,
+    parse_name,
+    set_fields,
+)
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+# the input the page starts with: a preset's task's own kind of sentence, else a generic one
+EXAMPLES = {"listops-seed": "Max ( 1 , 6 , 2 )", "llama-seed": "Max ( 1 , 6 , 2 )", "tiny-lm": "<BOS> I like"}
+TEXT_EXAMPLE, IDS_EXAMPLE = "The cat sat on the", "1,2,3,4"
+DEFAULT_PORT = 8000
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Register ``explore``."""
+    p = add_command(
+        sub, "explore", "a live web page over one or more models: trace as you type, predict, ablate",
+        "Serve a local web page over the models named here: type an input and every stage's numbers are "
+        "traced again as you type (the tracer's numbers and sentences), the block's layout drawn from the "
+        "layouts table, next-token probabilities with temperature and top-k, step-by-step generation, a "
+        "click to zero a head, an FFN neuron or a sublayer (through the hook API), gradients for a target. "
+        "Bound to 127.0.0.1 unless --host says otherwise. Needs the extra: pip install 'blocklab[explore]'.",
+    )
+    p.add_argument("--preset", dest="presets", action="append", default=[], type=parse_name, metavar="NAME",
+                   help="serve this preset, built with --seed and the config flags (repeatable); "
+                        + one_of(PRESETS, "listops-seed when no --model is given"))
+    add_config_flags(p, with_preset=False)
+    add_seed_flag(p, "seed the presets' weights are drawn with")
+    add_model_flag(p, required=False, what="serve this model (repeatable)", repeatable=True)
+    p.add_argument("--host", default="127.0.0.1", metavar="HOST",
+                   help="the address to listen on; anything but 127.0.0.1/localhost lets other machines "
+                        "use the models (default: 127.0.0.1)")
+    p.add_argument("--port", type=at_least(0, 65535), default=DEFAULT_PORT, metavar="N",
+                   help=f"the port to listen on; 0: any free one (default: {DEFAULT_PORT})")
+    p.add_argument("--open", action="store_true", help="open the page in the default web browser")
+    p.set_defaults(func=cmd_explore)
+
+
+def models_for_args(args: argparse.Namespace) -> dict:
+    """The served models by name, built once: each --preset (with the config flags), each --model."""
+    from ..explore.session import Explored
+    from .trace import Subject, model_subject, preset_subject
+
+    overrides = set_fields(args, FIELDS)
+    presets = args.presets or ([] if args.models else ["listops-seed"])
+    if overrides and not presets:
+        raise UsageError(f"config flags ({', '.join(overrides)}) apply to --preset, not to --model")
+    served: dict[str, Explored] = {}
+
+    def add(name: str, subject: Subject, example: str | None = None) -> None:
+        unique, n = name, 2
+        while unique in served:
+            unique, n = f"{name} ({n})", n + 1
+        start = example or (TEXT_EXAMPLE if subject.tokenizer else IDS_EXAMPLE)
+        served[unique] = Explored(unique, subject, start)
+
+    for name in presets:
+        add(name, preset_subject(name, args.seed, overrides), EXAMPLES.get(name))
+    for path in args.models:
+        add(Path(path).name or path, model_subject(path))
+    return served
+
+
+def cmd_explore(args: argparse.Namespace) -> int:
+    """Build the models, then serve until Ctrl-C."""
+    from ..explore.app import require_server_packages, serve
+
+    require_server_packages()  # before building anything: the one-line install hint
+    import torch
+
+    torch.set_num_threads(1)  # one short sequence: a second thread costs more than it brings (cli/trace.py)
+    if args.host not in LOOPBACK:
+        warnings.warn(f"--host {args.host}: the page and its models are reachable from other machines",
+                      BlocklabWarning, stacklevel=1)
+    models = models_for_args(args)
+
+    def started(url: str) -> None:
+        print(f"blocklab explore: {len(models)} model{'s' * (len(models) != 1)} ({', '.join(models)}) "
+              f"at {url}  (Ctrl-C stops)", flush=True)
+        if args.open:
+            import webbrowser
+
+            webbrowser.open(url)
+
+    try:
+        serve(models, args.host, args.port, started)
+    except OSError as error:
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {error.strerror or error} "
+                         "(another --port, or --port 0 for any free one)") from None
+    print("blocklab explore: stopped", file=sys.stderr)
+    return 0

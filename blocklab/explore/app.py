@@ -1,0 +1,146 @@
+"""The explore server: a Starlette app over the models named at start, served by uvicorn.
+
+    GET  /                 the page (static/explore.html; its script and style from /static/)
+    GET  /api/models       the served models: name, source, config, the block's layout (LAYOUTS' steps)
+    POST /api/trace        {model, input | tokens, target?, position?, stages?, ablate?} -> the trace JSON
+    POST /api/predict      {..., temperature, top_k, ablate?} -> next-token bars, plain and ablated
+    POST /api/step         {..., temperature, top_k, sample, seed} -> the input with one more token
+    POST /api/gradients    {..., target, ablate?} -> d loss / d stage per position, identity vs branch paths
+
+Safe by default: the browser chooses only among the models named at start; a body is JSON (the
+content type a cross-site form cannot send without asking) of at most ``MAX_BODY`` bytes; the Host
+header must name this machine (no DNS rebinding); an input is capped in characters and tokens; every
+mistake is a 4xx JSON ``{"error": message}`` and the server goes on serving; each model is used by
+one request at a time (``Explored.lock``).
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from typing import Any
+
+from ..errors import UsageError
+from ..files.jsonfiles import json_safe
+from .session import Explored, Request, RequestError, gradients, predict, step, trace
+
+MAX_BODY = 64 * 1024  # bytes of one request body
+STATIC = {"explore.js": "text/javascript", "explore.css": "text/css"}
+INSTALL_HINT = "blocklab explore needs Starlette and uvicorn: pip install 'blocklab[explore]'"
+ACTIONS = {"trace": trace, "predict": predict, "step": step, "gradients": gradients}
+
+
+def _static(name: str) -> str:
+    return resources.files(__package__).joinpath("static", name).read_text(encoding="utf-8")
+
+
+def require_server_packages() -> None:
+    """Refuse with one line saying how to install them when Starlette or uvicorn is missing."""
+    import importlib.util
+
+    missing = [m for m in ("starlette", "uvicorn") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UsageError(f"{INSTALL_HINT} ({', '.join(missing)} is not installed)")
+
+
+def _encode(data: Any) -> bytes:
+    """Strict JSON as ``blocklab trace --json`` writes it: NaN and infinities as null."""
+    return json.dumps(json_safe(data), allow_nan=False).encode()
+
+
+def create_app(models: dict[str, Explored], hosts: list[str] | None = None) -> Any:
+    """The Starlette app serving ``models`` (name -> Explored); ``hosts``: the Host names accepted
+    (default: this machine's loopback names)."""
+    require_server_packages()
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.exceptions import HTTPException
+    from starlette.middleware import Middleware
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
+    from starlette.requests import Request as HttpRequest
+    from starlette.responses import HTMLResponse, JSONResponse, Response
+    from starlette.routing import Route
+
+    def error(status: int, message: str) -> Response:
+        return JSONResponse({"error": message}, status_code=status)
+
+    async def page(_: HttpRequest) -> Response:
+        return HTMLResponse(_static("explore.html"))
+
+    async def static(request: HttpRequest) -> Response:
+        name = request.path_params["name"]
+        if name not in STATIC:
+            return error(404, f"no file {name!r}")
+        return Response(_static(name), media_type=STATIC[name])
+
+    async def listing(_: HttpRequest) -> Response:
+        return Response(_encode({"models": [m.describe() for m in models.values()]}),
+                        media_type="application/json")
+
+    async def api(request: HttpRequest) -> Response:
+        action = ACTIONS.get(request.path_params["action"])
+        if action is None:
+            return error(404, f"no API call {request.path_params['action']!r}; "
+                              f"there are: {', '.join(ACTIONS)}")
+        kind = request.headers.get("content-type", "").split(";")[0].strip()
+        if kind != "application/json":
+            return error(415, "send the request as JSON (Content-Type: application/json), "
+                              f"not {kind or 'nothing'}")
+        declared = request.headers.get("content-length", "0")
+        if not declared.isdigit() or int(declared) > MAX_BODY:
+            return error(413, f"the request body is over {MAX_BODY} bytes")
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_BODY:
+                return error(413, f"the request body is over {MAX_BODY} bytes")
+        try:
+            parsed = json.loads(body, parse_constant=_no_constant)
+        except (ValueError, RecursionError) as e:
+            return error(400, f"the request body is not JSON: {e}")
+        try:
+            what = Request.parse(parsed, models)
+            result = await run_in_threadpool(action, what)
+        except RequestError as e:
+            return error(e.status, str(e))
+        return Response(_encode(result), media_type="application/json")
+
+    async def http_error(_: HttpRequest, e: Exception) -> Response:
+        assert isinstance(e, HTTPException)
+        return error(e.status_code, str(e.detail))
+
+    async def internal(_: HttpRequest, e: Exception) -> Response:
+        return error(500, f"internal error: {type(e).__name__}: {e} (a bug in blocklab; the server goes on)")
+
+    routes = [Route("/", page), Route("/static/{name}", static), Route("/api/models", listing),
+              Route("/api/{action}", api, methods=["POST"])]
+    allowed = hosts or ["127.0.0.1", "localhost", "[::1]", "testserver"]
+    return Starlette(routes=routes, middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=allowed)],
+                     exception_handlers={HTTPException: http_error, Exception: internal})
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not JSON")
+
+
+def serve(models: dict[str, Explored], host: str, port: int, on_start: Any = None) -> None:
+    """Serve the app with uvicorn until interrupted; ``on_start(url)`` once it listens."""
+    require_server_packages()
+    import socket
+
+    import uvicorn
+
+    hosts = {host, "127.0.0.1", "localhost", "[::1]"} | ({"*"} if host in ("0.0.0.0", "::") else set())
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))  # bound here, so the URL printed has the real port (--port 0: any free one)
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else (f"[{host}]" if ":" in host else host)
+    url = f"http://{shown}:{sock.getsockname()[1]}/"
+    config = uvicorn.Config(create_app(models, sorted(hosts)), log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
+    if on_start is not None:
+        on_start(url)
+    server.run(sockets=[sock])
+
+
+__all__ = ["MAX_BODY", "create_app", "serve"]

@@ -1,0 +1,547 @@
+// blocklab explore: the page. Plain JavaScript, no build step, no network but this server's /api.
+// Every number shown comes from the server (the tracer's JSON, the hook API's predictions); this script
+// only draws them. When a trace is drawn it sets data-rendered on <html> (the browser tests wait for it).
+(function () {
+  "use strict";
+  var $ = function (id) { return document.getElementById(id); };
+  var DIV = [[33, 102, 172], [247, 247, 247], [178, 24, 43]];  // the static trace page's colour stops
+  var SEQ = [[247, 251, 255], [107, 174, 214], [8, 48, 107]];
+  var STATS = ["mean", "var", "std", "min", "max", "l2"];
+  var DECIMALS = 4, MAX_COLUMNS = 256, DEBOUNCE_MS = 250;
+  var state = { models: [], model: null, group: "block-0", ablate: [], position: null, trace: null,
+                serial: 0, timer: null, current: null };
+
+  // ---- talking to the server -------------------------------------------------------------------------
+  function post(action, extra) {
+    var body = Object.assign(inputBody(), extra || {});
+    return fetch("/api/" + action, { method: "POST", headers: { "Content-Type": "application/json" },
+                                      body: JSON.stringify(body) })
+      .then(function (r) {
+        return r.json().then(function (data) {
+          if (!r.ok) { throw new Error(data.error || ("HTTP " + r.status)); }
+          return data;
+        });
+      });
+  }
+  function inputBody() {
+    var m = state.model, text = $("input").value, target = $("target").value.trim();
+    var body = { model: m.name, ablate: state.ablate, temperature: +$("temperature").value };
+    var k = parseInt($("top-k").value, 10);
+    if (k > 0) { body.top_k = k; }
+    if (m.tokenizer) { body.input = text; } else { body.tokens = text; }
+    if (target) { body.target = target; }
+    return body;
+  }
+  function setStatus(text, bad) {
+    $("status").textContent = text;
+    $("status").className = bad ? "error" : "";
+  }
+
+  // ---- number formatting and colour (as the static page) --------------------------------------------
+  function fmt(v) { return v === null || v === undefined ? "masked" : v.toFixed(DECIMALS); }
+  function mix(stops, t) {
+    t = Math.max(0, Math.min(1, t));
+    var i = t < 0.5 ? 0 : 1, u = t < 0.5 ? t * 2 : (t - 0.5) * 2, a = stops[i], b = stops[i + 1];
+    return "rgb(" + [0, 1, 2].map(function (k) { return Math.round(a[k] + (b[k] - a[k]) * u); }).join(",") + ")";
+  }
+  function range(rows, sequential) {
+    var lo = Infinity, hi = -Infinity;
+    rows.forEach(function (r) { r.forEach(function (v) { if (v !== null) { lo = Math.min(lo, v); hi = Math.max(hi, v); } }); });
+    if (!isFinite(lo)) { lo = 0; hi = 1; }
+    if (sequential) { return [Math.min(lo, 0), hi > Math.min(lo, 0) ? hi : Math.min(lo, 0) + 1]; }
+    var m = Math.max(Math.abs(lo), Math.abs(hi)) || 1;
+    return [-m, m];
+  }
+  var tip = $("tip");
+  function heatmap(rows, rowLabels, colLabels, sequential, what) {
+    // a canvas of rows x columns; hovering a cell shows its value and where it is
+    var R = rows.length, C = Math.min(rows[0].length, MAX_COLUMNS);
+    var left = 10 + 7 * Math.max.apply(null, rowLabels.map(function (s) { return s.length; }));
+    var cw = Math.max(3, Math.min(24, Math.floor(620 / C))), ch = R > 24 ? 9 : 14;
+    var canvas = document.createElement("canvas"), dpr = window.devicePixelRatio || 1;
+    var W = left + C * cw + 4, H = R * ch + 2, sel = state.position;
+    canvas.width = W * dpr; canvas.height = H * dpr; canvas.style.width = W + "px"; canvas.style.height = H + "px";
+    var g = canvas.getContext("2d"), ends = range(rows, sequential);
+    g.setTransform(dpr, 0, 0, dpr, 0, 0);
+    g.font = "11px ui-monospace, Menlo, monospace"; g.textBaseline = "middle"; g.textAlign = "right";
+    for (var r = 0; r < R; r++) {
+      g.fillStyle = "#344054"; g.fillText(rowLabels[r], left - 5, r * ch + ch / 2);
+      for (var c = 0; c < C; c++) {
+        var v = rows[r][c];
+        g.fillStyle = v === null ? "#d0d5dd" : mix(sequential ? SEQ : DIV, (v - ends[0]) / (ends[1] - ends[0]));
+        g.fillRect(left + c * cw, r * ch, cw, ch);
+      }
+      if (sel !== null && rowLabels[r].split(" ")[0] === String(sel)) {
+        g.strokeStyle = "#3056d3"; g.lineWidth = 2; g.strokeRect(left + 1, r * ch + 1, C * cw - 2, ch - 2);
+      }
+    }
+    canvas.dataset.range = ends[0] + "," + ends[1];
+    canvas.addEventListener("mousemove", function (e) {
+      var b = canvas.getBoundingClientRect();
+      var c = Math.floor((e.clientX - b.left - left) / cw), r = Math.floor((e.clientY - b.top) / ch);
+      if (r < 0 || r >= R || c < 0 || c >= C) { tip.hidden = true; return; }
+      tip.textContent = what + "\n" + rowLabels[r] + " · " + (colLabels ? colLabels[c] : "feature " + c) +
+        " = " + fmt(rows[r][c]);
+      tip.hidden = false; tip.style.left = (e.clientX + 14) + "px"; tip.style.top = (e.clientY + 12) + "px";
+    });
+    canvas.addEventListener("mouseleave", function () { tip.hidden = true; });
+    var wrap = document.createElement("div");
+    wrap.className = "scroll"; wrap.appendChild(canvas);
+    return wrap;
+  }
+
+  // ---- the model's groups and the block diagram (from the layouts table) --------------------------------
+  function groups() {
+    var c = state.model.config, out = [["input", "Input"]];
+    for (var b = 0; b < c.n_layers; b++) { out.push(["block-" + b, "block " + b]); }
+    out.push(["after", "After the blocks"]);
+    return out;
+  }
+  function groupStages(group) {
+    var names = state.model.stages.filter(function (n) { return !/\.scale$/.test(n); });
+    if (group === "input") { return names.filter(function (n) { return n.indexOf("blocks.") !== 0 && ["ln_f", "logits", "probs", "loss"].indexOf(n) < 0; }); }
+    if (group === "after") { return names.filter(function (n) { return ["ln_f", "logits", "probs", "loss"].indexOf(n) >= 0; }); }
+    var prefix = "blocks." + group.split("-")[1] + ".";
+    return names.filter(function (n) { return n.indexOf(prefix) === 0; });
+  }
+  function block() { return state.group.indexOf("block-") === 0 ? +state.group.split("-")[1] : null; }
+  function drawGroups() {
+    var box = $("groups");
+    box.innerHTML = "";
+    groups().forEach(function (g) {
+      var b = document.createElement("button");
+      b.type = "button"; b.textContent = g[1]; b.setAttribute("role", "tab"); b.dataset.group = g[0];
+      b.setAttribute("aria-selected", String(g[0] === state.group));
+      b.addEventListener("click", function () { state.group = g[0]; drawGroups(); drawDiagram(); drawIntervene(); retrace(0); });
+      box.appendChild(b);
+    });
+  }
+  function svg(tag, attrs, parent) {
+    var el = document.createElementNS("http://www.w3.org/2000/svg", tag);
+    Object.keys(attrs).forEach(function (k) { el.setAttribute(k, attrs[k]); });
+    if (parent) { parent.appendChild(el); }
+    return el;
+  }
+  function drawDiagram() {
+    // one row per step of LAYOUTS[norm_position].steps; the residual stream (resid_pre, each sum, and a
+    // norm read as a sum's x or as the block's output) in the left column, each sum's branches to its right
+    var layout = state.model.layout, root = $("diagram"), b = block();
+    root.innerHTML = "";
+    $("formula").textContent = layout.formula;
+    if (b === null) { root.setAttribute("height", "0"); return; }
+    var stream = { resid_pre: true }, column = {}, producer = {};
+    layout.steps.forEach(function (s) {
+      if (s.type === "sum") { stream[s.out] = true; stream[s.x] = true; }
+    });
+    stream[layout.output] = true;
+    layout.steps.forEach(function (s) {  // a sum's k-th branch and what feeds it sit in column k + 1
+      if (s.type !== "sum") { return; }
+      s.branches.forEach(function (br, k) {
+        var walk = [br];
+        while (walk.length) {
+          var name = walk.pop();
+          if (stream[name] || column[name] !== undefined) { continue; }
+          column[name] = k + 1;
+          var st = layout.steps.filter(function (t) { return t.out === name; })[0];
+          if (st) { walk = walk.concat(st.reads); }
+        }
+      });
+    });
+    var nodes = [{ name: "resid_pre", out: "resid_pre", type: "stream", reads: [] }].concat(layout.steps);
+    var W = 260, rowH = 46, colX = [40, 130, 210];
+    var defs = svg("defs", {}, root), marker = svg("marker", { id: "arrow", viewBox: "0 0 8 8", refX: 7, refY: 4,
+      markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" }, defs);
+    svg("path", { d: "M0,0 L8,4 L0,8 z", fill: "#98a2b3" }, marker);
+    var at = {};
+    nodes.forEach(function (n, i) {
+      at[n.out] = { x: colX[stream[n.out] ? 0 : Math.min(2, column[n.out] || 1)], y: 24 + i * rowH };
+      producer[n.out] = n;
+    });
+    var edges = svg("g", {}, root);
+    nodes.forEach(function (n) {
+      n.reads.forEach(function (src) {
+        var a = at[src], z = at[n.out], identity = n.type === "sum" && src === n.x;
+        var d = a.x === z.x ? "M" + a.x + "," + (a.y + 14) + " L" + z.x + "," + (z.y - 15)
+          : "M" + a.x + "," + (a.y + 14) + " C" + a.x + "," + (z.y - 10) + " " + z.x + "," + (a.y + 20) + " " + z.x + "," + (z.y - 15);
+        svg("path", { d: d, "class": "edge" + (identity ? " identity" : "") }, edges);
+      });
+    });
+    nodes.forEach(function (n) {
+      var p = at[n.out], stage = "blocks." + b + "." + (n.type === "sublayer" ? n.out : n.out);
+      var g = svg("g", { "class": "node " + n.type + (isAblated(n) ? " ablated" : ""), tabindex: 0,
+                         role: "button", "data-stage": stage, "aria-label": "stage " + stage }, root);
+      var label = n.type === "sublayer" ? (n.name === "attn" ? "attention" : "FFN") : n.out;
+      if (n.type === "sum") {
+        svg("circle", { cx: p.x, cy: p.y, r: 13 }, g);
+        svg("text", { x: p.x, y: p.y + 4, "text-anchor": "middle" }, g).textContent = "+";
+        svg("text", { x: p.x + 18, y: p.y + 4 }, g).textContent = n.out + (n.residual ? "" : "");
+      } else {
+        var w = Math.max(64, 8 * label.length + 12);
+        svg("rect", { x: p.x - w / 2, y: p.y - 13, width: w, height: 26, rx: 5 }, g);
+        svg("text", { x: p.x, y: p.y + 4, "text-anchor": "middle" }, g).textContent = label;
+      }
+      var go = function () { focusStage(stage); };
+      g.addEventListener("click", go);
+      g.addEventListener("keydown", function (e) { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); go(); } });
+    });
+    root.setAttribute("height", String(nodes.length * rowH + 10));
+    root.setAttribute("viewBox", "0 0 " + W + " " + (nodes.length * rowH + 10));
+  }
+  function isAblated(n) {
+    var b = block();
+    return n.type === "sublayer" && state.ablate.some(function (a) {
+      return a.kind === "sublayer" && a.block === b && a.name === n.name;
+    });
+  }
+  function focusStage(stage) {
+    var id = stage === "blocks." + block() + ".attn.out" ? stage : stage;
+    var el = document.getElementById("stage-" + id) ||
+      document.getElementById("stage-" + stage.replace(/\.(attn|ffn)\.out$/, ".$1.q")) ||
+      document.getElementById("stage-" + stage.replace(/\.ffn\.out$/, ".ffn.hidden"));
+    document.querySelectorAll("section.stage.current").forEach(function (s) { s.classList.remove("current"); });
+    document.querySelectorAll("svg .node.current").forEach(function (s) { s.classList.remove("current"); });
+    var node = document.querySelector('svg .node[data-stage="' + stage + '"]');
+    if (node) { node.classList.add("current"); }
+    if (el) { el.classList.add("current"); el.scrollIntoView({ block: "start", behavior: "smooth" }); }
+    state.current = stage;
+  }
+
+  // ---- interventions -----------------------------------------------------------------------------------
+  function same(a, b) { return a.kind === b.kind && a.block === b.block && a.index === b.index && a.name === b.name; }
+  function toggle(ablation) {
+    var kept = state.ablate.filter(function (a) { return !same(a, ablation); });
+    if (kept.length === state.ablate.length) { kept.push(ablation); }
+    state.ablate = kept;
+    drawIntervene(); drawDiagram(); retrace(0);
+  }
+  function describe(a) {
+    return "block " + a.block + " " + (a.kind === "head" ? "head " + a.index : a.kind === "neuron" ? "FFN neuron " + a.index : a.name);
+  }
+  function drawIntervene() {
+    var b = block(), c = state.model.config, heads = $("heads"), subs = $("sublayers");
+    heads.innerHTML = ""; subs.innerHTML = "";
+    if (b !== null) {
+      for (var h = 0; h < c.n_heads; h++) {
+        (function (h) {
+          var a = { kind: "head", block: b, index: h, name: "" }, btn = document.createElement("button");
+          btn.type = "button"; btn.textContent = "head " + h; btn.dataset.head = h;
+          btn.setAttribute("aria-pressed", String(state.ablate.some(function (x) { return same(x, a); })));
+          btn.title = "zero head " + h + " of block " + b + " (its attn.z)";
+          btn.addEventListener("click", function () { toggle(a); });
+          heads.appendChild(btn);
+        })(h);
+      }
+      ["attn", "ffn"].forEach(function (name) {
+        var a = { kind: "sublayer", block: b, index: 0, name: name }, btn = document.createElement("button");
+        btn.type = "button"; btn.textContent = "zero " + name + ".out"; btn.dataset.sublayer = name;
+        btn.setAttribute("aria-pressed", String(state.ablate.some(function (x) { return same(x, a); })));
+        btn.addEventListener("click", function () { toggle(a); });
+        subs.appendChild(btn);
+      });
+    } else {
+      heads.innerHTML = '<p class="muted small">choose a block to intervene in it</p>';
+    }
+    $("neuron").max = c.d_ff - 1;
+    var list = $("ablations");
+    list.innerHTML = "";
+    state.ablate.forEach(function (a) {
+      var li = document.createElement("li"), btn = document.createElement("button");
+      li.textContent = describe(a);
+      btn.type = "button"; btn.textContent = "undo"; btn.addEventListener("click", function () { toggle(a); });
+      li.appendChild(btn); list.appendChild(li);
+    });
+  }
+  $("zero-neuron").addEventListener("click", function () {
+    var b = block(), j = parseInt($("neuron").value, 10);
+    if (b === null || isNaN(j)) { setStatus("choose a block and a neuron first", true); return; }
+    toggle({ kind: "neuron", block: b, index: j, name: "" });
+  });
+
+  // ---- the trace: stages of the chosen group -------------------------------------------------------------
+  function drawTokens(trace) {
+    var box = $("tokens");
+    box.innerHTML = "";
+    trace.input.tokens.forEach(function (t, i) {
+      var chip = document.createElement("button");
+      chip.type = "button"; chip.className = "tok"; chip.dataset.position = i;
+      chip.setAttribute("aria-pressed", String(state.position === i));
+      chip.innerHTML = "<b>" + i + "</b>";
+      chip.appendChild(document.createTextNode(t));
+      chip.addEventListener("click", function () {
+        state.position = state.position === i ? null : i;
+        drawTokens(state.trace); drawStages(state.trace);
+      });
+      box.appendChild(chip);
+    });
+  }
+  function statsTable(trace, s) {
+    var t = document.createElement("table"), extra = s.frac_le_zero ? ["<= 0"] : [];
+    t.className = "stats";
+    t.innerHTML = "<caption>per position</caption><thead><tr>" + ["pos", "token"].concat(STATS, extra)
+      .map(function (h) { return "<th>" + h + "</th>"; }).join("") + "</tr></thead>";
+    var body = document.createElement("tbody"), F = s.shape.length ? s.shape[s.shape.length - 1] : 1;
+    s.positions.forEach(function (p, i) {
+      var tr = document.createElement("tr");
+      if (state.position === p) { tr.className = "sel"; }
+      [String(p), trace.input.tokens[p]].forEach(function (text) {
+        var td = document.createElement("td"); td.textContent = text; tr.appendChild(td);
+      });
+      STATS.forEach(function (k) {
+        var td = document.createElement("td"), v = s[k][i];
+        td.textContent = fmt(v); td.dataset.stage = s.name; td.dataset.stat = k; td.dataset.position = p;
+        td.title = k + " of " + s.name + " at position " + p + " over its features: " + operands(s, k, i, F);
+        tr.appendChild(td);
+      });
+      if (s.frac_le_zero) {
+        var td = document.createElement("td"); td.textContent = (100 * s.frac_le_zero[i]).toFixed(1) + "%"; tr.appendChild(td);
+      }
+      body.appendChild(tr);
+    });
+    t.appendChild(body);
+    return t;
+  }
+  function operands(s, k, i, F) {
+    // how a statistic was computed, with its operands (var and std from the same row)
+    var n = s.values[i] ? s.values[i].length : F;
+    if (k === "mean") { return "sum of the " + n + " values / " + n; }
+    if (k === "var") { return "mean((x - " + fmt(s.mean[i]) + ")^2) over " + n + " values (biased: divides by " + n + ")"; }
+    if (k === "std") { return "sqrt(var) = sqrt(" + fmt(s["var"][i]) + ")"; }
+    if (k === "l2") { return "sqrt(sum of squares) = sqrt(" + n + " * (var + mean^2)) = sqrt(" + n + " * (" + fmt(s["var"][i]) + " + " + fmt(s.mean[i]) + "^2))"; }
+    return k + " over " + n + " values";
+  }
+  function normTable(trace, s) {
+    var n = s.norm, t = document.createElement("table");
+    t.className = "stats";
+    var heads = ["pos", "token", "mu", "var", "sqrt(var+eps)", "z_hat var", "var/denom^2"];
+    t.innerHTML = "<caption>" + (s.norm_module || "norm") + ", eps " + n.eps + ": the numbers it used</caption><thead><tr>" +
+      heads.map(function (h) { return "<th>" + h + "</th>"; }).join("") + "</tr></thead>";
+    var body = document.createElement("tbody");
+    s.positions.forEach(function (p, i) {
+      var tr = document.createElement("tr");
+      [String(p), trace.input.tokens[p], fmt(n.mu[i]), fmt(n["var"][i]), fmt(n.denom[i]), n.z_hat_var[i].toFixed(8),
+       n.expected_var[i].toFixed(8)].forEach(function (text, j) {
+        var td = document.createElement("td"); td.textContent = text;
+        if (j === 4) { td.title = "sqrt(" + fmt(n["var"][i]) + " + " + n.eps + ")"; }
+        tr.appendChild(td);
+      });
+      body.appendChild(tr);
+    });
+    t.appendChild(body);
+    return t;
+  }
+  function stageCard(trace, s) {
+    var sec = document.createElement("section");
+    sec.className = "stage"; sec.id = "stage-" + s.name; sec.dataset.stage = s.name;
+    var h = document.createElement("h4");
+    h.textContent = s.name;
+    var shape = document.createElement("span");
+    shape.className = "shape"; shape.textContent = "shape (" + s.shape.join(", ") + ")";
+    h.appendChild(shape); sec.appendChild(h);
+    var p = document.createElement("p");
+    p.className = "explain"; p.textContent = s.explanation; sec.appendChild(p);
+    if (s.kind === "loss") {
+      var l = document.createElement("p"); l.className = "loss"; l.dataset.stat = "loss";
+      l.textContent = "loss = " + fmt(s.values[0][0]); sec.appendChild(l);
+      return sec;
+    }
+    var labels = s.positions.map(function (q) { return q + " " + trace.input.tokens[q]; });
+    if (s.heads) {
+      var maps = document.createElement("div");
+      maps.className = "maps";
+      var keys = trace.input.tokens.map(function (t, k) { return k + " " + t; });
+      s.heads.forEach(function (rows, hd) {
+        var fig = document.createElement("figure");
+        fig.appendChild(heatmap(rows, labels, keys, s.kind === "attn.weights", s.name + " head " + hd));
+        var cap = document.createElement("figcaption");
+        cap.textContent = "block " + s.block + " · head " + hd + " (query rows, key columns)";
+        fig.appendChild(cap); maps.appendChild(fig);
+      });
+      sec.appendChild(maps);
+    } else {
+      var cols = s.columns || null, rows = s.values, order = null;
+      if (cols && rows[0].length > MAX_COLUMNS) {  // a vocabulary: its largest at the last position, in order
+        var last = rows[rows.length - 1];
+        order = last.map(function (v, j) { return j; }).sort(function (a, b) { return last[b] - last[a]; }).slice(0, MAX_COLUMNS);
+        rows = rows.map(function (r) { return order.map(function (j) { return r[j]; }); });
+        cols = order.map(function (j) { return s.columns[j]; });
+      }
+      var fig2 = document.createElement("figure");
+      fig2.appendChild(heatmap(rows, labels, cols, s.kind === "probs", s.name));
+      var cap2 = document.createElement("figcaption");
+      cap2.textContent = (s.norm ? "after gamma/beta" : "values") + ": positions x " + s.values[0].length + " features" +
+        (s.values[0].length > MAX_COLUMNS ? (order ? " (the " + MAX_COLUMNS + " largest at the last position)" : " (first " + MAX_COLUMNS + ")") : "");
+      fig2.appendChild(cap2); sec.appendChild(fig2);
+    }
+    sec.appendChild(statsTable(trace, s));
+    if (s.norm) { sec.appendChild(normTable(trace, s)); }
+    return sec;
+  }
+  function drawStages(trace) {
+    var box = $("stages");
+    box.innerHTML = "";
+    trace.stages.forEach(function (s) { box.appendChild(stageCard(trace, s)); });
+    if (state.group === "after" && trace.lens && trace.lens.length) {
+      var sec = document.createElement("section");
+      sec.className = "stage"; sec.id = "stage-lens";
+      sec.innerHTML = "<h4>logit lens</h4><p class=\"explain\">each stream stage read through the final norm and the head at the last position, as if the later blocks were not there</p>";
+      var t = document.createElement("table");
+      t.className = "stats";
+      t.innerHTML = "<thead><tr><th>stage</th><th>token</th><th>most likely (p)</th></tr></thead>";
+      var body = document.createElement("tbody");
+      trace.lens.forEach(function (l) {
+        var tr = document.createElement("tr");
+        [l.stage, String(l.position), l.tokens.map(function (tk, i) { return JSON.stringify(tk) + " " + l.probs[i].toFixed(3); }).join("  ")]
+          .forEach(function (text) { var td = document.createElement("td"); td.textContent = text; tr.appendChild(td); });
+        body.appendChild(tr);
+      });
+      t.appendChild(body); sec.appendChild(t); box.appendChild(sec);
+    }
+    if (state.current) {
+      var el = document.getElementById("stage-" + state.current);
+      if (el) { el.classList.add("current"); }
+    }
+  }
+
+  // ---- predictions -------------------------------------------------------------------------------------
+  function barList(title, found, cls) {
+    var box = document.createElement("div");
+    box.className = "bars " + cls; box.dataset.kind = cls;
+    var head = document.createElement("div");
+    head.className = "bars-title";
+    head.textContent = title + " (" + found.kept + " tokens kept; the " + found.ids.length + " shown hold " +
+      (100 * found.shown_mass).toFixed(1) + "%)";
+    box.appendChild(head);
+    found.ids.forEach(function (id, i) {
+      var row = document.createElement("div"), p = found.probs[i];
+      row.className = "bar " + cls; row.dataset.tokenId = id; row.dataset.prob = p;
+      row.title = "p = softmax(logit / T) after top-k; logit " + found.logits[i].toFixed(DECIMALS);
+      row.innerHTML = '<span class="label"></span><span class="track"><span class="fill"></span></span><span class="p"></span>';
+      row.querySelector(".label").textContent = JSON.stringify(found.tokens[i]);
+      row.querySelector(".fill").style.width = (100 * p).toFixed(2) + "%";
+      row.querySelector(".fill").style.display = "block";
+      row.querySelector(".p").textContent = p.toFixed(DECIMALS);
+      box.appendChild(row);
+    });
+    return box;
+  }
+  function drawBars(result) {
+    var box = $("bars");
+    box.innerHTML = "";
+    box.appendChild(barList("the model at position " + result.position, result.plain, "plain"));
+    if (result.ablated) { box.appendChild(barList("with " + state.ablate.map(describe).join(", ") + " zeroed", result.ablated, "ablated")); }
+  }
+  function step(sample) {
+    post("step", { sample: sample, seed: Math.floor(Math.random() * 1e9) }).then(function (r) {
+      $("input").value = r.input !== undefined ? r.input : r.tokens;
+      retrace(0);
+    }).catch(function (e) { setStatus(e.message, true); });
+  }
+  $("step-greedy").addEventListener("click", function () { step(false); });
+  $("step-sample").addEventListener("click", function () { step(true); });
+  $("temperature").addEventListener("input", function () {
+    $("temperature-value").textContent = (+$("temperature").value).toFixed(2);
+    predict();
+  });
+  $("top-k").addEventListener("input", predict);
+  function predict() {
+    var serial = state.serial;
+    return post("predict").then(function (r) { if (serial === state.serial) { drawBars(r); } })
+      .catch(function (e) { setStatus(e.message, true); });
+  }
+
+  // ---- gradients ---------------------------------------------------------------------------------------
+  $("grad").addEventListener("click", function () {
+    if (!$("target").value.trim()) { setStatus("gradients need a target token (the box beside the input)", true); return; }
+    setStatus("computing gradients…");
+    post("gradients").then(function (r) {
+      var box = $("gradients"), last = r.target.position;
+      box.innerHTML = "";
+      var p = document.createElement("p");
+      p.className = "small"; p.textContent = "loss " + r.loss.toFixed(DECIMALS) + " for target " + JSON.stringify(r.target.token);
+      box.appendChild(p);
+      var t = document.createElement("table");
+      t.className = "stats";
+      t.innerHTML = "<caption>||dL/dx|| at each residual connection (position " + last + ")</caption>" +
+        "<thead><tr><th>block</th><th>into</th><th>total</th><th>identity</th><th>branch</th></tr></thead>";
+      var body = document.createElement("tbody");
+      r.paths.forEach(function (layer, b) {
+        ["attn", "ffn"].forEach(function (kind) {
+          var q = layer[kind], tr = document.createElement("tr");
+          [String(b), kind, fmt(q.total[last]), fmt(q.identity[last]), fmt(q.branch[last])].forEach(function (text) {
+            var td = document.createElement("td"); td.textContent = text; tr.appendChild(td);
+          });
+          body.appendChild(tr);
+        });
+      });
+      t.appendChild(body); box.appendChild(t);
+      var t2 = document.createElement("table");
+      t2.className = "stats";
+      t2.innerHTML = "<caption>||dL/d stage|| at position " + last + "</caption><thead><tr><th>stage</th><th>norm</th></tr></thead>";
+      var body2 = document.createElement("tbody");
+      Object.keys(r.stages).forEach(function (name) {
+        var tr = document.createElement("tr");
+        [name, fmt(r.stages[name][Math.min(last, r.stages[name].length - 1)])].forEach(function (text) {
+          var td = document.createElement("td"); td.textContent = text; tr.appendChild(td);
+        });
+        body2.appendChild(tr);
+      });
+      t2.appendChild(body2); box.appendChild(t2);
+      setStatus("gradients computed");
+    }).catch(function (e) { setStatus(e.message, true); });
+  });
+
+  // ---- re-tracing as one types ---------------------------------------------------------------------------
+  function retrace(delay) {
+    clearTimeout(state.timer);
+    state.timer = setTimeout(run, delay);
+  }
+  function run() {
+    var serial = ++state.serial, started = performance.now();
+    document.documentElement.removeAttribute("data-rendered");
+    setStatus("tracing…");
+    post("trace", { stages: groupStages(state.group) }).then(function (trace) {
+      if (serial !== state.serial) { return; }  // a newer input is on its way
+      state.trace = trace;
+      if (state.position !== null && state.position >= trace.input.tokens.length) { state.position = null; }
+      drawTokens(trace); drawStages(trace);
+      setStatus("traced " + trace.input.tokens.length + " tokens in " + Math.round(performance.now() - started) + " ms");
+      return predict().then(function () {
+        if (serial === state.serial) { document.documentElement.setAttribute("data-rendered", String(serial)); }
+      });
+    }).catch(function (e) {
+      if (serial === state.serial) {
+        setStatus(e.message, true);
+        document.documentElement.setAttribute("data-rendered", "error");
+      }
+    });
+  }
+  $("input").addEventListener("input", function () { retrace(DEBOUNCE_MS); });
+  $("target").addEventListener("input", function () { retrace(DEBOUNCE_MS); });
+
+  function chooseModel(name) {
+    state.model = state.models.filter(function (m) { return m.name === name; })[0];
+    state.ablate = []; state.position = null; state.current = null;
+    if (state.group !== "input" && state.group !== "after" && block() >= state.model.config.n_layers) { state.group = "block-0"; }
+    $("source").textContent = state.model.source;
+    var m = state.model;
+    $("hint").textContent = m.tokenizer ? "text in the model's vocabulary; at most " + m.max_tokens + " tokens"
+      : "this model has no tokenizer: token ids separated by commas (0.." + (m.config.vocab_size - 1) + "), at most " + m.max_tokens;
+    var params = new URLSearchParams(window.location.search);
+    if (params.get("input") !== null && state.first) { $("input").value = params.get("input"); }
+    else if (!$("input").value || !state.first) { $("input").value = m.example; }
+    state.first = false;
+    drawGroups(); drawDiagram(); drawIntervene(); retrace(0);
+  }
+  fetch("/api/models").then(function (r) { return r.json(); }).then(function (data) {
+    state.models = data.models;
+    state.first = true;
+    var select = $("model");
+    data.models.forEach(function (m) {
+      var o = document.createElement("option"); o.value = m.name; o.textContent = m.name; select.appendChild(o);
+    });
+    select.addEventListener("change", function () { chooseModel(select.value); });
+    var asked = new URLSearchParams(window.location.search).get("model");
+    if (asked && data.models.some(function (m) { return m.name === asked; })) { select.value = asked; }
+    chooseModel(select.value);
+  }).catch(function (e) { setStatus("cannot reach the server: " + e.message, true); });
+})();
