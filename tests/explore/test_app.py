@@ -1,0 +1,241 @@
+"""Tests for blocklab.explore.app (and the session it serves): the API's numbers against independent
+oracles (``blocklab trace --json``, the hook API, softmax by hand, run_with_cache's gradients), and the
+server on bad input: each mistake a 4xx JSON message, the next request still answered."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("starlette")
+pytest.importorskip("httpx")
+from starlette.testclient import TestClient  # noqa: E402
+
+import blocklab as bl  # noqa: E402
+from blocklab.cli import main  # noqa: E402
+from blocklab.cli.trace import preset_subject  # noqa: E402
+from blocklab.explore.app import MAX_BODY, create_app  # noqa: E402
+from blocklab.explore.session import MAX_TEXT, Explored  # noqa: E402
+from blocklab.tasks import get_task  # noqa: E402
+
+QUERY = "Max ( 1 , 6 , 2 )"
+TOKENIZER = get_task("listops").tokenizer
+
+
+@pytest.fixture(scope="module")
+def served() -> dict[str, Explored]:
+    return {"listops-seed": Explored("listops-seed", preset_subject("listops-seed", 0, {})),
+            "pre": Explored("pre", preset_subject("listops-seed", 0, {"norm_position": "pre"})),
+            "tiny-lm": Explored("tiny-lm", preset_subject("tiny-lm", 0, {}))}
+
+
+@pytest.fixture(scope="module")
+def client(served: dict[str, Explored]) -> TestClient:
+    return TestClient(create_app(served))
+
+
+def oracle_model(**fields: object) -> bl.Transformer:
+    """The preset built again, independently of the server's copy."""
+    torch.manual_seed(0)
+    return bl.Transformer(bl.preset("listops-seed", **fields)).eval()
+
+
+def cli_trace(tmp_path: Path, *flags: str) -> dict:
+    out = tmp_path / "trace.json"
+    assert main(["trace", "--preset", "listops-seed", *flags, "--json", str(out), "-q"]) == 0
+    return json.loads(out.read_text())
+
+
+def test_the_trace_api_returns_what_blocklab_trace_json_writes(client: TestClient, tmp_path: Path) -> None:
+    answer = client.post("/api/trace", json={"model": "listops-seed", "input": QUERY})
+    assert answer.status_code == 200
+    assert answer.json() == cli_trace(tmp_path, "--input", QUERY)
+    some = client.post("/api/trace", json={"model": "listops-seed", "input": QUERY, "target": "6",
+                                            "position": -1, "stages": ["blocks.1.*", "loss"]})
+    assert some.json() == cli_trace(tmp_path, "--input", QUERY, "--target", "6", "--position", "-1",
+                                    "--stages", "blocks.1.*", "--stages", "loss")
+
+
+def test_the_models_listing_carries_the_layout_table(client: TestClient) -> None:
+    models = {m["name"]: m for m in client.get("/api/models").json()["models"]}
+    pre = models["pre"]["layout"]
+    assert pre["name"] == "pre" and pre["output"] == "resid_post"
+    assert [s["name"] for s in pre["steps"]] == ["ln1", "attn", "resid_mid", "ln2", "ffn", "resid_post"]
+    assert pre["steps"][2] == {"type": "sum", "name": "resid_mid", "reads": ["resid_pre", "attn.out"],
+                               "x": "resid_pre", "branches": ["attn.out"], "residual": "res1", "out": "resid_mid"}
+    assert models["listops-seed"]["layout"]["steps"][0]["type"] == "sublayer"  # post-norm: attention first
+    assert models["tiny-lm"]["max_tokens"] == 4 and models["listops-seed"]["tokenizer"] is True
+
+
+def last_probs(logits: torch.Tensor, temperature: float = 1.0, k: int | None = None) -> torch.Tensor:
+    """softmax(logits / T) over the k largest, by hand."""
+    z = logits[0, -1].double() / temperature
+    if k is not None:
+        kth = z.sort(descending=True).values[k - 1]
+        z = torch.where(z >= kth, z, torch.tensor(float("-inf"), dtype=z.dtype))
+    return z.softmax(-1)
+
+
+def test_predict_bars_follow_temperature_and_top_k(client: TestClient) -> None:
+    model = oracle_model()
+    with torch.no_grad():
+        logits = model(torch.tensor([TOKENIZER.encode(QUERY)]))
+    for temperature, k in ((1.0, None), (0.5, 3), (2.5, 7)):
+        body = {"model": "listops-seed", "input": QUERY, "temperature": temperature, "top_k": k}
+        bars = client.post("/api/predict", json=body).json()["plain"]
+        expected = last_probs(logits, temperature, k)
+        assert bars["kept"] == (k or 18)
+        for token, p in zip(bars["ids"], bars["probs"], strict=True):
+            assert p == pytest.approx(float(expected[token]), abs=1e-9)
+        assert bars["ids"][0] == int(expected.argmax())
+
+
+@pytest.mark.parametrize("ablation, stage", [
+    ({"kind": "head", "block": 0, "index": 1}, "blocks.0.attn.z"),
+    ({"kind": "neuron", "block": 1, "index": 17}, "blocks.1.ffn.act"),
+    ({"kind": "sublayer", "block": 1, "name": "attn"}, "blocks.1.attn.out"),
+])
+def test_an_ablation_gives_the_hook_apis_numbers(client: TestClient, ablation: dict, stage: str) -> None:
+    def zero(x: torch.Tensor, hook: object) -> torch.Tensor:
+        x = x.clone()
+        if ablation["kind"] == "head":
+            x[:, :, 1] = 0
+        elif ablation["kind"] == "neuron":
+            x[..., 17] = 0
+        else:
+            x[:] = 0
+        return x
+
+    model = oracle_model()
+    tokens = torch.tensor([TOKENIZER.encode(QUERY)])
+    with torch.no_grad(), model.hooks({stage: zero}):
+        ablated = last_probs(model(tokens))
+        _, cache = model.run_with_cache(tokens)
+    answer = client.post("/api/predict", json={"model": "listops-seed", "input": QUERY, "ablate": [ablation]}).json()
+    for token, p in zip(answer["ablated"]["ids"], answer["ablated"]["probs"], strict=True):
+        assert p == pytest.approx(float(ablated[token]), abs=1e-9)
+    assert answer["plain"]["probs"] != answer["ablated"]["probs"]
+    # every downstream number of the trace moves with it: the final stream equals the hooked forward's
+    trace = client.post("/api/trace", json={"model": "listops-seed", "input": QUERY, "ablate": [ablation],
+                                            "stages": ["blocks.1.ln2"]}).json()
+    shown = torch.tensor(trace["stages"][0]["values"], dtype=torch.float64)
+    assert torch.allclose(shown, cache["blocks.1.ln2"][0].double(), atol=1e-6)
+
+
+def test_gradients_split_each_connection_into_identity_and_branch(client: TestClient) -> None:
+    model = oracle_model()
+    tokens = torch.tensor([TOKENIZER.encode(QUERY)])
+    targets = torch.full_like(tokens, -100)
+    targets[0, -1] = TOKENIZER.encode("6")[0]
+    (_, loss), cache = model.run_with_cache(tokens, targets=targets, backward=True)
+    answer = client.post("/api/gradients", json={"model": "listops-seed", "input": QUERY, "target": "6"})
+    assert answer.status_code == 200
+    got = answer.json()
+    assert got["loss"] == pytest.approx(float(loss), abs=1e-6)
+    for name in ("blocks.0.resid_pre", "blocks.1.ln1", "blocks.0.ffn.act"):
+        by_hand = cache.grads[name][0].double().norm(dim=-1)
+        assert got["stages"][name] == pytest.approx(by_hand.tolist(), rel=1e-5, abs=1e-9)
+    for layer in range(2):  # post-norm, add: resid_mid = resid_pre + attn.out
+        attn = got["paths"][layer]["attn"]
+        identity = cache.grads[f"blocks.{layer}.resid_mid"][0].double().norm(dim=-1)  # d(x + F)/dx = I
+        total = cache.grads[f"blocks.{layer}.resid_pre"][0].double().norm(dim=-1)
+        assert attn["identity"] == pytest.approx(identity.tolist(), rel=1e-5, abs=1e-9)
+        assert attn["total"] == pytest.approx(total.tolist(), rel=1e-5, abs=1e-9)
+
+
+def test_a_generation_step_appends_the_most_likely_token(client: TestClient) -> None:
+    model = oracle_model()
+    ids = TOKENIZER.encode("Max ( 1 , 6")
+    with torch.no_grad():
+        best = int(model(torch.tensor([ids]))[0, -1].argmax())
+    answer = client.post("/api/step", json={"model": "listops-seed", "input": "Max ( 1 , 6"}).json()
+    assert answer["id"] == best and answer["input"] == TOKENIZER.decode([*ids, best])
+    ids_only = client.post("/api/step", json={"model": "listops-seed", "tokens": [11, 15, 2]}).json()
+    assert ids_only["tokens"].startswith("11,15,2,")
+
+
+BAD = [
+    ({"model": "gpt-5", "input": QUERY}, 404, "unknown model 'gpt-5'; this server serves: listops-seed"),
+    ({"model": "listops-seed", "input": "x" * (MAX_TEXT + 1)}, 413, "longer than"),
+    ({"model": "tiny-lm", "input": "I like I like I like"}, 413, "this model takes at most 4"),
+    ({"model": "listops-seed", "input": "Max ( 1 , banana )"}, 400, "banana"),
+    ({"model": "listops-seed", "tokens": [1, 99]}, 400, "token id 99 is out of range"),
+    ({"model": "listops-seed"}, 400, "give the input"),
+    ({"model": "listops-seed", "input": QUERY, "temperature": 0}, 400, "temperature 0"),
+    ({"model": "listops-seed", "input": QUERY, "top_k": -2}, 400, "top_k -2"),
+    ({"model": "listops-seed", "input": QUERY, "ablate": [{"kind": "head", "block": 0, "index": 4}]}, 400,
+     "ablation head 4 is out of range (0..3)"),
+    ({"model": "listops-seed", "input": QUERY, "ablate": [{"kind": "head", "block": 9}]}, 400, "block 9"),
+    ({"model": "listops-seed", "input": QUERY, "stages": ["nope.*"]}, 400, "nope"),
+    ([1, 2], 400, "must be a JSON object"),
+]
+
+
+@pytest.mark.parametrize("body, status, message", BAD)
+def test_a_bad_request_gets_a_4xx_json_message_and_the_next_one_works(client: TestClient, body: object,
+                                                                      status: int, message: str) -> None:
+    answer = client.post("/api/trace", json=body)
+    assert answer.status_code == status and message in answer.json()["error"], answer.text
+    assert client.post("/api/predict", json={"model": "listops-seed", "input": QUERY}).status_code == 200
+
+
+def test_malformed_oversized_or_non_json_bodies_are_refused(client: TestClient) -> None:
+    json_type = {"Content-Type": "application/json"}
+    cases = [
+        (client.post("/api/trace", content=b"{bad", headers=json_type), 400, "not JSON"),
+        (client.post("/api/trace", content=b'{"model": NaN}', headers=json_type), 400, "not JSON"),
+        (client.post("/api/trace", content=b"x" * (MAX_BODY + 1), headers=json_type), 413, "over"),
+        (client.post("/api/trace", content=b"model=listops-seed",
+                     headers={"Content-Type": "application/x-www-form-urlencoded"}), 415, "as JSON"),
+        (client.post("/api/nothing", json={}), 404, "no API call 'nothing'"),
+        (client.get("/static/../app.py"), 404, ""),
+        (client.get("/api/models", headers={"Host": "evil.example"}), 400, ""),
+    ]
+    for answer, status, message in cases:
+        assert answer.status_code == status, answer.text
+        if message:
+            assert message in answer.json()["error"]
+    assert client.get("/api/models").status_code == 200
+
+
+def test_concurrent_requests_do_not_see_each_others_ablations(client: TestClient) -> None:
+    bodies = [{"model": "listops-seed", "input": q, "ablate": a} for q in (QUERY, "Min ( 3 , 9 , 4 )")
+              for a in ([], [{"kind": "head", "block": 0, "index": h} for h in range(4)],
+                        [{"kind": "sublayer", "block": 0, "name": "ffn"}])]
+    alone = [client.post("/api/predict", json=b).json() for b in bodies]
+    results: dict[int, list] = {i: [] for i in range(len(bodies))}
+
+    def ask(i: int) -> None:
+        for _ in range(4):
+            results[i].append(client.post("/api/predict", json=bodies[i]).json())
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(bodies))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, answers in results.items():
+        assert answers == [alone[i]] * 4
+
+
+def test_the_page_and_its_files_are_served_without_anything_from_elsewhere(client: TestClient) -> None:
+    page = client.get("/")
+    assert page.status_code == 200 and "<script src=\"/static/explore.js\">" in page.text
+    script = client.get("/static/explore.js")
+    assert script.status_code == 200 and script.headers["content-type"].startswith("text/javascript")
+    for text in (page.text, script.text, client.get("/static/explore.css").text):
+        assert "http://" not in text.replace("http://www.w3.org/2000/svg", "") and "https://" not in text
+
+
+def test_the_command_says_how_to_install_the_extra_when_it_is_missing(monkeypatch, capsys) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name, *a))
+    assert main(["explore", "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'blocklab[explore]'" in err and "uvicorn is not installed" in err
