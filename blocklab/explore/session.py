@@ -355,7 +355,8 @@ def gradients(request: Request) -> dict[str, Any]:
         finally:
             model.train(was_training)
     stages = {n: _per_position(n, g) for n, g in grads.items() if g.dim() >= 2}
-    return {"loss": float(loss.detach()), "target": {"id": aim, "token": request.target, "position": len(ids) - 1},
+    return {"loss": float(loss.detach()),
+            "target": {"id": aim, "token": request.target, "position": len(ids) - 1},
             "stages": stages, "paths": paths}
 
 

@@ -66,7 +66,8 @@ def test_the_models_listing_carries_the_layout_table(client: TestClient) -> None
     assert pre["name"] == "pre" and pre["output"] == "resid_post"
     assert [s["name"] for s in pre["steps"]] == ["ln1", "attn", "resid_mid", "ln2", "ffn", "resid_post"]
     assert pre["steps"][2] == {"type": "sum", "name": "resid_mid", "reads": ["resid_pre", "attn.out"],
-                               "x": "resid_pre", "branches": ["attn.out"], "residual": "res1", "out": "resid_mid"}
+                               "x": "resid_pre", "branches": ["attn.out"], "residual": "res1",
+                               "out": "resid_mid"}
     assert models["listops-seed"]["layout"]["steps"][0]["type"] == "sublayer"  # post-norm: attention first
     assert models["tiny-lm"]["max_tokens"] == 4 and models["listops-seed"]["tokenizer"] is True
 
@@ -115,7 +116,8 @@ def test_an_ablation_gives_the_hook_apis_numbers(client: TestClient, ablation: d
     with torch.no_grad(), model.hooks({stage: zero}):
         ablated = last_probs(model(tokens))
         _, cache = model.run_with_cache(tokens)
-    answer = client.post("/api/predict", json={"model": "listops-seed", "input": QUERY, "ablate": [ablation]}).json()
+    body = {"model": "listops-seed", "input": QUERY, "ablate": [ablation]}
+    answer = client.post("/api/predict", json=body).json()
     for token, p in zip(answer["ablated"]["ids"], answer["ablated"]["probs"], strict=True):
         assert p == pytest.approx(float(ablated[token]), abs=1e-9)
     assert answer["plain"]["probs"] != answer["ablated"]["probs"]
@@ -235,7 +237,8 @@ def test_the_command_says_how_to_install_the_extra_when_it_is_missing(monkeypatc
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "uvicorn" else real(name, *a))
     assert main(["explore", "--port", "0"]) == 2
     err = capsys.readouterr().err
     assert "pip install 'blocklab[explore]'" in err and "uvicorn is not installed" in err

@@ -28,7 +28,8 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not instal
                                                           "scripts/ensure-chromium.sh)")
 TOKENIZER = get_task("listops").tokenizer
 TYPED = "Min ( 3 , 9 , 4 )"
-RENDERED = "document.documentElement.dataset.rendered && document.documentElement.dataset.rendered !== 'error'"
+RENDERED = ("document.documentElement.dataset.rendered && "
+            "document.documentElement.dataset.rendered !== 'error'")
 
 
 @pytest.fixture(scope="module")
@@ -77,9 +78,11 @@ def test_typing_retraces_and_the_page_shows_the_trace_jsons_numbers(page: object
     out = tmp_path / "trace.json"
     assert main(["trace", "--preset", "listops-seed", "--input", TYPED, "--json", str(out), "-q"]) == 0
     stages = {s["name"]: s for s in json.loads(out.read_text())["stages"]}
-    cells = page.eval_on_selector_all("td[data-stat]", "els => els.map(e => [e.dataset.stage, e.dataset.stat, "
-                                                       "+e.dataset.position, e.textContent])")
-    assert {c[0] for c in cells} >= {"blocks.0.resid_pre", "blocks.0.ln1", "blocks.0.ffn.hidden", "blocks.0.ln2"}
+    cells = page.eval_on_selector_all(
+        "td[data-stat]",
+        "els => els.map(e => [e.dataset.stage, e.dataset.stat, +e.dataset.position, e.textContent])")
+    assert {c[0] for c in cells} >= {"blocks.0.resid_pre", "blocks.0.ln1", "blocks.0.ffn.hidden",
+                                     "blocks.0.ln2"}
     for stage, stat, position, text in cells:
         record = stages[stage]
         assert float(text) == pytest.approx(record[stat][record["positions"].index(position)], abs=0.5e-4)
@@ -92,7 +95,8 @@ def test_clicking_a_head_ablates_it_with_the_hook_apis_numbers(page: object) -> 
     page.wait_for_selector("#heads button[data-head='2']")
     page.click("#heads button[data-head='2']")
     page.wait_for_function(f"({RENDERED}) && document.querySelector('.bars.ablated')", timeout=60_000)
-    rows = page.eval_on_selector_all(".bar.ablated", "els => els.map(e => [+e.dataset.tokenId, +e.dataset.prob])")
+    rows = page.eval_on_selector_all(".bar.ablated",
+                                     "els => els.map(e => [+e.dataset.tokenId, +e.dataset.prob])")
 
     def zero_head_2(x: torch.Tensor, hook: object) -> torch.Tensor:
         x = x.clone()
@@ -112,9 +116,9 @@ def test_clicking_a_head_ablates_it_with_the_hook_apis_numbers(page: object) -> 
 
 def test_switching_models_redraws_the_page_for_the_other_model(page: object) -> None:
     page.select_option("#model", "tiny-lm")
-    page.wait_for_function(f"({RENDERED}) && document.getElementById('source').textContent.includes('tiny-lm')",
-                           timeout=60_000)
+    page.wait_for_function(
+        f"({RENDERED}) && document.getElementById('source').textContent.includes('tiny-lm')", timeout=60_000)
     assert shown_tokens(page) == ["<BOS>", "I", "like"]
     layout = page.eval_on_selector_all("svg#diagram .node", "els => els.map(e => e.dataset.stage)")
-    assert layout[:3] == ["blocks.0.resid_pre", "blocks.0.attn.out", "blocks.0.resid_mid"]  # post-norm, from data
+    assert layout[:3] == ["blocks.0.resid_pre", "blocks.0.attn.out", "blocks.0.resid_mid"]  # post-norm
     assert page.errors == []
