@@ -62,6 +62,7 @@ def test_hooks_overhead_peer_touches_no_hook_point_and_agrees(fields, grad, monk
 # did break so). The numbers are not checked here: the records under benchmarks/results/ are.
 SMOKE_RUNS = [
     ("block_step.py --rounds 1", "torch-pre"),
+    ("explore_latency.py --rounds 2 --models listops-seed", "a keystroke"),
     ("fused_by_shape.py --rounds 1", "load average"),
     ("generate.py --layers 1 --d-model 64 --heads 2 --vocab 100 --prompt 4 --new 4 --repeats 1",
      "same tokens: True"),
