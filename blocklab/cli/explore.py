@@ -7,6 +7,7 @@ The models are built here, once, as ``blocklab trace`` builds them (``--model`` 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import warnings
 from pathlib import Path
@@ -21,6 +22,7 @@ from .args import (
     at_least,
     one_of,
     parse_name,
+    parse_vary,
     set_fields,
 )
 
@@ -44,6 +46,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--preset", dest="presets", action="append", default=[], type=parse_name, metavar="NAME",
                    help="serve this preset, built with --seed and the config flags (repeatable); "
                         + one_of(PRESETS, "listops-seed when no --model is given"))
+    p.add_argument("--vary", action="append", default=[], metavar="FIELD=V1,V2",
+                   help="also serve each preset with this ModelConfig field at each value, the same seed, "
+                        "to compare side by side (repeatable: the grid is the product), e.g. "
+                        "norm_position=post,pre")
     add_config_flags(p, with_preset=False)
     add_seed_flag(p, "seed the presets' weights are drawn with")
     add_model_flag(p, required=False, what="serve this model (repeatable)", repeatable=True)
@@ -74,8 +80,21 @@ def models_for_args(args: argparse.Namespace) -> dict:
         start = example or (TEXT_EXAMPLE if subject.tokenizer else IDS_EXAMPLE)
         served[unique] = Explored(unique, subject, start)
 
+    grid = parse_vary(args.vary)
+    unknown = [f for f in grid if f not in FIELDS]
+    if unknown:
+        raise UsageError(f"--vary {unknown[0]}: explore varies ModelConfig fields only ({', '.join(FIELDS)})")
+    if grid and not presets:
+        raise UsageError("--vary builds variants of a --preset; name one")
     for name in presets:
         add(name, preset_subject(name, args.seed, overrides), EXAMPLES.get(name))
+        for values in itertools.product(*grid.values()):
+            changed = dict(zip(grid, values, strict=True))
+            if all(overrides.get(k, PRESETS[name].get(k)) == v for k, v in changed.items()):
+                continue  # the preset as built above
+            label = " ".join(f"{k}={v}" for k, v in changed.items())
+            subject = preset_subject(name, args.seed, {**overrides, **changed})
+            add(f"{name} {label}", subject, EXAMPLES.get(name))
     for path in args.models:
         add(Path(path).name or path, model_subject(path))
     return served

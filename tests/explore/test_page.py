@@ -34,9 +34,10 @@ RENDERED = ("document.documentElement.dataset.rendered && "
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    """``blocklab explore`` over two presets on a free port; its URL."""
+    """``blocklab explore`` over two presets and their pre-norm variants on a free port; its URL."""
     proc = subprocess.Popen([sys.executable, "-m", "blocklab", "explore", "--preset", "listops-seed",
-                             "--preset", "tiny-lm", "--port", "0"], stdout=subprocess.PIPE,
+                             "--preset", "tiny-lm", "--vary", "norm_position=post,pre",
+                             "--port", "0"], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
         line = proc.stdout.readline()
@@ -68,7 +69,8 @@ def shown_tokens(tab: object) -> list[str]:
 
 def test_typing_retraces_and_the_page_shows_the_trace_jsons_numbers(page: object, tmp_path: Path) -> None:
     page.focus("#model")
-    page.keyboard.press("Tab")  # the input is the next stop from the keyboard
+    page.keyboard.press("Tab")  # model, compare, input: the page is used from the keyboard
+    page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.id") == "input"
     page.keyboard.press("Control+A")
     page.keyboard.type(TYPED)
@@ -111,6 +113,23 @@ def test_clicking_a_head_ablates_it_with_the_hook_apis_numbers(page: object) -> 
     for token, p in rows:
         assert p == pytest.approx(float(probs[token]), abs=1e-9)
     assert page.get_attribute("#heads button[data-head='2']", "aria-pressed") == "true"
+    assert page.errors == []
+
+
+def test_a_variant_compared_side_by_side_shows_its_own_numbers(page: object) -> None:
+    page.select_option("#compare", "listops-seed norm_position=pre")
+    page.wait_for_function(f"({RENDERED}) && document.querySelector('.bars.compared')", timeout=60_000)
+    rows = page.eval_on_selector_all(".bar.compared",
+                                     "els => els.map(e => [+e.dataset.tokenId, +e.dataset.prob])")
+    torch.manual_seed(0)  # the same seed, the other layout
+    model = bl.Transformer(bl.preset("listops-seed", norm_position="pre")).eval()
+    with torch.no_grad():
+        probs = model(torch.tensor([TOKENIZER.encode("Max ( 1 , 6 , 2 )")]))[0, -1].double().softmax(-1)
+    assert len(rows) == 18
+    for token, p in rows:
+        assert p == pytest.approx(float(probs[token]), abs=1e-9)
+    shared = page.eval_on_selector_all("div.compared", "els => els.map(e => e.parentNode.dataset.stage)")
+    assert "blocks.0.ln1" in shared and "blocks.0.attn.q" in shared  # the stages both layouts have
     assert page.errors == []
 
 

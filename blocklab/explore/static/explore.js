@@ -9,7 +9,7 @@
   var STATS = ["mean", "var", "std", "min", "max", "l2"];
   var DECIMALS = 4, MAX_COLUMNS = 256, DEBOUNCE_MS = 250;
   var state = { models: [], model: null, group: "block-0", ablate: [], position: null, trace: null,
-                serial: 0, timer: null, current: null };
+                serial: 0, timer: null, current: null, compare: null };
 
   // ---- talking to the server -------------------------------------------------------------------------
   function post(action, extra) {
@@ -449,6 +449,43 @@
       .catch(function (e) { setStatus(e.message, true); });
   }
 
+  // ---- a second model side by side (a variant of the same preset, the same seed) -----------------------
+  function comparable(m) {
+    return m.name !== state.model.name && m.tokenizer === state.model.tokenizer &&
+      m.config.vocab_size === state.model.config.vocab_size;
+  }
+  function drawCompareChoices() {
+    var select = $("compare"), keep = state.compare;
+    select.innerHTML = '<option value="">nothing</option>';
+    state.models.filter(comparable).forEach(function (m) {
+      var o = document.createElement("option"); o.value = m.name; o.textContent = m.name; select.appendChild(o);
+    });
+    state.compare = state.models.some(function (m) { return m.name === keep && comparable(m); }) ? keep : null;
+    select.value = state.compare || "";
+  }
+  $("compare").addEventListener("change", function () { state.compare = $("compare").value || null; retrace(0); });
+  function compare(serial) {
+    // the compared model's stats under each stage card it shares, and its bars under ours (no ablations)
+    if (!state.compare) { return Promise.resolve(); }
+    var other = state.models.filter(function (m) { return m.name === state.compare; })[0];
+    var shared = groupStages(state.group).filter(function (n) { return other.stages.indexOf(n) >= 0; });
+    var asks = [post("predict", { model: other.name, ablate: [] })];
+    if (shared.length) { asks.push(post("trace", { model: other.name, ablate: [], stages: shared })); }
+    return Promise.all(asks).then(function (found) {
+      if (serial !== state.serial) { return; }
+      $("bars").appendChild(barList("compare: " + other.name, found[0].plain, "compared"));
+      if (!found[1]) { return; }
+      found[1].stages.forEach(function (s) {
+        var card = document.getElementById("stage-" + s.name);
+        if (!card) { return; }
+        var box = document.createElement("div"), h = document.createElement("h5");
+        box.className = "compared"; box.dataset.model = other.name;
+        h.textContent = "compare: " + other.name + " — " + s.explanation;
+        box.appendChild(h); box.appendChild(statsTable(found[1], s)); card.appendChild(box);
+      });
+    });
+  }
+
   // ---- gradients ---------------------------------------------------------------------------------------
   $("grad").addEventListener("click", function () {
     if (!$("target").value.trim()) { setStatus("gradients need a target token (the box beside the input)", true); return; }
@@ -505,7 +542,7 @@
       if (state.position !== null && state.position >= trace.input.tokens.length) { state.position = null; }
       drawTokens(trace); drawStages(trace);
       setStatus("traced " + trace.input.tokens.length + " tokens in " + Math.round(performance.now() - started) + " ms");
-      return predict().then(function () {
+      return predict().then(function () { return compare(serial); }).then(function () {
         if (serial === state.serial) { document.documentElement.setAttribute("data-rendered", String(serial)); }
       });
     }).catch(function (e) {
@@ -530,7 +567,7 @@
     if (params.get("input") !== null && state.first) { $("input").value = params.get("input"); }
     else if (!$("input").value || !state.first) { $("input").value = m.example; }
     state.first = false;
-    drawGroups(); drawDiagram(); drawIntervene(); retrace(0);
+    drawCompareChoices(); drawGroups(); drawDiagram(); drawIntervene(); retrace(0);
   }
   fetch("/api/models").then(function (r) { return r.json(); }).then(function (data) {
     state.models = data.models;
@@ -540,8 +577,10 @@
       var o = document.createElement("option"); o.value = m.name; o.textContent = m.name; select.appendChild(o);
     });
     select.addEventListener("change", function () { chooseModel(select.value); });
-    var asked = new URLSearchParams(window.location.search).get("model");
+    var params = new URLSearchParams(window.location.search), asked = params.get("model");
     if (asked && data.models.some(function (m) { return m.name === asked; })) { select.value = asked; }
+    state.compare = params.get("compare");  // a link may choose the model compared and the group shown
+    if (params.get("group")) { state.group = params.get("group"); }
     chooseModel(select.value);
   }).catch(function (e) { setStatus("cannot reach the server: " + e.message, true); });
 })();
