@@ -17,13 +17,16 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+import warnings
 
 import torch
-from starlette.testclient import TestClient
 
-from blocklab.cli.trace import preset_subject
-from blocklab.explore.app import create_app
-from blocklab.explore.session import Explored
+warnings.filterwarnings("ignore", message="Using `httpx` with")  # Starlette's TestClient on this httpx
+from starlette.testclient import TestClient  # noqa: E402
+
+from blocklab.cli.trace import preset_subject  # noqa: E402
+from blocklab.explore.app import create_app  # noqa: E402
+from blocklab.explore.session import Explored  # noqa: E402
 
 TARGET_MS = {"listops-seed": 100.0, "gpt2": 1000.0}
 INPUTS = {"listops-seed": ["Max ( 1 , 6 , 2 )", "Min ( 3 , 9 , 4 )", "First ( 7 , 2 , 5 )"]}

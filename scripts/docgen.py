@@ -61,9 +61,9 @@ MACHINE_DEPENDENT: dict[str, str] = {
 }
 _MASK = re.compile("|".join(f"(?:{p})" for p in MACHINE_DEPENDENT.values()))
 
-__all__ = ["MACHINE_DEPENDENT", "api_reference", "cli_reference", "emit", "fields_table", "head",
-           "lines_matching", "machine", "mask_table", "py_above", "recorded", "render", "results_json", "run",
-           "setup", "sh"]
+__all__ = ["MACHINE_DEPENDENT", "api_reference", "cli_reference", "emit", "explore_shots", "fields_table",
+           "head", "lines_matching", "machine", "mask_table", "py_above", "recorded", "render",
+           "results_json", "run", "setup", "sh"]
 
 MODE = os.environ.get("DOCGEN_MODE", "write")  # "write", "check" or "record"; set by main()
 _work: Path | None = None
@@ -309,6 +309,7 @@ RECORDED: dict[str, str] = {
     "trainer-costs": "python benchmarks/time_to_target.py --costs",
     "optimizer-bits": "python benchmarks/optimizer_bits.py",
     "page-faults": "python benchmarks/page_faults.py",
+    "explore-latency": "python benchmarks/explore_latency.py",
     "ablate-demo": "blocklab ablate --task listops --vary norm_position=post,pre --vary n_layers=2,6 "
                    "--seeds 2 --steps 300 --jobs 2 --out runs/ablate-demo",
 }
@@ -333,6 +334,85 @@ def record(name: str) -> None:
     output = run(RECORDED[name], timeout=4 * 3600)
     where = f"Recorded by `make results` on {time.strftime('%Y-%m-%d')}: {before} at the start."
     (RESULTS / f"{name}.txt").write_text(f"$ {RECORDED[name]}\n{output}\n{where}\n")
+
+
+# ---- screenshots of the live page (docs/explore.md) ----------------------------------------------------
+
+
+def _drawn_after(before: str) -> str:
+    """A JavaScript test: the page has drawn a trace (its data-rendered serial) other than ``before``."""
+    return ("(function () { var r = document.documentElement.dataset.rendered; "
+            f"return !!r && r !== 'error' && r !== {json.dumps(before)}; }})()")
+
+
+def explore_shots(command: str, shots: list[dict]) -> None:
+    """Start `command` (`blocklab explore ... --port 0`) in the scratch folder, drive Debian's headless
+    Chromium through Playwright over each shot, and show the command, the line it printed (with the default
+    port), then each screenshot under what the page showed in words (read from the page: `check` compares it).
+
+    A shot: `png` (its file under docs/images/), `alt`, `query` (the page's URL query: model, compare,
+    group), `fill` ({selector: text}), `click` ([(selector, selector to wait for, or None: the next trace)]),
+    `element` (a selector: the shot is of that element only), `read` (a JavaScript expression whose text
+    is shown above the image). `write` saves the PNGs; `check` takes them in a scratch folder (the page must
+    still work) and compares the words.
+    """
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        raise RuntimeError("explore_shots needs Playwright (the test extra: pip install -e '.[test]')") \
+            from None
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        raise RuntimeError("explore_shots needs chromium: bash scripts/ensure-chromium.sh")
+    proc = subprocess.Popen(["bash", "-c", command], cwd=work_dir(), env=_env(), text=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    _running.append(proc)
+    try:
+        line = proc.stdout.readline().strip()
+        found = re.search(r"http://[\w.\[\]:]+:(\d+)/", line)
+        if found is None:
+            raise RuntimeError(f"`{command}` printed no URL: {line}")
+        url, shown_line = found.group(0), line.replace(f":{found.group(1)}/", ":8000/")
+        parts = [_fence("console", f"$ {command.replace(' --port 0', '')}\n{shown_line}")]
+        with sync_playwright() as p, tempfile.TemporaryDirectory() as scratch:
+            browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
+            parts += [_shoot(browser, url, shot, Path(scratch)) for shot in shots]
+            browser.close()
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+        _running.remove(proc)
+    emit("\n".join(parts))
+
+
+def _shoot(browser: object, url: str, shot: dict, scratch: Path) -> str:
+    """One screenshot of the page (see explore_shots); the words read from it, and the image's Markdown."""
+    page = browser.new_page(viewport={"width": 1400, "height": shot.get("height", 900)})
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(url + shot.get("query", ""))
+    page.wait_for_function(_drawn_after(""), timeout=120_000)
+    for selector, text in shot.get("fill", {}).items():
+        before = page.evaluate("document.documentElement.dataset.rendered")
+        page.fill(selector, text)
+        page.wait_for_function(_drawn_after(before), timeout=120_000)
+    for selector, wait in shot.get("click", []):
+        before = page.evaluate("document.documentElement.dataset.rendered")
+        page.click(selector)
+        if wait:
+            page.wait_for_selector(wait, timeout=120_000)
+        else:
+            page.wait_for_function(_drawn_after(before), timeout=120_000)
+    words = str(page.evaluate(shot["read"])) if shot.get("read") else ""
+    target = (ROOT / "docs" / "images" if MODE == "write" else scratch) / shot["png"]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    (page.locator(shot["element"]).first if shot.get("element") else page).screenshot(path=str(target))
+    page.close()
+    if errors:
+        raise RuntimeError(f"the page logged errors for {shot['png']}: {errors}")
+    return (f"{words}\n\n" if words else "") + f"![{shot['alt']}](images/{shot['png']})\n"
 
 
 def fields_table(dotted: str, meanings: dict[str, str]) -> None:

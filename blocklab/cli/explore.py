@@ -25,11 +25,12 @@ from .args import (
     parse_vary,
     set_fields,
 )
+from .trace import Subject
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-# the input the page starts with: a preset's task's own kind of sentence, else a generic one
-EXAMPLES = {"listops-seed": "Max ( 1 , 6 , 2 )", "llama-seed": "Max ( 1 , 6 , 2 )", "tiny-lm": "<BOS> I like"}
-TEXT_EXAMPLE, IDS_EXAMPLE = "The cat sat on the", "1,2,3,4"
+# the input the page starts with: the first its tokenizer reads (a task's vocabulary refuses the others)
+EXAMPLES = ("The cat sat on the", "Max ( 1 , 6 , 2 )", "<BOS> I like")
+IDS_EXAMPLE = "1,2,3,4"
 DEFAULT_PORT = 8000
 
 
@@ -65,7 +66,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 def models_for_args(args: argparse.Namespace) -> dict:
     """The served models by name, built once: each --preset (with the config flags), each --model."""
     from ..explore.session import Explored
-    from .trace import Subject, model_subject, preset_subject
+    from .trace import model_subject, preset_subject
 
     overrides = set_fields(args, FIELDS)
     presets = args.presets or ([] if args.models else ["listops-seed"])
@@ -73,12 +74,11 @@ def models_for_args(args: argparse.Namespace) -> dict:
         raise UsageError(f"config flags ({', '.join(overrides)}) apply to --preset, not to --model")
     served: dict[str, Explored] = {}
 
-    def add(name: str, subject: Subject, example: str | None = None) -> None:
+    def add(name: str, subject: Subject) -> None:
         unique, n = name, 2
         while unique in served:
             unique, n = f"{name} ({n})", n + 1
-        start = example or (TEXT_EXAMPLE if subject.tokenizer else IDS_EXAMPLE)
-        served[unique] = Explored(unique, subject, start)
+        served[unique] = Explored(unique, subject, example(subject))
 
     grid = parse_vary(args.vary)
     unknown = [f for f in grid if f not in FIELDS]
@@ -87,17 +87,32 @@ def models_for_args(args: argparse.Namespace) -> dict:
     if grid and not presets:
         raise UsageError("--vary builds variants of a --preset; name one")
     for name in presets:
-        add(name, preset_subject(name, args.seed, overrides), EXAMPLES.get(name))
+        add(name, preset_subject(name, args.seed, overrides))
         for values in itertools.product(*grid.values()):
             changed = dict(zip(grid, values, strict=True))
             if all(overrides.get(k, PRESETS[name].get(k)) == v for k, v in changed.items()):
                 continue  # the preset as built above
             label = " ".join(f"{k}={v}" for k, v in changed.items())
             subject = preset_subject(name, args.seed, {**overrides, **changed})
-            add(f"{name} {label}", subject, EXAMPLES.get(name))
+            add(f"{name} {label}", subject)
     for path in args.models:
         add(Path(path).name or path, model_subject(path))
     return served
+
+
+def example(subject: Subject) -> str:
+    """The input the page starts with for ``subject``: the first of ``EXAMPLES`` its tokenizer reads and
+    the model takes (ids without a tokenizer)."""
+    if subject.tokenizer is None:
+        return IDS_EXAMPLE
+    for text in EXAMPLES:
+        try:
+            ids = subject.tokenizer.encode(text)
+        except (ValueError, KeyError):
+            continue
+        if 0 < len(ids) <= subject.model.config.max_seq_len:
+            return text
+    return ""
 
 
 def cmd_explore(args: argparse.Namespace) -> int:

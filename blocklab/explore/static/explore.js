@@ -39,6 +39,10 @@
 
   // ---- number formatting and colour (as the static page) --------------------------------------------
   function fmt(v) { return v === null || v === undefined ? "masked" : v.toFixed(DECIMALS); }
+  function small(v) {  // a gradient norm: tiny ones in exponent notation, not 0.0000
+    var a = Math.abs(v);
+    return a !== 0 && a < 1e-3 ? v.toExponential(2) : v.toFixed(DECIMALS);
+  }
   function mix(stops, t) {
     t = Math.max(0, Math.min(1, t));
     var i = t < 0.5 ? 0 : 1, u = t < 0.5 ? t * 2 : (t - 0.5) * 2, a = stops[i], b = stops[i + 1];
@@ -504,7 +508,7 @@
       r.paths.forEach(function (layer, b) {
         ["attn", "ffn"].forEach(function (kind) {
           var q = layer[kind], tr = document.createElement("tr");
-          [String(b), kind, fmt(q.total[last]), fmt(q.identity[last]), fmt(q.branch[last])].forEach(function (text) {
+          [String(b), kind, small(q.total[last]), small(q.identity[last]), small(q.branch[last])].forEach(function (text) {
             var td = document.createElement("td"); td.textContent = text; tr.appendChild(td);
           });
           body.appendChild(tr);
@@ -517,7 +521,7 @@
       var body2 = document.createElement("tbody");
       Object.keys(r.stages).forEach(function (name) {
         var tr = document.createElement("tr");
-        [name, fmt(r.stages[name][Math.min(last, r.stages[name].length - 1)])].forEach(function (text) {
+        [name, small(r.stages[name][Math.min(last, r.stages[name].length - 1)])].forEach(function (text) {
           var td = document.createElement("td"); td.textContent = text; tr.appendChild(td);
         });
         body2.appendChild(tr);
