@@ -4,8 +4,7 @@
 (function () {
   "use strict";
   var $ = function (id) { return document.getElementById(id); };
-  var DIV = [[33, 102, 172], [247, 247, 247], [178, 24, 43]];  // the static trace page's colour stops
-  var SEQ = [[247, 251, 255], [107, 174, 214], [8, 48, 107]];
+  var C = blocklabColours;  // the static trace page's colour scales, number format and colorbar (colours.js)
   var STATS = ["mean", "var", "std", "min", "max", "l2"];
   var DECIMALS = 4, MAX_COLUMNS = 256, DEBOUNCE_MS = 250;
   var state = { models: [], model: null, group: "block-0", ablate: [], position: null, trace: null,
@@ -43,11 +42,6 @@
     var a = Math.abs(v);
     return a !== 0 && a < 1e-3 ? v.toExponential(2) : v.toFixed(DECIMALS);
   }
-  function mix(stops, t) {
-    t = Math.max(0, Math.min(1, t));
-    var i = t < 0.5 ? 0 : 1, u = t < 0.5 ? t * 2 : (t - 0.5) * 2, a = stops[i], b = stops[i + 1];
-    return "rgb(" + [0, 1, 2].map(function (k) { return Math.round(a[k] + (b[k] - a[k]) * u); }).join(",") + ")";
-  }
   function range(rows, sequential) {
     var lo = Infinity, hi = -Infinity;
     rows.forEach(function (r) { r.forEach(function (v) { if (v !== null) { lo = Math.min(lo, v); hi = Math.max(hi, v); } }); });
@@ -59,31 +53,33 @@
   var tip = $("tip");
   function heatmap(rows, rowLabels, colLabels, sequential, what) {
     // a canvas of rows x columns; hovering a cell shows its value and where it is
-    var R = rows.length, C = Math.min(rows[0].length, MAX_COLUMNS);
+    var R = rows.length, cols = Math.min(rows[0].length, MAX_COLUMNS);
     var left = 10 + 7 * Math.max.apply(null, rowLabels.map(function (s) { return s.length; }));
-    var cw = Math.max(3, Math.min(24, Math.floor(620 / C))), ch = R > 24 ? 9 : 14;
+    var cw = Math.max(3, Math.min(24, Math.floor(620 / cols))), ch = R > 24 ? 9 : 14;
     var canvas = document.createElement("canvas"), dpr = window.devicePixelRatio || 1;
-    var W = left + C * cw + 4, H = R * ch + 2, sel = state.position;
+    var ends = range(rows, sequential), bar = C.barRoom(ends[0], ends[1], DECIMALS);
+    var W = left + cols * cw + bar, H = Math.max(R * ch, 60) + 2, sel = state.position;
     canvas.width = W * dpr; canvas.height = H * dpr; canvas.style.width = W + "px"; canvas.style.height = H + "px";
-    var g = canvas.getContext("2d"), ends = range(rows, sequential);
+    var g = canvas.getContext("2d");
     g.setTransform(dpr, 0, 0, dpr, 0, 0);
     g.font = "11px ui-monospace, Menlo, monospace"; g.textBaseline = "middle"; g.textAlign = "right";
     for (var r = 0; r < R; r++) {
       g.fillStyle = "#344054"; g.fillText(rowLabels[r], left - 5, r * ch + ch / 2);
-      for (var c = 0; c < C; c++) {
+      for (var c = 0; c < cols; c++) {
         var v = rows[r][c];
-        g.fillStyle = v === null ? "#d0d5dd" : mix(sequential ? SEQ : DIV, (v - ends[0]) / (ends[1] - ends[0]));
+        g.fillStyle = v === null ? "#d0d5dd" : C.mix(sequential ? C.SEQ : C.DIV, (v - ends[0]) / (ends[1] - ends[0]));
         g.fillRect(left + c * cw, r * ch, cw, ch);
       }
       if (sel !== null && rowLabels[r].split(" ")[0] === String(sel)) {
-        g.strokeStyle = "#3056d3"; g.lineWidth = 2; g.strokeRect(left + 1, r * ch + 1, C * cw - 2, ch - 2);
+        g.strokeStyle = "#3056d3"; g.lineWidth = 2; g.strokeRect(left + 1, r * ch + 1, cols * cw - 2, ch - 2);
       }
     }
+    C.colorbar(g, left + cols * cw + 10, 1, Math.max(R * ch, 60), ends[0], ends[1], sequential, DECIMALS);
     canvas.dataset.range = ends[0] + "," + ends[1];
     canvas.addEventListener("mousemove", function (e) {
       var b = canvas.getBoundingClientRect();
       var c = Math.floor((e.clientX - b.left - left) / cw), r = Math.floor((e.clientY - b.top) / ch);
-      if (r < 0 || r >= R || c < 0 || c >= C) { tip.hidden = true; return; }
+      if (r < 0 || r >= R || c < 0 || c >= cols) { tip.hidden = true; return; }
       tip.textContent = what + "\n" + rowLabels[r] + " · " + (colLabels ? colLabels[c] : "feature " + c) +
         " = " + fmt(rows[r][c]);
       tip.hidden = false; tip.style.left = (e.clientX + 14) + "px"; tip.style.top = (e.clientY + 12) + "px";

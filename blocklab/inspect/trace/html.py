@@ -4,7 +4,8 @@ Stages are sections in forward order, each with its words, a heatmap (positions 
 for the residual stream and every other vector stage; one query x key map per head for
 attention, titled by layer and head) and its per-position statistics. A small inline script
 draws the heatmaps and their colorbars on canvases from data embedded in the page and shows each
-cell's value on hover. Attention maps share a colour scale so heads compare: per layer by default,
+cell's value on hover (its colour scales, number format and colorbars, ``COLOURS_JS``, are the explore page's
+too). Attention maps share a colour scale so heads compare: per layer by default,
 per head or per model by the page's control (or ``#scale=head`` in the link). When it has drawn
 them all the script sets ``data-rendered`` on the root element, and each canvas's ``data-range``
 (the scale it used): the browser tests read them.
@@ -242,7 +243,7 @@ def render_html(trace: Trace, decimals: int = 4) -> str:
               if trace.target else "")
     data = json.dumps({"maps": page.maps, "bars": page.bars}, separators=(",", ":")).replace("</", "<\\/")
     return TEMPLATE.format(
-        title=_e(f"blocklab trace · {' '.join(trace.tokens)}"), css=CSS, script=SCRIPT, data=data,
+        title=_e(f"blocklab trace · {' '.join(trace.tokens)}"), css=CSS, script=COLOURS_JS + SCRIPT, data=data,
         source=_e(trace.source), model=_e(model), chips=chips, target=target, overview=overview,
         toc="".join(toc), body="".join(body), scale=_scale_control() if page.bars else "",
     )
@@ -341,23 +342,16 @@ table.stats td:nth-child(2), table.stats th:nth-child(2) { text-align: left; }
        border-radius: 5px; font: 12px ui-monospace, monospace; z-index: 10; white-space: nowrap; }
 """
 
-SCRIPT = r"""
-(function () {
+# The colour scales, number format and colorbar of every heatmap blocklab draws: this page's, and the explore
+# page's (blocklab/explore serves this same text as /static/colours.js). Defines ``blocklabColours``.
+COLOURS_JS = r"""
+var blocklabColours = (function () {
   "use strict";
-  var data = JSON.parse(document.getElementById("maps").textContent);
-  var tip = document.getElementById("tip");
-  var DIV = [[33, 102, 172], [247, 247, 247], [178, 24, 43]];
-  var SEQ = [[247, 251, 255], [107, 174, 214], [8, 48, 107]];
+  var DIV = [[33, 102, 172], [247, 247, 247], [178, 24, 43]];  // diverging, symmetric about 0
+  var SEQ = [[247, 251, 255], [107, 174, 214], [8, 48, 107]];  // sequential (probabilities, weights)
   var FONT = "11px ui-monospace, Menlo, monospace", INK = "#344054";
   var probe = document.createElement("canvas").getContext("2d");
   probe.font = FONT;
-  function barRoom(lo, hi, decimals) {  // a colorbar at a map's right: gap, bar, tick, its widest number
-    var texts = [lo, (lo + hi) / 2, hi].map(function (v) {
-      return probe.measureText(number(v, decimals)).width;
-    });
-    return 10 + 17 + Math.ceil(Math.max.apply(null, texts)) + 4;
-  }
-  var mode = "layer";  // the attention maps' colour scale (SCALE_MODES in html.py)
   function mix(stops, t) {
     t = Math.max(0, Math.min(1, t));
     var i = t < 0.5 ? 0 : 1, u = t < 0.5 ? t * 2 : (t - 0.5) * 2, a = stops[i], b = stops[i + 1];
@@ -368,8 +362,12 @@ SCRIPT = r"""
     var a = Math.abs(v);
     return a !== 0 && (a >= 1e4 || a < 1e-3) ? v.toExponential(2) : v.toFixed(Math.min(decimals, 3));
   }
-  function scaleOf(m) { return m.scales ? m.scales[mode] : [m.vmin, m.vmax]; }
-  function longest(labels) { return Math.max.apply(null, labels.map(function (s) { return s.length; })); }
+  function barRoom(lo, hi, decimals) {  // a colorbar at a map's right: gap, bar, tick, its widest number
+    var texts = [lo, (lo + hi) / 2, hi].map(function (v) {
+      return probe.measureText(number(v, decimals)).width;
+    });
+    return 10 + 17 + Math.ceil(Math.max.apply(null, texts)) + 4;
+  }
   function colorbar(g, x, y, h, lo, hi, sequential, decimals) {
     // a vertical bar from lo (bottom) to hi (top), ticks at the ends and the middle (0 when diverging)
     for (var i = 0; i < h; i++) {
@@ -384,6 +382,21 @@ SCRIPT = r"""
       g.fillText(number(tick[0], decimals), x + 17, Math.min(Math.max(ty, y + 5), y + h - 5));
     });
   }
+  return { DIV: DIV, SEQ: SEQ, FONT: FONT, INK: INK, mix: mix, number: number, barRoom: barRoom,
+           colorbar: colorbar };
+})();
+"""
+
+SCRIPT = r"""
+(function () {
+  "use strict";
+  var data = JSON.parse(document.getElementById("maps").textContent);
+  var tip = document.getElementById("tip");
+  var C = blocklabColours, DIV = C.DIV, SEQ = C.SEQ, FONT = C.FONT, INK = C.INK;
+  var mix = C.mix, number = C.number, barRoom = C.barRoom, colorbar = C.colorbar;
+  var mode = "layer";  // the attention maps' colour scale (SCALE_MODES in html.py)
+  function scaleOf(m) { return m.scales ? m.scales[mode] : [m.vmin, m.vmax]; }
+  function longest(labels) { return Math.max.apply(null, labels.map(function (s) { return s.length; })); }
   function draw(canvas, m) {
     var R = m.rows.length, C = m.rows[0].length, headMap = !!m.scales;
     var ownBar = !headMap || mode === "head";
