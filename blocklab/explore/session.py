@@ -88,8 +88,10 @@ def layout_to_dict(norm_position: str) -> dict[str, Any]:
         elif isinstance(step, Sum):
             steps.append({"type": "sum", "name": step.name, "reads": [step.x, *step.branches], "x": step.x,
                           "branches": list(step.branches), "residual": step.residual, "out": step.name})
+    connections = {kind: {"x": c.x, "branch": c.branch, "out": c.out, "residual": c.residual}
+                   for kind, c in layout.connections.items()}
     return {"name": layout.name, "title": layout.title, "formula": layout.formula, "steps": steps,
-            "output": layout.output, "final_norm": layout.final_norm}
+            "output": layout.output, "final_norm": layout.final_norm, "connections": connections}
 
 
 @dataclass(frozen=True)

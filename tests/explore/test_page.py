@@ -133,6 +133,25 @@ def test_a_variant_compared_side_by_side_shows_its_own_numbers(page: object) -> 
     assert page.errors == []
 
 
+def test_gradients_label_each_residual_path_on_the_diagram(page: object) -> None:
+    page.fill("#target", "6")
+    page.wait_for_function(f"({RENDERED}) && document.querySelector('#tokens .tok')", timeout=60_000)
+    page.click("#grad")
+    page.wait_for_selector("svg#diagram text.grad.identity", timeout=60_000)
+    shown = [float(t) for t in page.eval_on_selector_all("svg#diagram text.grad.identity",
+                                                         "els => els.map(e => e.textContent)")]
+    torch.manual_seed(0)
+    model = bl.Transformer(bl.preset("listops-seed")).eval()
+    tokens = torch.tensor([TOKENIZER.encode("Max ( 1 , 6 , 2 )")])
+    targets = torch.full_like(tokens, -100)
+    targets[0, -1] = TOKENIZER.encode("6")[0]
+    _, cache = model.run_with_cache(tokens, targets=targets, backward=True)
+    # block 0, post-norm with add: the identity path carries dL/d(resid_mid) and dL/d(resid_post) unchanged
+    expected = [float(cache.grads[f"blocks.0.{s}"][0, -1].norm()) for s in ("resid_mid", "resid_post")]
+    assert shown == pytest.approx(expected, rel=1e-3)
+    assert page.errors == []
+
+
 def test_switching_models_redraws_the_page_for_the_other_model(page: object) -> None:
     page.select_option("#model", "tiny-lm")
     page.wait_for_function(

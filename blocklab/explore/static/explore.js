@@ -8,7 +8,7 @@
   var STATS = ["mean", "var", "std", "min", "max", "l2"];
   var DECIMALS = 4, MAX_COLUMNS = 256, DEBOUNCE_MS = 250;
   var state = { models: [], model: null, group: "block-0", ablate: [], position: null, trace: null,
-                serial: 0, timer: null, current: null, compare: null };
+                serial: 0, timer: null, current: null, compare: null, grads: null };
 
   // ---- talking to the server -------------------------------------------------------------------------
   function post(action, extra) {
@@ -30,6 +30,10 @@
     if (m.tokenizer) { body.input = text; } else { body.tokens = text; }
     if (target) { body.target = target; }
     return body;
+  }
+  function gradKey() {  // what gradients depend on
+    var b = inputBody();
+    return JSON.stringify([b.model, b.input, b.tokens, b.target, b.ablate]);
   }
   function setStatus(text, bad) {
     $("status").textContent = text;
@@ -157,14 +161,21 @@
       at[n.out] = { x: colX[stream[n.out] ? 0 : Math.min(2, column[n.out] || 1)], y: 24 + i * rowH };
       producer[n.out] = n;
     });
-    var edges = svg("g", {}, root);
+    var edges = svg("g", {}, root), labels = [];
     nodes.forEach(function (n) {
       n.reads.forEach(function (src) {
         var a = at[src], z = at[n.out], identity = n.type === "sum" && src === n.x;
         var d = a.x === z.x ? "M" + a.x + "," + (a.y + 14) + " L" + z.x + "," + (z.y - 15)
           : "M" + a.x + "," + (a.y + 14) + " C" + a.x + "," + (z.y - 10) + " " + z.x + "," + (a.y + 20) + " " + z.x + "," + (z.y - 15);
-        svg("path", { d: d, "class": "edge" + (identity ? " identity" : "") }, edges);
+        var path = svg("path", { d: d, "class": "edge" + (identity ? " identity" : "") }, edges);
+        var g = n.type === "sum" ? pathGradient(n, src, identity, b) : null;
+        if (g !== null) { labels.push([path, g, identity]); }
       });
+    });
+    labels.forEach(function (l) {  // ||dL/dx|| along each path into a residual sum (after "compute gradients")
+      var mid = l[0].getPointAtLength(l[0].getTotalLength() / 2);
+      var t = svg("text", { x: mid.x + (l[2] ? -36 : 4), y: mid.y, "class": "grad" + (l[2] ? " identity" : "") }, root);
+      t.textContent = small(l[1]);
     });
     nodes.forEach(function (n) {
       var p = at[n.out], stage = "blocks." + b + "." + (n.type === "sublayer" ? n.out : n.out);
@@ -186,6 +197,18 @@
     });
     root.setAttribute("height", String(nodes.length * rowH + 10));
     root.setAttribute("viewBox", "0 0 " + W + " " + (nodes.length * rowH + 10));
+  }
+  function pathGradient(sum, src, identity, b) {
+    // the norm at the last position of the gradient flowing back along this edge of a residual sum:
+    // the identity path (x) or the branch path of the sublayer whose branch it is (diagnostics' split)
+    if (!state.grads || b === null) { return null; }
+    var conns = state.model.layout.connections, layer = state.grads.paths[b], last = state.grads.target.position;
+    var kinds = Object.keys(conns).filter(function (k) {
+      return conns[k].out === sum.out && (identity || conns[k].branch === src);
+    });
+    if (!kinds.length) { return null; }
+    var path = layer[kinds[0]];
+    return identity ? path.identity[last] : path.branch[last];
   }
   function isAblated(n) {
     var b = block();
@@ -490,6 +513,7 @@
   $("grad").addEventListener("click", function () {
     if (!$("target").value.trim()) { setStatus("gradients need a target token (the box beside the input)", true); return; }
     setStatus("computing gradients…");
+    var key = gradKey();
     post("gradients").then(function (r) {
       var box = $("gradients"), last = r.target.position;
       box.innerHTML = "";
@@ -523,7 +547,8 @@
         body2.appendChild(tr);
       });
       t2.appendChild(body2); box.appendChild(t2);
-      setStatus("gradients computed");
+      state.grads = r; r.key = key; drawDiagram();
+      setStatus("gradients computed: the diagram shows each path's ||dL/dx|| at position " + last);
     }).catch(function (e) { setStatus(e.message, true); });
   });
 
@@ -534,6 +559,9 @@
   }
   function run() {
     var serial = ++state.serial, started = performance.now();
+    if (state.grads && state.grads.key !== gradKey()) {  // another input, target, model or ablation: stale
+      state.grads = null; $("gradients").innerHTML = ""; drawDiagram();
+    }
     document.documentElement.removeAttribute("data-rendered");
     setStatus("tracing…");
     post("trace", { stages: groupStages(state.group) }).then(function (trace) {

@@ -243,8 +243,8 @@ def render_html(trace: Trace, decimals: int = 4) -> str:
               if trace.target else "")
     data = json.dumps({"maps": page.maps, "bars": page.bars}, separators=(",", ":")).replace("</", "<\\/")
     return TEMPLATE.format(
-        title=_e(f"blocklab trace · {' '.join(trace.tokens)}"), css=CSS, script=COLOURS_JS + SCRIPT, data=data,
-        source=_e(trace.source), model=_e(model), chips=chips, target=target, overview=overview,
+        title=_e(f"blocklab trace · {' '.join(trace.tokens)}"), css=CSS, script=COLOURS_JS + SCRIPT,
+        data=data, source=_e(trace.source), model=_e(model), chips=chips, target=target, overview=overview,
         toc="".join(toc), body="".join(body), scale=_scale_control() if page.bars else "",
     )
 
