@@ -53,7 +53,7 @@ docs-check: $(VENV)/.docs-installed
 # benchmark scripts, the ablation example; an hour or more); then `make docs`. On a quiet machine, the release
 # numbers: `make results docs`.
 results: $(VENV)/.installed
-	$(VENV)/bin/blocklab bench --json benchmarks/results/bench.json
+	$(VENV)/bin/blocklab bench --json benchmarks/results/bench.json --plot benchmarks/results/bench.png
 	$(VENV)/bin/blocklab claims --json benchmarks/results/claims.json
 	$(PY) scripts/docgen.py record
 

@@ -39,14 +39,14 @@ def _train_config(checkpoint_every: int):  # TrainConfig, imported lazily
 
 
 def _run(out: Path | None, checkpoint_every: int, steps: int = STEPS) -> None:
-    """Train tiny-lm, resuming the run in ``out`` if there is one."""
+    """Train tiny-lm, resuming the run in ``out`` if there is one (a kill may land before its marker)."""
     from blocklab import preset
     from blocklab.tasks import get_task
     from blocklab.training.loop import train
 
     task = get_task("tiny-lm")
     train(preset("tiny-lm", **task.config_overrides()), _train_config(checkpoint_every).replace(steps=steps),
-          task, out, resume=out is not None, report=False)
+          task, out, resume=out is not None and (out / "blocklab-run.json").exists(), report=False)
 
 
 def _child(out: Path, checkpoint_every: int) -> None:

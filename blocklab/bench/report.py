@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import io
 import statistics
 from typing import Any
+
+from ..files.folders import write_output_file
 
 
 def plot_sweeps(report: dict[str, Any], path: str) -> None:
     """Two panels: microseconds per token against seq len and against d_model, with attention's
-    share of the FLOPs on a second axis."""
+    share of the FLOPs on a second axis; written to ``path`` (the user's --plot) by the one writer."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -35,8 +38,10 @@ def plot_sweeps(report: dict[str, Any], path: str) -> None:
         ax.set_title(title, fontsize=10)
         ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
     plt.close(fig)
+    write_output_file(path, buffer.getvalue(), flag="--plot")
 
 
 def _mb(n: float) -> str:

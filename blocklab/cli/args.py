@@ -253,6 +253,17 @@ def parse_accuracy(text: str) -> float | None:
     return fraction
 
 
+TARGET_RULE = ACCURACY_RULE.removesuffix(", or none")
+
+
+def parse_target(text: str) -> float:
+    """An accuracy a command needs (``--steps-to-accuracy``): ``parse_accuracy`` without ``none``."""
+    value = parse_accuracy(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: this flag needs an accuracy, {TARGET_RULE}")
+    return value
+
+
 def parse_path(text: str) -> str:
     """A path from a flag: ``~`` expanded, an empty path refused."""
     if not text.strip():
@@ -597,14 +608,17 @@ OUTPUT_FLAGS = ("json", "html", "plot")  # the flags naming a file the command w
 
 def check_outputs(args: argparse.Namespace) -> None:
     """Refuse, before any work, an output file that is the command's input, inside an input folder,
-    inside a blocklab folder, or named by two flags (files.folders.check_output_files: a command writes
-    only what it owns)."""
+    inside the folder the command will write (``args.owns(args)``, set by a command that writes a folder:
+    its --out, the default one included), inside a blocklab folder, or named by two flags
+    (files.folders.check_output_files: a command writes only what it owns)."""
     from ..files.folders import check_output_files
 
     named = (getattr(args, "model", None), getattr(args, "path", None))
     inputs = [p for p in named if p and Path(p).exists()]  # a package name is not a path
     outputs = {f"--{name}": getattr(args, name, None) for name in OUTPUT_FLAGS}
-    check_output_files({flag: path for flag, path in outputs.items() if path != "-"}, inputs)
+    owns = getattr(args, "owns", None)
+    check_output_files({flag: path for flag, path in outputs.items() if path != "-"}, inputs,
+                       owned=[owns(args)] if owns is not None else [])
 
 
 def emit_json(target: str | None, data: Any, lines: bool = False) -> bool:
@@ -622,7 +636,7 @@ def emit_json(target: str | None, data: Any, lines: bool = False) -> bool:
         return True
     from ..files.atomic import atomic_write_bytes
 
-    atomic_write_bytes(target, (text + "\n").encode())
+    atomic_write_bytes(target, (text + "\n").encode(), stream=True)  # never through a link; a pipe as it is
     return False
 
 

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from ..bench.runner import FULL, MIN_ROUNDS_FOR_VERDICT, QUICK
-from ..files.folders import check_output_files
 from .args import add_command, add_json_flag, at_least, emit_json, one_of, parse_path, say_written
 
 
@@ -31,8 +29,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="float32", choices=DTYPES, metavar="DTYPE",
                    help=one_of(DTYPES, "float32"))
     add_json_flag(p, "the full report")
-    p.add_argument("--plot", type=parse_path, metavar="FILE",
-                   help="sweep plot (PNG); default: next to --json FILE, else none")
+    p.add_argument("--plot", type=parse_path, metavar="FILE", help="write the sweep plot (PNG) to FILE")
     p.set_defaults(func=cmd_bench)
 
 
@@ -44,12 +41,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from ..bench.report import print_report
     from ..bench.runner import run_bench
 
-    json_file = args.json if args.json != "-" else None
-    plot = args.plot or (str(Path(json_file).with_suffix(".png")) if json_file else None)
-    if plot is not None and args.plot is None:  # the plot next to --json FILE (main checked the flags)
-        check_output_files({"--json": json_file, "--plot": plot})  # --json b.png: both on one path
+    # only files the user named: a plot beside --json FILE could replace a file of theirs (main checked both)
     report = run_bench(
-        quick=args.quick, compile=args.compile, dtype=args.dtype, plot=plot, rounds=args.rounds
+        quick=args.quick, compile=args.compile, dtype=args.dtype, plot=args.plot, rounds=args.rounds
     )
     if emit_json(args.json, report):
         return 0

@@ -10,7 +10,7 @@ from ..lab.grid import LAB_THREADS
 from ..nn.config import FIELDS
 from ..training.train_config import TRAIN_FIELDS
 from .args import (
-    ACCURACY_RULE,
+    TARGET_RULE,
     add_command,
     add_config_flags,
     add_executor_flags,
@@ -24,9 +24,9 @@ from .args import (
     emit_json,
     executor_from_args,
     literal,
-    parse_accuracy,
     parse_names,
     parse_path,
+    parse_target,
     parse_vary,
     say_written,
     set_fields,
@@ -65,9 +65,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_out_flag(p, "grid folder (default: runs/ablate-TASK); rerun to resume")
     add_executor_flags(p)
     p.add_argument("--steps-to-accuracy", dest="steps_to_accuracy",
-                   type=parse_accuracy, default=0.9, metavar="ACCURACY",
+                   type=parse_target, default=0.9, metavar="ACCURACY",
                    help=literal(f"the summary's 'steps to' column counts steps to this held-out accuracy: "
-                                f"{ACCURACY_RULE.removesuffix(', or none')} (default: 0.9)"))
+                                f"{TARGET_RULE} (default: 0.9)"))
     p.add_argument(
         "--log-diagnostics",
         dest="log_diagnostics",
@@ -82,7 +82,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_config_flags(p)
     add_task_flags(p)
     add_train_flags(p, {"threads": LAB_THREADS})  # each run one thread: --jobs runs them side by side
-    p.set_defaults(func=cmd_ablate)
+    p.set_defaults(func=cmd_ablate, owns=ablate_out)
 
     p = add_command(
         sub, "claims", "test what the textbooks say about the block; table + HTML report",
@@ -123,13 +123,18 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     return 0
 
 
+def ablate_out(args: argparse.Namespace) -> str:
+    """The grid folder ``ablate`` writes: ``--out``, else ``runs/ablate-TASK``."""
+    return args.out or f"runs/ablate-{args.task}"
+
+
 def cmd_ablate(args: argparse.Namespace) -> int:
     """Run (or resume) an ablation grid and print its summary."""
     from ..lab.ablate import ablate, summary_table
 
     vary = parse_vary(args.vary)
     task = task_from_args(args)
-    out = args.out or f"runs/ablate-{task.name}"
+    out = ablate_out(args)
     done = [0]
 
     def report(spec: Any, result: dict[str, Any], skipped: bool) -> None:

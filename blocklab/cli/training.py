@@ -14,7 +14,7 @@ import torch
 
 from ..device import resolve_compute
 from ..errors import UsageError
-from ..files.folders import CHECKPOINTS, CONFIG
+from ..files.folders import CHECKPOINTS, CONFIG, inspect_folder
 from ..nn.config import FIELDS, PRESETS, ModelConfig
 from ..tasks import DEFAULT_TASK, Task, task_from_dict
 from ..training.loop import (
@@ -61,10 +61,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_task_flags(p, default=None, what="listops")
     add_train_flags(p)
     add_out_flag(p, "run folder (default runs/TASK): config.json, metrics.jsonl, checkpoints/, report.html")
-    p.add_argument(
+    either = p.add_mutually_exclusive_group()  # continuing a run and replacing it contradict each other
+    either.add_argument(
         "--resume", action="store_true", help="continue the run in --out from its newest checkpoint"
     )
-    p.add_argument("--overwrite", action="store_true", help="replace a blocklab run already in --out")
+    either.add_argument("--overwrite", action="store_true", help="replace a blocklab run already in --out")
     p.add_argument(
         "--detect-nonfinite",
         dest="detect_nonfinite",
@@ -87,7 +88,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_quiet_flag(p, "no progress bar")
     p.add_argument("--no-report", dest="report", action="store_false", help="skip report.html")
     add_json_flag(p, "the outcome (step, accuracy, loss, seconds, tokens/s)")
-    p.set_defaults(func=train_command)
+    p.set_defaults(func=train_command, owns=train_out)
 
     p = add_command(
         sub, "eval", "held-out loss and exact-match accuracy of a trained model",
@@ -177,10 +178,16 @@ def resumed_configs(args: argparse.Namespace, folder: Path) -> tuple[ModelConfig
     return model_config, train_config.replace(**extension), task
 
 
+def train_out(args: argparse.Namespace) -> Path:
+    """The run folder ``train`` writes: ``--out``, else ``runs/TASK``."""
+    return Path(args.out) if args.out else Path("runs") / (args.task or DEFAULT_TASK)
+
+
 def train_command(args: argparse.Namespace) -> int:
     """``blocklab train``: build the configs (or read them back with --resume), train, print the outcome."""
-    out = Path(args.out) if args.out else Path("runs") / (args.task or DEFAULT_TASK)
-    if args.resume and (out / CONFIG).exists():
+    out = train_out(args)
+    # --resume reads the run's config.json: only once the folder is known to be a run (its marker)
+    if args.resume and inspect_folder(out, "run") is not None and (out / CONFIG).exists():
         model_config, train_config, task = resumed_configs(args, out)
     else:
         model_config, train_config, task = configs_from_args(args)

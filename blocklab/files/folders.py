@@ -12,13 +12,14 @@ stale ``.lock``), or carries a marker of the same kind (``KINDS``). Refused outr
 mount point, the home folder, the current directory and their parents, a path starting with ``~``
 (not expanded here), a folder inside a blocklab folder that may not hold it (``NESTS``), a
 non-empty folder without the marker (the message lists what is there), a folder of another kind,
-and one a live run holds (the lock). Folders written by blocklab before the marker existed are
-recognised by their contents (``legacy_kind``: a training run's config.json has blocklab's keys and
-``versions.blocklab``; an ablation grid's summary.json its keys, or only such run folders below
-it) and are adopted: the marker is written when the command proceeds. ``clear_run`` removes only
-the names a run writes (``OWNED``), never the folder or anything else in it. A single output
-file (``check_output_file``) is never one of the command's inputs, inside a folder the command
-reads, or inside a blocklab folder.
+and one a live run holds (the lock). A folder is adopted only by its own marker: nothing else makes a
+folder blocklab's. Inside a folder it owns, every name blocklab writes (``OWNED``, the marker, the lock,
+the checkpoint folders) must be a regular file or a real folder, never a symbolic link, a pipe or a
+device (``check_owned_names``, before anything is written; the writer, ``atomic``, refuses links
+again as it writes). ``training.runfiles.clear_run`` removes only the names a run writes (``OWNED``),
+never the folder or anything else in it. A single output file (``check_output_file``) is never one of
+the command's inputs, inside a folder the command reads or will own, or inside a blocklab folder, and
+its folder must be one a file can be created in.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ import datetime
 import fcntl
 import json
 import os
-import re
 import socket
+import stat
+import tempfile
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -36,8 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from ..version import __version__
-from .atomic import atomic_write_bytes
+from .atomic import atomic_write_bytes, kind_of, link_refusal, open_regular
 from .jsonfiles import read_json, read_json_object, write_json
+from .reading import read_regular_bytes
 
 # The names a run or grid folder holds (what each holds: training/runfiles.py)
 CONFIG = "config.json"
@@ -85,8 +88,7 @@ class RunLock:
 
     def acquire(self) -> RunLock:
         """Take the lock or raise RunLockedError naming the holder's PID."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_regular(self.path, os.O_RDWR | os.O_CREAT)  # never through a link, never a pipe
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -122,10 +124,34 @@ class RunLock:
 def lock_holder(folder: str | Path) -> dict[str, Any] | None:
     """The ``{"pid", "host"}`` recorded in a run folder's lock file, if any."""
     try:
-        holder = json.loads((Path(folder) / LOCK).read_text())
-    except (OSError, ValueError):
+        holder = json.loads(read_regular_bytes(Path(folder) / LOCK, "a run's lock file", 4096))
+    except (OSError, ValueError, RecursionError):
         return None
     return holder if isinstance(holder, dict) else None
+
+
+def check_owned_names(folder: Path, kind: str) -> None:
+    """ValueError naming the first of the names blocklab writes in a ``kind`` folder (``OWNED``, the
+    marker, the lock) that is a symbolic link, or not the regular file (or, for ``checkpoints``, the
+    folder) blocklab would write there: found before anything is written."""
+    for name in (*OWNED[kind], MARKER, LOCK):
+        check_owned(folder / name, folder_expected=name == CHECKPOINTS)
+
+
+def check_owned(path: Path, folder_expected: bool = False) -> None:
+    """ValueError when ``path``, a name blocklab writes, is there as a symbolic link or as something
+    other than a regular file (``folder_expected``: a real folder); nothing there is fine."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(mode):
+        raise link_refusal(path)
+    ok = stat.S_ISDIR(mode) if folder_expected else stat.S_ISREG(mode)
+    if not ok:
+        want = "a folder" if folder_expected else "a regular file"
+        raise ValueError(f"{path} is {kind_of(mode)}, but blocklab writes {want} there; remove it or choose "
+                         "another folder")
 
 
 # ---- ownership -------------------------------------------------------------------------------------
@@ -139,7 +165,6 @@ class Marker:
     id: str
     blocklab: str
     created: str
-    legacy: bool = False  # recognised by its contents (written before markers existed), not yet marked
 
     def to_dict(self) -> dict[str, Any]:
         """The marker file's content."""
@@ -156,11 +181,9 @@ def new_marker(kind: str) -> Marker:
 def read_marker(folder: str | Path) -> Marker | None:
     """The folder's marker, or None when it has none; ValueError when the marker is damaged."""
     path = Path(folder) / MARKER
-    if not path.is_file():
-        if path.exists() or path.is_symlink():
-            raise ValueError(f"{path} is not a file; blocklab's marker is a JSON file")
+    if not path.exists() and not path.is_symlink():
         return None
-    data = read_json_object(path, "blocklab's folder marker")
+    data = read_json_object(path, "blocklab's folder marker", limit=64 * 1024)
     fields = {name: data.get(name) for name in ("kind", "id", "blocklab", "created")}
     if data.get("format") != "blocklab-folder" or not all(isinstance(v, str) for v in fields.values()):
         raise ValueError(f"{path}: a damaged blocklab marker (expected format, kind, id, blocklab, created)")
@@ -177,54 +200,6 @@ def write_marker(folder: str | Path, marker: Marker) -> None:
 def _entries(folder: Path) -> list[str]:
     """What a folder holds, but blocklab's marker and lock."""
     return sorted(p.name for p in folder.iterdir() if p.name not in (MARKER, LOCK))
-
-
-def is_run_config(data: Any) -> bool:
-    """Whether a parsed config.json is one blocklab train wrote (its keys, ``versions.blocklab``)."""
-    return (
-        isinstance(data, dict)
-        and all(isinstance(data.get(part), dict) for part in ("model", "train", "task", "versions"))
-        and isinstance(data["versions"].get("blocklab"), str)
-    )
-
-
-def _legacy_run(folder: Path) -> bool:
-    try:
-        return is_run_config(read_json(folder / CONFIG))
-    except (OSError, ValueError):
-        return False
-
-
-def legacy_kind(folder: Path) -> str | None:
-    """The kind of a folder blocklab wrote before markers existed, from its contents (else None).
-
-    A training run: its config.json has blocklab's keys and ``versions.blocklab``. An ablation grid:
-    its summary.json has the grid's keys, or it holds only cell folders of ``seed-K`` runs.
-    """
-    if (folder / CONFIG).is_file():
-        return "run" if _legacy_run(folder) else None
-    try:
-        summary = read_json(folder / SUMMARY) if (folder / SUMMARY).is_file() else None
-    except (OSError, ValueError):
-        return None
-    if isinstance(summary, dict) and {"task", "vary", "seeds", "cells"} <= set(summary):
-        return "ablation"
-    cells = [folder / name for name in _entries(folder) if name != REPORT]
-    runs = [run for cell in cells if cell.is_dir() for run in cell.iterdir()]
-    if cells and all(cell.is_dir() for cell in cells) and runs and all(
-        re.fullmatch(r"seed-\d+", run.name) and run.is_dir() and (_marked(run, "run") or _legacy_run(run))
-        for run in runs
-    ):
-        return "ablation"
-    return None
-
-
-def _marked(folder: Path, kind: str) -> bool:
-    try:
-        marker = read_marker(folder)
-    except (OSError, ValueError):
-        return False
-    return marker is not None and marker.kind == kind
 
 
 def _describe(folder: Path, names: list[str], limit: int = 6) -> str:
@@ -249,10 +224,14 @@ def _home() -> Path | None:
 
 
 def _resolved(path: str | Path, flag: str, what: str) -> Path:
-    """The absolute path; ValueError for an empty one or one starting with an unexpanded ``~``."""
+    """The absolute path; ValueError for an empty one, one starting with an unexpanded ``~``, or one
+    holding a control character (a newline would make every message naming it lie)."""
     text = str(path)
     if not text.strip():
         raise ValueError(f"{flag} is empty: name a {what}")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in text):
+        raise ValueError(f"{flag} {text!r} holds a control character (a newline, a tab, ...); name the "
+                         f"{what} with printable characters")
     if text.startswith("~"):
         raise ValueError(f"{flag} {text}: '~' is not expanded here; give the full path")
     return Path(path).resolve()
@@ -292,15 +271,15 @@ def _marked_ancestor(resolved: Path) -> tuple[Path, Marker] | None:
 
 
 def inspect_folder(folder: str | Path, kind: str, flag: str = "--out") -> Marker | None:
-    """Check that ``kind`` may be written into ``folder`` (module docstring); return its marker
-    (a legacy folder gets one with ``legacy=True``), or None for a new or empty folder."""
+    """Check that ``kind`` may be written into ``folder`` (module docstring); return its marker, or None
+    for a new or empty folder."""
     if kind not in KINDS:
         raise ValueError(f"unknown folder kind {kind!r}; kinds are: {', '.join(KINDS)}")
     path = Path(folder)
     resolved = refuse_dangerous(path, flag)
     above = _marked_ancestor(resolved)
-    if above is not None and (kind not in NESTS[above[1].kind]
-                              or resolved.relative_to(above[0]).parts[0] in OWNED[above[1].kind]):
+    if above is not None and (kind not in NESTS[above[1].kind] or resolved.relative_to(above[0]).parts[0]
+                              in (*OWNED[above[1].kind], MARKER, LOCK)):
         raise ValueError(f"{flag} {path} is inside {above[0]}, {KINDS[above[1].kind]} ({MARKER}); "
                          f"choose a folder outside it")
     if not path.exists() and not path.is_symlink():
@@ -308,10 +287,6 @@ def inspect_folder(folder: str | Path, kind: str, flag: str = "--out") -> Marker
     if not path.is_dir():
         raise ValueError(f"{flag} {path} is a file, not a folder")
     marker = read_marker(path)
-    if marker is None:
-        found = legacy_kind(path)
-        if found is not None:
-            marker = Marker(found, "", "", "", legacy=True)
     if marker is not None and marker.kind != kind:
         raise ValueError(f"{flag} {path} is {KINDS[marker.kind]}, not {KINDS[kind]}; "
                          "choose another folder")
@@ -321,6 +296,7 @@ def inspect_folder(folder: str | Path, kind: str, flag: str = "--out") -> Marker
             f"{_describe(path, _entries(path))}; blocklab writes only into a new or empty folder or one "
             f"it made, so choose another {flag}"
         )
+    check_owned_names(path, kind)
     return marker
 
 
@@ -337,12 +313,19 @@ def claim_folder(folder: str | Path, kind: str, flag: str = "--out") -> tuple[Ru
         raise
 
 
-def check_output_file(path: str | Path, inputs: Iterable[str | Path] = (), flag: str = "--out") -> Path:
-    """Refuse (ValueError) an output file that is a folder, one of the command's ``inputs`` (files or
-    folders), inside an input folder, or inside a blocklab folder; return it resolved."""
+def check_output_file(path: str | Path, inputs: Iterable[str | Path] = (), flag: str = "--out",
+                      owned: Iterable[str | Path] = ()) -> Path:
+    """Refuse (ValueError) an output file that is a folder, a symbolic link (but to a device or a pipe:
+    ``/dev/stdout``), one of the command's ``inputs`` (files or folders), inside an input folder, inside
+    a folder the command will own (``owned``: its ``--out``), inside a blocklab folder, or in a place no
+    file can be created (its folder is a file, or a file system such as /proc that makes none); return
+    it resolved."""
     resolved = _resolved(path, flag, "file")
     if resolved.is_dir():
         raise ValueError(f"{flag} {path} is a folder; name a file to write")
+    stream = _is_stream(path)
+    if Path(path).is_symlink() and not stream:
+        raise link_refusal(path)
     for given in inputs:
         source = Path(given).resolve()
         same = resolved.exists() and source.exists() and os.path.samefile(resolved, source)
@@ -351,21 +334,56 @@ def check_output_file(path: str | Path, inputs: Iterable[str | Path] = (), flag:
         if source.is_dir() and source in resolved.parents:
             raise ValueError(f"{flag} {path} is inside {given}, which this command reads; write the output "
                              "elsewhere")
+    for folder in owned:
+        mine = Path(folder).resolve()
+        if resolved == mine or mine in resolved.parents:
+            raise ValueError(f"{flag} {path} is inside {folder}, the folder this command writes; write the "
+                             "output elsewhere")
     above = _marked_ancestor(resolved)
     if above is not None:
         raise ValueError(f"{flag} {path} is inside {above[0]}, {KINDS[above[1].kind]} ({MARKER}); "
                          "write the output elsewhere")
+    if not stream:
+        _check_creatable(resolved, path, flag)
     return resolved
 
 
-def check_output_files(outputs: dict[str, str | Path | None], inputs: Iterable[str | Path] = ()) -> None:
+def _is_stream(path: str | Path) -> bool:
+    """Whether ``path`` is (or a link names) a device or a pipe, which an output is written into."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+
+
+def _check_creatable(resolved: Path, given: str | Path, flag: str) -> None:
+    """ValueError when no file can be created at ``resolved``: the nearest existing folder above it
+    is a file, or it refuses a new file (tried with a temporary file, removed at once)."""
+    parent = resolved.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"{flag} {given}: {parent} is a file, not a folder; name a file in a folder")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".blocklab-probe-", dir=parent)
+    except OSError as error:
+        raise ValueError(f"{flag} {given}: no file can be created in {parent} ({error.strerror}); "
+                         "write the output elsewhere") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def check_output_files(outputs: dict[str, str | Path | None], inputs: Iterable[str | Path] = (),
+                       owned: Iterable[str | Path] = ()) -> None:
     """``check_output_file`` for each ``{flag: path}`` given (None: not asked for), and no two the same;
-    run it before the command does its work, so a bad path costs nothing."""
-    inputs, seen = list(inputs), {}
+    run it before the command does its work (once the folders it will own are known), so a bad path
+    costs nothing."""
+    inputs, owned, seen = list(inputs), list(owned), {}
     for flag, path in outputs.items():
         if path is None:
             continue
-        resolved = check_output_file(path, inputs, flag)
+        resolved = check_output_file(path, inputs, flag, owned)
         if resolved in seen:
             raise ValueError(f"{flag} {path} is also the {seen[resolved]} file; give each output a name")
         seen[resolved] = flag
@@ -373,7 +391,8 @@ def check_output_files(outputs: dict[str, str | Path | None], inputs: Iterable[s
 
 def write_output_file(path: str | Path, data: bytes, inputs: Iterable[str | Path] = (),
                       flag: str = "--out") -> Path:
-    """``check_output_file``, then write ``data`` atomically."""
+    """``check_output_file``, then write ``data`` atomically at ``path`` (never through a link; into a
+    device or a pipe as it is)."""
     resolved = check_output_file(path, inputs, flag)
-    atomic_write_bytes(resolved, data)
+    atomic_write_bytes(path, data, stream=True)
     return resolved

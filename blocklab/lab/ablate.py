@@ -28,14 +28,16 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from ..files.atomic import atomic_write_bytes
+from ..files.atomic import atomic_write_bytes, refuse_links_below
 from ..files.folders import REPORT, RESULT, SUMMARY, claim_folder, new_marker, write_marker
 from ..files.jsonfiles import read_json, write_json
 from ..nn.config import FIELDS, preset
 from ..tasks import task_from_dict
 from ..training.loop import TRAIN_FIELDS, TrainConfig
 from .executors import Executor
-from .grid import RunSpec
+from .grid import RunSpec, result_problem
+
+MAX_RUNS = 10_000  # cells x seeds: a grid is planned (one spec a run) before anything trains
 
 
 def grid_cells(vary: dict[str, list[Any]]) -> list[dict[str, Any]]:
@@ -62,6 +64,11 @@ def plan(
     """The cells and their runs; every configuration is validated before anything trains."""
     if seeds < 1:
         raise ValueError(f"--seeds={seeds} must be >= 1")
+    runs = math.prod(len(values) for values in vary.values()) * seeds
+    if runs > MAX_RUNS:
+        cells = " x ".join(str(len(v)) for v in vary.values()) or "1"
+        raise ValueError(f"the grid is {runs:,} runs ({cells} cells x {seeds:,} seeds); at most {MAX_RUNS:,} "
+                         "are planned at once: ask for fewer")
     overrides = task_from_dict(task).config_overrides()
     cells = []
     for cell in grid_cells(vary):
@@ -131,11 +138,16 @@ def ablate(
     ``on_done(spec, result, skipped)`` is called for every run, finished earlier or now;
     ``run_reports`` also writes each run's own report.html (a second or two per run).
     """
+    if not (isinstance(target, (int, float)) and not isinstance(target, bool) and 0 < target <= 1):
+        raise ValueError(f"target={target!r}: the steps-to-target accuracy must be a fraction in (0, 1]")
     out = Path(out)
     cells = plan(task, preset_name, model or {}, train or {}, vary, seeds, out, log_diagnostics, run_reports)
     lock, marker = claim_folder(out, "ablation")  # a grid of ours, not a training run, not held by another
     try:
-        if marker is None or marker.legacy:
+        for _, runs in cells:  # every run folder of the plan: no link between the grid and it
+            for spec in runs:
+                refuse_links_below(out, Path(spec.out_dir))
+        if marker is None:
             write_marker(out, new_marker("ablation"))
         return _run_grid(cells, out, task, preset_name, model, train, vary, seeds,
                          executor or Executor(jobs=1), target, on_done)
@@ -162,8 +174,12 @@ def _run_grid(
     for _, runs in cells:
         for spec in runs:
             done = Path(spec.out_dir) / RESULT
-            if done.exists():
-                results[spec.key] = read_json(done)
+            if done.exists() or done.is_symlink():
+                try:
+                    results[spec.key] = read_json(done, "a run's result.json", result_problem)
+                except ValueError as error:
+                    raise ValueError(f"{error}; it is not a result blocklab wrote: remove it to train that "
+                                     "run again") from None
                 if on_done:
                     on_done(spec, results[spec.key], True)
             else:  # resume an interrupted run from its newest checkpoint
@@ -171,7 +187,7 @@ def _run_grid(
                 pending.append(RunSpec(**{**spec.to_dict(), "resume": resume}))
 
     def finished(spec: RunSpec, result: dict[str, Any]) -> None:
-        write_json(Path(spec.out_dir) / RESULT, result)
+        write_json(Path(spec.out_dir) / RESULT, result, root=out)
         if on_done:
             on_done(spec, result, False)
 

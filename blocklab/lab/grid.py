@@ -57,6 +57,51 @@ class RunSpec:
 LAB_THREADS = 1  # a run's torch threads unless its spec sets them (see the module's docstring)
 
 
+def _number(value: Any, nullable: bool = True) -> bool:
+    return (value is None and nullable) or isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _count(value: Any) -> bool:
+    return value is None or isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _rows_problem(rows: Any, name: str, lists: tuple[str, ...] = ()) -> str | None:
+    if not isinstance(rows, list):
+        return f"{name} must be a list of objects"
+    for i, row in enumerate(rows):
+        if not (isinstance(row, dict) and _count(row.get("step")) and row["step"] is not None):
+            return f"{name}[{i}] must be an object with an integer step"
+        for key, value in row.items():
+            ok = (isinstance(value, list) and all(_number(v) for v in value)) if key in lists else \
+                key not in ("loss", "eval_loss", "eval_accuracy") or _number(value)
+            if not ok:
+                what = "list of numbers" if key in lists else "number"
+                return f"{name}[{i}].{key}={value!r} is not a {what}"
+    return None
+
+
+def result_problem(result: Any) -> str | None:
+    """What is wrong with a parsed result.json (what ``run_one`` returns), or None: the schema a grid
+    checks before it uses a finished run's result."""
+    if not isinstance(result, dict):
+        return f"expected a JSON object (a run's result), found {type(result).__name__}"
+    checks = [
+        ("diverged", isinstance(result.get("diverged"), bool), "true or false"),
+        ("accuracy", _number(result.get("accuracy"), nullable=False) and 0 <= result["accuracy"] <= 1,
+         "a number in [0, 1]"),
+        ("eval_loss", _number(result.get("eval_loss")), "a number or null"),
+        ("loss", _number(result.get("loss")), "a number or null"),
+        ("seconds", _number(result.get("seconds"), nullable=False) and result["seconds"] >= 0,
+         "a number >= 0"),
+        ("steps_to_target", _count(result.get("steps_to_target")), "an integer >= 0 or null"),
+    ]
+    for key, ok, rule in checks:
+        if not ok:
+            return f"{key}={result.get(key)!r} must be {rule}"
+    return _rows_problem(result.get("curve"), "curve") or (
+        _rows_problem(result["diag"], "diag", lists=("grad_resid",)) if "diag" in result else None)
+
+
 def steps_to_target(history: list[dict[str, Any]], target: float) -> int | None:
     """The first evaluated step whose held-out accuracy reached ``target`` (None: never)."""
     for row in history:

@@ -75,15 +75,22 @@ class TokenEmbedding(nn.Embedding):
         return f"{super().extra_repr()}, scale={self.scale:g}"
 
 
+TABLE_SLICE = 1 << 16  # positions computed in float64 at a time
+
+
 def sinusoidal_table(max_seq_len: int, d_model: int, dtype: torch.dtype = torch.float32) -> Tensor:
-    """PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(p / 10000^(2i/d)); (max_seq_len, d)."""
-    pos = torch.arange(max_seq_len, dtype=torch.float64)[:, None]  # (P, 1)
-    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (ceil(d/2),)
-    angle = pos / torch.pow(10000.0, two_i / d_model)  # (P, ceil(d/2))
-    pe = torch.zeros(max_seq_len, d_model, dtype=torch.float64)
-    pe[:, 0::2] = torch.sin(angle)
-    pe[:, 1::2] = torch.cos(angle[:, : d_model // 2])
-    return pe.to(dtype)
+    """PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(p / 10000^(2i/d)); (max_seq_len, d).
+
+    Computed in float64 a slice of positions at a time and stored at ``dtype``: the table costs its own
+    bytes (what the memory guard counts), never a float64 copy of the whole."""
+    pe = torch.empty(max_seq_len, d_model, dtype=dtype)
+    freq = torch.pow(10000.0, torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (ceil(d/2),)
+    for start in range(0, max_seq_len, TABLE_SLICE):
+        pos = torch.arange(start, min(start + TABLE_SLICE, max_seq_len), dtype=torch.float64)[:, None]
+        angle = pos / freq  # (slice, ceil(d/2))
+        pe[start : start + len(pos), 0::2] = torch.sin(angle).to(dtype)
+        pe[start : start + len(pos), 1::2] = torch.cos(angle[:, : d_model // 2]).to(dtype)
+    return pe
 
 
 def lookup_positions(table: Tensor, seq_len: int, start: int, position_ids: Tensor | None) -> Tensor:
@@ -102,10 +109,12 @@ class SinusoidalPositions(nn.Module):
         self.register_buffer("pe", sinusoidal_table(max_seq_len, d_model), persistent=False)
 
     def _apply(self, fn, recurse=True):  # nn.Module's signature
-        # .double() etc. would cast the float32 table; rebuild it from float64 at the new dtype
+        # .double() etc. would cast the float32 table; rebuild it from float64 at the new dtype (a move to
+        # another device keeps its values, so it is not rebuilt)
+        dtype = self.pe.dtype
         super()._apply(fn, recurse)
-        table = sinusoidal_table(self.max_seq_len, self.d_model, torch.float64)
-        self.pe = table.to(self.pe.device, self.pe.dtype)
+        if self.pe.dtype != dtype:
+            self.pe = sinusoidal_table(self.max_seq_len, self.d_model, self.pe.dtype).to(self.pe.device)
         return self
 
     def forward(self, seq_len: int, start: int = 0, position_ids: Tensor | None = None) -> Tensor:

@@ -18,6 +18,13 @@ Outside the blocks: the embedding, final norm and head input (3 d),
 and the logits, their log-softmax and their gradient (3 V). Inference keeps no graph: one
 layer's activations plus the logits, a + 2 V per token. With ``checkpoint_blocks`` a block
 keeps only its input (d) and recomputes the rest in backward, so L a becomes L d + a.
+
+Building the model costs more than its parameters: each block's modules, hooks and small tensors take
+about ``BLOCK_OVERHEAD`` bytes whatever the width (measured: ~91 KB a block at d_model 16 to 256), so
+a config of a million narrow layers is refused for what it is (about 90 GB), not for its parameters.
+Loading a checkpoint holds the file's tensors beside the model's until they are copied in (4 P more).
+The sinusoidal position table is built in float32 a slice at a time (``embedding.sinusoidal_table``),
+so it costs what the estimate counts for it, never a float64 copy of the whole.
 ``tests/nn/test_memory.py`` checks
 gradients + optimizer + activations against the peak bytes PyTorch's profiler records for a
 real training step (forward, backward, AdamW step).
@@ -37,6 +44,7 @@ from .rotary import rotary_dim
 
 BYTES_FLOAT32 = 4
 ADAMW_SLOTS = 2  # exp_avg and exp_avg_sq
+BLOCK_OVERHEAD = 128 * 1024  # bytes a block's modules take beyond its parameters (measured ~91 KB)
 
 
 class InsufficientMemoryError(ValueError):
@@ -51,16 +59,18 @@ class MemoryEstimate:
     gradients: int
     optimizer: int
     activations: int
+    construction: int = 0  # the model's modules beyond its parameters; a loaded file's copy of the weights
 
     @property
     def total(self) -> int:
-        """All four terms."""
-        return self.parameters + self.gradients + self.optimizer + self.activations
+        """All five terms."""
+        return self.parameters + self.gradients + self.optimizer + self.activations + self.construction
 
     def describe(self) -> str:
-        """``1.2 GB (parameters 500.0 MB, gradients ..., optimizer ..., activations ...)``."""
+        """``1.2 GB (parameters 500.0 MB, gradients ..., optimizer ..., activations ..., ...)``."""
         parts = [f"{name} {format_bytes(getattr(self, name))}"
-                 for name in ("parameters", "gradients", "optimizer", "activations") if getattr(self, name)]
+                 for name in ("parameters", "gradients", "optimizer", "activations", "construction")
+                 if getattr(self, name)]
         return f"{format_bytes(self.total)} ({', '.join(parts)})"
 
 
@@ -95,8 +105,10 @@ def estimate_memory(
     seq_len: int | None = None,
     training: bool = True,
     explicit_attention: bool = False,
+    loading: bool = False,
 ) -> MemoryEstimate:
-    """Bytes for parameters, gradients, AdamW state and activations (module docstring formula)."""
+    """Bytes for parameters, gradients, AdamW state, activations and construction (module docstring
+    formula); ``loading``: the weights are read from a file (a second copy while they are copied in)."""
     c = config
     T = c.max_seq_len if seq_len is None else seq_len
     tokens = batch_size * T
@@ -104,14 +116,15 @@ def estimate_memory(
     tables = {"sinusoidal": c.max_seq_len * c.d_model,  # the fixed position code; rotary: its frequencies
               "rotary": rotary_dim(c.d_head, c.rotary_fraction) // 2}.get(c.pos_encoding, 0)
     params = BYTES_FLOAT32 * (P + tables)
+    construction = BLOCK_OVERHEAD * c.n_layers + (BYTES_FLOAT32 * P if loading else 0)
     per_layer = activation_values_per_token(c, T, explicit_attention)
     if training:
         blocks = (c.n_layers * c.d_model + per_layer if getattr(c, "checkpoint_blocks", False)
                   else c.n_layers * per_layer)
         activations = tokens * (blocks + 3 * c.d_model + 3 * c.vocab_size)
         return MemoryEstimate(params, BYTES_FLOAT32 * P, BYTES_FLOAT32 * ADAMW_SLOTS * P,
-                              BYTES_FLOAT32 * activations)
-    return MemoryEstimate(params, 0, 0, BYTES_FLOAT32 * tokens * (per_layer + 2 * c.vocab_size))
+                              BYTES_FLOAT32 * activations, construction)
+    return MemoryEstimate(params, 0, 0, BYTES_FLOAT32 * tokens * (per_layer + 2 * c.vocab_size), construction)
 
 
 def estimate_training_memory(
@@ -161,16 +174,18 @@ def check_memory(
     what: str = "this run",
     eval_batch_size: int = 0,
     force_flag: bool = True,
+    loading: bool = False,
 ) -> MemoryEstimate:
     """The estimate; raises InsufficientMemoryError when it exceeds available memory (unless force).
 
     With ``eval_batch_size`` (training only) the estimate also covers the run's evaluations;
-    ``force_flag`` says whether the message may suggest ``--force`` (the command has one).
+    ``force_flag`` says whether the message may suggest ``--force`` (the command has one);
+    ``loading``: the weights come from a file (``estimate_memory``).
     """
     if training and eval_batch_size:
         estimate = estimate_training_memory(config, batch_size, eval_batch_size, seq_len)
     else:
-        estimate = estimate_memory(config, batch_size, seq_len, training)
+        estimate = estimate_memory(config, batch_size, seq_len, training, loading=loading)
     available = available_memory()
     if not force and available is not None and estimate.total > available[0]:
         T = config.max_seq_len if seq_len is None else seq_len

@@ -9,14 +9,17 @@ are atomic: temp file, fsync, rename. Non-finite weights are refused on save.
 
 Loading never unpickles: a file that is not safetensors is refused with what it looks like
 (pickle, torch.save zip, text, empty, truncated); then every key, shape and dtype is checked
-against the config and the digest is verified. ``load_torch_file`` reads the other PyTorch
-files blocklab may meet with ``torch.load(weights_only=True)`` (tensors only, no code).
+against the config from the header, before any weight is read or allocated, the digest is verified,
+and a NaN or Inf weight is refused naming it (unless ``allow_nonfinite``). ``load_torch_file`` reads
+the other PyTorch files blocklab may meet with ``torch.load(weights_only=True)`` (tensors only, no code).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +30,8 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save as safetensors_bytes
 
 from ..files.atomic import atomic_write_bytes
+from ..files.jsonfiles import json_type, parse_json
+from ..files.reading import open_to_read
 from ..inspect.nonfinite import NonFiniteError, check_parameters
 from ..nn.config import ModelConfig, from_saved_dict
 from ..nn.memory import check_memory
@@ -129,106 +134,188 @@ def _looks_like_text(head: bytes) -> bool:
     return False
 
 
-def sniff_problem(path: Path) -> str | None:
-    """Why ``path`` is not a complete safetensors file, from its bytes alone (None: looks fine)."""
-    size = path.stat().st_size
-    if size == 0:
-        return "is empty (0 bytes); an interrupted copy?"
-    with open(path, "rb") as f:
+# Bytes per value of each safetensors dtype.
+DTYPE_BYTES: dict[str, int] = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
+                               "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """What a safetensors header declares for one tensor, before a byte of it is read."""
+
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes the tensor needs."""
+        return math.prod(self.shape) * DTYPE_BYTES[self.dtype]
+
+
+_DTYPE_NAMES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+                torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",
+                torch.uint8: "U8", torch.bool: "BOOL"}
+
+
+def tensor_info(tensor: torch.Tensor) -> TensorInfo:
+    """A tensor's dtype (safetensors' name for it) and shape, as a header would declare them."""
+    return TensorInfo(_DTYPE_NAMES.get(tensor.dtype, str(tensor.dtype)), tuple(tensor.shape))
+
+
+def _size(n: Any) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and n >= 0
+
+
+def _entry_problem(name: str, entry: Any) -> str | None:
+    """Why a header entry is not ``{"dtype", "shape", "data_offsets"}`` agreeing with each other."""
+    if not isinstance(entry, dict):
+        return f"tensor {name!r} is described by {type(entry).__name__}, not an object"
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if dtype not in DTYPE_BYTES:
+        return f"tensor {name!r} has dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}"
+    if not (isinstance(shape, list) and all(map(_size, shape))):
+        return f"tensor {name!r} has shape {shape!r}, not a list of sizes >= 0"
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(_size, offsets))
+            and offsets[0] <= offsets[1]):
+        return f"tensor {name!r} has data_offsets {offsets!r}, not [begin, end] with 0 <= begin <= end"
+    need = TensorInfo(dtype, tuple(shape)).nbytes
+    if offsets[1] - offsets[0] != need:
+        return (f"tensor {name!r} declares shape {tuple(shape)} of {dtype} ({need:,} bytes) but "
+                f"{offsets[1] - offsets[0]:,} bytes of data")
+    return None
+
+
+def _header_problem(header: Any) -> str | None:
+    """The safetensors header's schema: an object of tensor entries and string ``__metadata__``."""
+    if not isinstance(header, dict):
+        return f"its header is {type(header).__name__}, not a JSON object"
+    metadata = header.get("__metadata__", {})
+    if not (isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())):
+        return "its __metadata__ is not an object of strings"
+    return next((p for k, v in header.items() if k != "__metadata__" and (p := _entry_problem(k, v))), None)
+
+
+def read_safetensors_header(path: str | Path) -> tuple[dict[str, str], dict[str, TensorInfo]]:
+    """The metadata and the declared tensors of a safetensors file, from its header alone (no weight is
+    read or allocated). CheckpointError naming the file when it is not a complete safetensors file: a
+    pickle, a torch.save zip, text, empty, truncated, a damaged header, declared tensors that do not
+    fill the file exactly; a folder, a pipe or a device is refused before a byte is read."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(2, "no such checkpoint file", str(path))
+    try:
+        fd = open_to_read(path, "a .safetensors file")
+    except ValueError as error:
+        raise CheckpointError(str(error)) from None
+    with os.fdopen(fd, "rb") as f:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            raise _fail(path, "is empty (0 bytes); an interrupted copy?")
         head = f.read(16)
         for magic, what in _MAGIC.items():
             if head.startswith(magic):
-                return f"is {what}, not safetensors; " + (_NO_PICKLE if "pickle" in what else "refused")
+                why = _NO_PICKLE if "pickle" in what else "refused"
+                raise _fail(path, f"is {what}, not safetensors; {why}")
         if head[:1] == b"\x80" and head[1:2] and 2 <= head[1] <= 5:
-            return f"is a Python pickle (protocol {head[1]}; legacy torch.save?), refused: {_NO_PICKLE}"
+            raise _fail(path, f"is a Python pickle (protocol {head[1]}; legacy torch.save?), refused: "
+                              f"{_NO_PICKLE}")
         if size < 8:
-            return f"is truncated: {size} bytes, too short for a safetensors header"
+            raise _fail(path, f"is truncated: {size} bytes, too short for a safetensors header")
         n = int.from_bytes(head[:8], "little")
         if not (0 < n <= _HEADER_LIMIT and head[8:9] in (b"{", b"")):  # b"": cut right after the length
             if _looks_like_text(head):
-                return "is a text file, not a safetensors checkpoint"
-            return f"is not a safetensors file (it starts with bytes {head[:8].hex(' ')})"
+                raise _fail(path, "is a text file, not a safetensors checkpoint")
+            raise _fail(path, f"is not a safetensors file (it starts with bytes {head[:8].hex(' ')})")
         if 8 + n > size:
-            return f"is truncated: the header alone needs {8 + n} bytes, the file has {size}"
+            raise _fail(path, f"is truncated: the header alone needs {8 + n} bytes, the file has {size}")
         f.seek(8)
         try:
-            header = json.loads(f.read(n))
-            ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
-            end = max(ends, default=0)
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError, UnicodeDecodeError) as error:
-            return f"has a damaged safetensors header ({type(error).__name__}: {error})"
+            header = parse_json(f.read(n), "header", _header_problem)
+        except ValueError as error:
+            raise _fail(path, f"has a damaged safetensors {error}") from None
+    tensors = {k: TensorInfo(v["dtype"], tuple(v["shape"])) for k, v in header.items() if k != "__metadata__"}
+    end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
     if 8 + n + end > size:
-        return f"is truncated: {size} of {8 + n + end} bytes (an interrupted write or copy?)"
+        raise _fail(path, f"is truncated: {size} of {8 + n + end} bytes (an interrupted write or copy?)")
     if 8 + n + end < size:
-        return f"has {size - 8 - n - end} unexpected bytes after the tensor data"
-    return None
+        raise _fail(path, f"has {size - 8 - n - end} unexpected bytes after the tensor data")
+    return dict(header.get("__metadata__", {})), tensors
 
 
 def read_checkpoint_header(path: str | Path) -> tuple[dict[str, str], list[str]]:
     """The metadata and tensor names of a checkpoint file, without reading the weights."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(2, "no such checkpoint file", str(path))
-    if path.is_dir():
-        raise _fail(path, "is a folder, not a checkpoint file (.safetensors)")
-    problem = sniff_problem(path)
-    if problem:
-        raise _fail(path, problem)
+    metadata, tensors = read_safetensors_header(path)
+    return metadata, list(tensors)
+
+
+def _metadata_json(path: Path, metadata: dict[str, str], key: str, default: str | None,
+                   allowed: tuple[type, ...]) -> Any:
+    """One JSON value of the header's metadata, of the ``allowed`` types (CheckpointError naming the file)."""
+    text = metadata.get(key, default)
+    if text is None:
+        raise _fail(path, f"damaged metadata: no {key!r}")
+    what = "an object" + (" or null" if type(None) in allowed else "")
     try:
-        with safe_open(str(path), framework="pt") as f:
-            return dict(f.metadata() or {}), list(f.keys())
-    except (SafetensorError, OSError, ValueError) as error:
-        raise _fail(path, f"not a readable safetensors file ({error}); corrupt?") from None
+        return parse_json(text, f"its {key} metadata",
+                          lambda value: None if isinstance(value, allowed) else f"must be {what}, found "
+                                                                                f"{json_type(value)}")
+    except ValueError as error:
+        raise _fail(path, str(error)) from None
 
 
-def load_checkpoint(path: str | Path, map_location: str = "cpu") -> Checkpoint:
-    """Rebuild the model from a checkpoint, validating every key, shape and dtype."""
+def check_declared(path: Path, declared: dict[str, TensorInfo], expected: dict[str, torch.Tensor]) -> None:
+    """Refuse (naming the key) a file whose header declares other tensors, shapes or a non-floating dtype
+    than ``expected``: checked before any tensor is read, so a header cannot make blocklab allocate."""
+    missing, extra = sorted(set(expected) - set(declared)), sorted(set(declared) - set(expected))
+    if missing or extra:
+        parts = ([f"missing {', '.join(missing)}"] if missing else []) + (
+            [f"unexpected {', '.join(extra)}"] if extra else [])
+        raise _fail(path, f"weights do not match the config: {'; '.join(parts)}")
+    for key, want in expected.items():
+        info = declared[key]
+        if info.shape != tuple(want.shape):
+            raise _fail(path, f"{key} has shape {info.shape}, the config needs {tuple(want.shape)}")
+        if info.dtype not in FLOAT_DTYPES:
+            raise _fail(path, f"{key} has dtype {info.dtype}, expected a floating-point tensor")
+
+
+FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
+
+
+def refuse_nonfinite(model: Transformer, path: str | Path, allow: bool) -> None:
+    """NonFiniteError naming the first weight holding NaN/Inf (unless ``allow``: the user inspects it)."""
+    bad = None if allow else check_parameters(model)
+    if bad:
+        raise NonFiniteError(bad, f" in {path}; a model with non-finite weights computes nothing useful; "
+                                  "pass --allow-nonfinite (Python: allow_nonfinite=True) to load it anyway")
+
+
+def load_checkpoint(path: str | Path, map_location: str = "cpu", allow_nonfinite: bool = False) -> Checkpoint:
+    """Rebuild the model from a checkpoint, validating every key, shape and dtype (from the header, before
+    anything is allocated), the digest, and that every weight is finite (unless ``allow_nonfinite``)."""
     path = Path(path)
-    metadata, _ = read_checkpoint_header(path)
+    metadata, declared = read_safetensors_header(path)
     if metadata.get("format") != FORMAT:
         raise _fail(path, "is a safetensors file but not a blocklab checkpoint "
                           f"(format={metadata.get('format')!r})")
     if metadata.get("version") != VERSION:
         raise _fail(path, f"checkpoint version {metadata.get('version')!r} is not supported "
                           f"(expected {VERSION})")
-    try:
-        config_dict = json.loads(metadata["config"])
-        tokenizer = json.loads(metadata.get("tokenizer", "null"))
-        meta = json.loads(metadata.get("meta", "{}"))
-    except (KeyError, ValueError, RecursionError) as error:
-        raise _fail(path, f"damaged metadata ({type(error).__name__}: {error})") from None
-    objects = (("config", config_dict, (dict,)), ("tokenizer", tokenizer, (dict, type(None))),
-               ("meta", meta, (dict,)))
-    for name, value, allowed in objects:
-        if not isinstance(value, allowed):
-            what = "an object" + (" or null" if type(None) in allowed else "")
-            raise _fail(path, f"its {name} metadata must be {what}, found {type(value).__name__}")
+    config_dict = _metadata_json(path, metadata, "config", None, (dict,))
+    tokenizer = _metadata_json(path, metadata, "tokenizer", "null", (dict, type(None)))
+    meta = _metadata_json(path, metadata, "meta", "{}", (dict,))
     try:
         config = from_saved_dict(config_dict)
     except (ValueError, TypeError) as error:
         raise _fail(path, f"invalid config: {error}") from None
     # a header can claim any config: refuse one that cannot fit before building it
-    check_memory(config, 1, training=False, what=f"loading {path}", force_flag=False)
+    check_memory(config, 1, training=False, what=f"loading {path}", force_flag=False, loading=True)
     model = Transformer(config)
     expected = state_tensors(model)
+    check_declared(path, declared, expected)
     try:
         with safe_open(str(path), framework="pt", device=map_location) as f:
-            found = set(f.keys())
-            missing = sorted(set(expected) - found)
-            extra = sorted(found - set(expected))
-            if missing or extra:
-                parts = ([f"missing {', '.join(missing)}"] if missing else []) + (
-                    [f"unexpected {', '.join(extra)}"] if extra else [])
-                raise _fail(path, f"weights do not match the config: {'; '.join(parts)}")
-            loaded = {}
-            for key, want in expected.items():
-                tensor = f.get_tensor(key)
-                if tensor.shape != want.shape:
-                    raise _fail(path, f"{key} has shape {tuple(tensor.shape)}, "
-                                      f"the config needs {tuple(want.shape)}")
-                if not tensor.dtype.is_floating_point:
-                    raise _fail(path, f"{key} has dtype {tensor.dtype}, expected a floating-point tensor")
-                loaded[key] = tensor
+            loaded = {key: f.get_tensor(key) for key in expected}
     except SafetensorError as error:
         raise _fail(path, f"corrupt tensor data ({error})") from None
     if DIGEST_KEY not in metadata:
@@ -236,16 +323,21 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> Checkpoint:
     if content_digest(metadata, loaded) != metadata[DIGEST_KEY]:
         raise _fail(path, f"is corrupt: its content does not match its {DIGEST_KEY} digest (flipped bits?)")
     model.load_state_dict(loaded, strict=False)  # strict on our side: keys were checked above
+    refuse_nonfinite(model, path, allow_nonfinite)
     return Checkpoint(model, config, tokenizer, meta)
 
 
 def load_torch_file(path: str | Path, map_location: str = "cpu") -> Any:
     """A ``torch.save`` file read with ``weights_only=True``: tensors and plain data, never code."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(2, "no such file", str(path))
     try:
-        with open(path, "rb") as f:  # a file object: torch.load never dispatches on the name
+        fd = open_to_read(path, "a PyTorch weights file")
+    except ValueError as error:
+        raise CheckpointError(str(error)) from None
+    try:
+        with os.fdopen(fd, "rb") as f:  # a file object: torch.load never dispatches on the name
             return torch.load(f, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

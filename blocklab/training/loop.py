@@ -38,9 +38,10 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..device import Compute, device_rng_state, model_device, resolve_compute, same_rng, set_device_rng_state
 from ..errors import BlocklabWarning
-from ..files.atomic import atomic_write_bytes
+from ..files.atomic import atomic_write_bytes, open_regular
 from ..files.folders import (
     CONFIG,
+    MARKER,
     METRICS,
     MODEL_FILE,
     RunLock,
@@ -58,6 +59,7 @@ from .checkpoint import load_checkpoint, save_checkpoint
 from .distributed import Processes
 from .runfiles import (
     SavedRun,
+    check_run_names,
     checkpoint_step,
     clear_run,
     latest_checkpoint,
@@ -351,6 +353,9 @@ def train(
     layer and position, and the last good weights are checkpointed. The memory guard refuses a
     run whose estimate exceeds the available memory (InsufficientMemoryError) unless ``force``.
     """
+    if resume and overwrite:
+        raise ValueError("resume and overwrite contradict each other: --resume continues the run in the "
+                         "folder, --overwrite replaces it; pass one of them")
     task = task if task is not None else get_task()
     train_config = train_config if train_config is not None else task_train_config(task.name)
     check_task_fits(model_config, task)
@@ -452,7 +457,8 @@ class _Run:
             gpu = [self.device] if self.device.type == "cuda" else None
             self.ddp = DistributedDataParallel(self.model, device_ids=gpu)
         if self.folder is not None:
-            self.metrics_file = open(self.folder / METRICS, "a")  # closed in __exit__
+            fd = open_regular(self.folder / METRICS, os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # no link/pipe
+            self.metrics_file = os.fdopen(fd, "a")  # closed in __exit__
 
     def _claim_folder(self, resume: bool, overwrite: bool) -> str | None:
         """Claim and lock the folder (files.folders.claim_folder), check or write config.json; the
@@ -460,6 +466,10 @@ class _Run:
         folder = self.folder
         assert folder is not None
         self.lock, marker = claim_folder(folder, "run")
+        check_run_names(folder)  # no link or pipe among the names a run writes, checkpoints included
+        if resume and marker is None:
+            raise ValueError(f"--resume: {folder} holds no blocklab run (no {MARKER}); check the path, or "
+                             "drop --resume to start a new run there")
         config = run_config(self.mc, self.tc, self.task, self.procs.world_size)
         held = run_files(folder)
         if resume and (folder / CONFIG).exists():
@@ -468,8 +478,6 @@ class _Run:
             latest = latest_checkpoint(folder)
             if latest is not None:
                 self._extend(saved, config, checkpoint_step(latest))
-                if marker is None or marker.legacy:
-                    write_marker(folder, new_marker("run"))
                 return str(latest)
         elif held and not overwrite:
             raise ValueError(

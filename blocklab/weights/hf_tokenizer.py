@@ -9,13 +9,15 @@ checkpoint's spec is ``{"kind": "hf_tokenizers", "json": <tokenizer.json text>, 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from torch import Tensor
 
+from ..errors import one_line
+from ..files.jsonfiles import object_check, parse_json, read_json_object
+from ..files.reading import read_text
 from ..nn.tokens import BatchEncoding, id_list, pad_batch
 from ..tasks.vocab import Tokenizer
 
@@ -115,12 +117,10 @@ class HFTokenizer:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
+    """A tokenizer's JSON side file (an object), or {} when the folder has none."""
+    if not path.exists() and not path.is_symlink():
         return {}
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: not valid JSON ({error})") from None
+    return read_json_object(path, f"a Hugging Face {path.name}")
 
 
 def _special_tokens(folder: Path) -> dict[str, str]:
@@ -135,19 +135,77 @@ def _special_tokens(folder: Path) -> dict[str, str]:
     return found
 
 
+def _lines(text: str) -> list[str]:
+    """The lines of a vocabulary file as the ``tokenizers`` library reads them (``\\n``-separated, a final
+    newline ending the last line, ``\\r\\n`` accepted)."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
+def _wordpiece_vocab(path: Path) -> dict[str, int]:
+    """BERT's vocab.txt: one token a line, its id the line's number (``WordPiece.read_file``)."""
+    lines = _lines(read_text(path, "a BERT vocab.txt"))
+    vocab = {line.rstrip(): i for i, line in enumerate(lines)}
+    if not vocab:
+        raise ValueError(f"{path}: holds no tokens; a vocab.txt has one token a line")
+    return vocab
+
+
+def _bpe_vocab(path: Path) -> dict[str, int]:
+    """GPT-2's vocab.json: an object of token -> id (an integer >= 0)."""
+
+    def check(vocab: Any) -> str | None:
+        bad = [k for k, v in vocab.items() if not (isinstance(v, int) and not isinstance(v, bool) and v >= 0)]
+        return f"the id of {bad[0]!r} is {vocab[bad[0]]!r}, not an integer >= 0" if bad else None
+
+    vocab = read_json_object(path, "a GPT-2 vocab.json (token -> id)", check)
+    if not vocab:
+        raise ValueError(f"{path}: holds no tokens")
+    return vocab
+
+
+def _bpe_merges(path: Path) -> list[tuple[str, str]]:
+    """GPT-2's merges.txt: a ``#version`` line, then one merge a line, two tokens separated by a space."""
+    merges = []
+    for number, line in enumerate(_lines(read_text(path, "a GPT-2 merges.txt")), 1):
+        if line.startswith("#version"):
+            continue
+        parts = line.split(" ")
+        if len(parts) != 2:
+            raise ValueError(f"{path} line {number}: {line[:40]!r} is not two tokens separated by a space")
+        merges.append((parts[0], parts[1]))
+    return merges
+
+
+def _present(path: Path) -> bool:
+    return path.exists() or path.is_symlink()  # a dangling link is there, and refused when read
+
+
 def _json_from_vocab_files(folder: Path) -> str | None:
-    """tokenizer.json text built from BERT's vocab.txt or GPT-2's vocab.json + merges.txt."""
-    if (folder / "vocab.txt").is_file():
-        from tokenizers.implementations import BertWordPieceTokenizer
+    """tokenizer.json text built from BERT's vocab.txt or GPT-2's vocab.json + merges.txt, each file read
+    and checked here (regular, capped, UTF-8, its format) before the ``tokenizers`` library sees it."""
+    from tokenizers.implementations import BertWordPieceTokenizer, ByteLevelBPETokenizer
 
-        lowercase = _read_json(folder / "tokenizer_config.json").get("do_lower_case", True)
-        return BertWordPieceTokenizer.from_file(str(folder / "vocab.txt"), lowercase=bool(lowercase)).to_str()
-    if (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file():
-        from tokenizers.implementations import ByteLevelBPETokenizer
-
-        bpe = ByteLevelBPETokenizer.from_file(str(folder / "vocab.json"), str(folder / "merges.txt"))
-        return bpe.to_str()
-    return None
+    vocab_txt, vocab_json, merges_txt = folder / "vocab.txt", folder / "vocab.json", folder / "merges.txt"
+    if _present(vocab_txt):
+        config = folder / "tokenizer_config.json"
+        lowercase = _read_json(config).get("do_lower_case", True)
+        if not isinstance(lowercase, bool):
+            raise ValueError(f"{config}: do_lower_case={lowercase!r} must be true or false")
+        source, vocab = vocab_txt, _wordpiece_vocab(vocab_txt)
+        build = lambda: BertWordPieceTokenizer(vocab, lowercase=lowercase)  # noqa: E731
+    elif _present(vocab_json) and _present(merges_txt):
+        source, vocab, merges = vocab_json, _bpe_vocab(vocab_json), _bpe_merges(merges_txt)
+        build = lambda: ByteLevelBPETokenizer(vocab, merges)  # noqa: E731
+    else:
+        return None
+    try:
+        return build().to_str()
+    except Exception as error:  # the library raises TypeError ("[SEP] not found") and its own Exception
+        problem = one_line(str(error)) or type(error).__name__
+        raise ValueError(f"{source}: the tokenizer cannot be built from it ({problem})") from None
 
 
 def _config_special_tokens(folder: Path, tokenizer: HFTokenizer) -> dict[str, str]:
@@ -165,14 +223,20 @@ def load_folder_tokenizer(folder: str | Path) -> HFTokenizer | None:
     """The tokenizer saved in a Hugging Face model folder, or None when there is none.
 
     Special tokens come from special_tokens_map.json / tokenizer_config.json, else from the ids
-    config.json names (GPT-2's ``eos_token_id``: 50256, ``<|endoftext|>``)."""
+    config.json names (GPT-2's ``eos_token_id``: 50256, ``<|endoftext|>``). Every file is read by
+    ``blocklab.files`` (a regular file, capped, strict JSON no deeper than its cap): a bad one is one line."""
     folder = Path(folder)
     path = folder / "tokenizer.json"
-    json_text = path.read_text(encoding="utf-8") if path.is_file() else _json_from_vocab_files(folder)
+    if _present(path):
+        json_text = read_text(path, "a Hugging Face tokenizer.json")
+        parse_json(json_text, str(path), object_check("a Hugging Face tokenizer.json"))
+    else:
+        json_text = _json_from_vocab_files(folder)
     if json_text is None:
         return None
+    special = _special_tokens(folder)
     try:
-        tokenizer = HFTokenizer(json_text, _special_tokens(folder))
+        tokenizer = HFTokenizer(json_text, special)
     except ValueError as error:
         raise ValueError(f"{path}: {error}") from None
     for key, token in _config_special_tokens(folder, tokenizer).items():

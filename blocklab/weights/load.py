@@ -16,12 +16,12 @@ lists what is accepted.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..files.folders import CHECKPOINTS, CONFIG, MODEL_FILE, check_output_file
+from ..files.jsonfiles import read_json
 from ..nn.model import Transformer
 from ..tasks import Task, task_from_dict
 from ..training.checkpoint import (
@@ -126,12 +126,9 @@ def _is_blocklab_checkpoint(file: Path) -> bool:
 def _hf_config(folder: Path) -> dict[str, Any] | None:
     """The folder's config.json as a dict, or None when it has none."""
     path = folder / CONFIG
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}: not valid JSON ({error})") from None
+    data = read_json(path, "a model folder's config.json")
     return data if isinstance(data, dict) else {}
 
 

@@ -316,3 +316,26 @@ def test_sweep_shapes_and_rows(report, tmp_path) -> None:
 def test_cli_bench_rejects_a_bad_value(capsys, flag, value, message) -> None:
     assert main(["bench", flag, value]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_cli_bench_writes_only_the_files_it_was_named(report, tmp_path, monkeypatch, capsys) -> None:
+    """Issue 30, D3: no plot beside --json FILE (it replaced the user's results.png); --plot FILE only."""
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "results.png").write_bytes(b"their plot")
+    asked: list[object] = []
+
+    def fake_bench(**kwargs: object) -> dict:
+        asked.append(kwargs["plot"])
+        if kwargs["plot"]:
+            plot_sweeps(report, str(kwargs["plot"]))
+        return report
+
+    monkeypatch.setattr("blocklab.bench.run_bench", fake_bench)
+    assert main(["bench", "--quick", "--rounds", "1", "--json", str(theirs / "results.json")]) == 0
+    assert asked == [None] and (theirs / "results.png").read_bytes() == b"their plot"
+    assert json.loads((theirs / "results.json").read_text()).keys() == report.keys()
+    mine = tmp_path / "mine.png"
+    assert main(["bench", "--quick", "--json", "-", "--plot", str(mine)]) == 0
+    assert asked[-1] == str(mine) and mine.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    capsys.readouterr()

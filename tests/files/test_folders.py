@@ -110,13 +110,21 @@ def test_resume_on_a_hugging_face_folder_is_one_line_naming_it(
     folder = foreign_folder(tmp_path)
     before = snapshot(folder)
     status, err = cli(["train", "--resume", "--out", str(folder), "-q"], capsys)
+    assert status == 2 and len(err.splitlines()) == 1 and err.endswith(
+        "(its config.json has model_type='gpt2': a Hugging Face model folder?); blocklab writes only into a "
+        "new or empty folder or one it made, so choose another --out\n"), err
+    assert snapshot(folder) == before
+    run = tmp_path / "run"  # a run of ours whose config.json was replaced by a Hugging Face one
+    config, task = tiny_model()
+    train(config, tiny_train_config(), task, run, report=False)
+    (run / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    status, err = cli(["train", "--resume", "--out", str(run), "-q"], capsys)
     assert status == 2 and err == (
-        f"blocklab: error: {folder / 'config.json'} is a Hugging Face model's config (model_type='gpt2'), "
+        f"blocklab: error: {run / 'config.json'} is a Hugging Face model's config (model_type='gpt2'), "
         "not a blocklab run's; --resume continues a run that blocklab train wrote\n")
-    (folder / "config.json").write_text(json.dumps({"train": {}, "task": {"name": "listops"}}))
-    status, err = cli(["train", "--resume", "--out", str(folder), "-q"], capsys)
+    (run / "config.json").write_text(json.dumps({"train": {}, "task": {"name": "listops"}}))
+    status, err = cli(["train", "--resume", "--out", str(run), "-q"], capsys)
     assert status == 2 and "'model' must be an object (the run's model settings); it is missing" in err
-    assert snapshot(folder)["checkpoints/x/w"] == before["checkpoints/x/w"]
 
 
 def test_python_callers_are_protected_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -260,14 +268,22 @@ def test_overwrite_removes_only_what_the_run_wrote(tmp_path: Path) -> None:
     assert again["kind"] == "run" and again["id"] != marker["id"]  # a new run, a new id
 
 
-def test_a_run_written_before_markers_is_adopted(tmp_path: Path) -> None:
+def test_a_folder_is_adopted_only_by_its_own_marker(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 30, D4: a folder holding the user's report.html and a moved run (its marker removed) is not
+    an "old-style" grid or run: ablate and train --resume refuse it and change nothing."""
     config, task = tiny_model()
-    out = tmp_path / "old"
-    c = tiny_train_config().replace(checkpoint_every=1)
-    train(config, c.replace(steps=2), task, out, report=False)
-    (out / "blocklab-run.json").unlink()  # as blocklab 0.1 left it
-    result = train(config, c.replace(steps=3), task, out, resume=True, report=False)
-    assert result.step == 3 and json.loads((out / "blocklab-run.json").read_text())["kind"] == "run"
+    mine, moved = tmp_path / "mine", tmp_path / "mine" / "old" / "seed-0"
+    train(config, tiny_train_config().replace(checkpoint_every=1), task, moved, report=False)
+    (moved / "blocklab-run.json").unlink()
+    (mine / "report.html").write_text("<p>my report</p>")
+    before = snapshot(mine)
+    status, err = cli(["ablate", "--task", "tiny-lm", "--steps", "2", "--jobs", "1", "--out", str(mine)],
+                      capsys)
+    assert status == 2 and len(err.splitlines()) == 1 and "was not written by blocklab" in err, err
+    status, err = cli(["train", "--task", "tiny-lm", "--resume", "--out", str(moved), *QUICK], capsys)
+    assert status == 2 and len(err.splitlines()) == 1 and "was not written by blocklab" in err, err
+    assert snapshot(mine) == before
 
 
 def test_a_folder_of_another_kind_is_refused(tmp_path: Path) -> None:
@@ -337,7 +353,8 @@ def test_trace_bench_and_claims_check_their_outputs_before_working(
         (["trace", "--preset", "tiny-lm", "--input", "I like", "--html", str(run / "t.html"), "-q"],
          "--html .* is inside .*run, a training run"),
         (["bench", "--quick", "--json", str(run / "bench.json")], "--json .* is inside .*run, a training"),
-        (["bench", "--quick", "--json", str(tmp_path / "b.png")], "--plot .* is also the --json file"),
+        (["bench", "--quick", "--json", str(tmp_path / "b.png"), "--plot", str(tmp_path / "b.png")],
+         "--plot .* is also the --json file"),
         (["claims", "--quick", "--html", str(run / "report.html")], "--html .* is inside .*run, a train"),
         (["claims", "--quick", "--json", str(tmp_path)], "--json .* is a folder"),
     ]
