@@ -1,8 +1,8 @@
 """blocklab: the transformer block you can see, train, ablate and load real weights into.
 
-The public API, re-exported (``import blocklab as bl``); nothing is defined here. The package, lowest
-layer first (each subpackage's ``__init__`` says what it holds and what it may import; imports go
-down the layers only, tests/test_layers.py checks it):
+The public API, re-exported (``import blocklab as bl``), each name imported on first use; nothing
+else is defined here. The package, lowest layer first (each subpackage's ``__init__`` says what it
+holds and what it may import; imports go down the layers only, tests/test_layers.py checks it):
 
     errors, version, device    what every layer may use
     files/                     atomic writes, strict JSON, the folders a command may claim
@@ -18,20 +18,41 @@ down the layers only, tests/test_layers.py checks it):
 May import: any.
 """
 
-from .inspect.nonfinite import NonFiniteError, detect_nonfinite, find_first_nonfinite
-from .nn.activations import ACTIVATION_NAMES, get_activation
-from .nn.attention import MultiHeadAttention
-from .nn.block import Residual, TransformerBlock
-from .nn.cache import ActivationCache, run_with_cache
-from .nn.config import PRESETS, ModelConfig, preset
-from .nn.feedforward import FeedForward
-from .nn.hooks import TRANSFORMERLENS_ALIASES, HookPoint, hooks
-from .nn.memory import estimate_memory
-from .nn.model import IGNORE_INDEX, Transformer
-from .nn.norms import LayerNorm, layer_norm_stats
-from .nn.params import ParamCount, count_parameters
-from .version import __version__
-from .weights.load import Loaded, load
+from importlib import import_module
+from typing import Any
+
+# Each public name and the module that defines it. They are imported on first use (PEP 562), so that
+# ``import blocklab`` costs nothing: the ``blocklab`` command takes Ctrl-C before torch loads
+# (``__main__.run``), and its start-up interrupted is one line, not a traceback.
+_EXPORTS = {
+    "__version__": ".version",
+    "ACTIVATION_NAMES": ".nn.activations",
+    "ActivationCache": ".nn.cache",
+    "count_parameters": ".nn.params",
+    "detect_nonfinite": ".inspect.nonfinite",
+    "estimate_memory": ".nn.memory",
+    "FeedForward": ".nn.feedforward",
+    "find_first_nonfinite": ".inspect.nonfinite",
+    "get_activation": ".nn.activations",
+    "HookPoint": ".nn.hooks",
+    "hooks": ".nn.hooks",
+    "IGNORE_INDEX": ".nn.model",
+    "layer_norm_stats": ".nn.norms",
+    "LayerNorm": ".nn.norms",
+    "load": ".weights.load",
+    "Loaded": ".weights.load",
+    "ModelConfig": ".nn.config",
+    "MultiHeadAttention": ".nn.attention",
+    "NonFiniteError": ".inspect.nonfinite",
+    "ParamCount": ".nn.params",
+    "preset": ".nn.config",
+    "PRESETS": ".nn.config",
+    "Residual": ".nn.block",
+    "run_with_cache": ".nn.cache",
+    "Transformer": ".nn.model",
+    "TransformerBlock": ".nn.block",
+    "TRANSFORMERLENS_ALIASES": ".nn.hooks",
+}
 
 __all__ = [
     "ACTIVATION_NAMES",
@@ -62,3 +83,16 @@ __all__ = [
     "run_with_cache",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``blocklab.NAME``: imported from its module on first use, then kept here."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'blocklab' has no attribute {name!r}")
+    value = getattr(import_module(_EXPORTS[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -150,6 +150,51 @@ def run(command: str, status: int = 0, timeout: float = 1200) -> str:
     return output
 
 
+_MARK = "\x1fdocgen-status"  # ends each command's output in a typed session
+
+
+def run_typed(commands: list[str], status: int = 0, timeout: float = 2400) -> list[str]:
+    """Run commands as a newcomer types them after ``make train``: one after another in one bash session
+    (so ``source .venv/bin/activate`` lasts), in a folder where ``.venv`` is the environment make made,
+    with the PATH they have (the venv's bin taken out of it): a page that shows ``blocklab`` without
+    saying how to reach it fails here. Each command's output, as ``run`` gives it (and caches it)."""
+    venv = work_dir() / ".venv"
+    if not venv.exists():
+        venv.symlink_to(BIN.parent)
+    env = _env()
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep)
+                                  if p and Path(p).resolve() != BIN.resolve())
+    env.pop("VIRTUAL_ENV", None)
+    script = "".join(f"{command}\nprintf '\\n{_MARK} %s\\n' $?\n" for command in commands)
+    started = time.monotonic()
+    proc = subprocess.Popen(["bash", "-c", script], cwd=work_dir(), env=env, text=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    _running.append(proc)
+    try:
+        stdout, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise RuntimeError(f"the typed session `{commands[0]}` ... took more than {timeout:.0f} s") from None
+    finally:
+        _running.remove(proc)
+    print(f"docgen: {time.monotonic() - started:5.1f} s  (typed) {' ; '.join(commands)[:80]}",
+          file=sys.stderr)
+    pieces = re.split(rf"\n?{_MARK} (\d+)\n", stdout)
+    outputs = []
+    for command, text, code in zip(commands, pieces[0::2], pieces[1::2], strict=False):
+        output = _normalise(text)
+        if int(code) != status:
+            raise RuntimeError(f"`{command}`, typed as the page shows it, exited with status {code}, the "
+                               f"page expects {status}:\n{output}")
+        _outputs[command, status] = output
+        outputs.append(output)
+    if len(outputs) != len(commands):
+        raise RuntimeError(f"the typed session stopped after {len(outputs)} of {len(commands)} commands")
+    return outputs
+
+
 def setup(*commands: str) -> None:
     """Run commands a page relies on (a training run its later commands open), once per session."""
     for command in commands:
@@ -237,17 +282,18 @@ def emit(text: str, exact: bool = False) -> None:
 
 
 def sh(*commands: str | tuple[str, Callable[[str], str]], status: int = 0,
-       keep: Callable[[str], str] | None = None, show: str | None = None) -> None:
+       keep: Callable[[str], str] | None = None, show: str | None = None, typed: bool = False) -> None:
     """Run shell commands; show each as `$ command` followed by what it printed, in one block.
 
     A command may be a (command, filter) pair to show an excerpt of its output (head, lines_matching);
     keep: the filter for all of them; status: the exit status every command must have (2 for the
     error examples); show: the command as shown, when the one run differs only in a way the reader does
-    not need."""
+    not need; typed: run them as a newcomer types them (``run_typed``: one shell, their PATH)."""
     parts = []
-    for item in commands:
-        command, own_keep = item if isinstance(item, tuple) else (item, keep)
-        output = run(command, status)
+    items = [item if isinstance(item, tuple) else (item, keep) for item in commands]
+    typed_outputs = run_typed([command for command, _ in items], status) if typed else None
+    for index, (command, own_keep) in enumerate(items):
+        output = typed_outputs[index] if typed_outputs is not None else run(command, status)
         if own_keep is not None:
             output = own_keep(output)
         shown = show if show is not None else command

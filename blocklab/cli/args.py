@@ -218,6 +218,9 @@ def at_least(minimum: int, most: int | None = None) -> Callable[[str], int]:
     return parse
 
 
+parse_seed = at_least(0, 2**64 - 1)  # every --seed: torch seeds take 64 bits
+
+
 def parse_int_or_ratio(text: str) -> int | str:
     """``--d-ff``: '256' -> 256; '4x', '8/3x', '4.0' stay text for ``resolve_d_ff``."""
     return int(text) if text.strip().isdigit() else text
@@ -370,6 +373,8 @@ def _field_parser(name: str, default: Any, annotation: str) -> tuple[Callable[[s
         return str, name.upper(), ""
     if name == "target_accuracy":
         return parse_accuracy, "ACCURACY", ACCURACY_RULE
+    if name == "seed":
+        return parse_seed, "N", ""
     if name in CHOICES:
         return str, "NAME", f"one of: {', '.join(CHOICES[name])}"
     spelled = str(annotation).replace(" ", "")
@@ -529,6 +534,8 @@ def add_model_flag(parser: argparse.ArgumentParser, required: bool = True, what:
     many = dict(action="append", dest="models", default=[]) if repeatable else dict(dest="model")
     parser.add_argument("--model", "--checkpoint", required=required, type=parse_path,
                         metavar="PATH", help=f"{what or 'the model'}: {ACCEPTED}", **many)
+    parser.add_argument("--allow-nonfinite", dest="allow_nonfinite", action="store_true",
+                        help="load a model whose weights hold NaN or Inf (refused otherwise), to inspect it")
 
 
 def add_model_and_task_flags(parser: argparse.ArgumentParser) -> None:
@@ -581,8 +588,8 @@ def add_seed_flag(parser: argparse.ArgumentParser, what: str,
                   default: int | None = 0, shown: str = "0") -> None:
     """``--seed N``: the seed of the command's randomness (``what`` says which; ``default`` None when
     giving it at all means something, as for generate, where a seed only goes with sampling)."""
-    parser.add_argument("--seed", type=parse_int, default=default, metavar="N",
-                        help=f"{what} (default: {shown})")
+    parser.add_argument("--seed", type=parse_seed, default=default, metavar="N",
+                        help=f"{what} (default: {shown}; torch seeds take 64 bits)")
 
 
 def add_device_flags(parser: argparse.ArgumentParser) -> None:

@@ -96,7 +96,7 @@ def models_for_args(args: argparse.Namespace) -> dict:
             subject = preset_subject(name, args.seed, {**overrides, **changed})
             add(f"{name} {label}", subject)
     for path in args.models:
-        add(Path(path).name or path, model_subject(path))
+        add(Path(path).name or path, model_subject(path, args.allow_nonfinite))
     return served
 
 

@@ -51,7 +51,7 @@ def build_parser() -> Parser:
     """The top-level parser with one subcommand per feature."""
     parser = Parser(prog="blocklab", description=DESCRIPTION, epilog=EXAMPLES,
                     formatter_class=RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"blocklab {__version__}",
+    parser.add_argument("-V", "--version", action="version", version=f"blocklab {__version__}",
                         help="print the version and exit")
     parser.add_argument("--debug", action="store_true", help="show tracebacks (allowed anywhere on the line)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")

@@ -116,11 +116,11 @@ def preset_subject(name: str, seed: int, overrides: dict[str, Any]) -> Subject:
     )
 
 
-def model_subject(path: str) -> Subject:
+def model_subject(path: str, allow_nonfinite: bool = False) -> Subject:
     """A trained or imported model with its stored tokenizer (anything ``blocklab.load`` reads)."""
     from ..weights.load import load
 
-    loaded = load(path)
+    loaded = load(path, allow_nonfinite=allow_nonfinite)
     return Subject(loaded.model, loaded.tokenizer, loaded.source.describe())
 
 
@@ -133,15 +133,21 @@ def vocabulary(tokenizer: Any, size: int) -> list[str] | None:
         return None
 
 
-def target_id(tokenizer: Any, token: str) -> int:
-    """The id of ``--target``: a token of the vocabulary, or an id when there is no tokenizer."""
+def target_id(tokenizer: Any, token: str, vocab_size: int) -> int:
+    """The id of ``--target``: a token of the vocabulary, or an id when there is no tokenizer; either
+    way an id the model's vocabulary has (0..vocab_size-1)."""
     table = getattr(tokenizer, "token_to_id", None)
     found = (
         table.get(token)
         if isinstance(table, dict)
         else (tokenizer.token_id(token) if hasattr(tokenizer, "token_id") else None)
     )
+    if found is None and tokenizer is None and token.isdigit():
+        found = int(token)
     if found is not None:
+        if not 0 <= int(found) < vocab_size:
+            raise ValueError(f"--target {token!r} is id {found}, out of range: the model's vocabulary has "
+                             f"ids 0..{vocab_size - 1}")
         return int(found)
     if tokenizer is not None:  # the token as text (" cat"), when it is one token
         try:
@@ -149,10 +155,8 @@ def target_id(tokenizer: Any, token: str) -> int:
         except ValueError:  # not in a vocabulary tokenizer's words
             ids = []
         ids = [i for i in ids if tokenizer.str_tokens([i])[0] in token]  # without the special tokens it adds
-        if len(ids) == 1:
+        if len(ids) == 1 and 0 <= int(ids[0]) < vocab_size:
             return int(ids[0])
-    if tokenizer is None and token.isdigit():
-        return int(token)
     raise ValueError(
         f"--target {token!r} is not a token of the vocabulary"
         + (f"; {tokenizer.describe_vocab()}" if hasattr(tokenizer, "describe_vocab") else "")
@@ -167,7 +171,7 @@ def collect_for_args(args: argparse.Namespace, overrides: dict[str, Any]) -> Tra
     if args.model:
         if overrides:
             raise ValueError(f"config flags ({', '.join(overrides)}) apply to --preset, not to --model")
-        subject = model_subject(args.model)
+        subject = model_subject(args.model, args.allow_nonfinite)
     else:
         subject = preset_subject(args.preset, args.seed, overrides)
     subject.model.to(compute.device)
@@ -198,7 +202,7 @@ def trace_subject(subject: Subject, text: str | None, tokens: str | None, target
     tok = subject.tokenizer
     ids = input_ids(subject, text, tokens)
     labels = tok.str_tokens(ids) if tok is not None else [str(i) for i in ids]  # as text, not vocab spelling
-    aim = target_id(tok, target) if target is not None else None
+    aim = target_id(tok, target, subject.model.config.vocab_size) if target is not None else None
     return collect_trace(
         subject.model,
         ids,

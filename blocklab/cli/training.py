@@ -264,7 +264,7 @@ def model_task(loaded: Loaded, args: argparse.Namespace) -> Task | None:
 
 def eval_command(args: argparse.Namespace) -> int:
     """``blocklab eval``: loss and exact-match accuracy of a model on a split of its task."""
-    loaded = load(args.model)
+    loaded = load(args.model, allow_nonfinite=args.allow_nonfinite)
     task = model_task(loaded, args)
     if task is None:
         raise UsageError(f"{loaded.source.path} does not record a task (not trained by blocklab train?); "
@@ -289,7 +289,7 @@ def eval_command(args: argparse.Namespace) -> int:
 def predict_command(args: argparse.Namespace) -> int:
     """``blocklab predict``: the model's answer to each ``--input``, with its probability."""
     compute = resolve_compute(args.device, args.dtype)
-    loaded = load(args.model)
+    loaded = load(args.model, allow_nonfinite=args.allow_nonfinite)
     model, tokenizer = loaded.model.to(compute.device).eval(), loaded.tokenizer
     task = model_task(loaded, args)
     if task is None and tokenizer is None:

@@ -109,7 +109,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
     from ..weights.load import load
     from ..weights.sentence import cosine_similarities, format_embeddings, sentence_embeddings
 
-    loaded = load(args.model)
+    loaded = load(args.model, allow_nonfinite=args.allow_nonfinite)
     model, tokenizer = loaded.model, loaded.tokenizer
     if tokenizer is None:
         raise UsageError(f"{args.model} has no tokenizer, so text cannot be embedded")
@@ -149,16 +149,14 @@ def generation_config(args: argparse.Namespace, tokenizer: Any) -> GenerationCon
 
 class TerminalStream:
     """``generate``'s on_token callback for the terminal: one prompt streams its text (or ids) as each
-    token comes; a batch prints each row, labelled ``[i]``, when it finishes."""
+    token comes, after ``start`` shows the prompt; a batch prints each row, labelled ``[i]``, when it
+    finishes."""
 
     def __init__(self, tokenizer: Any, prompts: list[list[int]]) -> None:
         self.tokenizer, self.prompts = tokenizer, prompts
         self.new: list[list[int]] = [[] for _ in prompts]
         self.finished = [False] * len(prompts)
         self.shown = ""  # the one prompt's text printed so far
-        if len(prompts) == 1:
-            self.shown = self._text(0)
-            print(self.shown, end="", flush=True)
 
     def _text(self, row: int) -> str:
         ids = self.prompts[row] + self.new[row]
@@ -181,6 +179,18 @@ class TerminalStream:
         if len(self.prompts) > 1:
             print(f"[{row}] {self._text(row)}", flush=True)
 
+    def start(self) -> None:
+        """Show the one prompt (called once generation is known to be possible)."""
+        if len(self.prompts) == 1:
+            self.shown = self._text(0)
+            print(self.shown, end="", flush=True)
+
+    def end_line(self) -> None:
+        """End a line the one prompt's stream left open (generation stopped by an error or Ctrl-C), so
+        that the error's line starts a line of its own."""
+        if self.shown:
+            print(flush=True)
+
     def close(self) -> None:
         """Print what has not been printed yet (rows that ran to max_new_tokens)."""
         if len(self.prompts) == 1:
@@ -194,19 +204,22 @@ class TerminalStream:
 def cmd_generate(args: argparse.Namespace) -> int:
     """Stream each prompt's continuation (or print JSON lines with the ids and text, with --json)."""
     from ..device import resolve_compute
-    from ..nn.generate import generate
+    from ..nn.generate import check_inputs, generate
     from ..nn.tokens import pad_batch
     from ..weights.load import load
 
     compute = resolve_compute(args.device, args.dtype)
-    loaded = load(args.model)  # a run folder too, like every command
+    loaded = load(args.model, allow_nonfinite=args.allow_nonfinite)  # a run folder too, like every command
     model, tokenizer = loaded.model.to(compute.device), loaded.tokenizer
     if not args.ids and tokenizer is None:
         raise UsageError(f"{args.model} has no tokenizer: give token ids with --ids")
     prompts = [parse_token_ids(t, "--input") if args.ids else tokenizer.encode(t) for t in args.input]
     config = generation_config(args, tokenizer)
     ids, mask = pad_batch(prompts, tokenizer.pad_id if tokenizer is not None else 0, "left")
+    check_inputs(model, ids, mask.long(), config)  # a refusal is the only output: never after the prompt
     stream = TerminalStream(tokenizer, prompts) if args.json != "-" else None  # --json: JSON lines only
+    if stream is not None:
+        stream.start()
     new: list[list[int]] = [[] for _ in prompts]
 
     def on_token(tokens: torch.Tensor, active: torch.Tensor) -> None:
@@ -215,9 +228,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if stream is not None:
             stream(tokens, active)
 
-    with compute.autocast():
-        generate(model, ids.to(compute.device), config=config, attention_mask=mask.to(compute.device),
-                 on_token=on_token)
+    try:
+        with compute.autocast():
+            generate(model, ids.to(compute.device), config=config, attention_mask=mask.to(compute.device),
+                     on_token=on_token)
+    except BaseException:
+        if stream is not None:
+            stream.end_line()
+        raise
     if stream is not None:
         stream.close()
     rows = [{"prompt_ids": prompt, "new_ids": continuation,

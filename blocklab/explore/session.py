@@ -335,7 +335,7 @@ def gradients(request: Request) -> dict[str, Any]:
     with request.entry.lock:
         ids = request.ids()
         try:
-            aim = target_id(subject.tokenizer, request.target)
+            aim = target_id(subject.tokenizer, request.target, model.config.vocab_size)
         except ValueError as error:
             raise RequestError(str(error).replace("--target", "target")) from None
         tokens = torch.tensor([ids])

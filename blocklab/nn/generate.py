@@ -6,7 +6,7 @@ order ``transformers``' ``generate`` uses, so that the same settings give the sa
     repetition penalty   l_t <- l_t / r if l_t > 0 else l_t * r, for each token t already in the row
                          (prompt included, padding not)
     greedy               argmax l  (unless do_sample, or with do_sample=None, temperature / top_k / top_p)
-    sampling             l / temperature (a constant, or with temperature_end a linear schedule from
+    sampling             (l - max l) / temperature (a constant, or with temperature_end a linear schedule from
                          temperature at the first new token to temperature_end at the last);
                          top-k keeps l >= the k-th largest; top-p drops the least
                          likely tokens while their summed probability stays <= 1 - p (the most
@@ -24,14 +24,15 @@ gets the same positions (and the same tokens) as when it is generated alone.
 KV cache: the prompt runs once, filling each layer's ``KVCache``; each later step feeds only the
 newest token. ``use_cache=False`` re-runs the whole window each step; both give the same tokens.
 
-Sliding window: the model sees at most ``max_seq_len`` columns. When a new token would make the window
-longer, its oldest ``window_shift`` columns are dropped, the positions restart at 0 from the first
-real token left in the window, and the KV cache is rebuilt from the kept tokens (cached keys and
-values carry the positions they were computed at, so they cannot be shifted). With ``window_shift=1``
-(the default) every token is predicted from exactly the last ``max_seq_len`` tokens, as nanoGPT's
-sampler does; a larger shift rebuilds the cache less often and sees between max_seq_len - shift + 1
-and max_seq_len tokens. A prompt longer than the window keeps its last ``max_seq_len`` tokens in view;
-the returned sequence always holds the whole prompt.
+Sliding window: each row sees at most ``max_seq_len`` of its own tokens. When a new token would make
+a row's window longer, its oldest ``window_shift`` tokens are dropped, its positions restart at 0 from
+the first token left in its window, and the KV cache is rebuilt from the kept tokens (cached keys and
+values carry the positions they were computed at, so they cannot be shifted). Each row slides by its
+own length, so a prompt gets the same window beside batch-mates of other lengths as alone. With
+``window_shift=1`` (the default) every token is predicted from exactly the last ``max_seq_len``
+tokens, as nanoGPT's sampler does; a larger shift rebuilds the cache less often and sees between
+max_seq_len - shift + 1 and max_seq_len tokens. A prompt longer than the window keeps its last
+``max_seq_len`` tokens in view; the returned sequence always holds the whole prompt.
 
 Stops: a row finishes at a stop id (kept in the output) or once its generated text contains a stop
 string (decoded with ``model.tokenizer``); later columns of a finished row hold ``pad_id``. Generation
@@ -138,7 +139,8 @@ def _violations(c: GenerationConfig) -> list[str]:
     need(c.top_k is None or (_is_int(c.top_k) and c.top_k >= 1), f"top_k={c.top_k!r} must be an integer >= 1")
     need(c.top_p is None or (_is_number(c.top_p) and 0 < c.top_p <= 1),
          f"top_p={c.top_p!r} must be in (0, 1]")
-    need(c.seed is None or _is_int(c.seed), f"seed={c.seed!r} must be an integer")
+    need(c.seed is None or _is_int(c.seed) and 0 <= c.seed < 2**64,
+         f"seed={c.seed!r} must be an integer in [0, 2**64) (torch seeds take 64 bits)")
     need(c.repetition_penalty is None or (_is_number(c.repetition_penalty) and c.repetition_penalty > 0),
          f"repetition_penalty={c.repetition_penalty!r} must be > 0")
     need(all(_is_int(i) and i >= 0 for i in c.stop_ids), f"stop_ids={c.stop_ids!r} must be token ids >= 0")
@@ -193,7 +195,12 @@ def next_token(
         logits = penalize_repetition(logits, seen, config.repetition_penalty)
     if not config.sampling:
         return logits.argmax(-1)
-    logits = logits / config.temperature_at(step)
+    # softmax(l / T) is softmax((l - max l) / T): the shift keeps a tiny T (1e-40) from making l / T
+    # infinite, where softmax would give NaN; every scaled logit is then <= 0, the limit T -> 0 is argmax.
+    # A T below the float's smallest normal number would round to 0; below it only the maxima remain
+    # anyway, so it is that number.
+    temperature = max(config.temperature_at(step), torch.finfo(logits.dtype).tiny)
+    logits = (logits - logits.amax(-1, keepdim=True)) / temperature
     if config.top_k is not None:
         logits = top_k_filter(logits, config.top_k)
     if config.top_p is not None and config.top_p < 1:
@@ -217,27 +224,39 @@ def new_kv_cache(model: Transformer, batch: int, max_len: int) -> list[KVCache]:
 
 
 class Window:
-    """The last columns of the sequence the model sees (at most max_seq_len) and their KV cache."""
+    """Each row's window of the sequence (at most max_seq_len of its own tokens) and the batch's KV cache.
 
-    def __init__(self, model: Transformer, config: GenerationConfig, prompt_len: int) -> None:
+    A row slides by its own length, as it would alone: ``start[b]`` counts the row's real tokens it has
+    dropped, so a short prompt left-padded beside a long one keeps the window it has on its own. The
+    model sees the columns from the leftmost row window on; the columns before a row's own window are
+    masked out for that row, like its padding."""
+
+    def __init__(self, model: Transformer, config: GenerationConfig, mask: Tensor) -> None:
         self.model, self.config = model, config
         self.size = model.config.max_seq_len
-        self.start = max(0, prompt_len - self.size)  # a long prompt: its last max_seq_len columns
-        self.capacity = min(self.size, prompt_len - self.start + config.max_new_tokens)  # cache positions
+        lengths = mask.sum(-1)  # (B,) each row's real tokens
+        self.start = (lengths - self.size).clamp(min=0)  # (B,) a long prompt: its last max_seq_len tokens
+        first = int((mask.shape[1] - lengths + self.start).min())  # the leftmost column any row sees
+        self.capacity = min(self.size, mask.shape[1] - first + config.max_new_tokens)  # cache positions
         self.cache: list[KVCache] | None = None
 
     def logits(self, tokens: Tensor, mask: Tensor) -> Tensor:
         """(B, V) float32 logits of the last column, given the sequence so far (B, L) and its mask."""
         L = tokens.shape[1]
-        if L - self.start > self.size:  # the new token does not fit: slide
-            self.start += self.config.window_shift
-            self.cache = None
-        seen = mask[:, self.start : L]  # (B, L - start): the keys in view
+        lengths = mask.sum(-1)  # (B,)
+        slide = lengths - self.start > self.size  # (B,) rows whose new token does not fit their window
+        if bool(slide.any()):
+            self.start = self.start + self.config.window_shift * slide
+            self.cache = None  # cached keys carry the positions they were computed at: rebuilt
+        row_first = L - lengths + self.start  # (B,) each row's first column in view
+        first = int(row_first.min())
+        columns = torch.arange(first, L, device=mask.device)  # (L - first,)
+        seen = mask[:, first:L] * (columns[None, :] >= row_first[:, None])  # (B, L - first): keys in view
         if self.config.use_cache and self.cache is not None:
             step = tokens[:, L - 1 :]  # only the newest token; the cache holds the rest
             positions = seen.sum(-1, keepdim=True) - 1  # (B, 1)
         else:
-            step, positions = tokens[:, self.start : L], positions_from_mask(seen)
+            step, positions = tokens[:, first:L], positions_from_mask(seen)
             if self.config.use_cache:
                 self.cache = new_kv_cache(self.model, tokens.shape[0], self.capacity)
         hidden = self.model.encode(step, attention_mask=seen, kv_cache=self.cache,
@@ -248,7 +267,10 @@ class Window:
 # ---- the loop ------------------------------------------------------------------------------------
 
 
-def _check(model: Transformer, tokens: Tensor, mask: Tensor, config: GenerationConfig) -> None:
+def check_inputs(model: Transformer, tokens: Tensor, mask: Tensor, config: GenerationConfig) -> None:
+    """ValueError when ``generate`` cannot run: a model that sees the future, a prompt that is not left-padded
+    ids, stop ids beyond the vocabulary, ... (``generate`` checks first; a caller streaming the prompt
+    checks before showing it)."""
     if not model.config.causal:
         raise ValueError("generate needs a causal model (ModelConfig.causal=true); this one sees the future")
     if tokens.dim() != 2 or tokens.shape[1] < 1 or tokens.dtype not in (torch.long, torch.int32):
@@ -321,7 +343,7 @@ def generate(
         fields["max_new_tokens"] = max_new_tokens
     config = (config or GenerationConfig()).replace(**fields)
     mask = torch.ones_like(tokens) if attention_mask is None else attention_mask.to(tokens.device).long()
-    _check(model, tokens, mask, config)
+    check_inputs(model, tokens, mask, config)
     was_training = model.training
     model.eval()
     generator = None
@@ -335,7 +357,7 @@ def generate(
     filler, stop_ids = _filler(model, config), torch.tensor(config.stop_ids, dtype=torch.long)
     done = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
     out, prompt_len = tokens.long(), tokens.shape[1]
-    window = Window(model, config, prompt_len)
+    window = Window(model, config, mask)
     try:
         for step in range(config.max_new_tokens):
             new = next_token(window.logits(out, mask), config, seen, generator, step)  # (B,)
@@ -373,7 +395,7 @@ def _stopped(
     stop string (only ``active`` rows are decoded)."""
     stopped = torch.isin(generated[:, -1], stop_ids)
     if config.stop_strings:
-        assert model.tokenizer is not None  # _check
+        assert model.tokenizer is not None  # check_inputs
         for row in active.nonzero().flatten().tolist():
             text = model.tokenizer.decode(generated[row])
             stopped[row] |= any(s in text for s in config.stop_strings)

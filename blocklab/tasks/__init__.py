@@ -35,13 +35,15 @@ def task_options(name: str) -> list[str]:
 
 def get_task_class(name: str) -> type[Task]:
     """The Task subclass registered as `name`; ValueError listing the known names."""
-    if name not in TASKS:
+    if not isinstance(name, str) or name not in TASKS:
         raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(TASKS)}")
     return TASKS[name]
 
 
 def task_from_dict(d: dict) -> Task:
     """Inverse of ``Task.to_dict``: rebuild a task from its name and options."""
+    if not isinstance(d, dict):
+        raise ValueError(f"a task is an object with its name and options, not {type(d).__name__}")
     options = dict(d)
     name = options.pop("name", None)
     if name is None:

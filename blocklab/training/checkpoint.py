@@ -286,8 +286,8 @@ def refuse_nonfinite(model: Transformer, path: str | Path, allow: bool) -> None:
     """NonFiniteError naming the first weight holding NaN/Inf (unless ``allow``: the user inspects it)."""
     bad = None if allow else check_parameters(model)
     if bad:
-        raise NonFiniteError(bad, f" in {path}; a model with non-finite weights computes nothing useful; "
-                                  "pass --allow-nonfinite (Python: allow_nonfinite=True) to load it anyway")
+        raise NonFiniteError(bad, f" in {path}; a model with non-finite weights computes nothing useful (to "
+                                  "inspect it anyway: --allow-nonfinite, in Python allow_nonfinite=True)")
 
 
 def load_checkpoint(path: str | Path, map_location: str = "cpu", allow_nonfinite: bool = False) -> Checkpoint:

@@ -193,10 +193,11 @@ def locate(path: str | Path) -> ModelSource:
     return ModelSource("package", folder, given)
 
 
-def read(source: ModelSource, map_location: str = "cpu") -> Loaded:
-    """Read the model ``source`` names (see ``locate``): weights, tokenizer, metadata."""
+def read(source: ModelSource, map_location: str = "cpu", allow_nonfinite: bool = False) -> Loaded:
+    """Read the model ``source`` names (see ``locate``): weights, tokenizer, metadata; a NaN or Inf
+    weight is refused naming it unless ``allow_nonfinite`` (to inspect such a model)."""
     if source.kind in ("run", "checkpoint"):
-        checkpoint = load_checkpoint(source.path, map_location=map_location)
+        checkpoint = load_checkpoint(source.path, map_location=map_location, allow_nonfinite=allow_nonfinite)
         model, spec, meta = checkpoint.model, checkpoint.tokenizer, checkpoint.meta
         if not isinstance(meta, dict):
             raise CheckpointError(f"{source.path}: its metadata is not a JSON object: {meta!r}")
@@ -208,16 +209,17 @@ def read(source: ModelSource, map_location: str = "cpu") -> Loaded:
             problem = f"its stored tokenizer cannot be rebuilt ({error})"
             raise CheckpointError(f"{source.path}: {problem}") from None
     else:
-        pretrained = read_pretrained(source.path)
+        pretrained = read_pretrained(source.path, allow_nonfinite=allow_nonfinite)
         model, tokenizer, meta = pretrained.model.to(map_location), pretrained.tokenizer, pretrained.meta()
     model.tokenizer = tokenizer
     return Loaded(model.eval(), tokenizer, source, meta)
 
 
-def load(path: str | Path, map_location: str = "cpu") -> Loaded:
+def load(path: str | Path, map_location: str = "cpu", allow_nonfinite: bool = False) -> Loaded:
     """``loaded = blocklab.load(path_or_name)``: the model (eval mode), its tokenizer and metadata
-    from a run folder, a checkpoint folder or file, a Hugging Face folder or an installed package."""
-    return read(locate(path), map_location)
+    from a run folder, a checkpoint folder or file, a Hugging Face folder or an installed package.
+    A model with a NaN or Inf weight is refused (naming it) unless ``allow_nonfinite``."""
+    return read(locate(path), map_location, allow_nonfinite)
 
 
 def import_model(path: str | Path, out: str | Path) -> Loaded:

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from processes import alive, descendants
 
 GRID = """
 import sys
@@ -22,33 +23,6 @@ specs = [RunSpec(key=f"r{i}", preset="tiny-lm", task={"name": "tiny-lm"}, train=
                  out_dir=f"{out}/r{i}") for i in range(2)]
 run_many(specs, jobs=2)
 """
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live process below ``pid`` (from /proc), zombies excluded."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z":
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the process tree from /proc")

@@ -243,6 +243,16 @@ def test_filters_equal_transformers_logits_processors():
     assert torch.equal(penalize_repetition(logits, seen, 1.3), expected)
 
 
+@pytest.mark.parametrize("temperature", [1e-40, 4e-45, 1e-300])
+def test_a_vanishing_temperature_samples_the_argmax_not_nan(gpt2, temperature):
+    """Issue 30, E5: l / 1e-40 is infinite and softmax of it NaN; softmax((l - max l) / T) tends to the
+    argmax, so sampling at such a temperature gives transformers' greedy tokens."""
+    hf, model = gpt2
+    ids, mask, _ = left_padded([5, 9], seed=11)
+    ours = generate(model, ids, 12, attention_mask=mask, do_sample=True, temperature=temperature, seed=0)
+    assert torch.equal(ours, hf_generate(hf, ids, mask, max_new_tokens=12))
+
+
 def test_top_k_samples_stay_in_the_oracles_top_k(gpt2):
     hf, model = gpt2
     prompt = torch.randint(0, VOCAB - 1, (4, 3))
@@ -304,13 +314,18 @@ def test_a_prompt_longer_than_the_window_keeps_its_last_columns_in_view(gpt2):
     assert torch.equal(ours, windowed_oracle(hf, prompt, 8, 1))
 
 
-def test_padded_batch_with_the_window_equals_each_prompt_alone(gpt2):
-    _, model = gpt2
-    ids, mask, rows = left_padded([12, 3, 8], seed=5)
-    ours = generate(model, ids, attention_mask=mask, max_new_tokens=45)  # 57 columns: slides 17 times
+@pytest.mark.parametrize("shift", [1, 3, 7])
+@pytest.mark.parametrize("use_cache", [True, False], ids=["cache", "no-cache"])
+def test_padded_batch_with_the_window_equals_each_prompt_alone(gpt2, shift, use_cache):
+    """Issue 30, W2: each row's window slides when its own sequence outgrows the window, as it does alone;
+    with shift > 1 a 1-token prompt beside a 12-token one continued differently from alone."""
+    hf, model = gpt2
+    ids, mask, rows = left_padded([12, 1, 3, 8], seed=5)
+    ours = generate(model, ids, attention_mask=mask, max_new_tokens=45, window_shift=shift,
+                    use_cache=use_cache)  # 57 columns: every row slides
     for i, row in enumerate(rows):
-        alone = generate(model, torch.tensor([row]), max_new_tokens=45)
-        assert ours[i, ids.shape[1] - len(row):].tolist() == alone[0].tolist()
+        alone = windowed_oracle(hf, torch.tensor([row]), 45, shift)  # transformers, the row on its own
+        assert ours[i, ids.shape[1] - len(row):].tolist() == alone[0].tolist(), (i, len(row))
 
 
 # ---- stops and streaming ---------------------------------------------------------------------------
@@ -587,3 +602,18 @@ def test_cli_stop_text_window_and_errors(gpt2_folder, capsys):
     assert code == 2 and "GenerationConfig.seed=3 only applies to sampling" in out.err
     code, out = run_cli(capsys, "--checkpoint", gpt2_folder, "--input", "w1", "--top-p", 1.5)
     assert code == 2 and "GenerationConfig.top_p=1.5 must be in (0, 1]" in out.err
+
+
+def test_cli_refusal_before_the_first_token_is_the_only_output(tmp_path, capsys):
+    """Issue 30: generate printed the prompt, then its error on the same line (``Max ( 1blocklab: error``)."""
+    from blocklab.tasks import get_task
+    from blocklab.training.checkpoint import save_checkpoint
+
+    task = get_task("listops")  # a model that sees the future cannot generate
+    path = tmp_path / "listops.safetensors"
+    save_checkpoint(path, bl.Transformer(bl.preset("listops-seed", **task.config_overrides())),
+                    tokenizer=task.tokenizer.to_dict())
+    status, (out, err) = run_cli(capsys, "--model", path, "--input", "Max ( 1")
+    assert status == 2 and out == ""
+    assert err == "blocklab: error: generate needs a causal model (ModelConfig.causal=true); this one sees " \
+                  "the future\n"
