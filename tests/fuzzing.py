@@ -3,12 +3,16 @@ and the outcome rule (a result, or a one-line ValueError; nothing else, nothing 
 
 Imported by ``test_fuzz_loaders.py``; the CLI fuzz test can reuse ``json_values``, ``damaged`` and
 ``Sandbox`` for the command line (an argument list instead of a file, exit 0 or 2 instead of a
-ValueError).
+ValueError). The planted attacks (issue 30's classes: a symbolic link where a command writes, a named
+pipe where it reads, deep, wrong-typed or oversized JSON, a sparse file declaring a huge tensor) and
+``checksums``, which shows that nothing outside a command's own files changed, serve both.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -105,3 +109,79 @@ class Sandbox:
     def untouched(self) -> bool:
         """Whether nothing outside ``inside`` was created, changed or removed."""
         return self._state() == self.before
+
+
+# ---- planted attacks: the classes of issue 30 ------------------------------------------------------------
+
+
+def checksums(root: Path) -> dict[str, str]:
+    """What every entry under ``root`` is, links not followed: a file's sha256 (a planted file of gigabytes:
+    its size, inode and modification time), a link's target, a pipe, a folder. Two equal results mean
+    nothing there was created, changed or removed."""
+    import hashlib
+    import stat
+
+    found = {}
+    for path in sorted(root.rglob("*")):
+        mode = path.lstat().st_mode
+        key = str(path.relative_to(root))
+        if stat.S_ISLNK(mode):
+            found[key] = f"link -> {os.readlink(path)}"
+        elif stat.S_ISREG(mode) and path.stat().st_size > 64 * 2**20:  # a planted sparse file: never read
+            info = path.stat()
+            found[key] = f"large file {info.st_size} bytes, inode {info.st_ino}, mtime {info.st_mtime_ns}"
+        elif stat.S_ISREG(mode):
+            found[key] = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            found[key] = "folder" if stat.S_ISDIR(mode) else "fifo" if stat.S_ISFIFO(mode) else "other"
+    return found
+
+
+def _clear(path: Path) -> None:
+    if path.is_symlink() or path.is_file() or path.exists() and not path.is_dir():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)
+
+
+def plant_link(path: Path, target: Path) -> None:
+    """Replace ``path`` (file or folder) by a symbolic link to ``target``."""
+    _clear(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.symlink_to(target)
+
+
+def plant_fifo(path: Path) -> None:
+    """Replace ``path`` by a named pipe that nothing writes to: a blocking read would wait forever."""
+    _clear(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path)
+
+
+DEEP_JSON = "[" * 100_000 + "]" * 100_000  # RecursionError in any recursive parser or walker
+WRONG_TYPED_JSON = "[1]"  # every JSON file blocklab reads holds an object
+
+
+def plant_oversized(path: Path, size: int) -> None:
+    """Replace ``path`` by a sparse file of ``size`` bytes (no disk used): only a size check is quick."""
+    _clear(path)
+    with open(path, "wb") as f:
+        f.truncate(size)
+
+
+def sparse_safetensors(path: Path, shapes: dict[str, tuple[int, ...]], metadata: dict[str, str]) -> None:
+    """A safetensors file whose header declares F32 tensors of ``shapes`` (gigabytes, say), their data a
+    hole: the file is as large as its header says and holds almost nothing on disk."""
+    header, offset = {"__metadata__": metadata}, 0
+    for name, shape in shapes.items():
+        nbytes = 4
+        for n in shape:
+            nbytes *= n
+        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    data = json.dumps(header).encode()
+    data += b" " * (-len(data) % 8)
+    _clear(path)
+    with open(path, "wb") as f:
+        f.write(len(data).to_bytes(8, "little") + data)
+        f.truncate(8 + len(data) + offset)

@@ -183,6 +183,7 @@ def read_marker(folder: str | Path) -> Marker | None:
     path = Path(folder) / MARKER
     if not path.exists() and not path.is_symlink():
         return None
+    check_owned(path)  # blocklab writes its marker as a regular file: a link or a pipe is not one
     data = read_json_object(path, "blocklab's folder marker", limit=64 * 1024)
     fields = {name: data.get(name) for name in ("kind", "id", "blocklab", "created")}
     if data.get("format") != "blocklab-folder" or not all(isinstance(v, str) for v in fields.values()):

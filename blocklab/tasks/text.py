@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import itertools
 import math
-import stat
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from blocklab.nn.memory import format_bytes
+from blocklab.files.reading import read_regular_bytes
 from blocklab.tasks.base import (
     IGNORE_INDEX,
     Task,
@@ -38,7 +37,8 @@ WINDOW_TOKEN_BYTES = 24  # a training window's index and token tensors (measured
 
 def read_text(path: str | Path | None, max_mb: int = DEFAULT_MAX_MB) -> str:
     """The file's UTF-8 text (None: the shipped corpus); ValueError if the path is missing, not a regular
-    file, larger than ``max_mb`` megabytes, unreadable or empty. Never reads more than the cap."""
+    file (a folder, a device, a pipe: refused without reading or waiting), larger than ``max_mb``
+    megabytes, unreadable or empty. Never reads more than the cap (``files.reading``, the one reader)."""
     if path is None:
         path = DEFAULT_CORPUS
     if str(path) == "":
@@ -47,22 +47,15 @@ def read_text(path: str | Path | None, max_mb: int = DEFAULT_MAX_MB) -> str:
     where = f"text option path={str(path)!r}"
     limit = max_mb * 1024 * 1024
     try:
-        info = Path(path).stat()
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError(f"{where}: not a regular file (a folder, device or pipe); give a text file")
-        too_big = (f"{where}: the file is larger than max_mb={max_mb} ({format_bytes(limit)}); the text task "
-                   "holds it in memory, so raise the cap with --task-option max_mb=N if it fits")
-        if info.st_size > limit:
-            raise ValueError(too_big)
-        with open(path, "rb") as f:
-            data = f.read(limit + 1)  # the size said it fits; a file growing meanwhile is still capped
-        if len(data) > limit:
-            raise ValueError(too_big)
+        what = f"the text task's corpus: a text file of at most max_mb={max_mb} MB, --task-option max_mb=N"
+        data = read_regular_bytes(path, what, limit)
         text = data.decode("utf-8")
     except FileNotFoundError:
         raise ValueError(f"{where}: no such file") from None
     except UnicodeDecodeError as e:
         raise ValueError(f"{where}: not UTF-8 text ({e.reason})") from None
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
     except OSError as e:
         raise ValueError(f"{where}: cannot read ({e.strerror})") from None
     if not text:

@@ -420,6 +420,7 @@ class _Run:
         self.loss, self.eval, self.stopped, self.done = float("nan"), {}, "steps", False
         self.checkpoint: Path | None = None
         self.resumed_step: int | None = None
+        self.extended: dict[str, Any] | None = None  # config.json recording an extension, to be written
         self.detect_nonfinite = False
 
     def __enter__(self) -> _Run:
@@ -452,6 +453,8 @@ class _Run:
             raise RuntimeError(f"process 0 could not set up the run folder: {message}")
         if found is not None:
             self._restore(Path(found))
+        if self.extended is not None and self.folder is not None:  # recorded once the checkpoint loaded
+            write_json(self.folder / CONFIG, self.extended)
         self.ddp: nn.Module = self.model
         if self.procs.world_size > 1:
             gpu = [self.device] if self.device.type == "cuda" else None
@@ -504,7 +507,8 @@ class _Run:
             )
 
     def _extend(self, saved: SavedRun, config: dict[str, Any], at_step: int) -> None:
-        """--resume with other ``steps`` / ``target_accuracy``: check, and record it in config.json.
+        """--resume with other ``steps`` / ``target_accuracy``: check it, and keep the config.json that
+        records it (``extended``, written once the checkpoint has loaded: a failed resume changes nothing).
 
         The schedule rule: the learning rate of every later step is ``lr_at(step)`` over the new
         total, the rate a run configured with that many steps from the start has there (the
@@ -521,7 +525,7 @@ class _Run:
         record = {"at_step": at_step, **{f"{k}_before": v for k, v in changed.items()},
                   **{k: config["train"][k] for k in changed}}
         history = saved.data.get("extended") if isinstance(saved.data.get("extended"), list) else []
-        write_json(self.folder / CONFIG, {**config, "extended": [*history, record]})
+        self.extended = {**config, "extended": [*history, record]}
 
     def _restore(self, ckpt: Path) -> None:
         """Weights, AdamW moments, step, RNG state and metrics history from a checkpoint folder;

@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..files.atomic import kind_of
 from ..files.folders import CHECKPOINTS, CONFIG, MODEL_FILE, check_output_file
-from ..files.jsonfiles import read_json
+from ..files.jsonfiles import read_json_object
 from ..nn.model import Transformer
 from ..tasks import Task, task_from_dict
 from ..training.checkpoint import (
@@ -128,8 +129,7 @@ def _hf_config(folder: Path) -> dict[str, Any] | None:
     path = folder / CONFIG
     if not path.exists() and not path.is_symlink():
         return None
-    data = read_json(path, "a model folder's config.json")
-    return data if isinstance(data, dict) else {}
+    return read_json_object(path, "a model folder's config.json")
 
 
 def _locate_run(folder: Path, given: str) -> ModelSource:
@@ -185,7 +185,7 @@ def locate(path: str | Path) -> ModelSource:
     if p.is_file():
         return _locate_file(p, given)
     if p.exists():
-        raise unsupported(p, "neither a file nor a folder")
+        raise unsupported(p, f"{kind_of(p.stat().st_mode)}, neither a file nor a folder")
     try:
         folder = resolve_model_dir(given)  # an installed package's model folder
     except FileNotFoundError:

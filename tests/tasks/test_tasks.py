@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import string
 from pathlib import Path
 
@@ -345,7 +346,7 @@ def test_text_file_errors_are_clear(tmp_path: Path) -> None:
     (tmp_path / "empty.txt").write_text("")
     with pytest.raises(ValueError, match="empty"):
         get_task("text", path=str(tmp_path / "empty.txt"))
-    with pytest.raises(ValueError, match="not a regular file .a folder, device or pipe."):
+    with pytest.raises(ValueError, match="is a folder, not a regular file"):
         get_task("text", path=str(tmp_path))
     (tmp_path / "bin.txt").write_bytes(b"\xff\xfe\x00abc")
     with pytest.raises(ValueError, match="not UTF-8"):
@@ -443,14 +444,17 @@ def test_task_data_that_cannot_fit_is_refused_before_it_is_generated(monkeypatch
 
 
 def test_text_files_beyond_the_size_cap_or_not_regular_are_refused_unread(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="path='/dev/zero': not a regular file"):
+    with pytest.raises(ValueError, match="path='/dev/zero': /dev/zero is a device, not a regular file"):
         get_task("text", path="/dev/zero")
-    with pytest.raises(ValueError, match="not a regular file"):
+    with pytest.raises(ValueError, match="is a folder, not a regular file"):
         get_task("text", path=str(tmp_path))
+    os.mkfifo(tmp_path / "pipe")  # nothing writes to it: a blocking open would wait forever
+    with pytest.raises(ValueError, match="pipe is a named pipe, not a regular file"):
+        get_task("text", path=str(tmp_path / "pipe"))
     big = tmp_path / "big.txt"
     with open(big, "wb") as f:
         f.truncate(2 * 1024 * 1024 + 1)  # sparse: 2 MB + 1 byte of zeros, nothing written
-    with pytest.raises(ValueError, match=r"larger than max_mb=2 \(2\.0 MB\).*--task-option max_mb=N"):
+    with pytest.raises(ValueError, match=r"more than the 2,097,152 .* max_mb=2 MB, --task-option max_mb=N"):
         get_task("text", path=str(big), max_mb=2)
     small = tmp_path / "small.txt"
     small.write_text("abcdefghij" * 400)

@@ -18,6 +18,7 @@ from safetensors.torch import save_file
 
 import blocklab as bl
 from blocklab.files.folders import inspect_folder
+from blocklab.lab.ablate import ablate
 from blocklab.tasks import get_task
 from blocklab.training.checkpoint import load_checkpoint
 from blocklab.training.loop import TrainConfig, train
@@ -31,6 +32,7 @@ TASK = get_task("tiny-lm")
 CONFIG = bl.preset("tiny-lm", **TASK.config_overrides())
 TRAIN = TrainConfig(steps=2, batch_size=4, eval_every=1, checkpoint_every=1, keep_checkpoints=2,
                     target_accuracy=None)
+GRID_TRAIN = {"steps": 2, "batch_size": 4, "warmup": 1, "eval_every": 1}
 GPT2_SHAPED = bl.ModelConfig(vocab_size=11, max_seq_len=8, d_model=8, n_heads=2, n_layers=1, d_ff=16,
                              norm_position="pre", pos_encoding="learned", causal=True, tie_embeddings=True,
                              activation="gelu_tanh", final_norm=True, embed_scale="none", embed_std=0.02)
@@ -42,6 +44,12 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Sandbox:
     box = Sandbox(tmp_path_factory.mktemp("fuzz"))
     train(CONFIG, TRAIN, TASK, box.inside / "run", report=False)
     save_pretrained(bl.Transformer(GPT2_SHAPED), box.inside / "hf")
+    ablate(TASK.to_dict(), {}, box.inside / "grid", train=GRID_TRAIN, jobs=1)
+    tokens = ["a", "b", "c", "d", "e", "ab", "cd", "abc", "de", "bc", "<|endoftext|>"]
+    (box.inside / "hf" / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(tokens)}))
+    (box.inside / "hf" / "merges.txt").write_text("#version: 0.2\na b\nc d\nab c\nd e\nb c\n")
+    (box.inside / "hf" / "special_tokens_map.json").write_text('{"eos_token": "<|endoftext|>"}')
+    (box.inside / "hf" / "tokenizer_config.json").write_text('{"model_max_length": 8}')
     return box
 
 
@@ -157,4 +165,69 @@ def test_folder_marker(sandbox: Sandbox, text: str, overwrite: bool) -> None:
     one_line_or_result(lambda: inspect_folder(run, "run"))
     one_line_or_result(lambda: train(CONFIG, TRAIN, TASK, run, overwrite=overwrite, report=False))
     assert (run / "keep.txt").read_text() == "not blocklab's"
+    assert sandbox.untouched()
+
+
+def _result(sandbox: Sandbox) -> dict:
+    return json.loads((sandbox.inside / "grid" / "base" / "seed-0" / "result.json").read_text())
+
+
+@FUZZ
+@given(data=st.data())
+def test_result_json(sandbox: Sandbox, data: st.DataObject) -> None:
+    """A grid's result.json (issue 30, E7: [], {}, null or {"accuracy": "x"} were KeyErrors and TypeErrors
+    in a rerun): the summary, or a one-line refusal naming the file."""
+    grid = fresh(sandbox, "grid")
+    (grid / "base" / "seed-0" / "result.json").write_text(data.draw(file_texts(_result(sandbox))))
+    summary = one_line_or_result(lambda: ablate(TASK.to_dict(), {}, grid, train=GRID_TRAIN, jobs=1))
+    assert summary is None or summary["cells"][0]["seeds"] == 1
+    assert sandbox.untouched()
+
+
+VOCAB_FILES = {  # a tokenizer file of the Hugging Face folder and a valid content to damage
+    "vocab.json": {t: i for i, t in enumerate(["a", "b", "c", "ab", "<|endoftext|>"])},
+    "special_tokens_map.json": {"eos_token": {"content": "<|endoftext|>", "lstrip": False}},
+    "tokenizer_config.json": {"do_lower_case": True, "eos_token": "<|endoftext|>", "model_max_length": 8},
+}
+
+
+@FUZZ
+@given(data=st.data(), name=st.sampled_from(sorted(VOCAB_FILES)))
+def test_hugging_face_tokenizer_files(sandbox: Sandbox, data: st.DataObject, name: str) -> None:
+    """Issue 30, E1: list-valued or deep tokenizer files were TypeErrors and RecursionErrors."""
+    folder = fresh(sandbox, "hf")
+    (folder / name).write_text(data.draw(file_texts(VOCAB_FILES[name])))
+    loaded = one_line_or_result(lambda: read_pretrained(folder))
+    assert loaded is None or loaded.tokenizer is not None
+    assert sandbox.untouched()
+
+
+@FUZZ
+@given(lines=st.lists(st.one_of(st.text(max_size=12), st.sampled_from(["a b", "#version: 0.2", "a  b", ""])),
+                      max_size=6),
+       vocab_txt=st.booleans())
+def test_vocabulary_text_files(sandbox: Sandbox, lines: list[str], vocab_txt: bool) -> None:
+    """merges.txt (GPT-2) and vocab.txt (BERT) of any text: a tokenizer, or one line (an empty or bad
+    vocab.txt was a TypeError from the tokenizers library)."""
+    folder = fresh(sandbox, "hf")
+    if vocab_txt:
+        for name in ("vocab.json", "merges.txt"):
+            (folder / name).unlink()
+        (folder / "vocab.txt").write_text("\n".join(lines))
+    else:
+        (folder / "merges.txt").write_text("\n".join(lines))
+    one_line_or_result(lambda: read_pretrained(folder))
+    assert sandbox.untouched()
+
+
+@FUZZ
+@given(header=json_values, length=st.sampled_from([None, 0, 7, 2**40]))
+def test_safetensors_header(sandbox: Sandbox, header: object, length: int | None) -> None:
+    """Any JSON as a safetensors header (and lengths that lie): a one-line refusal, never an allocation."""
+    from blocklab.training.checkpoint import load_checkpoint
+
+    path = sandbox.inside / "header.safetensors"
+    text = json.dumps(header).encode()
+    path.write_bytes((len(text) if length is None else length).to_bytes(8, "little") + text)
+    one_line_or_result(lambda: load_checkpoint(path))
     assert sandbox.untouched()
