@@ -6,10 +6,12 @@ same steps, whatever the load), so this can run on a busy machine; the seconds c
     .venv/bin/python benchmarks/steps_to_target.py                       # every design, both models
     .venv/bin/python benchmarks/steps_to_target.py --models post2 --designs vaswani+sin --seeds 0-9
     .venv/bin/python benchmarks/steps_to_target.py --train lr=3e-3,warmup=50 --jsonl runs.jsonl
+    .venv/bin/python benchmarks/steps_to_target.py --models post2 --designs vaswani+sin --config init=default
 
 A design is a set of ModelConfig embedding fields (blocklab/nn/embedding.py); a model is the default
 ``blocklab train`` model (post-norm, 2 layers) or pre-norm with 6 layers. ``--train`` overrides
-TrainConfig fields for every run. Each run uses the task split of its seed, as ``blocklab train
+TrainConfig fields for every run, ``--config`` ModelConfig fields (``init=default``: the linears' init
+blocklab used before issue 30). Each run uses the task split of its seed, as ``blocklab train
 --seed S`` does. A run that never reaches the target counts as "-" (its steps are TrainConfig.steps).
 With ``--jsonl FILE`` every finished run is appended to FILE at once and runs already there are not
 run again (an interrupted sweep continues where it stopped); the table covers the runs asked for.
@@ -63,15 +65,19 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def parse_overrides(text: str) -> dict[str, Any]:
-    """``lr=3e-3,warmup=50`` -> {"lr": 0.003, "warmup": 50}."""
+    """``lr=3e-3,warmup=50,init=default`` -> {"lr": 0.003, "warmup": 50, "init": "default"}."""
     out: dict[str, Any] = {}
     for item in filter(None, text.split(",")):
         key, value = item.split("=")
-        out[key] = json.loads(value) if value not in ("None", "none") else None
+        try:
+            out[key] = json.loads(value) if value not in ("None", "none") else None
+        except ValueError:
+            out[key] = value  # a name
     return out
 
 
-def run_one(model: str, design: str, seed: int, train: dict[str, Any]) -> dict[str, Any]:
+def run_one(model: str, design: str, seed: int, train: dict[str, Any],
+            config: dict[str, Any] | None = None) -> dict[str, Any]:
     """Train one run (one thread, no folder); steps to target, final accuracy, seconds."""
     torch.set_num_threads(1)
     import blocklab as bl
@@ -80,11 +86,13 @@ def run_one(model: str, design: str, seed: int, train: dict[str, Any]) -> dict[s
     from blocklab.training.loop import train as train_run
 
     task = get_task("listops", seed=seed)
-    config = bl.preset("listops-seed", **task.config_overrides(), **MODELS[model], **DESIGNS[design])
+    overrides = config or {}
+    model_config = bl.preset("listops-seed", **{**task.config_overrides(), **MODELS[model], **DESIGNS[design],
+                                                **overrides})
     tc = task_train_config("listops", seed=seed, threads=1, checkpoint_every=0, **train)
-    result = train_run(config, tc, task, report=False)
+    result = train_run(model_config, tc, task, report=False)
     return {
-        "model": model, "design": design, "seed": seed, "train": train,
+        "model": model, "design": design, "seed": seed, "train": train, "config": overrides,
         "steps": result.step if result.stopped == "target" else None, "max_steps": tc.steps,
         "accuracy": result.accuracy, "seconds": result.seconds,
     }
@@ -106,8 +114,9 @@ def summarize(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _key(model: str, design: str, seed: int, train: dict[str, Any]) -> str:
-    return json.dumps([model, design, seed, train], sort_keys=True)
+def _key(model: str, design: str, seed: int, train: dict[str, Any], config: dict[str, Any] | None) -> str:
+    """A run's identity; ``config`` None: a row recorded before --config existed (init N(0, 0.02) then)."""
+    return json.dumps([model, design, seed, train, config], sort_keys=True)
 
 
 def main() -> None:
@@ -116,6 +125,7 @@ def main() -> None:
     parser.add_argument("--designs", default=",".join(DESIGNS), help=f"from: {', '.join(DESIGNS)}")
     parser.add_argument("--seeds", default="0-9")
     parser.add_argument("--train", default="", help="TrainConfig overrides, e.g. lr=3e-3,warmup=50")
+    parser.add_argument("--config", default="", help="ModelConfig overrides, e.g. init=default")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (one thread each)")
     parser.add_argument("--jsonl", default=None, help="append each finished run; skip runs already in it")
     args = parser.parse_args()
@@ -124,25 +134,25 @@ def main() -> None:
         if name not in known:
             kind = "design" if known is DESIGNS else "model"
             sys.exit(f"unknown {kind} {name!r}; known: {', '.join(known)}")
-    train = parse_overrides(args.train)
-    jobs = [(m, d, s, train) for m in models for d in designs for s in parse_seeds(args.seeds)]
+    train, config = parse_overrides(args.train), parse_overrides(args.config)
+    jobs = [(m, d, s, train, config) for m in models for d in designs for s in parse_seeds(args.seeds)]
     done: dict[str, dict[str, Any]] = {}
     path = Path(args.jsonl) if args.jsonl else None
     if path is not None and path.exists():
         for line in path.read_text().splitlines():
             row = json.loads(line)
-            done[_key(row["model"], row["design"], row["seed"], row["train"])] = row
+            done[_key(row["model"], row["design"], row["seed"], row["train"], row.get("config"))] = row
     todo = [job for job in jobs if _key(*job) not in done]
     with ProcessPoolExecutor(max(1, args.jobs), mp_context=get_context("spawn")) as pool:
         for future in as_completed([pool.submit(run_one, *job) for job in todo]):
             row = future.result()
-            done[_key(row["model"], row["design"], row["seed"], row["train"])] = row
+            done[_key(row["model"], row["design"], row["seed"], row["train"], row.get("config"))] = row
             if path is not None:
                 with path.open("a") as f:
                     f.write(json.dumps(row) + "\n")
     rows = [done[_key(*job)] for job in jobs]
     print(f"listops, steps to held-out exact match >= target (evaluated every eval_every steps); "
-          f"train overrides: {train or 'none'}")
+          f"train overrides: {train or 'none'}; config overrides: {config or 'none'}")
     print(summarize(rows))
 
 

@@ -126,7 +126,7 @@ class ModelConfig:
     fused: bool | str = "auto"
     keep_residual: bool = False  # lean path's speed mode: keep the residual sum (d floats/token) for backward
     checkpoint_blocks: bool = False  # recompute each block in backward: memory flat in depth
-    init: str = "default"  # how the blocks' linear weights start (init_schemes.INIT_SCHEMES)
+    init: str = "torch"  # how the linear weights start (init_schemes.INIT_SCHEMES; why torch: its docstring)
     # fields that were derived from others (not given): ``replace`` derives them again
     _derived: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
 
@@ -256,8 +256,9 @@ def _violations(c: ModelConfig) -> list[str]:
         need(c.uses_lean_path, "keep_residual=True keeps the lean path's residual sum, but "
              + _why_no_lean_path(c))
     if c.residual == "deepnorm":
-        need(c.init == "default", f"init={c.init!r} would be overwritten: residual='deepnorm' draws its "
-             "blocks' weights itself (Xavier scaled by beta); leave init 'default'")
+        default = ModelConfig.__dataclass_fields__["init"].default
+        need(c.init == default, f"init={c.init!r} would be overwritten: residual='deepnorm' draws its "
+             f"blocks' weights itself (Xavier scaled by beta); leave init {default!r}")
     return errors
 
 
@@ -342,6 +343,7 @@ def _gpt(n_layers: int, d_model: int, n_heads: int, n_ctx: int) -> dict[str, Any
         d_ff=4 * d_model, activation="gelu_tanh", norm_position="pre", pos_encoding="learned",
         tie_embeddings=True, causal=True, eps=1e-5,
         embed_scale="none", embed_std=0.02, pos_std=0.01,  # openai/gpt-2 src/model.py: wte 0.02, wpe 0.01
+        init="default",  # openai/gpt-2 src/model.py: every weight N(0, 0.02)
     )
 
 
@@ -411,7 +413,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         vocab_size=30522, max_seq_len=512, d_model=768, n_heads=12, n_layers=12, d_ff=3072,
         activation="gelu", norm_position="post", eps=1e-12, pos_encoding="learned",
         tie_embeddings=True, type_vocab_size=2, embed_norm=True,
-        embed_scale="none", embed_std=0.02,
+        embed_scale="none", embed_std=0.02, init="default",  # BERT's initializer_range 0.02 everywhere
     ),
     # The modern block at the listops seed's size: what `blocklab train --preset llama-seed` trains.
     "llama-seed": _llama(18, 8, 64, 176, 2, 4, 2, 1e-5, 10000.0),

@@ -325,17 +325,17 @@ class Transformer(HookedModule, ModelWeights):
 
 def init_weights(model: Transformer) -> None:
     """Embeddings as the config says (``embedding.init_embeddings``); then every linear layer of the
-    blocks by the config's init scheme (``init_schemes.INIT_SCHEMES``; default: GPT-2's N(0, 0.02)),
-    the other linears N(0, 0.02) (a head tied to the embedding keeps the embedding's init); biases 0;
-    norms gamma 1, beta 0. DeepNorm re-initialises each block's v, o and FFN weights with
-    Xavier-normal gain beta.
+    blocks by the config's init scheme (``init_schemes.INIT_SCHEMES``; default: PyTorch's), the head
+    as ``nn.Linear`` starts, whatever the scheme (a head tied to the embedding keeps the embedding's
+    init); biases 0; norms gamma 1, beta 0. DeepNorm re-initialises each block's v, o and FFN weights
+    with Xavier-normal gain beta.
     """
     init_embeddings(model.config, model.embed, model.pos, model.token_type)
     in_blocks = {id(m) for m in model.blocks.modules() if isinstance(m, nn.Linear)}
-    scheme, default = INIT_SCHEMES[model.config.init], INIT_SCHEMES["default"]
+    scheme, head = INIT_SCHEMES[model.config.init], INIT_SCHEMES["torch"]
     for module in model.modules():
         if isinstance(module, nn.Linear) and module.weight is not model.embed.weight:
-            (scheme if id(module) in in_blocks else default)(module.weight)
+            (scheme if id(module) in in_blocks else head)(module.weight)
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
     if model.config.residual == "deepnorm":

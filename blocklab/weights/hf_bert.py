@@ -55,7 +55,7 @@ ARCHITECTURE = dict(
     pos_encoding="learned", embed_norm=True, final_norm=False, tie_embeddings=True,
     embed_scale="none")  # x0 = LayerNorm(word + position + token_type): no factor
 # How BERT initialises its tables (initializer_range): imported configs say so.
-INIT = dict(embed_std=0.02)
+INIT = dict(embed_std=0.02, init="default")
 
 
 def config_from_hf(hf: dict[str, Any]) -> ModelConfig:

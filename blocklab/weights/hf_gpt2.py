@@ -43,7 +43,7 @@ ARCHITECTURE = dict(
     pos_encoding="learned", embed_norm=False, final_norm=True, type_vocab_size=0,
     embed_scale="none")  # x0 = wte[t] + wpe[p]: no factor on the token rows
 # How transformers initialises GPT2Model's tables (initializer_range): imported configs say so.
-INIT = dict(embed_std=0.02)
+INIT = dict(embed_std=0.02, init="default")
 
 
 def config_from_hf(hf: dict[str, Any]) -> ModelConfig:

@@ -103,6 +103,28 @@ def test_float32_stack_matches_float64() -> None:
     torch.testing.assert_close(model(tokens).double(), ref(tokens), rtol=0, atol=1e-5)
 
 
+def test_the_default_init_draws_each_linear_with_pytorchs_std() -> None:
+    """init="torch" (the default) draws every block weight and the head with the variance PyTorch's own
+    nn.Linear gives a layer of that shape (kaiming-uniform: bound 1/sqrt(fan_in), std bound/sqrt(3)),
+    biases 0; init="default" (GPT-2's, BERT's) draws the blocks N(0, 0.02) whatever the width."""
+    d, h, d_ff, vocab = 64, 4, 256, 512
+    torch.manual_seed(0)
+    ours = Transformer(ModelConfig(vocab_size=vocab, d_model=d, n_heads=h, d_ff=d_ff, n_layers=1))
+    block = ours.blocks[0]
+    for linear in (block.attn.q, block.attn.o, block.ffn.w1, block.ffn.w2, ours.head):
+        oracle = nn.Linear(linear.in_features, linear.out_features * 8)  # more samples: a tight std
+        expected = float(oracle.weight.detach().std())
+        assert abs(float(linear.weight.detach().std()) / expected - 1) < 0.06, linear
+        assert linear.bias is None or not linear.bias.any()
+    torch.manual_seed(0)
+    gpt = Transformer(ModelConfig(vocab_size=vocab, d_model=d, n_heads=h, d_ff=d_ff, n_layers=1,
+                                  init="default"))
+    weights = torch.cat([p.detach().flatten() for n, p in gpt.named_parameters()
+                         if n.startswith("blocks") and p.dim() == 2])
+    assert abs(float(weights.std()) - 0.02) < 0.001
+    assert torch.equal(gpt.head.weight, ours.head.weight)  # the head, every scheme's: the same draw
+
+
 def test_bfloat16_forward_runs() -> None:
     model = Transformer(ModelConfig(norm_position="pre"))
     tokens = torch.randint(0, 18, (2, 8))

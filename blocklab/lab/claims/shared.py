@@ -103,7 +103,7 @@ def fresh_model(p: dict[str, Any], setup: Setup, seed: int, **fields: Any) -> Tr
     if both:
         raise ValueError(f"setup {setup.name!r} sets {both[0]!r}, which the claim itself varies")
     model = Transformer(preset("listops-seed", **small_model(p, **setup.model, **fields)))
-    if setup.init != "default":  # the blocks' linears drawn again (ModelConfig.init draws them once)
+    if setup.init != model.config.init:  # the blocks' linears drawn again by the setup's scheme
         for module in model.blocks.modules():
             if isinstance(module, torch.nn.Linear):
                 INIT_SCHEMES[setup.init](module.weight)
