@@ -195,10 +195,10 @@ def _json_from_vocab_files(folder: Path) -> str | None:
         if not isinstance(lowercase, bool):
             raise ValueError(f"{config}: do_lower_case={lowercase!r} must be true or false")
         source, vocab = vocab_txt, _wordpiece_vocab(vocab_txt)
-        build = lambda: BertWordPieceTokenizer(vocab, lowercase=lowercase)  # noqa: E731
+        build = lambda: BertWordPieceTokenizer(vocab, lowercase=lowercase)
     elif _present(vocab_json) and _present(merges_txt):
         source, vocab, merges = vocab_json, _bpe_vocab(vocab_json), _bpe_merges(merges_txt)
-        build = lambda: ByteLevelBPETokenizer(vocab, merges)  # noqa: E731
+        build = lambda: ByteLevelBPETokenizer(vocab, merges)
     else:
         return None
     try:

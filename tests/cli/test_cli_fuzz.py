@@ -336,7 +336,7 @@ def test_deep_json_in_checkpoint_metadata_is_one_line(pristine, tmp_path, monkey
     def plant(inside: Path, outside: Path) -> None:
         path = inside / "model.safetensors"
         with safe_open(str(path), "pt") as f:
-            metadata, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+            metadata, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
         save_file(tensors, str(path), {**metadata, key: DEEP_JSON})
 
     attack(pristine, tmp_path, ["eval", "--model", "model.safetensors"], plant,
