@@ -96,6 +96,8 @@ def result_problem(result: Any) -> str | None:
         ("steps_to_target", _count(result.get("steps_to_target")), "an integer >= 0 or null"),
     ]
     for key, ok, rule in checks:
+        if key not in result:
+            return f"{key} is missing ({rule})"
         if not ok:
             return f"{key}={result.get(key)!r} must be {rule}"
     return _rows_problem(result.get("curve"), "curve") or (

@@ -75,7 +75,7 @@ class TokenEmbedding(nn.Embedding):
         return f"{super().extra_repr()}, scale={self.scale:g}"
 
 
-TABLE_SLICE = 1 << 16  # positions computed in float64 at a time
+TABLE_SLICE = 1 << 13  # positions computed in float64 at a time (a few MB of temporaries)
 
 
 def sinusoidal_table(max_seq_len: int, d_model: int, dtype: torch.dtype = torch.float32) -> Tensor:

@@ -46,6 +46,7 @@ from ..files.folders import (
     MODEL_FILE,
     RunLock,
     claim_folder,
+    inspect_folder,
     new_marker,
     write_marker,
 )
@@ -468,11 +469,11 @@ class _Run:
         checkpoint to resume from, if any."""
         folder = self.folder
         assert folder is not None
-        self.lock, marker = claim_folder(folder, "run")
-        check_run_names(folder)  # no link or pipe among the names a run writes, checkpoints included
-        if resume and marker is None:
+        if resume and inspect_folder(folder, "run") is None:  # before the claim makes the folder
             raise ValueError(f"--resume: {folder} holds no blocklab run (no {MARKER}); check the path, or "
                              "drop --resume to start a new run there")
+        self.lock, _ = claim_folder(folder, "run")
+        check_run_names(folder)  # no link or pipe among the names a run writes, checkpoints included
         config = run_config(self.mc, self.tc, self.task, self.procs.world_size)
         held = run_files(folder)
         if resume and (folder / CONFIG).exists():

@@ -331,7 +331,7 @@ def test_cli_bench_writes_only_the_files_it_was_named(report, tmp_path, monkeypa
             plot_sweeps(report, str(kwargs["plot"]))
         return report
 
-    monkeypatch.setattr("blocklab.bench.run_bench", fake_bench)
+    monkeypatch.setattr("blocklab.bench.runner.run_bench", fake_bench)
     assert main(["bench", "--quick", "--rounds", "1", "--json", str(theirs / "results.json")]) == 0
     assert asked == [None] and (theirs / "results.png").read_bytes() == b"their plot"
     assert json.loads((theirs / "results.json").read_text()).keys() == report.keys()

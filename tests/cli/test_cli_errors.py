@@ -94,6 +94,49 @@ def test_argparse_mistakes_are_one_line_with_a_hint(argv, expected, capsys) -> N
     assert expected in one_error(argv, capsys)
 
 
+SMALL_RUN = ["--task", "tiny-lm", "--steps", "2", "--warmup", "1", "--batch-size", "4", "-q"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        # E4: the flag's parser matched its help (an accuracy), not the target rule (none as well)
+        (["ablate", *SMALL_RUN[:-1], "--steps-to-accuracy", "none"], "this flag needs an accuracy"),
+        (["ablate", *SMALL_RUN[:-1], "--steps-to-accuracy", "off"], "this flag needs an accuracy"),
+        # H3: one spec per run was built before anything checked the count (MemoryError)
+        (["ablate", *SMALL_RUN[:-1], "--seeds", "99999999999999999999999"],
+         "are planned at once: ask for fewer"),
+        # torch's "Overflow when unpacking long long"
+        (["train", *SMALL_RUN, "--seed", str(10**23)],
+         "--seed: '100000000000000000000000' must be an integer"),
+        (["diagnose", "--seed", str(10**23)], "must be an integer between 0 and 18446744073709551615"),
+        # A2: --overwrite was ignored beside --resume
+        (["train", *SMALL_RUN, "--resume", "--overwrite"], "--overwrite: not allowed with argument --resume"),
+        # W3: the Ctrl-C hint named another folder
+        (["train", *SMALL_RUN, "--out", "run\nrm -rf x"], "holds a control character"),
+        # E6: an id beyond the vocabulary was an IndexError in the tracer
+        (["trace", "--preset", "gpt2", "--n-layers", "1", "--d-model", "16", "--n-heads", "2",
+          "--tokens", "1,2", "--target", "999999", "-q"], "--target '999999' is id 999999, out of range"),
+    ],
+)
+def test_issue_30_inputs_are_refused_in_one_line(argv, expected, capsys, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert expected in one_error(argv, capsys)
+    assert list(tmp_path.iterdir()) == []  # refused before anything was made
+
+
+def test_resume_needs_a_run_and_nothing_nests_in_a_runs_own_names(tmp_path, monkeypatch, capsys) -> None:
+    """A1: --resume on a mistyped --out trained a fresh run; A3: --out run/.lock was accepted, and a
+    later --resume of run failed with "Is a directory"."""
+    monkeypatch.chdir(tmp_path)
+    message = one_error(["train", *SMALL_RUN, "--resume", "--out", "typo"], capsys)
+    assert "--resume: typo holds no blocklab run" in message and not (tmp_path / "typo").exists()
+    assert run(["train", *SMALL_RUN, "--out", "run"], capsys)[0] == 0
+    for name in (".lock", "blocklab-run.json", "checkpoints/x"):
+        assert "is inside" in one_error(["train", *SMALL_RUN, "--out", f"run/{name}"], capsys)
+    assert run(["train", "--resume", "--out", "run", "--steps", "3", "-q"], capsys)[0] == 0
+
+
 def test_flags_may_be_spelled_with_underscores_and_tilde_is_expanded(tmp_path, monkeypatch) -> None:
     from blocklab.cli import build_parser
 
@@ -226,3 +269,13 @@ def test_real_processes_print_one_line_and_exit_2(argv, fragment, tmp_path: Path
                           timeout=120, check=False)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and fragment in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_recorded_task_of_the_wrong_type_is_one_line(tmp_path: Path, capsys) -> None:
+    """Issue 30, E3: metadata {"task": {"name": ["x"]}} (with a valid digest) was an internal error,
+    "unhashable type: 'list'", in eval and predict."""
+    path = tmp_path / "m.safetensors"
+    save_checkpoint(path, Transformer(preset("tiny-lm")), tokenizer=get_task("tiny-lm").tokenizer.to_dict(),
+                    meta={"task": {"name": ["x"]}})
+    for argv in (["eval", "--model", str(path)], ["predict", "--model", str(path), "--input", "I like"]):
+        assert "unknown task ['x']; known tasks: listops" in one_error(argv, capsys)

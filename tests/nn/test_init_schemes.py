@@ -15,6 +15,7 @@ from blocklab.nn.init_schemes import INIT_SCHEMES
 # the std each scheme's formula gives a weight of shape (fan_out, fan_in)
 FORMULA = {
     "default": lambda fan_out, fan_in: 0.02,
+    "torch": lambda fan_out, fan_in: math.sqrt(1 / (3 * fan_in)),  # PyTorch's nn.Linear (kaiming-uniform)
     "xavier": lambda fan_out, fan_in: math.sqrt(2 / (fan_in + fan_out)),  # Glorot and Bengio 2010
     "he": lambda fan_out, fan_in: math.sqrt(2 / fan_in),  # He et al. 2015
     "lecun": lambda fan_out, fan_in: math.sqrt(1 / fan_in),  # LeCun et al. 1998

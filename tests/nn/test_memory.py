@@ -71,3 +71,36 @@ def test_guard_refuses_what_cannot_fit_and_force_overrides() -> None:
     assert "needs about" in message and "parameters 650.5 GB" in message and "--force" in message
     assert check_memory(preset("gpt3-175b"), batch_size=8, force=True).total > available[0]
     assert check_memory(preset("listops-seed"), batch_size=256).total < 50 * 2**20
+
+
+BUILD = """
+import json, resource, sys
+import torch
+from blocklab import ModelConfig, Transformer
+config = ModelConfig(**json.loads(sys.argv[1]))
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+Transformer(config)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
+"""
+
+
+@pytest.mark.parametrize("fields", [
+    # R2: the sinusoidal table was built in float64 whole: 4x its float32 bytes at once, beyond the guard
+    dict(vocab_size=8, max_seq_len=4_000_000, d_model=16, n_heads=2, n_layers=1, d_ff=16),
+    # R3: each block's modules cost ~91 KB beyond its parameters; 1e6 narrow layers passed the guard
+    dict(vocab_size=8, max_seq_len=8, d_model=16, n_heads=2, n_layers=3000, d_ff=16),
+], ids=["long-sinusoidal-table", "many-narrow-layers"])
+def test_the_guard_counts_what_building_the_model_takes(fields) -> None:
+    """The inference estimate's parameters and construction against the peak memory (ru_maxrss) a fresh
+    process gains while it builds the model: the peak within 10% of the estimate (a table slice's
+    float64 temporaries, the allocator), the estimate within 3x of the peak."""
+    import json
+    import subprocess
+    import sys
+
+    child = subprocess.run([sys.executable, "-c", BUILD, json.dumps(fields)], capture_output=True, text=True,
+                           timeout=300, check=True)
+    measured = int(child.stdout)
+    estimate = estimate_memory(ModelConfig(**fields), 1, training=False)
+    counted = estimate.parameters + estimate.construction
+    assert measured <= 1.1 * counted and counted <= 3 * measured, (measured, estimate)

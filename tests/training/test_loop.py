@@ -158,6 +158,12 @@ def test_first_steps_equal_a_plain_pytorch_adamw_loop_with_clipping() -> None:
     for (name, ours), theirs in zip(
         result.model.state_dict().items(), model.state_dict().values(), strict=True
     ):
+        if name.endswith("attn.k.bias"):
+            # softmax is shift-invariant per query, so a key bias gets no gradient but rounding noise
+            # (~1e-9), which AdamW's normalisation turns into small steps of either sign: two correct
+            # implementations differ there, and both keep it near zero
+            assert ours.abs().max() < 1e-3 and theirs.abs().max() < 1e-3, name
+            continue
         torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-7, msg=name)
 
 
