@@ -100,7 +100,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                     "runs/claims-quick with --quick); rerun the command to continue an interrupted run")
     add_executor_flags(p)
     p.add_argument("--list", action="store_true", help="list the claims and exit")
-    p.set_defaults(func=cmd_claims)
+    p.set_defaults(func=cmd_claims, owns=claims_out)
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
@@ -171,6 +171,11 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     return 0
 
 
+def claims_out(args: argparse.Namespace) -> str:
+    """The folder ``claims`` keeps its finished runs in: ``--out``, else runs/claims (-quick)."""
+    return args.out or ("runs/claims-quick" if args.quick else "runs/claims")
+
+
 def cmd_claims(args: argparse.Namespace) -> int:
     """Run the claims and show the verdicts."""
     from rich.console import Console
@@ -183,7 +188,7 @@ def cmd_claims(args: argparse.Namespace) -> int:
         return 0
     select(args.only)  # unknown names fail before anything runs
     json_on_stdout = args.json == "-"
-    out = args.out or ("runs/claims-quick" if args.quick else "runs/claims")
+    out = claims_out(args)
     try:
         report = run_claims(args.only, quick=args.quick, executor=executor_from_args(args), out=out,
                             progress=not json_on_stdout)

@@ -402,7 +402,8 @@ JSON_INSIDE = [  # a --json path inside the folder the command is about to creat
 ] + [
     ([*ABLATE[:-1], "new"], path) for path in ["new/summary.json", "new/blocklab-run.json",
                                                "new/base/seed-0/result.json"]
-] + [(["train", *RUN_FLAGS], "runs/tiny-lm/report.json")]  # the default --out
+] + [(["train", *RUN_FLAGS], "runs/tiny-lm/report.json"),  # the default --out
+      (["claims", "--quick", "--only", "param-counts", "--out", "new"], "new/param-counts/x.json")]
 
 
 @pytest.mark.parametrize(("argv", "path"), JSON_INSIDE, ids=[f"{a[0]}:{p}" for a, p in JSON_INSIDE])

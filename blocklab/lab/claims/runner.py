@@ -24,10 +24,11 @@ from typing import Any
 
 import torch
 
-from ...files.folders import RESULT, claim_folder, new_marker, write_marker
+from ...files.atomic import refuse_links_below
+from ...files.folders import RESULT, check_owned, claim_folder, new_marker, write_marker
 from ...files.jsonfiles import read_json, write_json
 from ..executors import Executor
-from ..grid import RunSpec, default_jobs
+from ..grid import RunSpec, default_jobs, result_problem
 from .base import Claim, Numbers, combine
 
 SCHEMA_VERSION = 2  # 2: per-setup verdicts and numbers, sources, load average
@@ -102,20 +103,23 @@ class RunStore:
         return self.folder / spec.key / RESULT
 
     def finished(self, spec: RunSpec) -> dict[str, Any] | None:
-        """The kept result of ``spec``, or None: none kept, unreadable, or made from another spec."""
+        """The kept result of ``spec``, or None: none kept, unreadable, or made from another spec. A
+        symbolic link on the way to where it is kept is refused (ValueError), before anything trains."""
         path = self.path(spec)
+        refuse_links_below(self.folder, path.parent)
+        check_owned(path)  # a regular file or nothing: never a link or a pipe
         if not path.is_file():
             return None
         try:
-            result = read_json(path)
+            result = read_json(path, "a claims run's result.json", result_problem)
         except (OSError, ValueError):
             return None  # a damaged file of our own folder: the run is trained again and it is replaced
         same = isinstance(result, dict) and result.get("spec") == json.loads(json.dumps(spec.to_dict()))
         return result if same else None
 
     def save(self, spec: RunSpec, result: dict[str, Any]) -> None:
-        """Keep a finished run's result."""
-        write_json(self.path(spec), result)
+        """Keep a finished run's result (never through a link inside the claims folder)."""
+        write_json(self.path(spec), result, root=self.folder)
 
 
 def run_claims(

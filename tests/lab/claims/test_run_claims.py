@@ -13,6 +13,7 @@ from processes import descendants
 
 from blocklab.lab.claims import Claim, Setup, Source
 from blocklab.lab.claims.runner import run_claims
+from blocklab.lab.executors import Executor
 from blocklab.lab.grid import RunSpec
 
 TRAIN = {"steps": 300, "batch_size": 8, "log_every": 1, "eval_every": 10**6, "checkpoint_every": 0,
@@ -36,8 +37,8 @@ def _claim(out: Path, runs: int) -> Claim:
 @pytest.mark.usefixtures("ctrl_c")
 def test_ctrl_c_stops_the_queued_runs_at_once(tmp_path: Path) -> None:
     """Issue 30, H1: the runs were waited for in a background thread, so Ctrl-C ended the main thread
-    while every queued run still trained (the process exited minutes later). Now Ctrl-C stops the
-    workers before run_claims returns, and the queue is never drained."""
+    while every queued run still trained (the process exited minutes later). Ctrl-C stops the workers
+    before run_claims returns, and the queue is never drained."""
     claim = _claim(tmp_path, runs=4)  # 8 runs, 2 at a time
     training = threading.Event()
 
@@ -50,7 +51,7 @@ def test_ctrl_c_stops_the_queued_runs_at_once(tmp_path: Path) -> None:
     presser = threading.Thread(target=press_ctrl_c_once_a_run_trains, daemon=True)
     presser.start()
     with pytest.raises(KeyboardInterrupt):
-        run_claims([claim], quick=True, jobs=2, progress=False)
+        run_claims([claim], quick=True, executor=Executor(jobs=2), progress=False)
     training.set()
     workers = [pid for pid in descendants(os.getpid())  # (multiprocessing's resource tracker may stay)
                if b"spawn_main" in (Path("/proc") / str(pid) / "cmdline").read_bytes()]
