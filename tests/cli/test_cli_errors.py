@@ -125,6 +125,18 @@ def test_issue_30_inputs_are_refused_in_one_line(argv, expected, capsys, tmp_pat
     assert list(tmp_path.iterdir()) == []  # refused before anything was made
 
 
+@pytest.mark.parametrize("json_path", ["notes.txt/out.json", "/proc/blocklab-out.json"])
+def test_an_output_where_no_file_can_be_made_is_refused_before_the_work(tmp_path, monkeypatch, capsys,
+                                                                         json_path) -> None:
+    """Issue 30: a --json whose folder is a file, or under /proc, passed the up-front check; train did all
+    its work, then failed."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("mine")
+    message = one_error(["train", *SMALL_RUN, "--out", "run", "--json", json_path], capsys)
+    assert f"--json {json_path}: " in message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # no run was trained
+
+
 def test_resume_needs_a_run_and_nothing_nests_in_a_runs_own_names(tmp_path, monkeypatch, capsys) -> None:
     """A1: --resume on a mistyped --out trained a fresh run; A3: --out run/.lock was accepted, and a
     later --resume of run failed with "Is a directory"."""

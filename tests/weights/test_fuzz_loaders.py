@@ -44,7 +44,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Sandbox:
     box = Sandbox(tmp_path_factory.mktemp("fuzz"))
     train(CONFIG, TRAIN, TASK, box.inside / "run", report=False)
     save_pretrained(bl.Transformer(GPT2_SHAPED), box.inside / "hf")
-    ablate(TASK.to_dict(), {}, box.inside / "grid", train=GRID_TRAIN, jobs=1)
+    ablate(TASK.to_dict(), {}, box.inside / "grid", train=GRID_TRAIN)
     tokens = ["a", "b", "c", "d", "e", "ab", "cd", "abc", "de", "bc", "<|endoftext|>"]
     (box.inside / "hf" / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(tokens)}))
     (box.inside / "hf" / "merges.txt").write_text("#version: 0.2\na b\nc d\nab c\nd e\nb c\n")
@@ -179,7 +179,7 @@ def test_result_json(sandbox: Sandbox, data: st.DataObject) -> None:
     in a rerun): the summary, or a one-line refusal naming the file."""
     grid = fresh(sandbox, "grid")
     (grid / "base" / "seed-0" / "result.json").write_text(data.draw(file_texts(_result(sandbox))))
-    summary = one_line_or_result(lambda: ablate(TASK.to_dict(), {}, grid, train=GRID_TRAIN, jobs=1))
+    summary = one_line_or_result(lambda: ablate(TASK.to_dict(), {}, grid, train=GRID_TRAIN))
     assert summary is None or summary["cells"][0]["seeds"] == 1
     assert sandbox.untouched()
 
