@@ -1,20 +1,24 @@
 """The claims runner keeps every finished training run in its folder: a run killed midway continues
 where it stopped (only the unfinished runs train again, the finished ones are read back), and a kept
-result made from another spec is trained again."""
+result made from another spec is trained again; Ctrl-C stops the queued training runs at once."""
 
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
+from processes import descendants
 
 from blocklab.lab import grid
-from blocklab.lab.claims import registry
+from blocklab.lab.claims import Claim, Setup, Source, registry
+from blocklab.lab.claims.runner import run_claims
 from blocklab.lab.executors import Executor
+from blocklab.lab.grid import RunSpec
 
 CLAIM = "relu-sparsity"
 # In a child process: the tiny registry; the first run trains, every later one hangs until it is killed.
@@ -108,3 +112,48 @@ def test_a_claims_folder_is_only_one_blocklab_made_for_claims(tmp_path, capsys):
     assert main(["claims", "--quick", "--only", "layernorm-moments", "--out", str(tmp_path / "mine")]) == 2
     assert "is not empty and was not written by blocklab" in capsys.readouterr().err
     assert (tmp_path / "mine" / "notes.txt").read_text() == "precious"
+
+
+# H1: a claim that only trains, its runs long enough to be interrupted
+TRAIN = {"steps": 300, "batch_size": 8, "log_every": 1, "eval_every": 10**6, "checkpoint_every": 0,
+         "target_accuracy": None}
+
+
+def _claim(out: Path, runs: int) -> Claim:
+    def specs(params: dict, setup: Setup) -> list[RunSpec]:
+        return [RunSpec(key=f"fake/{setup.name}/{i}", preset="tiny-lm", task={"name": "tiny-lm"},
+                        train={**TRAIN, "seed": i}, out_dir=str(out / setup.name / str(i)))
+                for i in range(runs)]
+
+    return Claim(name="fake", kind="training", statement="a claim that only trains", method="train",
+                 source=Source("a test", "-", "-"), quick={}, full={},
+                 setups=(Setup("a", "source", "the runs"), Setup("b", "confound", "more runs")),
+                 measure=lambda params, setup, results: {}, verdict=None, headline=None, plot=None,
+                 runs=specs)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the process tree from /proc")
+@pytest.mark.usefixtures("ctrl_c")
+def test_ctrl_c_stops_the_queued_runs_at_once(tmp_path: Path) -> None:
+    """Issue 30, H1: the runs were waited for in a background thread, so Ctrl-C ended the main thread
+    while every queued run still trained (the process exited minutes later). Ctrl-C stops the workers
+    before run_claims returns, and the queue is never drained."""
+    claim = _claim(tmp_path, runs=4)  # 8 runs, 2 at a time
+    training = threading.Event()
+
+    def press_ctrl_c_once_a_run_trains() -> None:
+        while not any(tmp_path.rglob("metrics.jsonl")):
+            if training.wait(0.05):
+                return
+        os.kill(os.getpid(), signal.SIGINT)
+
+    presser = threading.Thread(target=press_ctrl_c_once_a_run_trains, daemon=True)
+    presser.start()
+    with pytest.raises(KeyboardInterrupt):
+        run_claims([claim], quick=True, executor=Executor(jobs=2), progress=False)
+    training.set()
+    workers = [pid for pid in descendants(os.getpid())  # (multiprocessing's resource tracker may stay)
+               if b"spawn_main" in (Path("/proc") / str(pid) / "cmdline").read_bytes()]
+    assert workers == []  # no worker left training
+    finished = [p for p in tmp_path.rglob("checkpoints") if any(p.iterdir())]
+    assert len(finished) < 8  # the queue was not drained
