@@ -380,12 +380,12 @@ PUBLISHED_TOTALS: dict[str, int] = {
 def _llama(vocab: int, n_ctx: int, d_model: int, d_ff: int, n_layers: int, n_heads: int, n_kv_heads: int,
            eps: float, theta: float, **more: Any) -> dict[str, Any]:
     """The Llama block (Llama, SmolLM, Mistral, Qwen2): pre-norm RMSNorm, SwiGLU, rotary positions,
-    grouped-query attention, no biases, causal; tables N(0, 0.02^2) (initializer_range)."""
+    grouped-query attention, no biases, causal; every weight N(0, 0.02^2) (initializer_range)."""
     return dict(
         vocab_size=vocab, max_seq_len=n_ctx, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads,
         n_layers=n_layers, d_ff=d_ff, activation="swiglu", norm="rms", norm_position="pre", bias=False,
         causal=True, pos_encoding="rotary", rotary_base=theta, eps=eps, embed_scale="none", embed_std=0.02,
-        **more,
+        init="default", **more,
     )
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -428,7 +428,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "pythia-160m": dict(
         vocab_size=50304, max_seq_len=2048, d_model=768, n_heads=12, n_layers=12, d_ff=3072,
         activation="gelu", norm_position="parallel", causal=True, pos_encoding="rotary",
-        rotary_fraction=0.25, eps=1e-5, embed_scale="none", embed_std=0.02,
+        rotary_fraction=0.25, eps=1e-5, embed_scale="none", embed_std=0.02, init="default",
     ),
 }
 

@@ -51,7 +51,7 @@ ARCHITECTURE = dict(
     norm="standard", residual="add", bias=True, causal=True, pos_encoding="rotary", rotary_style="half",
     embed_norm=False, final_norm=True, type_vocab_size=0, embed_scale="none", n_kv_heads=None,
     qkv_bias=None, sliding_window=None, rope_scaling=None)
-INIT = dict(embed_std=0.02)
+INIT = dict(embed_std=0.02, init="default")  # initializer_range: how transformers draws every weight
 
 
 def _first(hf: dict[str, Any], *names: str) -> str:

@@ -42,7 +42,7 @@ ARCHITECTURE = dict(
     norm_position="pre", norm="rms", residual="add", bias=False, causal=True, activation="swiglu",
     pos_encoding="rotary", rotary_fraction=1.0, rotary_style="half", embed_norm=False, final_norm=True,
     type_vocab_size=0, embed_scale="none")  # x0 = embed_tokens[t]: no factor, no position table
-INIT = dict(embed_std=0.02)  # initializer_range: how transformers draws the tables
+INIT = dict(embed_std=0.02, init="default")  # initializer_range: how transformers draws every weight
 
 
 @dataclass(frozen=True)
