@@ -7,12 +7,18 @@ same steps, whatever the load), so this can run on a busy machine; the seconds c
     .venv/bin/python benchmarks/steps_to_target.py --models post2 --designs vaswani+sin --seeds 0-9
     .venv/bin/python benchmarks/steps_to_target.py --train lr=3e-3,warmup=50 --jsonl runs.jsonl
     .venv/bin/python benchmarks/steps_to_target.py --models post2 --designs vaswani+sin --config init=default
+    .venv/bin/python benchmarks/steps_to_target.py --models post2 --designs vaswani+sin --plain --seeds 0-9
 
 A design is a set of ModelConfig embedding fields (blocklab/nn/embedding.py); a model is the default
 ``blocklab train`` model (post-norm, 2 layers) or pre-norm with 6 layers. ``--train`` overrides
 TrainConfig fields for every run, ``--config`` ModelConfig fields (``init=default``: the linears' init
 blocklab used before issue 30). Each run uses the task split of its seed, as ``blocklab train
---seed S`` does. A run that never reaches the target counts as "-" (its steps are TrainConfig.steps).
+--seed S`` does. ``--plain`` also runs, on the same seeds and splits, the plain PyTorch loop of
+``benchmarks/time_to_target.py`` (``nn.Embedding``, sinusoidal positions, ``nn.TransformerEncoder``
+post-norm with 2 layers and no dropout, AdamW 3e-3 with 50 warmup steps, batch 128, clip 1.0, evaluated
+every 25 steps): the row blocklab's default run is read against. ``--train``'s ``steps`` and
+``target_accuracy`` bound it too; its other settings are its own. A run that never reaches the target
+counts as "-" (its steps are TrainConfig.steps).
 With ``--jsonl FILE`` every finished run is appended to FILE at once and runs already there are not
 run again (an interrupted sweep continues where it stopped); the table covers the runs asked for.
 """
@@ -54,6 +60,9 @@ MODELS: dict[str, dict[str, Any]] = {
     "post2": dict(norm_position="post", n_layers=2),
     "pre6": dict(norm_position="pre", n_layers=6),
 }
+# The plain PyTorch loop's rows (--plain): its own model and embedding, no dropout
+PLAIN, PLAIN_DESIGN = "plain", "nn.TransformerEncoder"
+PLAIN_TRAIN = ("steps", "target_accuracy")  # the --train fields that bound the plain loop too
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -85,8 +94,16 @@ def run_one(model: str, design: str, seed: int, train: dict[str, Any],
     from blocklab.training.loop import task_train_config
     from blocklab.training.loop import train as train_run
 
-    task = get_task("listops", seed=seed)
     overrides = config or {}
+    if model == PLAIN:
+        from time_to_target import plain_run  # this folder's script: the loop issue 17 wrote
+
+        tc = task_train_config("listops", seed=seed, **train)
+        out = plain_run(seed, tc.steps, tc.target_accuracy, dropout=0.0)
+        return {"model": model, "design": design, "seed": seed, "train": train, "config": overrides,
+                "steps": out["steps"], "max_steps": tc.steps, "accuracy": out["accuracy"],
+                "seconds": out["seconds"]}
+    task = get_task("listops", seed=seed)
     model_config = bl.preset("listops-seed", **{**task.config_overrides(), **MODELS[model], **DESIGNS[design],
                                                 **overrides})
     tc = task_train_config("listops", seed=seed, threads=1, checkpoint_every=0, **train)
@@ -101,7 +118,9 @@ def run_one(model: str, design: str, seed: int, train: dict[str, Any],
 def summarize(rows: list[dict[str, Any]]) -> str:
     """One line per (model, design): steps per seed, median, max, how many reached the target."""
     lines = []
-    keys = sorted({(r["model"], r["design"]) for r in rows}, key=lambda k: (k[0], list(DESIGNS).index(k[1])))
+    order = [*DESIGNS, PLAIN_DESIGN]
+    keys = sorted({(r["model"], r["design"]) for r in rows},
+                  key=lambda k: (k[0] == PLAIN, k[0], order.index(k[1])))
     for model, design in keys:
         mine = sorted((r for r in rows if (r["model"], r["design"]) == (model, design)),
                       key=lambda r: r["seed"])
@@ -126,6 +145,8 @@ def main() -> None:
     parser.add_argument("--seeds", default="0-9")
     parser.add_argument("--train", default="", help="TrainConfig overrides, e.g. lr=3e-3,warmup=50")
     parser.add_argument("--config", default="", help="ModelConfig overrides, e.g. init=default")
+    parser.add_argument("--plain", action="store_true",
+                        help="also the plain nn.TransformerEncoder loop (no dropout) on the same seeds")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (one thread each)")
     parser.add_argument("--jsonl", default=None, help="append each finished run; skip runs already in it")
     args = parser.parse_args()
@@ -136,6 +157,9 @@ def main() -> None:
             sys.exit(f"unknown {kind} {name!r}; known: {', '.join(known)}")
     train, config = parse_overrides(args.train), parse_overrides(args.config)
     jobs = [(m, d, s, train, config) for m in models for d in designs for s in parse_seeds(args.seeds)]
+    if args.plain:
+        bounds = {k: v for k, v in train.items() if k in PLAIN_TRAIN}
+        jobs += [(PLAIN, PLAIN_DESIGN, s, bounds, {}) for s in parse_seeds(args.seeds)]
     done: dict[str, dict[str, Any]] = {}
     path = Path(args.jsonl) if args.jsonl else None
     if path is not None and path.exists():

@@ -69,8 +69,8 @@ SMOKE_RUNS = [
     ("hooks_overhead.py --rounds 1", "of the forward"),
     ("optimizer_bits.py --steps 2", "fused"),
     ("page_faults.py --processes 1 --rounds 1 --peers torch-pre", "page faults / step"),
-    ("steps_to_target.py --models post2 --designs gpt-init+sin --seeds 0 --jobs 1 "
-     "--train steps=20,eval_every=10", "reached"),
+    ("steps_to_target.py --models post2 --designs gpt-init+sin --seeds 0 --jobs 1 --plain "
+     "--train steps=20,eval_every=10", "plain  nn.TransformerEncoder  reached"),
     ("time_to_target.py --seeds 0", "blocklab time / plain time"),
     ("time_to_target.py --costs --steps 3", "bare (none of the above)"),
     ("train_loop.py --steps 3 --rounds 1", "blocklab.training.loop time / plain loop time"),
