@@ -430,7 +430,8 @@ FIELD_HELP = {
     "fused": "memory-lean fused autograd functions (the same math)",
     "keep_residual": "speed mode of the fused path: keep each residual sum for backward (d floats/token)",
     "checkpoint_blocks": "recompute each block in backward: memory flat in depth",
-    "init": "how the blocks' linear weights start (blocklab/nn/init_schemes.py; default: GPT-2's N(0, 0.02))",
+    "init": "how the linear weights start (blocklab/nn/init_schemes.py; torch: PyTorch's nn.Linear variance, "
+            "default: GPT-2's N(0, 0.02))",
     "steps": "optimizer steps; the cosine decay spans all of them",
     "batch_size": "examples per step",
     "lr": "peak learning rate, reached after warmup",

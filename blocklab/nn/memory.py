@@ -107,8 +107,9 @@ def estimate_memory(
     explicit_attention: bool = False,
     loading: bool = False,
 ) -> MemoryEstimate:
-    """Bytes for parameters, gradients, AdamW state, activations and construction (module docstring
-    formula); ``loading``: the weights are read from a file (a second copy while they are copied in)."""
+    """Bytes for parameters, gradients, AdamW state, activations and construction (module docstring).
+
+    ``loading``: the weights are read from a file (a second copy while they are copied in)."""
     c = config
     T = c.max_seq_len if seq_len is None else seq_len
     tokens = batch_size * T
