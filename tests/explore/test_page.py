@@ -92,6 +92,25 @@ def test_typing_retraces_and_the_page_shows_the_trace_jsons_numbers(page: object
     assert page.errors == []
 
 
+def test_hovering_a_sum_shows_its_operands(page: object, tmp_path: Path) -> None:
+    canvas = "#stage-blocks\\.0\\.resid_mid canvas"
+    page.locator(canvas).scroll_into_view_if_needed()
+    box = page.locator(canvas).bounding_box()
+    cell = page.eval_on_selector(canvas, "c => c.cell")
+    row, feature = 7, 5
+    page.mouse.move(box["x"] + cell["left"] + (feature + 0.5) * cell["cw"],
+                    box["y"] + (row + 0.5) * cell["ch"])
+    tip = page.text_content("#tip")
+    out = tmp_path / "trace.json"
+    assert main(["trace", "--preset", "listops-seed", "--input", "Max ( 1 , 6 , 2 )", "--json", str(out),
+                 "-q"]) == 0
+    stages = {s["name"]: s for s in json.loads(out.read_text())["stages"]}
+    x, f = (stages[f"blocks.0.{n}"]["values"][row][feature] for n in ("resid_pre", "attn.out"))
+    assert f"7 ) · feature 5 = {stages['blocks.0.resid_mid']['values'][row][feature]:.4f}" in tip
+    assert f"= resid_pre {x:.4f} + attn.out {f:.4f}" in tip  # post-norm: resid_mid = resid_pre + attn.out
+    assert page.errors == []
+
+
 def test_clicking_a_head_ablates_it_with_the_hook_apis_numbers(page: object) -> None:
     page.click("#groups button[data-group='block-1']")
     page.wait_for_selector("#heads button[data-head='2']")

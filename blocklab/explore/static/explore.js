@@ -55,8 +55,9 @@
     return [-m, m];
   }
   var tip = $("tip");
-  function heatmap(rows, rowLabels, colLabels, sequential, what) {
-    // a canvas of rows x columns; hovering a cell shows its value and where it is
+  function heatmap(rows, rowLabels, colLabels, sequential, what, how) {
+    // a canvas of rows x columns; hovering a cell shows its value, where it is and, when ``how(r, c)``
+    // says, how it was computed from the numbers of other stages (its operands)
     var R = rows.length, cols = Math.min(rows[0].length, MAX_COLUMNS);
     var left = 10 + 7 * Math.max.apply(null, rowLabels.map(function (s) { return s.length; }));
     var cw = Math.max(3, Math.min(24, Math.floor(620 / cols))), ch = R > 24 ? 9 : 14;
@@ -80,12 +81,14 @@
     }
     C.colorbar(g, left + cols * cw + 10, 1, Math.max(R * ch, 60), ends[0], ends[1], sequential, DECIMALS);
     canvas.dataset.range = ends[0] + "," + ends[1];
+    canvas.cell = { left: left, cw: cw, ch: ch };  // where the cells are (read by the browser tests)
     canvas.addEventListener("mousemove", function (e) {
       var b = canvas.getBoundingClientRect();
       var c = Math.floor((e.clientX - b.left - left) / cw), r = Math.floor((e.clientY - b.top) / ch);
       if (r < 0 || r >= R || c < 0 || c >= cols) { tip.hidden = true; return; }
+      var line = how ? how(r, c) : "";
       tip.textContent = what + "\n" + rowLabels[r] + " · " + (colLabels ? colLabels[c] : "feature " + c) +
-        " = " + fmt(rows[r][c]);
+        " = " + fmt(rows[r][c]) + (line ? "\n" + line : "");
       tip.hidden = false; tip.style.left = (e.clientX + 14) + "px"; tip.style.top = (e.clientY + 12) + "px";
     });
     canvas.addEventListener("mouseleave", function () { tip.hidden = true; });
@@ -352,6 +355,32 @@
     t.appendChild(body);
     return t;
   }
+  function operandsOf(trace, s) {
+    // how(r, c) for a stage whose values follow from other stages of the same trace: a residual sum
+    // (x + branches, the layout's Sum), the activation of the FFN's hidden layer, a norm (z_hat, mu,
+    // sqrt(var + eps)), an attention weight (softmax of the scores' row); null otherwise
+    var byName = {}, c = trace.config, short = s.block === null ? s.name : s.name.split(".").slice(2).join(".");
+    trace.stages.forEach(function (t) { byName[t.name] = t; });
+    var full = function (n) { return "blocks." + s.block + "." + n; };
+    var sum = state.model.layout.steps.filter(function (t) { return t.type === "sum" && t.out === short; })[0];
+    if (s.block !== null && sum && c.residual === "add" && sum.reads.every(function (n) { return byName[full(n)]; })) {
+      return function (r, k) {
+        return "= " + sum.reads.map(function (n) { return n + " " + fmt(byName[full(n)].values[r][k]); }).join(" + ");
+      };
+    }
+    var hidden = byName[full("ffn.hidden")];
+    if (s.kind === "ffn.act" && hidden && hidden.values[0].length === s.values[0].length) {
+      return function (r, k) { return "= " + c.activation + "(ffn.hidden " + fmt(hidden.values[r][k]) + ")"; };
+    }
+    if (s.norm && s.norm.z_hat) {
+      var n = s.norm;
+      return function (r, k) {
+        return "= gamma * z_hat + beta; z_hat = (x - mu) / sqrt(var + eps) = " + fmt(n.z_hat[r][k]) + ", mu " +
+          fmt(n.mu[r]) + ", sqrt(var + eps) " + fmt(n.denom[r]);
+      };
+    }
+    return null;
+  }
   function stageCard(trace, s) {
     var sec = document.createElement("section");
     sec.className = "stage"; sec.id = "stage-" + s.name; sec.dataset.stage = s.name;
@@ -374,7 +403,13 @@
       var keys = trace.input.tokens.map(function (t, k) { return k + " " + t; });
       s.heads.forEach(function (rows, hd) {
         var fig = document.createElement("figure");
-        fig.appendChild(heatmap(rows, labels, keys, s.kind === "attn.weights", s.name + " head " + hd));
+        var scores = s.kind === "attn.weights" && trace.stages.filter(function (t) {
+          return t.name === s.name.replace(/weights$/, "scores");
+        })[0];
+        var how = scores ? function (r, k) {
+          return "= softmax over the keys of this row of attn.scores (here " + fmt(scores.heads[hd][r][k]) + ")";
+        } : null;
+        fig.appendChild(heatmap(rows, labels, keys, s.kind === "attn.weights", s.name + " head " + hd, how));
         var cap = document.createElement("figcaption");
         cap.textContent = "block " + s.block + " · head " + hd + " (query rows, key columns)";
         fig.appendChild(cap); maps.appendChild(fig);
@@ -389,7 +424,7 @@
         cols = order.map(function (j) { return s.columns[j]; });
       }
       var fig2 = document.createElement("figure");
-      fig2.appendChild(heatmap(rows, labels, cols, s.kind === "probs", s.name));
+      fig2.appendChild(heatmap(rows, labels, cols, s.kind === "probs", s.name, order ? null : operandsOf(trace, s)));
       var cap2 = document.createElement("figcaption");
       cap2.textContent = (s.norm ? "after gamma/beta" : "values") + ": positions x " + s.values[0].length + " features" +
         (s.values[0].length > MAX_COLUMNS ? (order ? " (the " + MAX_COLUMNS + " largest at the last position)" : " (first " + MAX_COLUMNS + ")") : "");
