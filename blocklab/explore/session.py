@@ -40,6 +40,7 @@ MAX_ABLATIONS = 64
 MAX_STAGES = 64  # globs in one request
 BARS = 20  # next-token bars returned at most (top-k may keep more; their mass is reported)
 ABLATION_KINDS = ("head", "neuron", "sublayer")
+ABLATION_MODES = ("zero", "patch")
 
 
 class RequestError(ValueError):
@@ -96,13 +97,15 @@ def layout_to_dict(norm_position: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Ablation:
-    """Zero one part of block ``block``: a ``head`` (index: the head), an FFN ``neuron`` (index: the hidden
-    unit) or a ``sublayer`` (name: attn or ffn)."""
+    """Zero one part of block ``block`` (``mode`` "zero"), or patch it with its value on another input
+    (``mode`` "patch": the request's ``patch_from``, run through the plain model): a ``head`` (index: the
+    head), an FFN ``neuron`` (index: the hidden unit) or a ``sublayer`` (name: attn or ffn)."""
 
     kind: str
     block: int
     index: int = 0
     name: str = ""
+    mode: str = "zero"
 
     @property
     def stage(self) -> str:
@@ -110,21 +113,23 @@ class Ablation:
         inner = {"head": "attn.z", "neuron": "ffn.act", "sublayer": f"{self.name}.out"}[self.kind]
         return f"blocks.{self.block}.{inner}"
 
-    def hook(self) -> Callable[[Tensor, Any], Tensor]:
-        """The intervention: the stage's value with this part set to zero (a copy; the input is untouched)."""
+    def hook(self, source: Tensor | None = None) -> Callable[[Tensor, Any], Tensor]:
+        """The intervention: the stage's value with this part set to zero, or to ``source``'s (the stage on
+        the patch input, same shape); a copy, the input is untouched."""
         kind, index = self.kind, self.index
 
-        def zero(x: Tensor, _: Any) -> Tensor:
+        def replace(x: Tensor, _: Any) -> Tensor:
             x = x.clone()
+            new = source if source is not None else torch.zeros_like(x)
             if kind == "head":
-                x[:, :, index, :] = 0  # (B, T, h, d_k)
+                x[:, :, index, :] = new[:, :, index, :]  # (B, T, h, d_k)
             elif kind == "neuron":
-                x[..., index] = 0  # (B, T, d_ff)
+                x[..., index] = new[..., index]  # (B, T, d_ff)
             else:
-                x.zero_()
+                x[:] = new
             return x
 
-        return zero
+        return replace
 
 
 def parse_ablation(item: Any, entry: Explored) -> Ablation:
@@ -139,14 +144,17 @@ def parse_ablation(item: Any, entry: Explored) -> Ablation:
     block, index, name = item.get("block"), item.get("index", 0), item.get("name", "")
     if not _is_int(block) or not 0 <= block < c.n_layers:
         raise RequestError(f"ablation block {block!r} is not a block of the model (0..{c.n_layers - 1})")
+    mode = item.get("mode", "zero")
+    if mode not in ABLATION_MODES:
+        raise RequestError(f"ablation mode {mode!r} is not one of: {', '.join(ABLATION_MODES)}")
     if kind == "sublayer":
         if name not in ("attn", "ffn"):
             raise RequestError(f"a sublayer ablation names attn or ffn, not {name!r}")
-        return Ablation(kind, block, 0, name)
+        return Ablation(kind, block, 0, name, mode)
     size = c.n_heads if kind == "head" else c.d_ff
     if not _is_int(index) or not 0 <= index < size:
         raise RequestError(f"ablation {kind} {index!r} is out of range (0..{size - 1})")
-    return Ablation(kind, block, index)
+    return Ablation(kind, block, index, "", mode)
 
 
 def _is_int(v: Any) -> bool:
@@ -168,6 +176,7 @@ class Request:
     top_k: int | None = None
     seed: int = 0
     sample: bool = False
+    patch_from: str | None = None  # the patch input, in the form of the input (text, or ids "1,2,3")
 
     @classmethod
     def parse(cls, body: Any, models: dict[str, Explored]) -> Request:
@@ -207,11 +216,33 @@ class Request:
             raise RequestError("target must be a token, as text")
         if not _is_int(seed) or not 0 <= seed < 2**63:
             raise RequestError(f"seed {seed!r} must be an integer >= 0")
+        patch_from = body.get("patch_from")
+        if patch_from is not None and (not isinstance(patch_from, str) or len(patch_from) > MAX_TEXT):
+            raise RequestError(f"patch_from must be an input of at most {MAX_TEXT} characters")
         request = cls(entry, text, tokens, target or None, position, stages,
                       [parse_ablation(a, entry) for a in ablate], float(temperature), top_k, seed,
-                      bool(body.get("sample", False)))
+                      bool(body.get("sample", False)), patch_from or None)
         request.ids()  # the input is checked now: a bad one is the client's mistake
+        request.patch_ids()
         return request
+
+    def patch_ids(self) -> list[int] | None:
+        """The patch input's ids (None without a patch ablation): as long as the input, so positions align."""
+        if not any(a.mode == "patch" for a in self.ablate):
+            return None
+        if self.patch_from is None:
+            raise RequestError("a patch ablation needs patch_from: the input whose values are patched in")
+        try:
+            as_text = self.text is not None
+            ids = input_ids(self.entry.subject, self.patch_from if as_text else None,
+                            None if as_text else self.patch_from)
+        except ValueError as error:
+            message = f"patch_from: {error}".replace("--input", "input").replace("--tokens", "tokens")
+            raise RequestError(message) from None
+        if len(ids) != len(self.ids()):
+            raise RequestError(f"patch_from has {len(ids)} tokens and the input {len(self.ids())}: a patch "
+                               "takes each position's value from the same position of an input as long")
+        return ids
 
     def ids(self) -> list[int]:
         """The input's ids (``blocklab trace``'s rules), at most the model's cap."""
@@ -230,8 +261,15 @@ class Request:
     def ablated(self) -> Iterator[None]:
         """The model with this request's ablations attached (nothing attached without any)."""
         fns: dict[str, list] = {}
+        source: dict[str, Tensor] = {}
+        patch = self.patch_ids()
+        if patch is not None:  # the patched stages on the patch input, through the plain model
+            stages = sorted({a.stage for a in self.ablate if a.mode == "patch"})
+            with torch.no_grad():
+                _, source = self.entry.subject.model.run_with_cache(torch.tensor([patch]), names=stages)
         for ablation in self.ablate:
-            fns.setdefault(ablation.stage, []).append(ablation.hook())
+            fns.setdefault(ablation.stage, []).append(
+                ablation.hook(source[ablation.stage] if ablation.mode == "patch" else None))
         plan = [(stage, fn) for stage, group in fns.items() for fn in group]
         with self.entry.subject.model.hooks(fwd_hooks=plan):
             yield

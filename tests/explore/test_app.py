@@ -128,6 +128,32 @@ def test_an_ablation_gives_the_hook_apis_numbers(client: TestClient, ablation: d
     assert torch.allclose(shown, cache["blocks.1.ln2"][0].double(), atol=1e-6)
 
 
+def test_patching_a_head_takes_its_value_on_the_other_input_as_the_hook_api_does(client: TestClient) -> None:
+    source = "Min ( 3 , 9 , 4 )"  # as long as QUERY: each position takes the same position's value
+    model = oracle_model()
+    with torch.no_grad():
+        _, cache = model.run_with_cache(torch.tensor([TOKENIZER.encode(source)]))
+
+    def patch(z: torch.Tensor, hook: object) -> torch.Tensor:
+        z = z.clone()
+        z[:, :, 2] = cache["blocks.1.attn.z"][:, :, 2]
+        return z
+
+    with torch.no_grad(), model.hooks({"blocks.1.attn.z": patch}):
+        patched = last_probs(model(torch.tensor([TOKENIZER.encode(QUERY)])))
+    body = {"model": "listops-seed", "input": QUERY, "patch_from": source,
+            "ablate": [{"kind": "head", "block": 1, "index": 2, "mode": "patch"}]}
+    answer = client.post("/api/predict", json=body).json()
+    for token, p in zip(answer["ablated"]["ids"], answer["ablated"]["probs"], strict=True):
+        assert p == pytest.approx(float(patched[token]), abs=1e-9)
+    for bad, message in (({**body, "patch_from": "Min ( 3 , 9 )"}, "patch_from has 6 tokens and the input 8"),
+                         ({**body, "patch_from": None}, "needs patch_from"),
+                         ({**body, "patch_from": "Min ( 3 , x , 4 )"}, "patch_from: "),
+                         ({**body, "ablate": [{**body["ablate"][0], "mode": "swap"}]}, "mode 'swap'")):
+        refused = client.post("/api/predict", json=bad)
+        assert refused.status_code == 400 and message in refused.json()["error"]
+
+
 def test_gradients_split_each_connection_into_identity_and_branch(client: TestClient) -> None:
     model = oracle_model()
     tokens = torch.tensor([TOKENIZER.encode(QUERY)])

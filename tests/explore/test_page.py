@@ -135,6 +135,32 @@ def test_clicking_a_head_ablates_it_with_the_hook_apis_numbers(page: object) -> 
     assert page.errors == []
 
 
+def test_patching_a_head_from_another_input_in_the_page(page: object) -> None:
+    page.check("input[name=mode][value=patch]")
+    page.fill("#patch-from", "Min ( 3 , 9 , 4 )")
+    page.click("#heads button[data-head='0']")
+    page.wait_for_function(f"({RENDERED}) && document.querySelector('.bars.ablated')", timeout=60_000)
+    rows = page.eval_on_selector_all(".bar.ablated",
+                                     "els => els.map(e => [+e.dataset.tokenId, +e.dataset.prob])")
+    torch.manual_seed(0)
+    model = bl.Transformer(bl.preset("listops-seed")).eval()
+    with torch.no_grad():
+        _, cache = model.run_with_cache(torch.tensor([TOKENIZER.encode("Min ( 3 , 9 , 4 )")]))
+
+    def patch(z: torch.Tensor, hook: object) -> torch.Tensor:
+        z = z.clone()
+        z[:, :, 0] = cache["blocks.0.attn.z"][:, :, 0]
+        return z
+
+    with torch.no_grad(), model.hooks({"blocks.0.attn.z": patch}):
+        probs = model(torch.tensor([TOKENIZER.encode("Max ( 1 , 6 , 2 )")]))[0, -1].double().softmax(-1)
+    assert len(rows) == 18
+    for token, p in rows:
+        assert p == pytest.approx(float(probs[token]), abs=1e-9)
+    assert "block 0 head 0 patched" in page.text_content("#ablations")
+    assert page.errors == []
+
+
 def test_a_variant_compared_side_by_side_shows_its_own_numbers(page: object) -> None:
     page.select_option("#compare", "listops-seed norm_position=pre")
     page.wait_for_function(f"({RENDERED}) && document.querySelector('.bars.compared')", timeout=60_000)

@@ -29,6 +29,7 @@
     if (k > 0) { body.top_k = k; }
     if (m.tokenizer) { body.input = text; } else { body.tokens = text; }
     if (target) { body.target = target; }
+    if (state.ablate.some(function (a) { return a.mode === "patch"; })) { body.patch_from = $("patch-from").value; }
     return body;
   }
   function gradKey() {  // what gradients depend on
@@ -233,7 +234,10 @@
   }
 
   // ---- interventions -----------------------------------------------------------------------------------
-  function same(a, b) { return a.kind === b.kind && a.block === b.block && a.index === b.index && a.name === b.name; }
+  function same(a, b) {
+    return a.kind === b.kind && a.block === b.block && a.index === b.index && a.name === b.name && a.mode === b.mode;
+  }
+  function mode() { return document.querySelector("input[name=mode]:checked").value; }
   function toggle(ablation) {
     var kept = state.ablate.filter(function (a) { return !same(a, ablation); });
     if (kept.length === state.ablate.length) { kept.push(ablation); }
@@ -241,7 +245,8 @@
     drawIntervene(); drawDiagram(); retrace(0);
   }
   function describe(a) {
-    return "block " + a.block + " " + (a.kind === "head" ? "head " + a.index : a.kind === "neuron" ? "FFN neuron " + a.index : a.name);
+    return "block " + a.block + " " + (a.kind === "head" ? "head " + a.index : a.kind === "neuron" ? "FFN neuron " + a.index : a.name) +
+      (a.mode === "patch" ? " patched" : " zeroed");
   }
   function drawIntervene() {
     var b = block(), c = state.model.config, heads = $("heads"), subs = $("sublayers");
@@ -249,19 +254,19 @@
     if (b !== null) {
       for (var h = 0; h < c.n_heads; h++) {
         (function (h) {
-          var a = { kind: "head", block: b, index: h, name: "" }, btn = document.createElement("button");
+          var a = { kind: "head", block: b, index: h, name: "", mode: mode() }, btn = document.createElement("button");
           btn.type = "button"; btn.textContent = "head " + h; btn.dataset.head = h;
           btn.setAttribute("aria-pressed", String(state.ablate.some(function (x) { return same(x, a); })));
           btn.title = "zero head " + h + " of block " + b + " (its attn.z)";
-          btn.addEventListener("click", function () { toggle(a); });
+          btn.addEventListener("click", function () { a.mode = mode(); toggle(a); });
           heads.appendChild(btn);
         })(h);
       }
       ["attn", "ffn"].forEach(function (name) {
-        var a = { kind: "sublayer", block: b, index: 0, name: name }, btn = document.createElement("button");
+        var a = { kind: "sublayer", block: b, index: 0, name: name, mode: mode() }, btn = document.createElement("button");
         btn.type = "button"; btn.textContent = "zero " + name + ".out"; btn.dataset.sublayer = name;
         btn.setAttribute("aria-pressed", String(state.ablate.some(function (x) { return same(x, a); })));
-        btn.addEventListener("click", function () { toggle(a); });
+        btn.addEventListener("click", function () { a.mode = mode(); toggle(a); });
         subs.appendChild(btn);
       });
     } else {
@@ -280,7 +285,8 @@
   $("zero-neuron").addEventListener("click", function () {
     var b = block(), j = parseInt($("neuron").value, 10);
     if (b === null || isNaN(j)) { setStatus("choose a block and a neuron first", true); return; }
-    toggle({ kind: "neuron", block: b, index: j, name: "" });
+    if (mode() === "patch" && !$("patch-from").value.trim()) { setStatus("type the input to patch from first", true); return; }
+    toggle({ kind: "neuron", block: b, index: j, name: "", mode: mode() });
   });
 
   // ---- the trace: stages of the chosen group -------------------------------------------------------------
@@ -486,7 +492,7 @@
     var box = $("bars");
     box.innerHTML = "";
     box.appendChild(barList("the model at position " + result.position, result.plain, "plain"));
-    if (result.ablated) { box.appendChild(barList("with " + state.ablate.map(describe).join(", ") + " zeroed", result.ablated, "ablated")); }
+    if (result.ablated) { box.appendChild(barList("with " + state.ablate.map(describe).join(", "), result.ablated, "ablated")); }
   }
   function step(sample) {
     post("step", { sample: sample, seed: Math.floor(Math.random() * 1e9) }).then(function (r) {
@@ -617,6 +623,10 @@
   }
   $("input").addEventListener("input", function () { retrace(DEBOUNCE_MS); });
   $("target").addEventListener("input", function () { retrace(DEBOUNCE_MS); });
+  $("patch-from").addEventListener("input", function () {
+    if (state.ablate.some(function (a) { return a.mode === "patch"; })) { retrace(DEBOUNCE_MS); }
+  });
+  document.querySelectorAll("input[name=mode]").forEach(function (r) { r.addEventListener("change", drawIntervene); });
 
   function chooseModel(name) {
     state.model = state.models.filter(function (m) { return m.name === name; })[0];
