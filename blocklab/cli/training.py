@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import shlex
 import sys
@@ -22,6 +21,7 @@ from ..training.loop import (
     TrainingDiverged,
     TrainingInterrupted,
     check_task_fits,
+    describe_eval,
     evaluate,
     train,
 )
@@ -91,9 +91,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=train_command, owns=train_out)
 
     p = add_command(
-        sub, "eval", "held-out loss and exact-match accuracy of a trained model",
-        "Score a model on a split of its task: the loss and the exact-match accuracy (every answer "
-        "position right). The task is the one its checkpoint records, or --task.",
+        sub, "eval", "held-out loss and accuracy of a trained model",
+        "Score a model on a split of its task: the loss and the accuracy as the task counts it: exact "
+        "match (every answer position right) for the puzzles, token accuracy for the language-model "
+        "tasks (tiny-lm, text: with perplexity, and bits per character for text). The task is the one "
+        "its checkpoint records, or --task.",
     )
     add_model_and_task_flags(p)
     p.add_argument("--split", default="test", choices=("test", "train"), metavar="SPLIT",
@@ -227,8 +229,7 @@ def train_command(args: argparse.Namespace) -> int:
         "step": result.step,
         "steps": train_config.steps,
         "stopped": result.stopped,
-        "eval_loss": result.eval.get("loss"),
-        "eval_accuracy": result.accuracy,
+        **{f"eval_{key}": value for key, value in result.eval.items()},
         "train_loss": result.loss,
         "seconds": result.seconds,
         "tokens_per_s": result.tokens_per_s,
@@ -239,11 +240,8 @@ def train_command(args: argparse.Namespace) -> int:
     if result.resumed_step is not None and result.step == result.resumed_step:
         more = "--target-accuracy none (or higher) and " if result.stopped == "target" else ""
         why = f"{why} before: nothing to train; pass {more}--steps N (N > {result.step}) to extend it"
-    print(
-        f"{task.name}: held-out exact match {result.accuracy:.2%} "
-        f"(loss {result.eval.get('loss', math.nan):.4f}) "
-        f"at step {result.step} of {train_config.steps} ({why})"
-    )
+    held_out = f"held-out {describe_eval(result.eval, task.metric)}" if result.eval else "not evaluated"
+    print(f"{task.name}: {held_out} at step {result.step} of {train_config.steps} ({why})")
     written = [name for name in run_files(out) if name != CHECKPOINTS]
     written += [str(result.checkpoint.relative_to(out))] if result.checkpoint else []
     print(
@@ -263,7 +261,7 @@ def model_task(loaded: Loaded, args: argparse.Namespace) -> Task | None:
 
 
 def eval_command(args: argparse.Namespace) -> int:
-    """``blocklab eval``: loss and exact-match accuracy of a model on a split of its task."""
+    """``blocklab eval``: loss and accuracy (as the task counts it) of a model on a split of its task."""
     loaded = load(args.model, allow_nonfinite=args.allow_nonfinite)
     task = model_task(loaded, args)
     if task is None:
@@ -272,7 +270,8 @@ def eval_command(args: argparse.Namespace) -> int:
     data = task.split(args.split)
     compute = resolve_compute(args.device, args.dtype)
     with compute.autocast():
-        result = evaluate(loaded.model.to(compute.device), data, args.batch_size)
+        model = loaded.model.to(compute.device)
+        result = evaluate(model, data, args.batch_size, task.metric, task.char_level)
     record = {"model": str(loaded.source.path), "task": task.to_dict(), "split": args.split,
               "examples": len(data), **result}
     if emit_json(args.json, record):
@@ -280,7 +279,7 @@ def eval_command(args: argparse.Namespace) -> int:
     step = f" (step {loaded.meta['step']})" if "step" in loaded.meta else ""
     print(
         f"{loaded.source.path}{step}: {task.name} {args.split} split, {len(data)} examples: "
-        f"loss {result['loss']:.4f}, exact match {result['accuracy']:.2%}"
+        f"{describe_eval(result, task.metric)}"
     )
     say_written(args.json)
     return 0

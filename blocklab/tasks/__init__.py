@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 
-from blocklab.tasks.base import IGNORE_INDEX, Task, TaskData, exact_match
+from blocklab.tasks.base import ACCURACY_METRICS, IGNORE_INDEX, Task, TaskData, exact_match
 from blocklab.tasks.digits import CopyTask, DigitTask, ReverseTask, SortTask
 from blocklab.tasks.listops import ListOpsTask
 from blocklab.tasks.listops_padded import PaddedListOpsTask
@@ -77,6 +77,7 @@ __all__ = [
     "TinyLMTask",
     "Tokenizer",
     "exact_match",
+    "ACCURACY_METRICS",
     "get_task",
     "get_task_class",
     "task_from_dict",

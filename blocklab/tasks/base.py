@@ -48,6 +48,13 @@ class TaskData:
         return self.inputs.shape[0]
 
 
+# How a task's held-out accuracy counts (``Task.metric``) and its name in the console and the report.
+ACCURACY_METRICS = {
+    "exact_match": "exact match",  # an example counts when the argmax is right at every scored token
+    "token_accuracy": "token accuracy",  # each scored token counts on its own (language modelling)
+}
+
+
 def exact_match(logits: Tensor, targets: Tensor) -> Tensor:
     """(N, T, V) logits, (N, T) targets -> (N,) bool: argmax right at every scored position."""
     if logits.dim() != 3 or targets.shape != logits.shape[:2]:
@@ -96,6 +103,9 @@ class Task(ABC):
     # whether inputs hold padding (the tokenizer's pad id): then a split with pads carries the
     # attention mask, and training and evaluation pass it to the model
     pads: ClassVar[bool] = False
+    # what "accuracy" means for the task (ACCURACY_METRICS): a task that scores every token of a text is
+    # judged per token; a whole window right at once is a far stricter (and uninformative) number
+    metric: ClassVar[str] = "exact_match"
     tokenizer: Tokenizer
     seq_len: int
 
@@ -111,6 +121,11 @@ class Task(ABC):
     @abstractmethod
     def encode_query(self, text: str) -> tuple[list[int], list[int]]:
         """User input -> (input ids, positions whose argmax is the answer); ValueError if bad."""
+
+    @property
+    def char_level(self) -> bool:
+        """Whether one token is one character (then a language model's loss is also bits per character)."""
+        return getattr(self.tokenizer, "level", None) == "char"
 
     def example_count(self) -> int | None:
         """How many examples the two splits hold together (None: unknown, nothing is estimated)."""

@@ -71,6 +71,7 @@ class TextTask(Task):
 
     name = "text"
     causal = True
+    metric = "token_accuracy"
     pads = True  # the last held-out window
 
     def __init__(

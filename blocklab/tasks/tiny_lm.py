@@ -21,6 +21,7 @@ class TinyLMTask(Task):
 
     name = "tiny-lm"
     causal = True
+    metric = "token_accuracy"
 
     def __init__(self, seed: int = 0) -> None:
         super().__init__(seed)

@@ -55,7 +55,7 @@ from ..inspect.nonfinite import NonFiniteError, check_parameters, watch_step
 from ..nn.config import ModelConfig
 from ..nn.memory import check_memory
 from ..nn.model import Transformer
-from ..tasks import IGNORE_INDEX, Task, TaskData, exact_match, get_task
+from ..tasks import ACCURACY_METRICS, IGNORE_INDEX, Task, TaskData, exact_match, get_task
 from .checkpoint import load_checkpoint, save_checkpoint
 from .distributed import Processes
 from .runfiles import (
@@ -94,6 +94,8 @@ from .train_config import (  # noqa: F401 - re-exported: blocklab.training.loop 
     train_config_from_dict,
 )
 
+METRIC_SHORT = {"exact_match": "acc", "token_accuracy": "tok acc"}  # the progress line's labels
+
 
 @lru_cache(maxsize=8)
 def epoch_order(seed: int, epoch: int, n: int) -> Tensor:
@@ -116,17 +118,23 @@ def batch_indices(step: int, n: int, batch_size: int, seed: int) -> Tensor:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, data: TaskData, batch_size: int = 1024) -> dict[str, float]:
-    """Held-out ``loss`` (mean cross-entropy over scored tokens), ``accuracy`` (exact match per example).
+def evaluate(model: nn.Module, data: TaskData, batch_size: int = 1024, metric: str = "exact_match",
+             char_level: bool = False) -> dict[str, float]:
+    """Held-out ``loss`` (mean cross-entropy over scored tokens, nats), ``exact_match`` (the fraction of
+    examples right at every scored token), ``token_accuracy`` (the fraction of scored tokens right),
+    ``perplexity`` (exp(loss)), with ``char_level`` ``bits_per_char`` (loss / ln 2: one token is one
+    character), and ``accuracy``: the one of the two the task judges by (``metric``, ACCURACY_METRICS).
 
     A split that carries an attention mask (a task that pads) is evaluated with it. Each batch moves
     to the model's device; the forward runs in the caller's precision (inside ``Compute.autocast()``
     for mixed precision).
     """
+    if metric not in ACCURACY_METRICS:
+        raise ValueError(f"metric={metric!r} is not one of: {', '.join(ACCURACY_METRICS)}")
     was_training = model.training
     model.eval()
     device = model_device(model)
-    loss_sum, scored, correct = 0.0, 0, 0
+    loss_sum, scored, correct, tokens_right = 0.0, 0, 0, 0
     try:
         for start in range(0, len(data), batch_size):
             rows = slice(start, start + batch_size)
@@ -141,9 +149,27 @@ def evaluate(model: nn.Module, data: TaskData, batch_size: int = 1024) -> dict[s
                 loss_sum += float(flat)
                 scored += n
             correct += int(exact_match(logits, y).sum())
+            tokens_right += int(((logits.argmax(-1) == y) & (y != IGNORE_INDEX)).sum())
     finally:
         model.train(was_training)
-    return {"loss": loss_sum / max(scored, 1), "accuracy": correct / max(len(data), 1)}
+    loss = loss_sum / max(scored, 1)
+    numbers = {"loss": loss, "exact_match": correct / max(len(data), 1),
+               "token_accuracy": tokens_right / max(scored, 1),
+               "perplexity": math.exp(loss) if loss < 700 else math.inf}  # exp overflows a float past ~709
+    if char_level:
+        numbers["bits_per_char"] = loss / math.log(2)
+    return {**numbers, "accuracy": numbers[metric]}
+
+
+def describe_eval(numbers: dict[str, float], metric: str) -> str:
+    """``evaluate``'s numbers in words, the task's metric first: ``token accuracy 93.10% (loss 0.2134,
+    perplexity 1.24, 0.308 bits per character)`` or ``exact match 99.75% (loss 0.0123)``."""
+    more = [f"loss {numbers['loss']:.4f}"]
+    if metric == "token_accuracy":
+        more.append(f"perplexity {numbers['perplexity']:.4g}")
+    if "bits_per_char" in numbers:
+        more.append(f"{numbers['bits_per_char']:.4g} bits per character")
+    return f"{ACCURACY_METRICS[metric]} {numbers['accuracy']:.2%} ({', '.join(more)})"
 
 
 # ---- per-layer gradient norms, recorded at log steps ----------------------------------------------
@@ -717,9 +743,10 @@ class _Run:
         c, step = self.tc, self.step
         if step % c.eval_every == 0 or step == c.steps:
             with self.compute.autocast():
-                self.eval = evaluate(self.model, self.test_data, c.eval_batch_size)
+                self.eval = evaluate(self.model, self.test_data, c.eval_batch_size, self.task.metric,
+                                     self.task.char_level)
             assert row is not None
-            row.update(eval_loss=self.eval["loss"], eval_accuracy=self.eval["accuracy"])
+            row.update({f"eval_{key}": value for key, value in self.eval.items()})
             if c.target_accuracy is not None and self.eval["accuracy"] >= c.target_accuracy:
                 self.stopped = "target"
         self.done = self.stopped == "target" or step == c.steps
@@ -815,7 +842,11 @@ class _Run:
         )
 
     def _status(self) -> str:
-        acc = f"  acc {self.eval['accuracy']:.1%}" if self.eval else ""
+        acc = ""
+        if self.eval:
+            acc = f"  {METRIC_SHORT[self.task.metric]} {self.eval['accuracy']:.1%}"
+            if self.task.metric == "token_accuracy":  # a language model: its perplexity too
+                acc += f"  ppl {self.eval['perplexity']:.3g}"
         tps = tokens_per_second(self.tokens, self.train_seconds)
         return f"loss {self.loss:.4f}{acc}  {tps:,.0f} tok/s"
 

@@ -16,12 +16,13 @@ from typing import Any
 
 import torch
 from matplotlib.figure import Figure
+from torch import Tensor
 
 from ..files.atomic import atomic_write_bytes
 from ..files.folders import CONFIG, MODEL_FILE, REPORT
 from ..files.jsonfiles import read_json
 from ..nn.model import Transformer
-from ..tasks import IGNORE_INDEX, Task, exact_match, task_from_dict
+from ..tasks import ACCURACY_METRICS, IGNORE_INDEX, Task, exact_match, task_from_dict
 from .checkpoint import load_checkpoint
 from .runfiles import latest_checkpoint, read_metrics
 from .state import STATE_FILE, tokens_per_second
@@ -68,8 +69,8 @@ def _log_axis(ax: Any, values: list[float]) -> None:
         ax.set_yscale("log")
 
 
-def curves_figure(rows: list[dict[str, Any]]) -> Figure:
-    """Training and held-out loss (log scale), held-out accuracy, learning rate."""
+def curves_figure(rows: list[dict[str, Any]], metric: str = "exact_match") -> Figure:
+    """Training and held-out loss (log scale), held-out accuracy (the task's ``metric``), learning rate."""
     fig = Figure(figsize=(12, 3.6), layout="constrained")
     loss_ax, acc_ax, lr_ax = fig.subplots(1, 3)
     steps, loss = series(rows, "loss")
@@ -81,7 +82,7 @@ def curves_figure(rows: list[dict[str, Any]]) -> Figure:
     loss_ax.legend()
     eval_steps, acc = series(rows, "eval_accuracy")
     acc_ax.plot(eval_steps, [100 * a for a in acc], "o-", ms=3, color="tab:green")
-    acc_ax.set(title="held-out exact match (%)", xlabel="step", ylim=(0, 101))
+    acc_ax.set(title=f"held-out {ACCURACY_METRICS[metric]} (%)", xlabel="step", ylim=(0, 101))
     lr_ax.plot(*series(rows, "lr"), color="tab:purple")
     lr_ax.set(title="learning rate", xlabel="step")
     return fig
@@ -215,11 +216,21 @@ def attention_figure(
                 "input": task.tokenizer.decode(x[e][keep]),
                 "expected": task.decode_answer(y[e][scored].tolist()),
                 "predicted": task.decode_answer(predicted[scored].tolist()),
-                "correct": "yes" if bool(exact_match(logits[e : e + 1], y[e : e + 1])[0]) else "no",
+                "correct": _correct(logits[e], y[e], task.metric),
             }
         )
         panel.suptitle(f"example {e + 1}: {answers[-1]['input']}   (rows: query, columns: key)", fontsize=10)
     return fig, answers
+
+
+def _correct(logits: Tensor, targets: Tensor, metric: str) -> str:
+    """One example judged as the task judges: right or not (exact match), or how many of its scored
+    tokens are right (a language model's windows are never all right early on, and that says little)."""
+    if metric == "token_accuracy":
+        scored = targets != IGNORE_INDEX
+        right = int(((logits.argmax(-1) == targets) & scored).sum())
+        return f"{right} of {int(scored.sum())} tokens"
+    return "yes" if bool(exact_match(logits[None], targets[None])[0]) else "no"
 
 
 def _table(rows: list[tuple[str, Any]]) -> str:
@@ -252,8 +263,13 @@ def write_report(folder: str | Path, model: Transformer | None = None, task: Tas
     summary = [
         ("task", task.name),
         ("steps", last.get("step", 0)),
-        ("held-out exact match", f"{100 * final['eval_accuracy']:.2f}%" if final else "not evaluated"),
+        (f"held-out {ACCURACY_METRICS[task.metric]}",
+         f"{100 * final['eval_accuracy']:.2f}%" if final else "not evaluated"),
         ("held-out loss", final.get("eval_loss")),
+        *([("held-out perplexity", final.get("eval_perplexity"))]
+          if task.metric == "token_accuracy" and "eval_perplexity" in final else []),
+        *([("held-out bits per character", final.get("eval_bits_per_char"))]
+          if "eval_bits_per_char" in final else []),
         ("last training loss", last.get("loss")),
         ("wall time (s)", round(last.get("time", 0.0), 1)),
         ("tokens/s (training)", _training_rate(folder)),
@@ -263,7 +279,7 @@ def write_report(folder: str | Path, model: Transformer | None = None, task: Tas
         f"<h1>blocklab run: {html.escape(folder.name)}</h1>",
         _table(summary),
         "<h2>Loss and accuracy</h2>",
-        png(curves_figure(rows)),
+        png(curves_figure(rows, task.metric)),
     ]
     grad = grad_norm_figure(rows)
     parts += ["<h2>Gradient norm per layer</h2>", png(grad) if grad else "<p class=note>not recorded</p>"]

@@ -53,7 +53,8 @@ def _nan_for_null(value: Any) -> Any:
 # ---- metrics.jsonl ----------------------------------------------------------------------------------
 
 # Keys the trainer writes as numbers; a reader may rely on their type.
-METRIC_NUMBERS = ("loss", "lr", "grad_norm", "eval_loss", "eval_accuracy", "time", "tokens_per_s")
+METRIC_NUMBERS = ("loss", "lr", "grad_norm", "eval_loss", "eval_accuracy", "eval_exact_match",
+                  "eval_token_accuracy", "eval_perplexity", "eval_bits_per_char", "time", "tokens_per_s")
 
 
 def _is_number(value: Any) -> bool:

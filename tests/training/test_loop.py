@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -806,3 +807,54 @@ def test_warmup_as_long_as_the_run_warns_once_it_is_sure_to_train(tmp_path: Path
                    "--warmup or raise --steps\n")
     assert main([*argv, "--resume"]) == 0  # nothing left to train: nothing to warn about
     assert "warning" not in capsys.readouterr().err
+
+
+# ---- language-model metrics ----------------------------------------------------------------------
+
+
+def test_language_model_metrics_equal_a_hand_count_and_bits_per_character() -> None:
+    """Issue 28: a text task is judged per token, not by whole windows; perplexity is exp(loss), and a
+    character-level model's bits per character are its total -log2 p over the characters it scored."""
+    task = get_task("text", seq_len=16)
+    assert task.metric == "token_accuracy" and task.char_level
+    torch.manual_seed(0)
+    model = bl.Transformer(bl.preset("tiny-lm", vocab_size=task.tokenizer.vocab_size, max_seq_len=16)).eval()
+    data = task.split("test")
+    data = TaskData(data.inputs[:40], data.targets[:40])
+    got = evaluate(model, data, batch_size=16, metric=task.metric, char_level=task.char_level)
+    with torch.no_grad():
+        logp = model(data.inputs).double().log_softmax(-1)  # (N, T, V)
+    scored = data.targets != -100
+    picked = logp.gather(-1, data.targets.clamp(min=0)[..., None])[..., 0][scored]  # ln p of each target
+    right = (logp.argmax(-1) == data.targets) & scored
+    characters = sum(len(task.tokenizer.decode(row[row != -100].tolist())) for row in data.targets)
+    assert got["loss"] == pytest.approx(float(-picked.mean()), rel=1e-5)
+    assert got["token_accuracy"] == pytest.approx(int(right.sum()) / int(scored.sum()), abs=1e-12)
+    assert got["accuracy"] == got["token_accuracy"]
+    assert got["exact_match"] == pytest.approx(float((right | ~scored).all(1).double().mean()), abs=1e-12)
+    assert got["perplexity"] == pytest.approx(math.exp(got["loss"]), rel=1e-12)
+    assert got["bits_per_char"] == pytest.approx(float(-picked.sum()) / math.log(2) / characters, rel=1e-5)
+    listops = get_task("listops")
+    assert listops.metric == "exact_match" and not listops.char_level
+    assert "bits_per_char" not in evaluate(bl.Transformer(bl.preset("listops-seed")), listops.split("test"))
+
+
+def test_a_language_model_run_reports_token_accuracy_and_perplexity_everywhere(tmp_path, capsys) -> None:
+    """The console line, metrics.jsonl, the report and eval all count tokens for a language model."""
+    out = tmp_path / "run"
+    assert main(["train", "--task", "tiny-lm", "--steps", "4", "--warmup", "1", "--eval-every", "2",
+                 "--out", str(out), "-q"]) == 0
+    printed = capsys.readouterr().out
+    assert "tiny-lm: held-out token accuracy" in printed and "perplexity" in printed
+    evals = [r for r in read_metrics(out) if "eval_accuracy" in r]
+    assert [r["step"] for r in evals] == [2, 4]
+    for row in evals:
+        assert row["eval_accuracy"] == row["eval_token_accuracy"]
+        assert row["eval_perplexity"] == pytest.approx(math.exp(row["eval_loss"]), rel=1e-12)
+        assert "eval_bits_per_char" not in row  # word-level: a token is not a character
+    report = (out / "report.html").read_text()
+    assert "held-out token accuracy" in report and "held-out perplexity" in report
+    assert "held-out exact match" not in report and re.search(r"\d+ of \d+ tokens", report)
+    assert main(["eval", "--model", str(out), "--json", "-"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["accuracy"] == record["token_accuracy"] == pytest.approx(evals[-1]["eval_accuracy"])
