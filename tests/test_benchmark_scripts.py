@@ -68,6 +68,7 @@ SMOKE_RUNS = [
      "same tokens: True"),
     ("hooks_overhead.py --rounds 1", "of the forward"),
     ("optimizer_bits.py --steps 2", "fused"),
+    ("startup.py --rounds 1", "blocklab --version"),
     ("page_faults.py --processes 1 --rounds 1 --peers torch-pre", "page faults / step"),
     ("steps_to_target.py --models post2 --designs gpt-init+sin --seeds 0 --jobs 1 --plain "
      "--train steps=20,eval_every=10", "plain  nn.TransformerEncoder  reached"),

@@ -12,8 +12,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``bench``."""
     p = add_command(
         sub, "bench",
-        "blocklab's block vs PyTorch, transformers and x-transformers blocks: "
-        "tokens/s, saved activations, peak memory, FLOP rate, sweeps",
         "Benchmark blocklab's block against the same block from PyTorch, transformers and x-transformers, "
         "measured side by side in one run (interleaved rounds): tokens/s, activation memory saved for "
         "backward, peak memory, FLOP rate, and sweeps over width and sequence length.",

@@ -37,7 +37,7 @@ DEFAULT_PORT = 8000
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``explore``."""
     p = add_command(
-        sub, "explore", "a live web page over one or more models: trace as you type, predict, ablate",
+        sub, "explore",
         "Serve a local web page over the models named here: type an input and every stage's numbers are "
         "traced again as you type (the tracer's numbers and sentences), the block's layout drawn from the "
         "layouts table, next-token probabilities with temperature and top-k, step-by-step generation, a "

@@ -37,7 +37,7 @@ from .args import (
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``diagnose``, ``ablate`` and ``claims``."""
     p = add_command(
-        sub, "diagnose", "gradient flow and activation statistics of a model at initialization",
+        sub, "diagnose",
         "Gradient flow (through the identity path and through each branch of every block) and forward "
         "activation statistics of a model at initialization, on one batch of a task's training split.",
     )
@@ -50,7 +50,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_diagnose)
 
     p = add_command(
-        sub, "ablate", "train a grid of configs x seeds; summary table, summary.json, report.html",
+        sub, "ablate",
         "Train every combination of the --vary values, --seeds times each, and compare: accuracy, loss, "
         "steps to an accuracy, diverged runs. Rerunning with the same --out resumes the grid.",
     )
@@ -85,7 +85,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_ablate, owns=ablate_out)
 
     p = add_command(
-        sub, "claims", "test what the textbooks say about the block; table + HTML report",
+        sub, "claims",
         "Test claims about the transformer block (pre-norm trains deeper stacks, warmup matters for "
         "post-norm, ...) by training small models, and report each claim's verdict with every setup's "
         "numbers.",

@@ -8,28 +8,31 @@ shows the traceback. The statuses and messages are defined in blocklab/errors.py
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from importlib import import_module
 from typing import Any
 
 from ..errors import EXIT_USAGE, BlocklabWarning, describe_error, one_line, split_debug_flag
 from ..version import __version__
-from . import bench, explore, lab, model, trace, training, weights
-from .args import Parser, RawDescriptionHelpFormatter, check_outputs
+from .parser import COMMAND_SUMMARIES, Parser, RawDescriptionHelpFormatter
 
-# Each group's ``add_commands(sub)``, in the order ``blocklab --help`` lists them.
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
-    training.add_commands,  # train, eval, predict
-    trace.add_commands,  # trace
-    explore.add_commands,  # explore
-    lab.add_commands,  # diagnose, ablate, claims
-    weights.add_commands,  # import, embed, generate
-    model.add_commands,  # params
-    bench.add_commands,  # bench
-]
+# The command groups (modules of this package, each with ``add_commands(sub)``), in the order
+# ``blocklab --help`` lists them. They are imported only to run or describe one of their commands:
+# each pulls in the library (torch), a second or more, which --version and --help do without.
+COMMAND_GROUPS = (
+    "training",  # train, eval, predict
+    "trace",  # trace
+    "explore",  # explore
+    "lab",  # diagnose, ablate, claims
+    "weights",  # import, embed, generate
+    "model",  # params
+    "bench",  # bench
+)
+HELP_FLAGS = ("-h", "--help")
+VERSION_FLAGS = ("-V", "--version")
 
 DESCRIPTION = """The transformer block you can see, train, ablate and load real weights into.
 Each command has its own help: blocklab COMMAND --help."""
@@ -47,16 +50,21 @@ Mistakes print one line 'blocklab: error: ...' and exit with status 2; --debug (
 line) shows the traceback instead."""
 
 
-def build_parser() -> Parser:
-    """The top-level parser with one subcommand per feature."""
+def build_parser(commands: bool = True) -> Parser:
+    """The top-level parser with one subcommand per feature; ``commands=False``: each command's name
+    and summary only (what ``blocklab --help`` shows, without importing a command)."""
     parser = Parser(prog="blocklab", description=DESCRIPTION, epilog=EXAMPLES,
                     formatter_class=RawDescriptionHelpFormatter)
-    parser.add_argument("-V", "--version", action="version", version=f"blocklab {__version__}",
+    parser.add_argument(*VERSION_FLAGS, action="version", version=f"blocklab {__version__}",
                         help="print the version and exit")
     parser.add_argument("--debug", action="store_true", help="show tracebacks (allowed anywhere on the line)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
-    for add in COMMANDS:
-        add(sub)
+    if not commands:
+        for name, summary in COMMAND_SUMMARIES.items():
+            sub.add_parser(name, help=summary)
+        return parser
+    for group in COMMAND_GROUPS:
+        import_module(f".{group}", __package__).add_commands(sub)
     return parser
 
 
@@ -77,7 +85,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
+            if len(argv) == 1 and argv[0] in (*HELP_FLAGS, *VERSION_FLAGS):  # no command needs loading
+                build_parser(commands=False).parse_args(argv)  # prints, then exits (SystemExit 0)
             args = build_parser().parse_args(argv)
+            from .args import check_outputs  # the library: loaded with the commands
+
             check_outputs(args)
             return int(args.func(args) or 0)
     except BrokenPipeError:  # stdout closed early (| head): not an error

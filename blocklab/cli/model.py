@@ -12,7 +12,7 @@ from .args import add_command, add_config_flags, add_json_flag, config_from_args
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``params``."""
     p = add_command(
-        sub, "params", "analytic parameter count with a per-component breakdown",
+        sub, "params",
         "Count the parameters of a preset plus any ModelConfig flag, per component, from the formulas "
         "(no model is built), and compare with the published total of a known preset.",
     )

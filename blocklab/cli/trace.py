@@ -39,7 +39,7 @@ from .args import (
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``trace``."""
     p = add_command(
-        sub, "trace", "walk one input through the model and print every stage's numbers",
+        sub, "trace",
         "Walk one input through a model and print every stage (embeddings, each block's norms, "
         "attention, feed-forward and residual stream, the final norm, the logits): per-position "
         "statistics and the vectors themselves. The model is a preset with weights drawn from --seed, or "

@@ -51,7 +51,7 @@ from .args import (
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``train``, ``eval`` and ``predict``."""
     p = add_command(
-        sub, "train", "train a model on a built-in task; writes a run folder with a report",
+        sub, "train",
         "Train a model (a preset plus any ModelConfig flag) on a built-in task. The run folder holds "
         "config.json, metrics.jsonl, checkpoints/ and report.html; --resume continues it from its newest "
         "checkpoint (with a larger --steps, it extends a finished run).",
@@ -91,7 +91,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=train_command, owns=train_out)
 
     p = add_command(
-        sub, "eval", "held-out loss and accuracy of a trained model",
+        sub, "eval",
         "Score a model on a split of its task: the loss and the accuracy as the task counts it: exact "
         "match (every answer position right) for the puzzles, token accuracy for the language-model "
         "tasks (tiny-lm, text: with perplexity, and bits per character for text). The task is the one "
@@ -107,7 +107,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=eval_command)
 
     p = add_command(
-        sub, "predict", 'a trained model\'s answer to a query, e.g. --input "Max ( 3 , 9 , 4 )"',
+        sub, "predict",
         "A model's answer to each --input, with its probability: the task's answer when the checkpoint "
         "records a task (or --task names one), else the most likely next token.",
     )

@@ -33,7 +33,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     from ..weights.load import ACCEPTED
 
     p = add_command(
-        sub, "import", "write a Hugging Face BERT/GPT-2 folder (or any model) as one blocklab checkpoint",
+        sub, "import",
         "Read a model and write it as one blocklab checkpoint file (.safetensors) with its tokenizer and "
         "where it came from; the file loads anywhere --model is accepted.",
     )
@@ -42,7 +42,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_import)
 
     p = add_command(
-        sub, "embed", "sentence embeddings (mean pooling + L2 norm) and cosine similarities",
+        sub, "embed",
         "Sentence embeddings: the last layer's vectors averaged over each input's tokens and scaled to "
         "length 1 (as sentence-transformers does), and the cosine similarity of every pair of inputs.",
     )
@@ -55,7 +55,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_embed)
 
     p = add_command(
-        sub, "generate", "continue prompts with a causal model (greedy or sampled, KV cache, streamed)",
+        sub, "generate",
         "Continue prompts with a causal model. Greedy unless a sampling flag (--sample, --temperature, "
         "--top-k, --top-p) is given. Several --input prompts run as one left-padded batch. A row stops at "
         "a --stop text, a --stop-id (default: the tokenizer's end-of-text token) or after --max-new-tokens; "
