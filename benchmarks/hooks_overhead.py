@@ -31,6 +31,7 @@ from blocklab.nn.block import TransformerBlock
 from blocklab.nn.feedforward import FeedForward
 from blocklab.nn.hooks import HookPoint, hook_points
 from blocklab.nn.model import Transformer
+from blocklab.nn.norms import LayerNorm
 
 HOOK_CHECKS = ("any_attached", "any_intervention")  # blocklab.nn.hooks' "is a hook attached?" functions
 
@@ -38,7 +39,7 @@ HOOK_CHECKS = ("any_attached", "any_intervention")  # blocklab.nn.hooks' "is a h
 class _StripHooks(ast.NodeTransformer):
     """``self.hook_x(e)`` (also ``block.hook_x(e)`` and ``getattr(block, f"hook_{...}")(e)``) -> ``e``;
     ``self.hook_x.observe(...)`` and ``self.hook_x.see(...)`` (a stage shown to observers only) ->
-    ``None``; ``self.hook_x.active``, ``any_attached(...)``, ``any_intervention(...)`` and
+    ``None``; ``self.hook_x.active`` and ``.intervened``, ``any_attached(...)``, ``any_intervention(...)`` and
     ``any(... p.fns ...)`` (is a hook attached?) -> ``False``."""
 
     @staticmethod
@@ -68,7 +69,7 @@ class _StripHooks(ast.NodeTransformer):
         return name in HOOK_CHECKS or (name == "any" and reads_fns)
 
     def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
-        if node.attr == "active" and self._is_hook(node.value):
+        if node.attr in ("active", "intervened") and self._is_hook(node.value):
             return ast.copy_location(ast.Constant(False), node)
         return self.generic_visit(node)
 
@@ -105,7 +106,8 @@ def _without_hooks(cls: type) -> type:
     return type(f"{cls.__name__}WithoutHooks", (cls,), methods)
 
 
-PLAIN = {cls: _without_hooks(cls) for cls in (Transformer, TransformerBlock, MultiHeadAttention, FeedForward)}
+PLAIN = {cls: _without_hooks(cls)
+         for cls in (Transformer, TransformerBlock, MultiHeadAttention, FeedForward, LayerNorm)}
 
 
 def without_hooks(model: Transformer) -> Transformer:
