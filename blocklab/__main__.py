@@ -7,7 +7,7 @@ May import: cli, errors.
 
 import sys
 
-from .errors import EXIT_INTERRUPTED
+from .errors import EXIT_INTERRUPTED, INTERRUPTED_WHILE_STARTING
 
 
 def run() -> int:
@@ -15,7 +15,7 @@ def run() -> int:
     try:
         from .cli import main
     except KeyboardInterrupt:
-        print("blocklab: interrupted while starting", file=sys.stderr)
+        print(f"blocklab: {INTERRUPTED_WHILE_STARTING}", file=sys.stderr)
         return EXIT_INTERRUPTED
     return main()
 

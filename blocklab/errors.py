@@ -53,6 +53,9 @@ def _os_message(error: OSError) -> str:
     return f"{' -> '.join(names)}: {reason}" if names else reason
 
 
+INTERRUPTED_WHILE_STARTING = "interrupted while starting"  # Ctrl-C before a command began (E8)
+
+
 def describe_error(error: BaseException) -> tuple[str, int]:
     """(the one-line message, the exit status) for an exception that ended a command."""
     if isinstance(error, KeyboardInterrupt):  # train's TrainingInterrupted says where and how to resume

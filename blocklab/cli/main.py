@@ -15,7 +15,15 @@ from collections.abc import Sequence
 from importlib import import_module
 from typing import Any
 
-from ..errors import EXIT_USAGE, BlocklabWarning, describe_error, one_line, split_debug_flag
+from ..errors import (
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    INTERRUPTED_WHILE_STARTING,
+    BlocklabWarning,
+    describe_error,
+    one_line,
+    split_debug_flag,
+)
 from ..version import __version__
 from .parser import COMMAND_SUMMARIES, Parser, RawDescriptionHelpFormatter
 
@@ -87,7 +95,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.showwarning = _show_warning
             if len(argv) == 1 and argv[0] in (*HELP_FLAGS, *VERSION_FLAGS):  # no command needs loading
                 build_parser(commands=False).parse_args(argv)  # prints, then exits (SystemExit 0)
-            args = build_parser().parse_args(argv)
+            try:  # the commands and the library (torch) load here: a second or more
+                parser = build_parser()
+            except KeyboardInterrupt:
+                print(f"blocklab: {INTERRUPTED_WHILE_STARTING}", file=sys.stderr)
+                return EXIT_INTERRUPTED
+            args = parser.parse_args(argv)
             from .args import check_outputs  # the library: loaded with the commands
 
             check_outputs(args)
