@@ -130,8 +130,20 @@ def run(command: str, status: int = 0, timeout: float = 1200) -> str:
     if (command, status) in _outputs:
         return _outputs[command, status]
     started = time.monotonic()
-    # Its own process group, so a timeout also stops what the command started (worker processes).
-    proc = subprocess.Popen(["bash", "-c", command], cwd=work_dir(), env=_env(), text=True,
+    returncode, stdout = _bash(command, _env(), timeout, f"`{command}`")
+    output = _normalise(stdout)
+    print(f"docgen: {time.monotonic() - started:5.1f} s  {command.splitlines()[0][:90]}", file=sys.stderr)
+    if returncode != status:
+        raise RuntimeError(f"`{command}` exited with status {returncode}, the page expects {status}:\n"
+                           f"{output}")
+    _outputs[command, status] = output
+    return output
+
+
+def _bash(script: str, env: dict[str, str], timeout: float, what: str) -> tuple[int, str]:
+    """(status, stdout and stderr) of ``script`` run by bash in the scratch folder. Its own process group,
+    so a timeout also stops what it started (worker processes): a RuntimeError naming ``what``."""
+    proc = subprocess.Popen(["bash", "-c", script], cwd=work_dir(), env=env, text=True,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
     _running.append(proc)
@@ -140,16 +152,10 @@ def run(command: str, status: int = 0, timeout: float = 1200) -> str:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
-        raise RuntimeError(f"`{command}` took more than {timeout:.0f} s") from None
+        raise RuntimeError(f"{what} took more than {timeout:.0f} s") from None
     finally:
         _running.remove(proc)
-    output = _normalise(stdout)
-    print(f"docgen: {time.monotonic() - started:5.1f} s  {command.splitlines()[0][:90]}", file=sys.stderr)
-    if proc.returncode != status:
-        raise RuntimeError(f"`{command}` exited with status {proc.returncode}, the page expects {status}:\n"
-                           f"{output}")
-    _outputs[command, status] = output
-    return output
+    return proc.returncode, stdout
 
 
 _MARK = "\x1fdocgen-status"  # ends each command's output in a typed session
@@ -169,18 +175,7 @@ def run_typed(commands: list[str], status: int = 0, timeout: float = 2400) -> li
     env.pop("VIRTUAL_ENV", None)
     script = "".join(f"{command}\nprintf '\\n{_MARK} %s\\n' $?\n" for command in commands)
     started = time.monotonic()
-    proc = subprocess.Popen(["bash", "-c", script], cwd=work_dir(), env=env, text=True,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    _running.append(proc)
-    try:
-        stdout, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise RuntimeError(f"the typed session `{commands[0]}` ... took more than {timeout:.0f} s") from None
-    finally:
-        _running.remove(proc)
+    _, stdout = _bash(script, env, timeout, f"the typed session `{commands[0]}` ...")
     print(f"docgen: {time.monotonic() - started:5.1f} s  (typed) {' ; '.join(commands)[:80]}",
           file=sys.stderr)
     pieces = re.split(rf"\n?{_MARK} (\d+)\n", stdout)
