@@ -41,3 +41,26 @@ def ctrl_c() -> Iterator[Callable[..., Callable[[object], None]]]:
         yield at_step
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@pytest.fixture
+def tiny_gpt2_folder(tmp_path):
+    """A Hugging Face folder of a random one-layer GPT-2 (d 16) with a byte-level BPE tokenizer trained
+    here on ``TINY_GPT2_TEXT`` (no network); yields (folder, the tokenizer)."""
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import ByteLevelBPETokenizer
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator([TINY_GPT2_TEXT] * 10, vocab_size=280, min_frequency=1,
+                           special_tokens=["<|endoftext|>"])
+    folder = tmp_path / "gpt2-tiny"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_text(bpe._tokenizer.to_str())
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=bpe.get_vocab_size(), n_positions=16, n_embd=16, n_layer=1,
+                                     n_head=2)
+    transformers.GPT2LMHeadModel(config).save_pretrained(folder)
+    return folder, bpe
+
+
+TINY_GPT2_TEXT = "The cat sat on the mat. The dog sat on the log."

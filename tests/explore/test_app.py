@@ -270,25 +270,13 @@ def test_the_command_says_how_to_install_the_extra_when_it_is_missing(monkeypatc
     assert "pip install 'blocklab[explore]'" in err and "uvicorn is not installed" in err
 
 
-def test_a_hugging_face_folder_is_served_as_blocklab_trace_reads_it(tmp_path: Path) -> None:
+def test_a_hugging_face_folder_is_served_as_blocklab_trace_reads_it(tmp_path: Path, tiny_gpt2_folder) -> None:
     """--model with a GPT-2 folder and its byte-level BPE tokenizer: the trace equals blocklab trace --json's,
     and a generation step extends the text by the decoded token."""
-    transformers = pytest.importorskip("transformers")
-    from tokenizers import ByteLevelBPETokenizer
-
     from blocklab.cli import build_parser
     from blocklab.cli.explore import models_for_args
 
-    text = "The cat sat on the mat. The dog sat on the log."
-    bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator([text] * 10, vocab_size=280, min_frequency=1, special_tokens=["<|endoftext|>"])
-    folder = tmp_path / "gpt2-tiny"
-    folder.mkdir()
-    (folder / "tokenizer.json").write_text(bpe._tokenizer.to_str())
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(vocab_size=bpe.get_vocab_size(), n_positions=16, n_embd=16, n_layer=1,
-                                     n_head=2)
-    transformers.GPT2LMHeadModel(config).save_pretrained(folder)
+    folder, _ = tiny_gpt2_folder
     models = models_for_args(build_parser().parse_args(["explore", "--model", str(folder),
                                                         "--preset", "tiny-lm"]))
     assert list(models) == ["tiny-lm", "gpt2-tiny"]

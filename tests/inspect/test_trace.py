@@ -554,20 +554,9 @@ def test_the_final_norm_is_named_by_its_kind_and_a_missing_one_says_so() -> None
     assert "RMSNorm: divided each position by sqrt(mean(z^2) + eps)" in rms.stage("ln_f").explanation
 
 
-def test_a_byte_level_bpe_model_is_traced_in_text_not_vocabulary_spelling(tmp_path: Path) -> None:
-    transformers = pytest.importorskip("transformers")
-    from tokenizers import ByteLevelBPETokenizer
-
-    text = "The cat sat on the mat. The dog sat on the log."
-    bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator([text] * 10, vocab_size=280, min_frequency=1, special_tokens=["<|endoftext|>"])
-    folder = tmp_path / "gpt2"
-    folder.mkdir()
-    (folder / "tokenizer.json").write_text(bpe._tokenizer.to_str())
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(vocab_size=bpe.get_vocab_size(), n_positions=16, n_embd=16, n_layer=1,
-                                     n_head=2)
-    transformers.GPT2LMHeadModel(config).save_pretrained(folder)
+def test_a_byte_level_bpe_model_is_traced_in_text_not_vocabulary_spelling(tmp_path: Path,
+                                                                         tiny_gpt2_folder) -> None:
+    folder, bpe = tiny_gpt2_folder
     out = tmp_path / "trace.json"
     assert main(["trace", "--model", str(folder), "--input", "The cat sat", "--target", " mat",
                  "--json", str(out), "-q"]) == 0
