@@ -25,6 +25,8 @@ a config of a million narrow layers is refused for what it is (about 90 GB), not
 Loading a checkpoint holds the file's tensors beside the model's until they are copied in (4 P more).
 The sinusoidal position table is built in float32 a slice at a time (``embedding.sinusoidal_table``),
 so it costs what the estimate counts for it, never a float64 copy of the whole.
+Not counted: the ~20 MB of libtorch's kernels a process pages in on its first tensor ops, shared
+file-backed code that is the process's whatever the model, not the model's.
 ``tests/nn/test_memory.py`` checks
 gradients + optimizer + activations against the peak bytes PyTorch's profiler records for a
 real training step (forward, backward, AdamW step).
