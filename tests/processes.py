@@ -1,8 +1,23 @@
-"""The process tree, read from /proc (Linux): what a test checks is left running after a command ends."""
+"""Child processes: the process tree, read from /proc (Linux), for what a test checks is left running
+after a command ends; and what a failed command said, for an assertion's message."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+ERROR_LINE = re.compile(r"error|exception|traceback|terminate|abort|fatal", re.IGNORECASE)
+
+
+def failure_text(stderr: str, lines: int = 30, tail: int = 2000) -> str:
+    """A failed command's stderr for an assertion message: ``lines`` lines from the first one naming an
+    error, then the last ``tail`` characters. Under torchrun the failing child's own message comes
+    first and the launcher's summary (its traceback, the ranks' exit codes) pushes it out of the tail."""
+    all_lines = stderr.splitlines()
+    first = next((i for i, line in enumerate(all_lines) if ERROR_LINE.search(line)), len(all_lines))
+    head = "\n".join(all_lines[first : first + lines])
+    end = stderr[-tail:]
+    return end if head in end else f"{head}\n[...]\n{end}"
 
 
 def descendants(pid: int) -> set[int]:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from processes import failure_text
 
 import blocklab as bl
 import blocklab.device as device_module
@@ -390,7 +391,7 @@ def test_torchrun_on_two_gpus_uses_nccl_and_matches_one_process(tmp_path: Path) 
          "blocklab", "train", *flags, "--out", str(tmp_path / "ddp")],
         capture_output=True, text=True, timeout=600, check=False,
     )
-    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.returncode == 0, failure_text(run.stderr)
     config, task = tiny_lm()
     single = train(config, TrainConfig(steps=6, batch_size=8, log_every=1, target_accuracy=None,
                                        device="cuda"), task)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from processes import failure_text
 from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, SequentialLR
 
 import blocklab as bl
@@ -315,7 +316,7 @@ def test_torchrun_two_processes_match_one_process(tmp_path: Path) -> None:
         "--out",
         str(tmp_path / "ddp"),
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}  # a child's abort: its stacks
     ddp = subprocess.run(
         [
             sys.executable,
@@ -334,7 +335,7 @@ def test_torchrun_two_processes_match_one_process(tmp_path: Path) -> None:
         env=env,
         check=False,
     )
-    assert ddp.returncode == 0, ddp.stderr[-2000:]
+    assert ddp.returncode == 0, failure_text(ddp.stderr)
     config, task = tiny()
     single = train(
         config, TrainConfig(steps=12, batch_size=16, log_every=1, eval_every=6, target_accuracy=None), task
