@@ -10,6 +10,7 @@ Multi-node runs use torchrun's ``--nnodes``/``--rdzv-*`` flags unchanged.
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +25,7 @@ class Processes:
 
     rank: int = 0
     world_size: int = 1
-    owns_group: bool = False  # we initialised the process group, so we tear it down
+    group: dist.ProcessGroup | None = None  # the group we initialised, so we tear it down (``close``)
     device: torch.device = torch.device("cpu")  # where the collectives' tensors live (NCCL: this GPU)
 
     @classmethod
@@ -38,9 +39,15 @@ class Processes:
         if device.type == "cuda":
             torch.cuda.set_device(device)  # NCCL's object collectives use the current GPU
         if owns:
+            # torch.distributed.nn.functional's collectives take ``group=group.WORLD`` as a default,
+            # evaluated at its first import, which DDP triggers (through torch._dynamo) once the group
+            # exists: that kept the group alive past destroy_process_group, and with it gloo's worker
+            # threads, into interpreter shutdown, where one freeing a collective's tensors aborted the
+            # process. Imported first, the default is None, and ``close`` joins the workers.
+            importlib.import_module("torch.distributed.nn.functional")
             dist.init_process_group(backend_for(device))
         collectives = device if dist.get_backend() == "nccl" else torch.device("cpu")
-        return cls(dist.get_rank(), dist.get_world_size(), owns, collectives)
+        return cls(dist.get_rank(), dist.get_world_size(), dist.group.WORLD if owns else None, collectives)
 
     @property
     def main(self) -> bool:
@@ -72,16 +79,24 @@ class Processes:
         return box[0]
 
     def close(self, wait: bool = False) -> None:
-        """Leave the job if we joined it (idempotent).
+        """Leave the job if we made its group (idempotent), destroying the group here, so that no
+        gloo worker thread is left to free a collective's tensors during interpreter shutdown, where
+        taking the GIL to do so aborts the process.
 
-        ``wait=True`` (after a successful run) first waits for every rank: a rank tearing down
-        gloo while rank 0 still writes the run folder could abort with "terminate called without
-        an active exception". After an error we leave at once: a barrier could wait forever.
+        Our reference is the group's last (nothing else may hold it: release a DDP wrapper, whose
+        reducer does, first), so dropping it destroys the group through torch's holder that releases
+        the GIL while the workers are joined: a worker still freeing tensors needs it. Any last owner
+        dropped with the GIL held (a reducer) deadlocks there.
+
+        ``wait=True`` (after a successful run) first waits for every rank, so no rank closes its
+        connections while another is still in a collective with it. After an error we leave at
+        once: a barrier could wait forever.
         """
-        if self.owns_group and dist.is_initialized():
+        if self.group is not None and dist.is_initialized():
             if wait:
                 dist.barrier()
             dist.destroy_process_group()
+        self.group = None
 
 
 def backend_for(device: torch.device) -> str:

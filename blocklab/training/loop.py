@@ -454,6 +454,9 @@ class _Run:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        # DDP's reducer holds the process group: dropped before Processes.close destroys the group
+        # (its docstring says why its reference must be the last)
+        vars(self).pop("ddp", None)
         if self.metrics_file is not None:
             self.metrics_file.close()
         if self.lock is not None:
