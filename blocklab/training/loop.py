@@ -36,55 +36,20 @@ import torch
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ..device import Compute, device_rng_state, model_device, resolve_compute, same_rng, set_device_rng_state
+from ..device import Compute, model_device, resolve_compute, same_rng
 from ..errors import BlocklabWarning
-from ..files.atomic import atomic_write_bytes, open_regular
-from ..files.folders import (
-    CONFIG,
-    MARKER,
-    METRICS,
-    MODEL_FILE,
-    RunLock,
-    claim_folder,
-    inspect_folder,
-    new_marker,
-    write_marker,
-)
-from ..files.jsonfiles import json_line, json_safe, write_json
 from ..inspect.nonfinite import NonFiniteError, check_parameters, watch_step
 from ..nn.config import ModelConfig
 from ..nn.memory import check_memory
 from ..nn.model import Transformer
 from ..tasks import ACCURACY_METRICS, IGNORE_INDEX, Task, TaskData, exact_match, get_task
-from .checkpoint import load_checkpoint, save_checkpoint
 from .distributed import Processes
-from .runfiles import (
-    SavedRun,
-    check_run_names,
-    checkpoint_step,
-    clear_run,
-    latest_checkpoint,
-    publish_checkpoint,
-    read_metrics,
-    read_run_config,
-    run_config,
-    run_files,
-    truncate_metrics,
-)
+from .session import Session, TrainingInterrupted  # noqa: F401 - TrainingInterrupted re-exported
 from .state import (
-    OPTIMIZER_DIGEST,
-    OPTIMIZER_FILE,
-    STATE_DIGEST,
-    STATE_FILE,
-    decode_rng,
-    encode_rng,
-    load_optimizer_state,
-    read_train_state,
-    save_optimizer_state,
-    state_bytes,
     tokens_per_second,
 )
 from .train_config import (  # noqa: F401 - re-exported: blocklab.training.loop is where users look
+    EXTENSIBLE,
     TASK_DEFAULTS,
     TRAIN_FIELDS,
     TrainConfig,
@@ -254,21 +219,6 @@ class TrainingDiverged(RuntimeError):
     """The loss or the gradient became NaN/Inf; nothing was saved for that step."""
 
 
-class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C stopped training. The message says where it stopped, the checkpoint to resume from
-    (``checkpoint``: the one saved at the interrupted ``step`` when the step could finish) and how."""
-
-    def __init__(self, message: str, step: int, checkpoint: Path | None, out_dir: Path | None) -> None:
-        super().__init__(message)
-        self.step, self.checkpoint, self.out_dir = step, checkpoint, out_dir
-
-
-# TrainConfig fields a resumed run may change: when to stop, and where it computes (a run moves from
-# one machine to another; on another device it continues, but not bit for bit). Any other difference
-# (dtype among them) is another run.
-EXTENSIBLE = ("steps", "target_accuracy", "device")
-
-
 @contextmanager
 def deferred_interrupt(enabled: bool = True) -> Iterator[list[bool]]:
     """While active, a first Ctrl-C (SIGINT) only sets ``flag[0]``, so the step in progress finishes
@@ -406,7 +356,8 @@ def train(
         with _Run(model_config, train_config, task, out_dir, list(callbacks), procs, compute) as run:
             run.detect_nonfinite = detect_nonfinite
             run.setup(resume, overwrite)
-            if procs.main and not run.done and (problem := schedule_warning(train_config)) is not None:
+            problem = schedule_warning(train_config)
+            if procs.main and not run.progress.done and problem is not None:
                 warnings.warn(problem, BlocklabWarning, stacklevel=2)
             result = run.loop(progress and procs.main, report)
         procs.close(wait=True)
@@ -417,7 +368,8 @@ def train(
 
 
 class _Run:
-    """One training session's state; ``train`` is its interface."""
+    """One training session's step loop; ``train`` is its interface. The run folder, checkpoints and
+    what survives a session (``Progress``) are its ``session``'s (session.py)."""
 
     def __init__(
         self,
@@ -435,19 +387,11 @@ class _Run:
                 f"{procs.world_size} processes"
             )
         self.mc, self.tc, self.task, self.callbacks, self.procs = mc, tc, task, callbacks, procs
+        self.out_dir = out_dir
         self.compute, self.device = compute, compute.device
         self.scaler = compute.grad_scaler()  # float16 only; otherwise it passes everything through
-        self.folder = Path(out_dir) if out_dir is not None and procs.main else None
         self.train_data, self.test_data = task.split("train"), task.split("test")
-        self.lock: RunLock | None = None
-        self.metrics_file: Any = None
-        self.history: list[dict[str, Any]] = []
-        self.step, self.seconds_before, self.train_seconds, self.tokens = 0, 0.0, 0.0, 0
-        self.session_start = time.perf_counter()
-        self.loss, self.eval, self.stopped, self.done = float("nan"), {}, "steps", False
-        self.checkpoint: Path | None = None
-        self.resumed_step: int | None = None
-        self.extended: dict[str, Any] | None = None  # config.json recording an extension, to be written
+        self.session: Session | None = None
         self.detect_nonfinite = False
 
     def __enter__(self) -> _Run:
@@ -457,176 +401,24 @@ class _Run:
         # DDP's reducer holds the process group: dropped before Processes.close destroys the group
         # (its docstring says why its reference must be the last)
         vars(self).pop("ddp", None)
-        if self.metrics_file is not None:
-            self.metrics_file.close()
-        if self.lock is not None:
-            self.lock.release()
-
-    # -- setup ----------------------------------------------------------------------------------
+        if self.session is not None:
+            self.session.close()
 
     def setup(self, resume: bool, overwrite: bool) -> None:
-        """Build model and optimizer; claim the folder; restore the newest checkpoint if resuming."""
+        """Build model and optimizer; open the session (claim the folder, restore the newest checkpoint
+        if resuming); wrap the model in DDP under torchrun."""
         torch.manual_seed(self.tc.seed)  # seeds the CPU's generator and every GPU's
         self.model = Transformer(self.mc).to(self.device)  # initialised on the CPU: the same weights anywhere
         self.model.tokenizer = self.task.tokenizer  # the trained model speaks its task's vocabulary
         self.optimizer = make_optimizer(self.model, self.tc)
-        failure, found = None, None
-        if self.folder is not None:
-            try:
-                found = self._claim_folder(resume, overwrite)
-            except Exception as error:  # re-raised below, after telling the other ranks
-                failure = error
-        message, found = self.procs.share((None if failure is None else str(failure), found))
-        if failure is not None:
-            raise failure
-        if message is not None:
-            raise RuntimeError(f"process 0 could not set up the run folder: {message}")
-        if found is not None:
-            self._restore(Path(found))
-        if self.extended is not None and self.folder is not None:  # recorded once the checkpoint loaded
-            write_json(self.folder / CONFIG, self.extended)
+        self.session = Session(self.mc, self.tc, self.task, self.out_dir, self.procs, self.compute,
+                               self.model, self.optimizer, self.scaler)
+        self.progress = self.session.progress
+        self.session.open(resume, overwrite)
         self.ddp: nn.Module = self.model
         if self.procs.world_size > 1:
             gpu = [self.device] if self.device.type == "cuda" else None
             self.ddp = DistributedDataParallel(self.model, device_ids=gpu)
-        if self.folder is not None:
-            fd = open_regular(self.folder / METRICS, os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # no link/pipe
-            self.metrics_file = os.fdopen(fd, "a")  # closed in __exit__
-
-    def _claim_folder(self, resume: bool, overwrite: bool) -> str | None:
-        """Claim and lock the folder (files.folders.claim_folder), check or write config.json; the
-        checkpoint to resume from, if any."""
-        folder = self.folder
-        assert folder is not None
-        if resume and inspect_folder(folder, "run") is None:  # before the claim makes the folder
-            raise ValueError(f"--resume: {folder} holds no blocklab run (no {MARKER}); check the path, or "
-                             "drop --resume to start a new run there")
-        self.lock, _ = claim_folder(folder, "run")
-        check_run_names(folder)  # no link or pipe among the names a run writes, checkpoints included
-        config = run_config(self.mc, self.tc, self.task, self.procs.world_size)
-        held = run_files(folder)
-        if resume and (folder / CONFIG).exists():
-            saved = read_run_config(folder)
-            self._check_same_run(saved, config)
-            latest = latest_checkpoint(folder)
-            if latest is not None:
-                self._extend(saved, config, checkpoint_step(latest))
-                return str(latest)
-        elif held and not overwrite:
-            raise ValueError(
-                f"{folder} already holds a run ({', '.join(held)}); pass --resume to continue "
-                "it, --overwrite to start over, or choose another --out"
-            )
-        clear_run(folder)
-        write_marker(folder, new_marker("run"))  # a new run: a new id
-        write_json(folder / CONFIG, config)
-        return None
-
-    def _check_same_run(self, saved: SavedRun, config: dict[str, Any]) -> None:
-        """--resume: the model, task and training settings must be the run's, but the fields an
-        extension may change (EXTENSIBLE)."""
-        fixed = {k: v for k, v in config["train"].items() if k not in EXTENSIBLE}
-        saved_fixed = {k: v for k, v in saved.train.to_dict().items() if k not in EXTENSIBLE}
-        pairs = [("model", saved.model.to_dict(), config["model"]), ("task", saved.task, config["task"]),
-                 ("train", saved_fixed, fixed)]
-        diffs = [f"{part}: {old} != {new}" for part, old, new in pairs if old != new]
-        if diffs:
-            raise ValueError(
-                f"--resume: the run in {self.folder} was configured differently ({diffs[0]}); "
-                "resume with its config.json or start a new run"
-            )
-
-    def _extend(self, saved: SavedRun, config: dict[str, Any], at_step: int) -> None:
-        """--resume with other ``steps`` / ``target_accuracy``: check it, and keep the config.json that
-        records it (``extended``, written once the checkpoint has loaded: a failed resume changes nothing).
-
-        The schedule rule: the learning rate of every later step is ``lr_at(step)`` over the new
-        total, the rate a run configured with that many steps from the start has there (the
-        cosine is recomputed, so it steps up when a finished run is extended)."""
-        before = saved.train.to_dict()
-        changed = {k: before[k] for k in EXTENSIBLE if before[k] != config["train"][k]}
-        if not changed:
-            return
-        if self.tc.steps < at_step:
-            raise ValueError(
-                f"--resume: the run in {self.folder} is at step {at_step}; steps={self.tc.steps} would "
-                f"undo training, so it must be >= {at_step}"
-            )
-        record = {"at_step": at_step, **{f"{k}_before": v for k, v in changed.items()},
-                  **{k: config["train"][k] for k in changed}}
-        history = saved.data.get("extended") if isinstance(saved.data.get("extended"), list) else []
-        self.extended = {**config, "extended": [*history, record]}
-
-    def _restore(self, ckpt: Path) -> None:
-        """Weights, AdamW moments, step, RNG state and metrics history from a checkpoint folder;
-        every file is checked (types, steps, digests) before anything is used."""
-        loaded = load_checkpoint(ckpt / MODEL_FILE)
-        if loaded.config != self.mc:
-            raise ValueError(f"{ckpt}: the checkpoint's model config differs from the run's")
-        if not isinstance(loaded.meta, dict):
-            raise ValueError(f"{ckpt / MODEL_FILE}: its metadata is not an object")
-        if "train" in loaded.meta:  # what the checkpoint was trained with (covered by its digest)
-            try:
-                recorded = train_config_from_dict(loaded.meta["train"]).to_dict()
-            except (ValueError, TypeError) as error:
-                raise ValueError(f"{ckpt / MODEL_FILE}: damaged train settings in its metadata ({error})") \
-                    from None
-            now = self.tc.to_dict()
-            edited = [k for k in now if k not in EXTENSIBLE and recorded[k] != now[k]]
-            if edited:
-                k = edited[0]
-                raise ValueError(
-                    f"{ckpt}: was trained with {k}={recorded[k]!r} but the run now says {k}={now[k]!r} "
-                    f"(config.json edited?); only {' and '.join(EXTENSIBLE)} may change when resuming"
-                )
-        state = read_train_state(ckpt, loaded.meta, self.procs.world_size)
-        self.model.load_state_dict(loaded.model.state_dict())
-        load_optimizer_state(
-            ckpt / OPTIMIZER_FILE, self.model, self.optimizer, loaded.meta.get(OPTIMIZER_DIGEST)
-        )
-        self.step, self.stopped = state["step"], state["stopped"]
-        self.seconds_before, self.train_seconds, self.tokens = (
-            state["seconds"],
-            state["train_seconds"],
-            state["tokens"],
-        )
-        self.loss, self.eval = state["loss"], state["eval"]
-        # done is decided by this session's settings: an extension (more steps, another target) trains on
-        target = self.tc.target_accuracy
-        reached = self.stopped == "target" and target is not None and self.eval.get("accuracy", 0.0) >= target
-        self.done = reached or self.step >= self.tc.steps
-        self.stopped = "target" if reached else "steps"
-        torch.set_rng_state(decode_rng(state["rng"][self.procs.rank]))
-        self._restore_device_state(ckpt, state)
-        self.checkpoint, self.resumed_step = ckpt, self.step
-        if self.folder is not None:
-            truncate_metrics(self.folder / METRICS, self.step)  # drop what the killed run logged later
-            self.history = read_metrics(self.folder)
-
-    def _restore_device_state(self, ckpt: Path, state: dict[str, Any]) -> None:
-        """This process's device generator (a run resumed on the device type it was saved on) and
-        float16's gradient scale, from state.json; ValueError naming the file when damaged."""
-        path, rank = ckpt / STATE_FILE, self.procs.rank
-        saved = state.get("device_rng")
-        if saved is not None:
-            if not (isinstance(saved, list) and len(saved) == self.procs.world_size):
-                raise ValueError(f"{path}: device_rng is not a list of {self.procs.world_size} entries")
-            mine = saved[rank]
-            if not (mine is None or isinstance(mine, dict) and isinstance(mine.get("device"), str)
-                    and isinstance(mine.get("state"), str)):
-                raise ValueError(f"{path}: device_rng[{rank}] is not null or {{device, state}}")
-            current = device_rng_state(self.device)
-            if mine is not None and current is not None and mine["device"].split(":")[0] == self.device.type:
-                try:
-                    set_device_rng_state(self.device, decode_rng(mine["state"], current.numel()))
-                except ValueError as error:
-                    raise ValueError(f"{path}: device_rng[{rank}] is not a saved RNG state ({error})") \
-                        from None
-        scaler = state.get("grad_scaler")
-        if scaler is not None and self.scaler.is_enabled():
-            if not (isinstance(scaler, dict) and all(isinstance(v, (int, float)) for v in scaler.values())):
-                raise ValueError(f"{path}: grad_scaler is not an object of numbers")
-            self.scaler.load_state_dict(scaler)
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -634,52 +426,51 @@ class _Run:
         """Train until ``steps`` or the target accuracy; checkpoint, log, report."""
         c = self.tc
         tokens_per_step = c.batch_size * self.train_data.inputs.shape[1]
-        self.session_start = time.perf_counter()
+        self.progress.session_start = time.perf_counter()
         try:
             # one process only: under DDP every rank would have to stop at the same step
             with deferred_interrupt(self.procs.world_size == 1) as interrupted, \
                     progress_context(show_progress) as bar:
-                bar_task = (
-                    bar.add_task("train", total=c.steps, completed=self.step, status="") if bar else None
-                )
+                done = self.progress.step
+                bar_task = bar.add_task("train", total=c.steps, completed=done, status="") if bar else None
                 window_tokens, window_seconds = 0, 0.0
-                while not self.done and self.step < c.steps:
+                while not self.progress.done and self.progress.step < c.steps:
                     start = time.perf_counter()
                     try:
                         with watch_step(self.model, self.detect_nonfinite, self._stop_nonfinite):
-                            row = self._step(self.step + 1)
+                            row = self._step(self.progress.step + 1)
                         spent = time.perf_counter() - start
                         window_seconds += spent
                         window_tokens += tokens_per_step
-                        self.train_seconds += spent
-                        self.tokens += tokens_per_step
-                        if row is not None and self.step % c.log_every == 0:
+                        self.progress.train_seconds += spent
+                        self.progress.tokens += tokens_per_step
+                        if row is not None and self.progress.step % c.log_every == 0:
                             row["tokens_per_s"] = window_tokens / max(window_seconds, 1e-9)
                             window_tokens, window_seconds = 0, 0.0
                         self._after_step(row)
                     except KeyboardInterrupt as error:  # a second Ctrl-C: mid-step, nothing consistent
-                        raise self._interrupted(save=False) from error
+                        raise self.session.interrupted(save=False) from error
                     if bar is not None:
-                        bar.update(bar_task, completed=self.step, status=self._status())
-                    if interrupted[0] and not self.done:
-                        raise self._interrupted(save=True)
+                        bar.update(bar_task, completed=self.progress.step, status=self._status())
+                    if interrupted[0] and not self.progress.done:
+                        raise self.session.interrupted(save=True)
         except TrainingDiverged:
-            self._write_report(report)
+            self.session.write_report(report)
             raise
-        seconds = self.elapsed()
-        self._write_report(report)
+        seconds = self.session.elapsed()
+        self.session.write_report(report)
         return TrainResult(
             model=self.model,
-            step=self.step,
-            loss=self.loss,
-            eval=dict(self.eval),
-            stopped=self.stopped,
+            step=self.progress.step,
+            loss=self.progress.loss,
+            eval=dict(self.progress.eval),
+            stopped=self.progress.stopped,
             seconds=seconds,
-            tokens_per_s=tokens_per_second(self.tokens, self.train_seconds),
-            history=self.history,
-            out_dir=Path(self.folder) if self.folder else None,
-            checkpoint=self.checkpoint,
-            resumed_step=self.resumed_step,
+            tokens_per_s=tokens_per_second(self.progress.tokens, self.progress.train_seconds),
+            history=self.progress.history,
+            out_dir=Path(self.session.folder) if self.session.folder else None,
+            checkpoint=self.progress.checkpoint,
+            resumed_step=self.progress.resumed_step,
         )
 
     def _step(self, step: int) -> dict[str, Any] | None:
@@ -699,21 +490,21 @@ class _Run:
         with self.compute.autocast():
             _, loss = self.ddp(x, y, attention_mask=mask)
         if procs.world_size == 1:
-            self.loss = loss.item()
+            self.progress.loss = loss.item()
         else:  # the global batch's mean; each process's loss weighted so DDP's average is that mean
             n_global = int((self.train_data.targets[batch] != IGNORE_INDEX).sum())
-            self.loss = procs.sum(loss.item() * n_local) / max(n_global, 1)
+            self.progress.loss = procs.sum(loss.item() * n_local) / max(n_global, 1)
             if n_local * procs.world_size != n_global:
                 loss = loss * (n_local * procs.world_size / max(n_global, 1))
-        row: dict[str, Any] = {"step": step, "loss": self.loss, "lr": lr}
-        if not math.isfinite(self.loss):
-            raise self._diverged(row, f"the training loss is {self.loss}")
+        row: dict[str, Any] = {"step": step, "loss": self.progress.loss, "lr": lr}
+        if not math.isfinite(self.progress.loss):
+            raise self._diverged(row, f"the training loss is {self.progress.loss}")
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()  # float16: the loss scaled up, so small gradients survive
         self.scaler.unscale_(self.optimizer)  # .grad is now dL/dparameter, for callbacks and clipping
         extra: dict[str, Any] = layer_grad_norms(self.model) if logged else {}
         if procs.main and self.callbacks:
-            ctx = StepContext(step, self.model, x, y, self.loss, lr, c, self.task, logged, mask)
+            ctx = StepContext(step, self.model, x, y, self.progress.loss, lr, c, self.task, logged, mask)
             extra.update(self._callbacks(ctx))
         max_norm = c.grad_clip if c.grad_clip > 0 else math.inf
         row["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
@@ -726,7 +517,7 @@ class _Run:
             row["grad_scale"] = self.scaler.get_scale()
         self.scaler.step(self.optimizer)  # optimizer.step(), unless float16 gradients overflowed
         self.scaler.update()
-        self.step = step
+        self.progress.step = step
         due = logged or extra or step % c.eval_every == 0 or row.get("skipped")
         return {**row, **extra} if due else None
 
@@ -743,101 +534,35 @@ class _Run:
 
     def _after_step(self, row: dict[str, Any] | None) -> None:
         """Evaluate, decide whether to stop, log, checkpoint."""
-        c, step = self.tc, self.step
+        c, step = self.tc, self.progress.step
         if step % c.eval_every == 0 or step == c.steps:
             with self.compute.autocast():
-                self.eval = evaluate(self.model, self.test_data, c.eval_batch_size, self.task.metric,
+                self.progress.eval = evaluate(self.model, self.test_data, c.eval_batch_size, self.task.metric,
                                      self.task.char_level)
             assert row is not None
-            row.update({f"eval_{key}": value for key, value in self.eval.items()})
-            if c.target_accuracy is not None and self.eval["accuracy"] >= c.target_accuracy:
-                self.stopped = "target"
-        self.done = self.stopped == "target" or step == c.steps
+            row.update({f"eval_{key}": value for key, value in self.progress.eval.items()})
+            if c.target_accuracy is not None and self.progress.eval["accuracy"] >= c.target_accuracy:
+                self.progress.stopped = "target"
+        self.progress.done = self.progress.stopped == "target" or step == c.steps
         if row is not None:
-            row["time"] = self.elapsed()
-            self._log(row)
-        if self.done or (c.checkpoint_every and step % c.checkpoint_every == 0):
-            self._save()
-
-    def elapsed(self) -> float:
-        """Wall seconds of the run so far, over every session of a resumed run."""
-        return self.seconds_before + time.perf_counter() - self.session_start
-
-    def _log(self, row: dict[str, Any]) -> None:
-        self.history.append(row)
-        if self.metrics_file is not None:
-            self.metrics_file.write(json_line(row))  # strict JSON: NaN/Infinity become null
-            self.metrics_file.flush()  # a SIGKILL loses nothing written before a checkpoint
-
-    def _save(self) -> None:
-        """Write checkpoints/step-N (rank 0) with every process's RNG states (CPU and device)."""
-        rng = self.procs.gather(encode_rng(torch.get_rng_state()))
-        on_device = device_rng_state(self.device)
-        device_rng = self.procs.gather(
-            None if on_device is None else {"device": str(self.device), "state": encode_rng(on_device)})
-        if self.folder is None:
-            return
-        state = {
-            "step": self.step,
-            "done": self.done,
-            "stopped": self.stopped,
-            "seconds": self.elapsed(),
-            "train_seconds": self.train_seconds,
-            "tokens": self.tokens,
-            "loss": self.loss,
-            "eval": self.eval,
-            "rng": rng,
-            "device_rng": device_rng if any(r is not None for r in device_rng) else None,
-            "grad_scaler": self.scaler.state_dict() or None,  # float16's scale and its growth counter
-            "world_size": self.procs.world_size,
-            "data_order": {
-                "scheme": "epoch permutations, train.batch_indices",
-                "seed": self.tc.seed,
-                "batch_size": self.tc.batch_size,
-                "next_example": self.step * self.tc.batch_size,
-            },
-        }
-        meta = {"task": self.task.to_dict(), "step": self.step, "eval": self.eval, "train": self.tc.to_dict()}
-
-        def write(tmp: Path) -> None:
-            data = state_bytes(state)
-            atomic_write_bytes(tmp / STATE_FILE, data)
-            meta[STATE_DIGEST] = hashlib.sha256(data).hexdigest()
-            meta[OPTIMIZER_DIGEST] = save_optimizer_state(tmp / OPTIMIZER_FILE, self.model, self.optimizer)
-            save_checkpoint(tmp / MODEL_FILE, self.model, tokenizer=self.task.tokenizer.to_dict(),
-                            meta=json_safe(meta))
-
-        self.checkpoint = publish_checkpoint(self.folder, self.step, write, self.tc.keep_checkpoints)
-
-    def _interrupted(self, save: bool) -> TrainingInterrupted:
-        """Ctrl-C: checkpoint the finished step (``save``) and say how to continue."""
-        if save and self.folder is not None and self.step > 0 and (
-                self.checkpoint is None or self.checkpoint.name != f"step-{self.step:06d}"):
-            self._save()
-        where = f"training interrupted at step {self.step} of {self.tc.steps}"
-        if self.folder is None:
-            return TrainingInterrupted(f"{where}; nothing saved (no out_dir)", self.step, None, None)
-        if self.checkpoint is None:
-            return TrainingInterrupted(f"{where}; no checkpoint was written yet, so a new run starts over",
-                                       self.step, None, self.folder)
-        kept = "saved" if save else "the last checkpoint is"
-        # how to resume is the caller's to say (the CLI prints its command: cli/training.py)
-        return TrainingInterrupted(f"{where}; {kept} {self.checkpoint}", self.step, self.checkpoint,
-                                   self.folder)
+            row["time"] = self.session.elapsed()
+            self.session.log(row)
+        if self.progress.done or (c.checkpoint_every and step % c.checkpoint_every == 0):
+            self.session.save()
 
     def _stop_nonfinite(self, error: NonFiniteError) -> TrainingDiverged:
         """--detect-nonfinite: checkpoint the last good weights (if finite), then stop naming the stage."""
-        if self.folder is not None and check_parameters(self.model) is None:
-            self._save()
-        step = self.step if error.event.kind == "parameter" else self.step + 1  # weights: after the update
+        if self.session.folder is not None and check_parameters(self.model) is None:
+            self.session.save()
+        step = self.progress.step + (error.event.kind != "parameter")  # weights: after the update
         return self._diverged({"step": step, "nonfinite": error.event.describe()}, str(error))
 
     def _diverged(self, row: dict[str, Any], what: str) -> TrainingDiverged:
         """Log the bad step and build the error; nothing is saved for this step."""
-        self._log({**row, "time": self.elapsed()})
+        self.session.log({**row, "time": self.session.elapsed()})
         last = (
-            f"the last good checkpoint is {self.checkpoint}"
-            if self.checkpoint
+            f"the last good checkpoint is {self.progress.checkpoint}"
+            if self.progress.checkpoint
             else "no checkpoint was written"
         )
         return TrainingDiverged(
@@ -846,19 +571,12 @@ class _Run:
 
     def _status(self) -> str:
         acc = ""
-        if self.eval:
-            acc = f"  {METRIC_SHORT[self.task.metric]} {self.eval['accuracy']:.1%}"
+        if self.progress.eval:
+            acc = f"  {METRIC_SHORT[self.task.metric]} {self.progress.eval['accuracy']:.1%}"
             if self.task.metric == "token_accuracy":  # a language model: its perplexity too
-                acc += f"  ppl {self.eval['perplexity']:.3g}"
-        tps = tokens_per_second(self.tokens, self.train_seconds)
-        return f"loss {self.loss:.4f}{acc}  {tps:,.0f} tok/s"
-
-    def _write_report(self, report: bool) -> None:
-        if report and self.folder is not None:
-            from .report import write_report
-
-            write_report(self.folder, model=self.model, task=self.task)
-
+                acc += f"  ppl {self.progress.eval['perplexity']:.3g}"
+        tps = tokens_per_second(self.progress.tokens, self.progress.train_seconds)
+        return f"loss {self.progress.loss:.4f}{acc}  {tps:,.0f} tok/s"
 
 def progress_context(enabled: bool) -> Any:
     """A rich progress bar with loss, accuracy and tokens/s, or nothing."""

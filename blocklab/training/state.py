@@ -29,6 +29,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save as safetensors_bytes
 
+from ..device import device_rng_state, set_device_rng_state
 from ..files.atomic import atomic_write_bytes
 from ..files.jsonfiles import json_safe, object_check, parse_json
 from ..files.reading import read_regular_bytes
@@ -196,3 +197,30 @@ def read_train_state(folder: str | Path, meta: dict[str, Any], world_size: int) 
         except ValueError as error:
             raise CheckpointError(f"{path}: rng[{rank}] is not a saved RNG state ({error})") from None
     return {**state, "loss": math.nan if state["loss"] is None else state["loss"]}
+
+
+def restore_device_state(path: Path, state: dict[str, Any], rank: int, world_size: int, device: torch.device,
+                         scaler: Any) -> None:
+    """This process's device generator (a run resumed on the device type it was saved on) and float16's
+    gradient scale (``scaler``), from a checkpoint's state.json at ``path``; ValueError naming the file
+    when damaged."""
+    saved = state.get("device_rng")
+    if saved is not None:
+        if not (isinstance(saved, list) and len(saved) == world_size):
+            raise ValueError(f"{path}: device_rng is not a list of {world_size} entries")
+        mine = saved[rank]
+        if not (mine is None or isinstance(mine, dict) and isinstance(mine.get("device"), str)
+                and isinstance(mine.get("state"), str)):
+            raise ValueError(f"{path}: device_rng[{rank}] is not null or {{device, state}}")
+        current = device_rng_state(device)
+        if mine is not None and current is not None and mine["device"].split(":")[0] == device.type:
+            try:
+                set_device_rng_state(device, decode_rng(mine["state"], current.numel()))
+            except ValueError as error:
+                raise ValueError(f"{path}: device_rng[{rank}] is not a saved RNG state ({error})") \
+                    from None
+    scale = state.get("grad_scaler")
+    if scale is not None and scaler.is_enabled():
+        if not (isinstance(scale, dict) and all(isinstance(v, (int, float)) for v in scale.values())):
+            raise ValueError(f"{path}: grad_scaler is not an object of numbers")
+        scaler.load_state_dict(scale)

@@ -740,7 +740,7 @@ def test_a_full_disk_during_a_checkpoint_leaves_no_temporary_folder(
 ) -> None:
     import errno
 
-    import blocklab.training.loop as train_module
+    import blocklab.training.session as train_module  # where checkpoints are written
 
     config, task = tiny("tiny-lm")
     real = train_module.save_optimizer_state
