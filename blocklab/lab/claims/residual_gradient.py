@@ -120,12 +120,7 @@ def plot(m: Numbers, fig: Figure) -> None:
     ax2.legend(fontsize="x-small")
 
 
-XAVIER = Setup(
-    "xavier",
-    "source",
-    "a variance-preserving init (Xavier-normal block weights), as the source's He init is",
-    init="xavier",
-)
+HE = Setup("he-init", "source", "He et al. 2015's variance-preserving init, the source's", init="he")
 
 CLAIM = Claim(
     name="residual-gradient",
@@ -152,14 +147,15 @@ CLAIM = Claim(
     "post-norm, pre-norm and norm-free stacks; plus the identity- and branch-path shares at each residual "
     "connection (docs/concepts.md#residual-connection).",
     setups=(
-        XAVIER,
-        XAVIER.but(
+        HE,
+        HE.but(
             "default-init",
-            "blocklab's own init (GPT-2's N(0, 0.02) block weights): small branches at init",
+            "GPT-2's N(0, 0.02) block weights (blocklab's GPT and BERT presets'): small branches at init",
             init="default",
         ),
-        learned_positions(XAVIER),
-        earlier_embedding(XAVIER),
+        HE.but("torch-init", "blocklab's default init (PyTorch's nn.Linear variance)", init="torch"),
+        learned_positions(HE),
+        earlier_embedding(HE),
     ),
     quick={"d_model": 32, "batch": 16, "depths": [2, 6, 10, 20], "seeds": 1},
     full={"d_model": 64, "batch": 64, "depths": [2, 6, 10, 20], "seeds": 3},
@@ -167,13 +163,5 @@ CLAIM = Claim(
     verdict=verdict,
     headline=headline,
     plot=plot,
-    notes=(
-        "The textbook picture, a first-layer gradient that vanishes without residuals, shows in every setup "
-        "for the stack with no norm, and in none for the post- and pre-norm stacks: the norm in each block "
-        "rescales the signal, so without residuals their first layer still gets a gradient of the top's "
-        "order at depth 20. With residuals the first layer's gradient stays within 0.1x-10x of the top's "
-        "only with blocklab's own init, whose small branches leave each block near the identity; with "
-        "Xavier weights (the source's), learned positions or the earlier embedding, the no-norm residual "
-        "stack's gradient grows with depth instead."
-    ),
+    notes="",
 )

@@ -31,7 +31,8 @@ from ..executors import Executor
 from ..grid import RunSpec, default_jobs, result_problem
 from .base import Claim, Numbers, combine
 
-SCHEMA_VERSION = 2  # 2: per-setup verdicts and numbers, sources, load average
+# 2: per-setup verdicts and numbers, sources, load average; 3: seeds, controls, observations
+SCHEMA_VERSION = 3
 
 
 def select(claims: list[Claim], names: list[str] | None) -> list[Claim]:

@@ -12,9 +12,15 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from .base import Numbers
+from .base import MODEL_DEFAULT_INIT, Numbers
 
-VERDICT_STYLE = {"holds": "green", "partly": "yellow", "fails": "red", "depends": "magenta"}
+VERDICT_STYLE = {
+    "holds": "green",
+    "partly": "yellow",
+    "fails": "red",
+    "inconclusive": "blue",
+    "depends": "magenta",
+}
 Plotter = Callable[[str], Callable[[Numbers, Figure], None]]  # claim name -> its plot
 
 
@@ -24,13 +30,16 @@ def _cell(text: str) -> str:
 
 
 def _failed(setup: dict[str, Any]) -> str:
-    return "; ".join(ch["check"] for ch in setup["checks"] if not ch["ok"]) or "-"
+    """The failed controls (an inconclusive setup's reason) and then the checks that did not hold."""
+    failed = [f"control: {ch['check']}" for ch in setup["controls"] if not ch["ok"]]
+    failed += [ch["check"] for ch in setup["checks"] if not ch["ok"]]
+    return "; ".join(failed) or "-"
 
 
 def _changed(setup: dict[str, Any]) -> str:
     """What a setup changes from blocklab's defaults, as JSON ('' when nothing)."""
     fields = {k: setup[k] for k in ("model", "train") if setup[k]}
-    if setup["init"] != "default":
+    if setup["init"] != MODEL_DEFAULT_INIT:
         fields["init"] = setup["init"]
     return json.dumps(fields) if fields else ""
 
@@ -120,6 +129,8 @@ def claims_details_markdown(report: dict[str, Any]) -> str:
             lines.append(
                 f"- **{s['name']}** ({s['role']}; {s['why']}{what}): **{s['verdict']}** — {s['headline']}"
             )
+            lines += [f"    - control not met: {ch['check']}" for ch in s["controls"] if not ch["ok"]]
+            lines += [f"    - observation: {text}" for text in s["observations"]]
         lines += ["", f"Verdict: {c['reason']}."]
         if c["notes"]:
             lines += ["", c["notes"]]
@@ -138,12 +149,18 @@ def _setup_html(setup: dict[str, Any], plot: Callable[[Numbers, Figure], None]) 
         f"{esc(ch['check'])}</li>"
         for ch in setup["checks"]
     )
+    controls = "".join(
+        f"<li class={'ok' if ch['ok'] else 'no'}>control {'&#10003;' if ch['ok'] else '&#10007;'} "
+        f"{esc(ch['check'])}</li>"
+        for ch in setup["controls"]
+    )
+    observations = "".join(f"<li class=obs>observation: {esc(text)}</li>" for text in setup["observations"])
     fields = _changed(setup)
     return [
         f"<h3>setup <code>{esc(setup['name'])}</code> ({setup['role']}) "
         f"<span class={setup['verdict']}>{setup['verdict']}</span></h3>",
         f"<p>{esc(setup['why'])}{f' &mdash; <code>{esc(fields)}</code>' if fields else ''}</p>",
-        f"<p class=headline>{esc(setup['headline'])}</p><ul>{checks}</ul>",
+        f"<p class=headline>{esc(setup['headline'])}</p><ul>{controls}{checks}{observations}</ul>",
         png(fig),
         f"<details><summary>numbers ({setup['runs']} training runs, {setup['seconds']:.1f} s)</summary>"
         f"<pre>{esc(json.dumps(setup['measurements'], indent=1))}</pre></details>",
@@ -188,6 +205,7 @@ def claims_html(report: dict[str, Any], plotter: Plotter) -> str:
         "table{border-collapse:collapse}td,th{padding:3px 10px;text-align:left;border-bottom:1px solid #eee}"
         ".holds{color:#14852b;font-weight:bold}.partly{color:#b07800;font-weight:bold}"
         ".fails{color:#c0262d;font-weight:bold}.depends{color:#8a2be2;font-weight:bold}"
+        ".inconclusive{color:#1f5fbf;font-weight:bold}li.obs{color:#555;list-style:circle}"
         "li.ok{color:#14852b}li.no{color:#c0262d}.headline{font-family:monospace}"
         "img{max-width:100%}.note{color:#666}pre{font-size:11px;max-height:30em;overflow:auto}"
     )

@@ -93,7 +93,7 @@ def test_a_claims_run_killed_midway_trains_only_its_unfinished_runs_again(tmp_pa
 def test_a_kept_result_of_another_spec_or_a_damaged_one_is_trained_again(tmp_path, tiny_claims, trained):
     out = tmp_path / "claims"
     registry.run_claims([CLAIM], quick=True, executor=Executor(jobs=1), out=out, progress=False)
-    first, second, third = sorted(out.rglob("result.json"))
+    first, second, *_ = sorted(out.rglob("result.json"))
     stale = json.loads(first.read_text())
     stale["spec"]["train"]["steps"] += 1
     first.write_text(json.dumps(stale))

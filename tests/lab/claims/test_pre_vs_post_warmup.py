@@ -1,20 +1,33 @@
-"""pre-vs-post-warmup's checks either side of 10 and 5 points; a diverged run counts as 0."""
+"""pre-vs-post-warmup's rule over seeds: post-norm without warmup misses the target on most seeds,
+pre-norm without warmup reaches it on most; inconclusive when post-norm with warmup does not train."""
 
 from blocklab.lab.claims import pre_vs_post_warmup as claim
 
+HIT, MISS = 0.995, 0.5  # reached the 99% target / ended below it
 
-def numbers(post=(0.95, 0.1), pre=(0.95, 0.94)):
+
+def numbers(arm, post=(HIT, MISS), pre=(HIT, HIT), post_no=None, pre_no=None, post_warm=None):
     return {
-        "lr": 1e-3,
-        "post": {"warmup": post[0], "no_warmup": post[1]},
-        "pre": {"warmup": pre[0], "no_warmup": pre[1]},
+        "lr": 1e-2,
+        "post": {"warmup": arm(post_warm or [post[0]] * 3), "no_warmup": arm(post_no or [post[1]] * 3)},
+        "pre": {"warmup": arm([pre[0]] * 3), "no_warmup": arm(pre_no or [pre[1]] * 3)},
     }
 
 
-def test_post_norm_needs_warmup(threshold):
-    threshold(claim.verdict, numbers(post=(0.95, 0.8499)), numbers(post=(0.95, 0.8501)), 0)
-    threshold(claim.verdict, numbers(post=(0.95, None)), numbers(post=(0.95, 0.95)), 0)
+def test_the_source_picture_holds(arm):
+    assert claim.verdict(numbers(arm)).verdict == "holds"
 
 
-def test_pre_norm_does_not(threshold):
-    threshold(claim.verdict, numbers(pre=(0.95, 0.9001)), numbers(pre=(0.95, 0.8999)), 1)
+def test_post_norm_without_warmup_misses_on_most_seeds(arm, threshold):
+    inside, outside = numbers(arm, post_no=[HIT, MISS, None]), numbers(arm, post_no=[HIT, HIT, MISS])
+    threshold(claim.verdict, inside, outside, 0)
+
+
+def test_pre_norm_without_warmup_reaches_on_most_seeds(arm, threshold):
+    threshold(claim.verdict, numbers(arm, pre_no=[HIT, HIT, MISS]), numbers(arm, pre_no=[HIT, MISS, None]), 1)
+
+
+def test_a_post_norm_that_cannot_train_even_with_warmup_is_inconclusive(arm):
+    assert claim.verdict(numbers(arm, post_warm=[HIT, HIT, MISS])).verdict == "holds"
+    v = claim.verdict(numbers(arm, post_warm=[HIT, MISS, None]))
+    assert v.verdict == "inconclusive" and "1 of 3 seeds" in v.reason
