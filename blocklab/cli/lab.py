@@ -93,6 +93,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="every claim at a reduced size (a few minutes)")
     p.add_argument("--only", type=parse_names, metavar="NAMES",
                    help="comma-separated claim names (default: all; --list shows them)")
+    p.add_argument("--seeds", type=at_least(1), metavar="N",
+                   help="seeds of every claim measured over seeds (default: each claim's own, 3 in the full "
+                        "run); with --out, raising it trains only the new seeds")
     add_json_flag(p, "the report")
     p.add_argument("--html", type=parse_path, metavar="FILE",
                    help="write a self-contained HTML page with a plot per claim")
@@ -180,18 +183,18 @@ def cmd_claims(args: argparse.Namespace) -> int:
     """Run the claims and show the verdicts."""
     from rich.console import Console
 
-    from ..lab.claims import CLAIMS, claims_html, claims_table, run_claims, select
+    from ..lab.claims import CLAIMS, claims_html, claims_table, run_claims, select, with_seeds
 
     if args.list:
         for claim in CLAIMS:
             print(f"{claim.name:24} {claim.statement}")
         return 0
-    select(args.only)  # unknown names fail before anything runs
+    with_seeds(select(args.only), args.seeds, args.quick)  # unknown names, --seeds that cannot apply: now
     json_on_stdout = args.json == "-"
     out = claims_out(args)
     try:
         report = run_claims(args.only, quick=args.quick, executor=executor_from_args(args), out=out,
-                            progress=not json_on_stdout)
+                            progress=not json_on_stdout, seeds=args.seeds)
     except KeyboardInterrupt:
         raise KeyboardInterrupt(f"interrupted; the finished training runs are kept in {out}: run the same "
                                 "command again to continue") from None

@@ -6,7 +6,7 @@ One module per claim (its statement, source, setups, measurement, verdict checks
 """
 
 from .base import OVERALL, VERDICTS, Claim, Setup, Source, Verdict, combine, from_checks
-from .registry import CLAIMS, REGISTRY, claims_html, run_claims, select
+from .registry import CLAIMS, REGISTRY, claims_html, run_claims, select, with_seeds
 from .runner import SCHEMA_VERSION, schema
 from .views import claims_details_markdown, claims_markdown, claims_summary_markdown, claims_table
 
@@ -30,4 +30,5 @@ __all__ = [
     "run_claims",
     "schema",
     "select",
+    "with_seeds",
 ]

@@ -94,5 +94,9 @@ CLAIM = Claim(
     verdict=verdict,
     headline=headline,
     plot=plot,
-    notes="",
+    notes=(
+        "The tanh form's largest error is a small fraction of bfloat16's rounding step; the sigmoid "
+        "form's is about 43 times larger, under 1% of GELU where it occurs: the cost of exactness the "
+        "source names. The earlier note called the sigmoid form '2% off' for an absolute error of 0.02."
+    ),
 )

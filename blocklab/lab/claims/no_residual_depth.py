@@ -191,5 +191,14 @@ CLAIM = Claim(
     headline=headline,
     plot=plot,
     runs=runs,
-    notes="",
+    notes=(
+        "With residuals, stacks of 2, 10 and 20 layers reach the target on every seed in both setups "
+        "(he-init, the source's init, and torch-init); without residuals the 2-layer stack trains (the "
+        "control) while the 10- and 20-layer stacks stay at chance on every seed: deeper plain stacks "
+        "train worse, as He et al. say, here in the starkest form. The first block's gradient at init, an "
+        "observation, is not smaller without residuals than with them at any depth in either setup: the "
+        "plain stacks fail with gradients of ordinary size, as He et al. say of their own plain nets. The "
+        "earlier statement, that the 10-layer stack's gradients vanish, was never measured and is not "
+        "what these numbers show; the claim no longer says it."
+    ),
 )

@@ -158,5 +158,15 @@ CLAIM = Claim(
     headline=headline,
     plot=plot,
     runs=runs,
-    notes="",
+    notes=(
+        "With the source's Xavier init (xavier), pre-norm stacks of 6, 20 and 30 layers reach the target "
+        "on every seed while post-norm trains at 6 layers and stays near chance at 20 and 30 on every "
+        "seed: the claim holds as Wang et al. state it. With blocklab's init (torch-init) it holds too, "
+        "post-norm failing at 20 layers on 2 of 3 seeds. At a 3x lower peak learning rate (low-lr) "
+        "post-norm trains at 20 layers on every seed and fails only at 30, so the depth at which "
+        "post-norm stops training moves with the step size; pre-norm trains at every depth at both rates. "
+        "The earlier record ran only GPT-2's N(0, 0.02) init and saw no post-norm failure at depth; its "
+        "note blamed the token embedding, which no setup here varies, and the issue's reproduction with "
+        "Xavier weights saw the failure, as this run does."
+    ),
 )

@@ -143,5 +143,13 @@ CLAIM = Claim(
     verdict=verdict,
     headline=headline,
     plot=plot,
-    notes="",
+    notes=(
+        "At the source's width with every token scored and Xavier weights (xavier), post-norm's W2 "
+        "gradient does grow from the first third of the layers to the last, but by less than the 1.5x the "
+        "check asks at some depth on every seed, and pre-norm's shrinks toward the top instead of staying "
+        "flat: fails. With GPT-2's N(0, 0.02) weights (default-init) pre-norm's is flat while post-norm's "
+        "barely grows. The direction of Xiong et al.'s Figure 3 shows with the source's init, not its "
+        "size, on 8-token sequences; the earlier record measured at d_model 64 with one token of 8 "
+        "scored."
+    ),
 )

@@ -4,6 +4,7 @@ the runner and the HTML page bound to it.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -49,17 +50,35 @@ def select(names: list[str] | None) -> list[Claim]:
     return runner.select(CLAIMS, names)
 
 
+def with_seeds(claims: list[Claim], seeds: int | None, quick: bool) -> list[Claim]:
+    """``claims`` with ``seeds`` seeds wherever their sizes have seeds (None: as they are); ValueError when
+    none of them is measured over seeds, so the number would apply to nothing."""
+    if seeds is None:
+        return claims
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise ValueError(f"seeds={seeds!r} must be an integer >= 1")
+    takes = [c.name for c in claims if "seeds" in c.params(quick)]
+    if not takes:
+        raise ValueError(f"--seeds {seeds} applies to claims measured over seeds; "
+                         f"none of {', '.join(c.name for c in claims)} is")
+    size = "quick" if quick else "full"
+    return [dataclasses.replace(c, **{size: {**c.params(quick), "seeds": seeds}}) if c.name in takes else c
+            for c in claims]
+
+
 def run_claims(
     names: list[str] | None = None,
     quick: bool = False,
     executor: Executor | None = None,
     out: str | Path | None = None,
     progress: bool = True,
+    seeds: int | None = None,
 ) -> dict[str, Any]:
     """Run every setup of the named claims (all for None); the JSON-ready report (``schema()``).
     ``executor``: where training runs go (default: local worker processes); ``out``: a folder that
-    keeps finished runs, so running again continues an interrupted run (``runner.run_claims``)."""
-    return runner.run_claims(select(names), quick, executor, out, progress)
+    keeps finished runs, so running again continues an interrupted run (``runner.run_claims``);
+    ``seeds``: the number of seeds of every claim measured over seeds (None: each claim's own)."""
+    return runner.run_claims(with_seeds(select(names), seeds, quick), quick, executor, out, progress)
 
 
 def claims_html(report: dict[str, Any]) -> str:

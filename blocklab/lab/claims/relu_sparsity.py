@@ -132,5 +132,12 @@ CLAIM = Claim(
     headline=headline,
     plot=plot,
     runs=runs,
-    notes="",
+    notes=(
+        "At initialization about half of the FFN hidden units are zero in every layer, on every seed, "
+        "with Xavier weights (xavier, the source's kind) and with blocklab's init (torch-init): the claim "
+        "holds as the source states it, at initialization. After training, an observation beside the "
+        "verdict (the source says nothing about it), the first layer is sparser than half in both setups "
+        "and no unit is dead on the held-out batch. The earlier record scored sparsity after training "
+        "against the 50% the source states for initialization."
+    ),
 )

@@ -200,9 +200,9 @@ def reach_text(arm: dict[str, Any]) -> str:
     return f"0/{n} ({'div' if 2 * sum(arm['diverged']) > n else f'{100 * finals[n // 2]:.0f}%'})"
 
 
-def g2(x: float) -> str:
-    """Two significant digits."""
-    return f"{x:.2g}"
+def g2(x: float | None) -> str:
+    """Two significant digits; None (a number that was not finite, as the report stores it): "n/f"."""
+    return "n/f" if x is None else f"{x:.2g}"
 
 
 def bars(ax: Axes, groups: list[str], series: dict[str, list[float | None]], ylabel: str) -> None:

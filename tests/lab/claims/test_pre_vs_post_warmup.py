@@ -31,3 +31,9 @@ def test_a_post_norm_that_cannot_train_even_with_warmup_is_inconclusive(arm):
     assert claim.verdict(numbers(arm, post_warm=[HIT, HIT, MISS])).verdict == "holds"
     v = claim.verdict(numbers(arm, post_warm=[HIT, MISS, None]))
     assert v.verdict == "inconclusive" and "1 of 3 seeds" in v.reason
+
+
+def test_every_setup_is_inside_the_claims_high_learning_rate():
+    """issue 25: a setup at the paper's 1e-3 scored a claim conditional on a high rate."""
+    full = claim.CLAIM.full
+    assert all(s.train.get("lr", full["lr"]) >= 1e-2 for s in claim.CLAIM.setups)

@@ -50,6 +50,14 @@ def test_the_recorded_verdicts_follow_from_the_recorded_numbers(record, claim):
     got = next(c for c in record["claims"] if c["name"] == claim.name)
     for setup in got["setups"]:
         verdict = claim.verdict(setup["measurements"])
-        assert (setup["verdict"], setup["checks"]) == (verdict.verdict, verdict.checks), setup["name"]
+        assert (setup["verdict"], setup["checks"], setup["controls"], setup["observations"]) == (
+            verdict.verdict, verdict.checks, verdict.controls, verdict.observations), setup["name"]
         assert setup["headline"] == claim.headline(setup["measurements"])
     assert (got["verdict"], got["reason"]) == combine({s["name"]: s["verdict"] for s in got["setups"]})
+
+
+@pytest.mark.parametrize("claim", [c for c in CLAIMS if c.kind != "exact"], ids=lambda c: c.name)
+def test_every_measured_claim_has_notes_on_its_numbers(record, claim):
+    """Issue 25: every note is written from the run; a training or init claim without one says nothing
+    about what its setups disagree on or why."""
+    assert len(claim.notes) > 80, claim.name

@@ -18,9 +18,26 @@ def test_all_checks_hold_on_textbook_numbers():
     assert claim.verdict(numbers(add=(1e-3, 1e-3), none=(0.5, 0.4))).verdict == "fails"
 
 
-@pytest.mark.parametrize("inside, outside", [(0.1, 0.0999), (10.0, 10.01)])
-def test_alive_bounds(threshold, inside, outside):
+@pytest.mark.parametrize("inside, outside", [(0.1, 0.0999), (1e6, 0.0999)])
+def test_alive_means_not_vanished(threshold, inside, outside):
+    """A gradient that grows is alive: the source speaks of vanishing only."""
     threshold(claim.verdict, numbers(add=(1.0, inside)), numbers(add=(1.0, outside)), 0)
+
+
+def test_an_overflowed_depth_is_left_out_of_the_alive_check_and_said():
+    v = claim.verdict(numbers(add=(1.0, None)))
+    assert v.checks[0]["ok"] and "n/f" in v.observations[0] and "left out" in v.observations[0]
+    assert not claim.verdict(numbers(add=(0.01, None))).checks[0]["ok"]
+
+
+def test_a_growing_gradient_is_observed_not_scored():
+    assert claim.verdict(numbers(add=(1.0, 10.0))).observations == []
+    v = claim.verdict(numbers(add=(1.0, 10.01)))
+    assert v.verdict == "holds" and "more than 10x" in v.observations[0] and "1 10" in v.observations[0]
+
+
+def test_not_finite_ratios_without_residuals_count_as_nothing():
+    assert not any(c["ok"] for c in claim.verdict(numbers(none=(None, None))).checks[1:])
 
 
 @pytest.mark.parametrize("family", range(len(FAMILIES)))
