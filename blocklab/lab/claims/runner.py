@@ -160,13 +160,15 @@ def _run_claims(
     }
     advance: Callable[[str], None] = lambda name: bar.advance(bars[name]) if bar else None
     results: dict[str, dict[str, Any]] = {}
+    kept = 0  # runs read back from the folder, trained by an earlier invocation
     todo = []
     for spec in (s for ss in specs.values() for s in ss):
-        kept = store.finished(spec) if store else None
-        if kept is None:
+        result = store.finished(spec) if store else None
+        if result is None:
             todo.append(spec)
         else:
-            results[spec.key] = kept
+            results[spec.key] = result
+            kept += 1
             advance(spec.key.split("/")[0])
     todo.sort(key=_cost, reverse=True)
     measured: dict[tuple[str, str], Numbers] = {}
@@ -214,6 +216,11 @@ def _run_claims(
         "mode": "quick" if quick else "full",
         "jobs": executor.workers,
         "seconds": round(time.perf_counter() - start, 1),
+        "training": {
+            "runs": len(results),
+            "kept": kept,
+            "seconds": round(sum(r["seconds"] for r in results.values()), 1),
+        },
         "load_average": load.summary(),
         "machine": {
             "python": platform.python_version(),

@@ -45,9 +45,15 @@ def _changed(setup: dict[str, Any]) -> str:
 
 
 def _title(report: dict[str, Any]) -> str:
-    load = report["load_average"]
+    load, training = report["load_average"], report["training"]
+    kept = f", {training['kept']} read back from an earlier invocation" if training["kept"] else ""
+    runs = (
+        f"{training['runs']} training runs, {training['seconds']:.0f} s of training summed over runs{kept}; "
+        if training["runs"]
+        else ""
+    )
     return (
-        f"blocklab claims ({report['mode']}, {report['seconds']:.0f} s, {report['jobs']} jobs, "
+        f"blocklab claims ({report['mode']}, {runs}{report['seconds']:.0f} s, {report['jobs']} jobs, "
         f"load average {load['mean']:.1f} (max {load['max']:.1f}) on {report['machine']['cpus']} cpus)"
     )
 

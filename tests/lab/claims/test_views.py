@@ -44,6 +44,7 @@ def report(arm):
         })  # fmt: skip
     return {
         "schema_version": 3, "mode": "full", "jobs": 2, "seconds": 1.0,
+        "training": {"runs": 40, "kept": 30, "seconds": 1234.4},
         "load_average": {"mean": 1.0, "min": 0.5, "max": 1.5},
         "machine": {"python": "3.11", "torch": "2", "cpus": 2, "platform": "linux"}, "claims": claims,
     }  # fmt: skip
@@ -59,8 +60,9 @@ def test_a_synthetic_report_validates_and_a_disagreeing_claim_depends(report):
 def test_markdown_has_a_row_per_setup_with_its_numbers(report):
     lines = claims_markdown(report).splitlines()
     assert len(lines) == 2 + 3 + 1 + 2
-    caption = ("*blocklab claims (full, 1 s, 2 jobs, "
-               "load average 1.0 (max 1.5) on 2 cpus); torch 2, Python 3.11.*")
+    caption = ("*blocklab claims (full, 40 training runs, 1234 s of training summed over runs, 30 read back "
+               "from an earlier invocation; 1 s, 2 jobs, load average 1.0 (max 1.5) on 2 cpus); torch 2, "
+               "Python 3.11.*")
     assert lines[-1] == caption
     first = ("| `pre-norm-depth` | **depends** | xavier (source) | holds | "
              "depth 6 20 30: pre 99% 99% 99%, post 99% 11% 11% (medians) | - |")
