@@ -158,8 +158,8 @@ CLAIM = Claim(
         "LayerNorm and no norm reach 90% on most seeds at the same learning rates of the sweep, the lower "
         "four, in both placements (pre-norm and post-norm), and neither does at the two highest: "
         "LayerNorm does not widen the range of learning rates that train here, so the claim fails in both "
-        "setups. What LayerNorm does buy is an observation: without a norm some runs diverge at the "
-        "highest rate, with LayerNorm none do. The earlier record counted LayerNorm at chance as better "
-        "than a diverged run; the rule now counts the rates at which each trains."
+        "setups. What LayerNorm does buy is an observation: without a norm every seed diverges at the "
+        "highest rate in both placements, with LayerNorm none does. The earlier record counted LayerNorm "
+        "at chance as better than a diverged run; the rule now counts the rates at which each trains."
     ),
 )

@@ -9,6 +9,7 @@ residual connection.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from matplotlib.figure import Figure
@@ -122,7 +123,8 @@ def plot(m: Numbers, fig: Figure) -> None:
     for family, fam in m["families"].items():
         for residual, style in (("add", "-o"), ("none", "--x")):
             ax1.plot(
-                m["depths"], [max(v, 1e-40) for v in fam[residual]], style, label=f"{family}, {residual}"
+                m["depths"], [math.nan if v is None else max(v, 1e-40) for v in fam[residual]], style,
+                label=f"{family}, {residual}",  # a ratio that was not finite: a gap in the line
             )
     ax1.set(
         yscale="log",
@@ -133,7 +135,8 @@ def plot(m: Numbers, fig: Figure) -> None:
     ax1.legend(fontsize="x-small")
     for family, prof in m["profiles"].items():
         for residual, style in (("add", "-"), ("none", "--")):
-            ax2.plot([max(v, 1e-40) for v in prof[residual]], style, label=f"{family}, {residual}")
+            ax2.plot([math.nan if v is None else max(v, 1e-40) for v in prof[residual]], style,
+                     label=f"{family}, {residual}")
     ax2.set(
         yscale="log",
         xlabel="layer l (input of block l; last = top)",
@@ -189,12 +192,12 @@ CLAIM = Claim(
     notes=(
         "With residuals the first block's input gets at least a tenth of the top's gradient at every "
         "depth, in every family and every setup: the +1 keeps the gradient alive, as the source says (a "
-        "no-norm residual stack at He or Xavier scale grows its gradient toward the input instead, and at "
+        "no-norm residual stack with He-scale weights grows its gradient toward the input instead, and at "
         "20 layers its float32 forward overflows; both are observations). The vanishing the claim adds "
-        "for stacks without residuals shows only in the stack with no norm and small weights "
-        "(default-init, torch-init): with a norm in each block the first layer still gets a gradient of "
-        "the top's order, and with He-scale weights (he-init, learned-positions, tokens-0.02) the no-norm "
-        "plain stack's gradient explodes. The first half holds everywhere; the second depends on the norm "
-        "and the init: partly in every setup."
+        "for stacks without residuals shows only in the stack with no norm and smaller weights (GPT-2's "
+        "and PyTorch's: default-init, torch-init): with a norm in each block the first layer's share "
+        "stays above a hundredth and does not shrink with depth, and with He-scale weights (he-init, "
+        "learned-positions, tokens-0.02) the no-norm plain stack's gradient explodes. The first half "
+        "holds everywhere; the second depends on the norm and the init: partly in every setup."
     ),
 )

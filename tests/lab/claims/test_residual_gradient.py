@@ -53,3 +53,15 @@ def test_keeps_shrinking_tenfold(threshold, family):
     outside = copy.deepcopy(inside)
     outside["families"][FAMILIES[family]]["none"] = [0.0499, 0.00499]
     threshold(claim.verdict, inside, outside, 2 + 2 * family)
+
+
+def test_a_ratio_that_was_not_finite_plots_as_a_gap():
+    """The report stores NaN and inf as None; the claims page must still draw (it failed on the full run)."""
+    from matplotlib.figure import Figure
+
+    m = numbers(add=(1.0, None))
+    m["profiles"] = {f: {"add": [1.0, None], "none": [1.0, 0.5]} for f in FAMILIES}
+    fig = Figure()
+    claim.plot(m, fig)
+    line = fig.axes[0].lines[0]
+    assert list(line.get_ydata()[:1]) == [1.0] and str(line.get_ydata()[1]) == "nan"
