@@ -26,11 +26,13 @@ from .shared import (
     fin,
     fresh_model,
     listops_batch,
+    median_accuracy,
     outcome,
     per_seed,
     reach_text,
     reached,
     seeded,
+    torch_init,
 )
 
 NAME = "layernorm-vs-batchnorm"
@@ -142,7 +144,7 @@ def verdict(m: Numbers) -> Verdict:
 
 def _medians(arms: dict[str, dict[str, Any]]) -> list[float]:
     """Per setting, the median final accuracy over seeds (a diverged run as 0)."""
-    return [sorted(fin(a) for a in arm["accuracy"])[len(arm["accuracy"]) // 2] for arm in arms.values()]
+    return [median_accuracy(arm) for arm in arms.values()]
 
 
 def headline(m: Numbers) -> str:
@@ -213,7 +215,7 @@ CLAIM = Claim(
     "translation.",
     setups=(
         SOURCE,
-        SOURCE.but("torch-init", "blocklab's default init (PyTorch's nn.Linear variance)", init="torch"),
+        torch_init(SOURCE),
     ),
     quick={**TRAIN_QUICK, "batch": 16, "batch_sizes": [1, 8, 64]},
     full={**TRAIN_FULL, "batch": 16, "batch_sizes": [1, 8, 64]},

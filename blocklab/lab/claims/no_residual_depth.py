@@ -24,10 +24,12 @@ from .shared import (
     diagnose,
     fin,
     g2,
+    median_accuracy,
     outcome,
     pct,
     per_seed,
     seeded,
+    torch_init,
     trains,
 )
 
@@ -45,10 +47,6 @@ def runs(p: dict[str, Any], setup: Setup) -> list[RunSpec]:
             NAME, setup, f"{res}/L{depth}", p, {"residual": res, "n_layers": depth, "norm_position": "pre"}
         )
     ]
-
-
-def _median(xs: list[float | None]) -> float:
-    return sorted(fin(x) for x in xs)[len(xs) // 2]
 
 
 def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
@@ -128,7 +126,7 @@ def verdict(m: Numbers) -> Verdict:
 
 def headline(m: Numbers) -> str:
     """Median final accuracy over seeds per depth, with and without residuals."""
-    med = lambda arms: pct([_median(arm["accuracy"]) for arm in arms])
+    med = lambda arms: pct([median_accuracy(arm) for arm in arms])
     return "depth {}: add {}, none {} (medians of {} seeds)".format(
         " ".join(map(str, m["depths"])), med(m["add"]), med(m["none"]), len(m["add"][0]["accuracy"])
     )
@@ -141,8 +139,8 @@ def plot(m: Numbers, fig: Figure) -> None:
         ax1,
         [f"L={d}" for d in m["depths"]],
         {
-            "residual add": [_median(a["accuracy"]) for a in m["add"]],
-            "residual none": [_median(a["accuracy"]) for a in m["none"]],
+            "residual add": [median_accuracy(a) for a in m["add"]],
+            "residual none": [median_accuracy(a) for a in m["none"]],
         },
         "held-out accuracy (median over seeds)",
     )
@@ -182,7 +180,7 @@ CLAIM = Claim(
     "an observation.",
     setups=(
         SOURCE,
-        SOURCE.but("torch-init", "blocklab's default init (PyTorch's nn.Linear variance)", init="torch"),
+        torch_init(SOURCE),
     ),
     quick={**TRAIN_QUICK, "depths": [2, 6, 12], "trains_at": 0.3, "fails_below": 0.15},
     full={**TRAIN_FULL, "depths": [2, 10, 20], "trains_at": 0.9, "fails_below": 0.5},

@@ -16,9 +16,10 @@ from .shared import (
     TRAIN_FULL,
     TRAIN_QUICK,
     accuracy_axis,
-    fin,
+    median_accuracy,
     outcome,
     per_seed,
+    seed_lines,
     seeded,
     trains,
 )
@@ -48,10 +49,6 @@ def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
 def good_rates(arms: list[dict[str, Any]], trains_at: float) -> list[bool]:
     """Per learning rate: most seeds ended at or above ``trains_at``."""
     return [seed_count(trains(arm, trains_at))[0] for arm in arms]
-
-
-def _median(arm: dict[str, Any]) -> float:
-    return sorted(fin(a) for a in arm["accuracy"])[len(arm["accuracy"]) // 2]
 
 
 def verdict(m: Numbers) -> Verdict:
@@ -84,7 +81,7 @@ def verdict(m: Numbers) -> Verdict:
 
 def headline(m: Numbers) -> str:
     """Median accuracy over seeds per learning rate, with and without LayerNorm."""
-    med = lambda arms: " ".join(f"{100 * _median(a):.0f}%" for a in arms)
+    med = lambda arms: " ".join(f"{100 * median_accuracy(a):.0f}%" for a in arms)
     return "lr {}: LN {}, none {} (medians)".format(
         " ".join(f"{x:g}" for x in m["lrs"]), med(m["standard"]), med(m["none"])
     )
@@ -94,15 +91,7 @@ def plot(m: Numbers, fig: Figure) -> None:
     """Median accuracy over seeds against the peak learning rate; each seed as a dot."""
     ax = fig.subplots()
     for norm, style, label in (("standard", "-o", "LayerNorm"), ("none", "--x", "no norm")):
-        line = ax.plot(m["lrs"], [_median(a) for a in m[norm]], style, label=label)[0]
-        for lr, arm in zip(m["lrs"], m[norm], strict=True):
-            ax.plot(
-                [lr] * len(arm["accuracy"]),
-                [fin(a) for a in arm["accuracy"]],
-                ".",
-                color=line.get_color(),
-                alpha=0.5,
-            )
+        seed_lines(ax, m["lrs"], m[norm], style, label)
     ax.set(xscale="log", xlabel="peak learning rate", ylabel="held-out accuracy", title="learning-rate sweep")
     accuracy_axis(ax)
     ax.legend(fontsize="small")

@@ -16,11 +16,13 @@ from .shared import (
     TRAIN_FULL,
     TRAIN_QUICK,
     accuracy_axis,
-    fin,
+    median_accuracy,
     outcome,
     pct,
     per_seed,
+    seed_lines,
     seeded,
+    torch_init,
     trains,
 )
 
@@ -45,10 +47,6 @@ def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
     for pos in POSITIONS:
         out[pos] = [outcome(per_seed(results, NAME, setup, f"{pos}/L{d}", p)) for d in p["depths"]]
     return out
-
-
-def _median(arm: dict[str, Any]) -> float:
-    return sorted(fin(a) for a in arm["accuracy"])[len(arm["accuracy"]) // 2]
 
 
 def verdict(m: Numbers) -> Verdict:
@@ -89,7 +87,7 @@ def verdict(m: Numbers) -> Verdict:
 
 def headline(m: Numbers) -> str:
     """Median accuracy over seeds per depth, pre and post."""
-    med = lambda arms: pct([_median(a) for a in arms])
+    med = lambda arms: pct([median_accuracy(a) for a in arms])
     return "depth {}: pre {}, post {} (medians)".format(
         " ".join(map(str, m["depths"])), med(m["pre"]), med(m["post"])
     )
@@ -99,15 +97,7 @@ def plot(m: Numbers, fig: Figure) -> None:
     """Median accuracy over seeds against depth, pre and post; each seed as a dot."""
     ax = fig.subplots()
     for pos, style in (("pre", "-o"), ("post", "--x")):
-        line = ax.plot(m["depths"], [_median(a) for a in m[pos]], style, label=f"{pos}-norm")[0]
-        for d, arm in zip(m["depths"], m[pos], strict=True):
-            ax.plot(
-                [d] * len(arm["accuracy"]),
-                [fin(a) for a in arm["accuracy"]],
-                ".",
-                color=line.get_color(),
-                alpha=0.5,
-            )
+        seed_lines(ax, m["depths"], m[pos], style, f"{pos}-norm")
     ax.set(xlabel="depth (blocks)", ylabel="held-out accuracy", title="accuracy within a fixed budget")
     accuracy_axis(ax)
     ax.legend(fontsize="small")
@@ -144,7 +134,7 @@ CLAIM = Claim(
     "Scaled down: d_model 64 instead of 512, listops instead of translation.",
     setups=(
         SOURCE,
-        SOURCE.but("torch-init", "blocklab's default init (PyTorch's nn.Linear variance)", init="torch"),
+        torch_init(SOURCE),
         SOURCE.but(
             "low-lr",
             "a 3x lower peak learning rate, 1e-3: whether post-norm's trouble at depth is one of step size",

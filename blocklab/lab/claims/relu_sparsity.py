@@ -21,6 +21,7 @@ from .shared import (
     pct,
     per_seed,
     seeded,
+    torch_init,
 )
 
 NAME = "relu-sparsity"
@@ -123,7 +124,7 @@ CLAIM = Claim(
     "position), observations beside the verdict.",
     setups=(
         SOURCE,
-        SOURCE.but("torch-init", "blocklab's default init (PyTorch's nn.Linear variance)", init="torch"),
+        torch_init(SOURCE),
     ),
     quick=TRAIN_QUICK,
     full=TRAIN_FULL,

@@ -15,7 +15,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from .base import Claim, Numbers, Results, Setup, Source, Verdict, from_checks
-from .shared import diagnose, earlier_embedding, g2, learned_positions
+from .shared import diagnose, earlier_embedding, g2, learned_positions, torch_init
 
 FAMILIES: dict[str, dict[str, Any]] = {
     "post-norm": {"norm_position": "post"},
@@ -179,7 +179,7 @@ CLAIM = Claim(
             "GPT-2's N(0, 0.02) block weights (blocklab's GPT and BERT presets'): small branches at init",
             init="default",
         ),
-        HE.but("torch-init", "blocklab's default init (PyTorch's nn.Linear variance)", init="torch"),
+        torch_init(HE),
         learned_positions(HE),
         earlier_embedding(HE),
     ),

@@ -124,6 +124,11 @@ def outcome(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def median_accuracy(arm: dict[str, Any]) -> float:
+    """The median final accuracy of an arm's seeds (a diverged run as 0)."""
+    return sorted(fin(a) for a in arm["accuracy"])[len(arm["accuracy"]) // 2]  # n // 2: the upper of two
+
+
 def reached(arm: dict[str, Any]) -> list[bool]:
     """Per seed: the run reached TARGET within its budget."""
     return [s is not None for s in arm["steps_to_target"]]
@@ -216,6 +221,14 @@ def bars(ax: Axes, groups: list[str], series: dict[str, list[float | None]], yla
     ax.legend(fontsize="small")
 
 
+def seed_lines(ax: Axes, xs: list[float], arms: list[dict[str, Any]], style: str, label: str) -> None:
+    """One arm per x: the median accuracy over seeds as a line, each seed's as a faint dot."""
+    line = ax.plot(xs, [median_accuracy(arm) for arm in arms], style, label=label)[0]
+    for x, arm in zip(xs, arms, strict=True):
+        seeds = arm["accuracy"]
+        ax.plot([x] * len(seeds), [fin(a) for a in seeds], ".", color=line.get_color(), alpha=0.5)
+
+
 def accuracy_axis(ax: Axes) -> None:
     """Accuracy from 0 to 1, chance marked."""
     ax.set_ylim(0, 1.02)
@@ -237,6 +250,12 @@ def curves(ax: Axes, runs: dict[str, list[dict[str, Any]]]) -> None:
 
 # The input embedding blocklab had before issue 13 (config.SAVED_BEFORE's embedding fields)
 EARLIER_EMBEDDING: dict[str, Any] = {k: SAVED_BEFORE[k] for k in ("embed_scale", "embed_std")}
+
+
+def torch_init(setup: Setup) -> Setup:
+    """``setup`` with blocklab's default init instead of the source's (the confound of every claim whose
+    source names an init)."""
+    return setup.but("torch-init", "blocklab's default init (PyTorch's nn.Linear variance)", init="torch")
 
 
 def learned_positions(setup: Setup) -> Setup:
