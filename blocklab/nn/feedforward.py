@@ -72,6 +72,18 @@ class FeedForward(FeedForwardWeights, nn.Module):
             return norm_linear(x, None, None, None, self.in_weights(), self.in_bias())
         return (self.w1(x),) if self.w3 is None else (self.w1(x), self.w3(x))
 
+    def gate(self, h1: Tensor) -> Tensor:  # (B, T, d_ff)
+        """gate(h1) of a gated activation, the factor act = gate(h1) * h3 multiplies: the kernel's own
+        gate function (the tracer shows it, as no stage holds it)."""
+        if self.act_kernel.gate is None:
+            raise ValueError(f"activation={self.activation!r} is not gated: it has no gate")
+        return self.act_kernel.gate(h1)
+
+    @property
+    def gate_name(self) -> str:
+        """The gate function's name (silu, gelu), "" for an ungated activation."""
+        return self.act_kernel.gate.__name__ if self.act_kernel.gate is not None else ""
+
     def from_hidden(self, *h: Tensor) -> Tensor:  # h, or gated h1, h3: (B, T, d_ff) each -> (B, T, d_model)
         """act(h) @ W2.T + b2 keeping only h for backward (the lean path): observers see ``hidden`` and
         ``act`` (computed beside it), never a different computation."""

@@ -199,6 +199,7 @@ class ActKernel(NamedTuple):
     forward: Callable[..., Tensor]
     backward: Callable[..., tuple[Tensor, ...]]
     saves_output: bool = False
+    gate: Callable[[Tensor], Tensor] | None = None  # gated: the gate function of gate(h1) * h3
 
 
 def _gelu_sigmoid_backward(g: Tensor, h: Tensor) -> Tensor:
@@ -226,7 +227,7 @@ def _gated(name: str, gate: Callable[[Tensor], Tensor], gate_backward: Callable)
         dh3 = g * gate(h1)  # dL/dh3 = g gate(h1)
         return gate_backward(g.mul_(h3), h1), dh3  # dL/dh1 = g h3 gate'(h1), over g
 
-    return ActKernel(name, lambda h1, h3: gate(h1) * h3, backward)
+    return ActKernel(name, lambda h1, h3: gate(h1) * h3, backward, gate=gate)
 
 
 def act_kernel(activation: str) -> ActKernel:

@@ -92,3 +92,16 @@ def test_hooks_see_hidden_and_activation() -> None:
 def test_bad_d_ff() -> None:
     with pytest.raises(ValueError, match="d_ff=0"):
         FeedForward(8, 0)
+
+
+@pytest.mark.parametrize("activation", ACTIVATION_NAMES)
+def test_gate_is_the_gated_activations_factor_and_refused_otherwise(activation) -> None:
+    ffn = FeedForward(8, 12, activation)
+    h = torch.linspace(-3, 3, 7, dtype=torch.float64)
+    if ffn.w3 is None:
+        assert ffn.gate_name == ""
+        with pytest.raises(ValueError, match=f"activation='{activation}' is not gated"):
+            ffn.gate(h)
+    else:  # act = gate(h1) * h3: the gate alone is the act with h3 = 1
+        assert ffn.gate_name == {"swiglu": "silu", "geglu": "gelu"}[activation]
+        torch.testing.assert_close(ffn.gate(h), ORACLE[activation](h), rtol=1e-12, atol=1e-12)

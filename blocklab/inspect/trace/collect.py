@@ -29,7 +29,8 @@ from ...nn.hooks import select_names
 from ...nn.layouts import LAYOUTS
 from ...nn.norms import LayerNorm, NoNorm
 from .explain import explain_all  # words about the numbers, kept apart from the numbers
-from .record import STAT_NAMES, NormNumbers, Stage, TopK, Trace
+from .operands import sources, stage_operands
+from .record import STAT_NAMES, NormNumbers, Operands, Stage, TopK, Trace
 
 NORM_STAGES = {norm for layout in LAYOUTS.values() for norm in layout.norms} | {"ln_f"}  # kind "norm"
 # A norm module's numbers belong to the stage of the same name; the embedding norm feeds `embed`.
@@ -222,6 +223,8 @@ def collect_trace(
     # the embed stage's parts are read even when only `embed` is asked for
     needed += [p for p in EMBED_PARTS if "embed" in shown and p not in needed and p in model.hook_names()]
     needed += [n for n in ("logits", *stream_stages(model)) if n not in needed]  # predictions, logit lens
+    reads = sources(config, shown)  # what the hover's formulas read (operands.py)
+    needed += [n for n in dict.fromkeys(reads.values()) if n not in needed]
     try:
         with torch.no_grad():
             _, cache = model.run_with_cache(tokens_t, names=needed, targets=targets)
@@ -265,6 +268,7 @@ def collect_trace(
             if name == "embed" and "tok" in cache:
                 pos = cache["pos"][0, stage_positions] if "pos" in cache else None
                 stage.parts = embedding_parts(cache["tok"][0, stage_positions], pos)
+            stage.operands = stage_operands(stage, config, modules, cache, reads)
             trace.stages.append(stage)
         trace.predictions, trace.lens = _predictions(model, cache, positions, vocab, target)
         explain_all(trace, model)
@@ -314,6 +318,22 @@ def stage_to_dict(stage: Stage) -> dict:
         record["parts"] = {k: _numbers(getattr(stage.parts, k)) for k in ("tok_l2", "pos_l2", "tok_share")}
     if stage.masked is not None:
         record["masked"] = [int(v) for v in stage.masked]
+    if stage.operands is not None:
+        record["operands"] = operands_to_dict(stage.operands)
+    return record
+
+
+def operands_to_dict(o: Operands) -> dict:
+    """A stage's ``Operands`` as JSON: kind and reads, and the fields its kind has."""
+    record: dict = {"kind": o.kind, "reads": o.reads}
+    if o.function:
+        record["function"] = o.function
+    if o.gate is not None:
+        record["gate"] = _numbers(o.gate)
+    if o.kind == "dot":
+        record.update(weight=o.weight, bias=o.bias, columns=o.columns, n=o.n,
+                      index=o.index.tolist(), x=_numbers(o.x), w=_numbers(o.w), rest=_numbers(o.rest),
+                      bias_values=_numbers(o.bias_values) if o.bias_values is not None else None)
     return record
 
 

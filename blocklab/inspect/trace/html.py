@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from ...nn.layouts import LAYOUTS
-from .record import PER_HEAD_KINDS, STAT_NAMES, Stage, Trace
+from .record import MAX_COLUMNS, PER_HEAD_KINDS, STAT_NAMES, Stage, Trace
 from .text import (
     PARTS_HEADERS,
     PARTS_TITLE,
@@ -37,7 +37,6 @@ from .text import (
     top_k_table,
 )
 
-MAX_COLUMNS = 512  # a heatmap shows at most this many features (vocabularies can be 50k wide)
 STREAM_KINDS = ("embed", "resid_pre", "resid_mid", "resid_post")
 
 

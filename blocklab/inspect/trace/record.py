@@ -12,6 +12,7 @@ from torch import Tensor
 from ...nn.config import ModelConfig
 from ...nn.embedding import EmbeddingParts
 
+MAX_COLUMNS = 512  # a page shows at most this many features of a stage (vocabularies can be 50k wide)
 STAT_NAMES: tuple[str, ...] = ("mean", "var", "std", "min", "max", "l2")
 # stages whose features are heads side by side: a row is head 0's d_k (or d_model) values, then head 1's, ...
 PER_HEAD_KINDS: tuple[str, ...] = ("attn.q", "attn.k", "attn.v", "attn.z", "attn.result")
@@ -36,6 +37,32 @@ class NormNumbers:
 
 
 @dataclass
+class Operands:
+    """How a stage's numbers were computed: ``kind`` (sum, act, gated, softmax, dot) and the stages it
+    reads, in the formula's order. ``function``: the activation (act) or the gate (gated).
+
+    gated: ``gate`` (P, F) gate(hidden), which is no stage. dot: ``weight`` and ``bias`` name the
+    matrix and the bias; ``columns`` the output features covered (None: all); ``n`` the terms in each
+    number; per position and covered feature the ``TERMS`` largest terms' input features ``index``
+    (P, C, K), the input's values there ``x`` and the weight's ``w``; ``rest`` (P, C) the other terms'
+    sum; ``bias_values`` (C,) or None."""
+
+    kind: str
+    reads: list[str]
+    function: str = ""
+    gate: Tensor | None = None
+    weight: str = ""
+    bias: str = ""
+    columns: list[int] | None = None
+    n: int = 0
+    index: Tensor | None = None
+    x: Tensor | None = None
+    w: Tensor | None = None
+    rest: Tensor | None = None
+    bias_values: Tensor | None = None
+
+
+@dataclass
 class Stage:
     """One stage of the trace. ``rows`` (P, F) holds the vector at each position in
     ``positions``; ``stats[name]`` (P,) the statistics over its F features (non-finite
@@ -55,6 +82,7 @@ class Stage:
     heads: Tensor | None = None  # attention scores/weights: (h, P, T), one query row per position
     parts: EmbeddingParts | None = None  # the embed stage: ||tok||, ||pos|| and the token share (P,)
     masked: Tensor | None = None  # (P,) entries left out of the statistics (-inf scores)
+    operands: Operands | None = None  # how its numbers were computed from other stages (operands.py)
     explanation: str = ""
 
     @property
