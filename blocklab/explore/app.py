@@ -25,17 +25,17 @@ from ..files.jsonfiles import json_safe
 from .session import Explored, Request, RequestError, gradients, predict, step, trace
 
 MAX_BODY = 64 * 1024  # bytes of one request body
-STATIC = {"explore.js": "text/javascript", "explore.css": "text/css", "colours.js": "text/javascript"}
+STATIC = {"explore.js": "text/javascript", "explore.css": "text/css", "heatmap.js": "text/javascript"}
 INSTALL_HINT = "blocklab explore needs Starlette and uvicorn: pip install 'blocklab[explore]'"
 ACTIONS = {"trace": trace, "predict": predict, "step": step, "gradients": gradients}
 
 
 def _static(name: str) -> str:
-    """A file of the page; ``colours.js`` is the static trace page's colour code (one source for both)."""
-    if name == "colours.js":
-        from ..inspect.trace.html import COLOURS_JS
+    """A file of the page; ``heatmap.js`` is the static trace page's heatmap script (one source for both)."""
+    if name == "heatmap.js":
+        from ..inspect.trace.html import HEATMAP_JS
 
-        return COLOURS_JS
+        return HEATMAP_JS
     return resources.files(__package__).joinpath("static", name).read_text(encoding="utf-8")
 
 

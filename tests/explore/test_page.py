@@ -99,7 +99,7 @@ def test_hovering_a_sum_shows_its_operands(page: object, tmp_path: Path) -> None
     cell = page.eval_on_selector(canvas, "c => c.cell")
     row, feature = 7, 5
     page.mouse.move(box["x"] + cell["left"] + (feature + 0.5) * cell["cw"],
-                    box["y"] + (row + 0.5) * cell["ch"])
+                    box["y"] + cell["top"] + (row + 0.5) * cell["ch"])
     tip = page.text_content("#tip")
     out = tmp_path / "trace.json"
     assert main(["trace", "--preset", "listops-seed", "--input", "Max ( 1 , 6 , 2 )", "--json", str(out),

@@ -449,10 +449,11 @@ def test_html_attention_maps_hold_the_caches_weights_on_shared_colour_scales() -
     L, H = model.config.n_layers, model.config.n_heads
     assert len(maps) == 2 * L * H  # scores and weights: one map per head of every layer
     weights = [m for m in maps if m["sequential"]]
-    for i, m in enumerate(weights):
+    for i, m in enumerate(weights):  # each head's map draws its stage record's matrix
+        assert (m["stage"], m["head"]) == (f"blocks.{i // H}.attn.weights", i % H)
         expected = cache[f"blocks.{i // H}.attn.weights"][0, i % H]
-        torch.testing.assert_close(torch.tensor(m["rows"], dtype=torch.float64), expected.double(),
-                                   rtol=1e-4, atol=0)  # 5 significant digits
+        torch.testing.assert_close(torch.tensor(data["stages"][m["stage"]]["heads"][m["head"]],
+                                                dtype=torch.float64), expected.double(), rtol=1e-6, atol=0)
     expected = attention_ranges(model)
     for kind, shown in (("scores", [m for m in maps if not m["sequential"]]), ("weights", weights)):
         for mode in ("head", "layer", "model"):

@@ -4,7 +4,7 @@
 (function () {
   "use strict";
   var $ = function (id) { return document.getElementById(id); };
-  var C = blocklabColours;  // the static trace page's colour scales, number format and colorbar (colours.js)
+  var H = blocklabHeatmap;  // heatmaps, colours and hover explanations, shared with the static trace page
   var STATS = ["mean", "var", "std", "min", "max", "l2"];
   var DECIMALS = 4, MAX_COLUMNS = 256, DEBOUNCE_MS = 250;
   var state = { models: [], model: null, group: "block-0", ablate: [], position: null, trace: null,
@@ -41,58 +41,21 @@
     $("status").className = bad ? "error" : "";
   }
 
-  // ---- number formatting and colour (as the static page) --------------------------------------------
-  function fmt(v) { return v === null || v === undefined ? "masked" : v.toFixed(DECIMALS); }
+  // ---- numbers and heatmaps ---------------------------------------------------------------------------
+  function fmt(v) { return H.fmt(v, DECIMALS); }
   function small(v) {  // a gradient norm: tiny ones in exponent notation, not 0.0000
     var a = Math.abs(v);
     return a !== 0 && a < 1e-3 ? v.toExponential(2) : v.toFixed(DECIMALS);
   }
-  function range(rows, sequential) {
-    var lo = Infinity, hi = -Infinity;
-    rows.forEach(function (r) { r.forEach(function (v) { if (v !== null) { lo = Math.min(lo, v); hi = Math.max(hi, v); } }); });
-    if (!isFinite(lo)) { lo = 0; hi = 1; }
-    if (sequential) { return [Math.min(lo, 0), hi > Math.min(lo, 0) ? hi : Math.min(lo, 0) + 1]; }
-    var m = Math.max(Math.abs(lo), Math.abs(hi)) || 1;
-    return [-m, m];
-  }
   var tip = $("tip");
-  function heatmap(rows, rowLabels, colLabels, sequential, what, how) {
-    // a canvas of rows x columns; hovering a cell shows its value, where it is and, when ``how(r, c)``
-    // says, how it was computed from the numbers of other stages (its operands)
-    var R = rows.length, cols = Math.min(rows[0].length, MAX_COLUMNS);
-    var left = 10 + 7 * Math.max.apply(null, rowLabels.map(function (s) { return s.length; }));
-    var cw = Math.max(3, Math.min(24, Math.floor(620 / cols))), ch = R > 24 ? 9 : 14;
-    var canvas = document.createElement("canvas"), dpr = window.devicePixelRatio || 1;
-    var ends = range(rows, sequential), bar = C.barRoom(ends[0], ends[1], DECIMALS);
-    var W = left + cols * cw + bar, H = Math.max(R * ch, 60) + 2, sel = state.position;
-    canvas.width = W * dpr; canvas.height = H * dpr; canvas.style.width = W + "px"; canvas.style.height = H + "px";
-    var g = canvas.getContext("2d");
-    g.setTransform(dpr, 0, 0, dpr, 0, 0);
-    g.font = "11px ui-monospace, Menlo, monospace"; g.textBaseline = "middle"; g.textAlign = "right";
-    for (var r = 0; r < R; r++) {
-      g.fillStyle = "#344054"; g.fillText(rowLabels[r], left - 5, r * ch + ch / 2);
-      for (var c = 0; c < cols; c++) {
-        var v = rows[r][c];
-        g.fillStyle = v === null ? "#d0d5dd" : C.mix(sequential ? C.SEQ : C.DIV, (v - ends[0]) / (ends[1] - ends[0]));
-        g.fillRect(left + c * cw, r * ch, cw, ch);
-      }
-      if (sel !== null && rowLabels[r].split(" ")[0] === String(sel)) {
-        g.strokeStyle = "#3056d3"; g.lineWidth = 2; g.strokeRect(left + 1, r * ch + 1, cols * cw - 2, ch - 2);
-      }
-    }
-    C.colorbar(g, left + cols * cw + 10, 1, Math.max(R * ch, 60), ends[0], ends[1], sequential, DECIMALS);
-    canvas.dataset.range = ends[0] + "," + ends[1];
-    canvas.cell = { left: left, cw: cw, ch: ch };  // where the cells are (read by the browser tests)
-    canvas.addEventListener("mousemove", function (e) {
-      var b = canvas.getBoundingClientRect();
-      var c = Math.floor((e.clientX - b.left - left) / cw), r = Math.floor((e.clientY - b.top) / ch);
-      if (r < 0 || r >= R || c < 0 || c >= cols) { tip.hidden = true; return; }
-      var line = how ? how(r, c) : "";
-      tip.textContent = what + "\n" + rowLabels[r] + " · " + (colLabels ? colLabels[c] : "feature " + c) +
-        " = " + fmt(rows[r][c]) + (line ? "\n" + line : "");
-      tip.hidden = false; tip.style.left = (e.clientX + 14) + "px"; tip.style.top = (e.clientY + 12) + "px";
-    });
-    canvas.addEventListener("mouseleave", function () { tip.hidden = true; });
+  function heatmap(s, m, name, how) {
+    // stage s's map m (rows, labels, columns shown) drawn by heatmap.js at this page's cell size, the chosen
+    // position outlined; hovering a cell shows its value and ``how`` it was computed, with its operands
+    var R = m.rows.length, cols = m.rows[0].length, canvas = document.createElement("canvas");
+    m.range = H.range(m.rows, m.sequential); m.bar = true; m.decimals = DECIMALS;
+    m.selected = state.position === null || s.positions.indexOf(state.position) < 0 ? null : s.positions.indexOf(state.position);
+    H.draw(canvas, m, { cw: Math.max(3, Math.min(24, Math.floor(620 / cols))), ch: R > 24 ? 9 : 14 });
+    H.hover(canvas, tip, name, m, how);
     var wrap = document.createElement("div");
     wrap.className = "scroll"; wrap.appendChild(canvas);
     return wrap;
@@ -361,32 +324,6 @@
     t.appendChild(body);
     return t;
   }
-  function operandsOf(trace, s) {
-    // how(r, c) for a stage whose values follow from other stages of the same trace: a residual sum
-    // (x + branches, the layout's Sum), the activation of the FFN's hidden layer, a norm (z_hat, mu,
-    // sqrt(var + eps)), an attention weight (softmax of the scores' row); null otherwise
-    var byName = {}, c = trace.config, short = s.block === null ? s.name : s.name.split(".").slice(2).join(".");
-    trace.stages.forEach(function (t) { byName[t.name] = t; });
-    var full = function (n) { return "blocks." + s.block + "." + n; };
-    var sum = state.model.layout.steps.filter(function (t) { return t.type === "sum" && t.out === short; })[0];
-    if (s.block !== null && sum && c.residual === "add" && sum.reads.every(function (n) { return byName[full(n)]; })) {
-      return function (r, k) {
-        return "= " + sum.reads.map(function (n) { return n + " " + fmt(byName[full(n)].values[r][k]); }).join(" + ");
-      };
-    }
-    var hidden = byName[full("ffn.hidden")];
-    if (s.kind === "ffn.act" && hidden && hidden.values[0].length === s.values[0].length) {
-      return function (r, k) { return "= " + c.activation + "(ffn.hidden " + fmt(hidden.values[r][k]) + ")"; };
-    }
-    if (s.norm && s.norm.z_hat) {
-      var n = s.norm;
-      return function (r, k) {
-        return "= gamma * z_hat + beta; z_hat = (x - mu) / sqrt(var + eps) = " + fmt(n.z_hat[r][k]) + ", mu " +
-          fmt(n.mu[r]) + ", sqrt(var + eps) " + fmt(n.denom[r]);
-      };
-    }
-    return null;
-  }
   function stageCard(trace, s) {
     var sec = document.createElement("section");
     sec.className = "stage"; sec.id = "stage-" + s.name; sec.dataset.stage = s.name;
@@ -403,37 +340,38 @@
       return sec;
     }
     var labels = s.positions.map(function (q) { return q + " " + trace.input.tokens[q]; });
+    var byName = {};
+    trace.stages.forEach(function (t) { byName[t.name] = t; });
     if (s.heads) {
       var maps = document.createElement("div");
       maps.className = "maps";
       var keys = trace.input.tokens.map(function (t, k) { return k + " " + t; });
-      s.heads.forEach(function (rows, hd) {
-        var fig = document.createElement("figure");
-        var scores = s.kind === "attn.weights" && trace.stages.filter(function (t) {
-          return t.name === s.name.replace(/weights$/, "scores");
-        })[0];
-        var how = scores ? function (r, k) {
-          return "= softmax over the keys of this row of attn.scores (here " + fmt(scores.heads[hd][r][k]) + ")";
-        } : null;
-        fig.appendChild(heatmap(rows, labels, keys, s.kind === "attn.weights", s.name + " head " + hd, how));
+      s.heads.forEach(function (_, hd) {
+        var fig = document.createElement("figure"), m = { rows: H.rows(s, hd, null), rowLabels: labels, colLabels: keys,
+                                                          sequential: s.kind === "attn.weights" };
+        fig.appendChild(heatmap(s, m, H.title(s, hd), H.explain(byName, s, hd, DECIMALS)));
         var cap = document.createElement("figcaption");
         cap.textContent = "block " + s.block + " · head " + hd + " (query rows, key columns)";
         fig.appendChild(cap); maps.appendChild(fig);
       });
       sec.appendChild(maps);
     } else {
-      var cols = s.columns || null, rows = s.values, order = null;
-      if (cols && rows[0].length > MAX_COLUMNS) {  // a vocabulary: its largest at the last position, in order
-        var last = rows[rows.length - 1];
-        order = last.map(function (v, j) { return j; }).sort(function (a, b) { return last[b] - last[a]; }).slice(0, MAX_COLUMNS);
-        rows = rows.map(function (r) { return order.map(function (j) { return r[j]; }); });
-        cols = order.map(function (j) { return s.columns[j]; });
+      var F = s.values[0].length, columns = null, order = false;
+      if (s.columns && F > MAX_COLUMNS) {  // a vocabulary: its largest at the last position, in order
+        var last = s.values[s.values.length - 1];
+        columns = last.map(function (v, j) { return j; }).sort(function (a, b) { return last[b] - last[a]; }).slice(0, MAX_COLUMNS);
+        order = true;
+      } else if (F > MAX_COLUMNS) {  // the first ones
+        columns = [];
+        for (var j = 0; j < MAX_COLUMNS; j++) { columns.push(j); }
       }
+      var m2 = { rows: H.rows(s, null, columns), rowLabels: labels, columns: columns, sequential: s.kind === "probs",
+                 colLabels: s.columns ? (columns ? columns.map(function (j) { return s.columns[j]; }) : s.columns) : null };
       var fig2 = document.createElement("figure");
-      fig2.appendChild(heatmap(rows, labels, cols, s.kind === "probs", s.name, order ? null : operandsOf(trace, s)));
+      fig2.appendChild(heatmap(s, m2, H.title(s, null), H.explain(byName, s, null, DECIMALS)));
       var cap2 = document.createElement("figcaption");
-      cap2.textContent = (s.norm ? "after gamma/beta" : "values") + ": positions x " + s.values[0].length + " features" +
-        (s.values[0].length > MAX_COLUMNS ? (order ? " (the " + MAX_COLUMNS + " largest at the last position)" : " (first " + MAX_COLUMNS + ")") : "");
+      cap2.textContent = (s.norm ? "after gamma/beta" : "values") + ": positions x " + F + " features" +
+        (F > MAX_COLUMNS ? (order ? " (the " + MAX_COLUMNS + " largest at the last position)" : " (first " + MAX_COLUMNS + ")") : "");
       fig2.appendChild(cap2); sec.appendChild(fig2);
     }
     sec.appendChild(statsTable(trace, s));

@@ -281,13 +281,13 @@ TRACE_FORMAT = "blocklab-trace"
 TRACE_VERSION = 1
 
 
-def _numbers(t: Tensor) -> list:
+def json_numbers(t: Tensor) -> list:
     """A tensor as nested lists of floats; non-finite entries (masked scores) become null."""
     if t.dim() == 0:
         value = float(t)
         return value if math.isfinite(value) else None  # type: ignore[return-value]
     if t.dim() > 1:
-        return [_numbers(row) for row in t]
+        return [json_numbers(row) for row in t]
     return [v if math.isfinite(v) else None for v in t.tolist()]
 
 
@@ -296,8 +296,8 @@ def stage_to_dict(stage: Stage) -> dict:
     record = {
         "name": stage.name, "kind": stage.kind, "block": stage.block, "shape": list(stage.shape),
         "positions": stage.positions, "explanation": stage.explanation,
-        **{k: _numbers(stage.stats[k]) for k in STAT_NAMES},
-        "values": _numbers(stage.rows),
+        **{k: json_numbers(stage.stats[k]) for k in STAT_NAMES},
+        "values": json_numbers(stage.rows),
     }
     if stage.columns is not None:
         record["columns"] = stage.columns
@@ -307,15 +307,16 @@ def stage_to_dict(stage: Stage) -> dict:
         n = stage.norm
         record["norm"] = {
             "variant": n.variant, "eps": n.eps,
-            **{k: _numbers(getattr(n, k)) for k in
+            **{k: json_numbers(getattr(n, k)) for k in
                ("mu", "var", "denom", "z_hat_mean", "z_hat_var", "expected_var", "input_l2", "z_hat")},
         }
     if stage.frac_le_zero is not None:
-        record["frac_le_zero"] = _numbers(stage.frac_le_zero)
+        record["frac_le_zero"] = json_numbers(stage.frac_le_zero)
     if stage.heads is not None:
-        record["heads"] = _numbers(stage.heads)
+        record["heads"] = json_numbers(stage.heads)
     if stage.parts is not None:
-        record["parts"] = {k: _numbers(getattr(stage.parts, k)) for k in ("tok_l2", "pos_l2", "tok_share")}
+        record["parts"] = {k: json_numbers(getattr(stage.parts, k))
+                           for k in ("tok_l2", "pos_l2", "tok_share")}
     if stage.masked is not None:
         record["masked"] = [int(v) for v in stage.masked]
     if stage.operands is not None:
@@ -329,11 +330,12 @@ def operands_to_dict(o: Operands) -> dict:
     if o.function:
         record["function"] = o.function
     if o.gate is not None:
-        record["gate"] = _numbers(o.gate)
+        record["gate"] = json_numbers(o.gate)
     if o.kind == "dot":
         record.update(weight=o.weight, bias=o.bias, columns=o.columns, n=o.n,
-                      index=o.index.tolist(), x=_numbers(o.x), w=_numbers(o.w), rest=_numbers(o.rest),
-                      bias_values=_numbers(o.bias_values) if o.bias_values is not None else None)
+                      index=o.index.tolist(), x=json_numbers(o.x), w=json_numbers(o.w),
+                      rest=json_numbers(o.rest),
+                      bias_values=json_numbers(o.bias_values) if o.bias_values is not None else None)
     return record
 
 

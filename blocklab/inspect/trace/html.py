@@ -2,26 +2,29 @@
 
 Stages are sections in forward order, each with its words, a heatmap (positions x features
 for the residual stream and every other vector stage; one query x key map per head for
-attention, titled by layer and head) and its per-position statistics. A small inline script
-draws the heatmaps and their colorbars on canvases from data embedded in the page and shows each
-cell's value on hover (its colour scales, number format and colorbars, ``COLOURS_JS``, are the explore page's
-too). Attention maps share a colour scale so heads compare: per layer by default,
-per head or per model by the page's control (or ``#scale=head`` in the link). When it has drawn
-them all the script sets ``data-rendered`` on the root element, and each canvas's ``data-range``
-(the scale it used): the browser tests read them.
+attention, titled by layer and head) and its per-position statistics. The heatmaps are drawn by
+``heatmap.js``, the script the explore page draws its heatmaps with too (inlined here, served there):
+colour scales, colorbars, and on hover each cell's value and how it was computed, with its operands
+(the stage records' ``operands`` and ``norm``, embedded with the page as the trace JSON has them, so
+both pages say the same of the same number). A small page script lays the maps out. Attention maps
+share a colour scale so heads compare: per layer by default, per head or per model by the page's
+control (or ``#scale=head`` in the link). When it has drawn them all the script sets
+``data-rendered`` on the root element, and each canvas's ``data-range`` (the scale it used): the
+browser tests read them.
 """
 
 from __future__ import annotations
 
 import html
 import json
-import math
+from importlib import resources
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
 from ...nn.layouts import LAYOUTS
+from .collect import json_numbers, operands_to_dict
 from .record import MAX_COLUMNS, PER_HEAD_KINDS, STAT_NAMES, Stage, Trace
 from .text import (
     PARTS_HEADERS,
@@ -38,15 +41,12 @@ from .text import (
 )
 
 STREAM_KINDS = ("embed", "resid_pre", "resid_mid", "resid_post")
+# the heatmaps' script, shared with the explore page (which serves this same text as /static/heatmap.js)
+HEATMAP_JS = resources.files(__package__).joinpath("heatmap.js").read_text(encoding="utf-8")
 
 
 def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
-
-
-def _compact(t: Tensor) -> list:
-    """Rows of 5 significant digits (enough for colour and hover); non-finite -> null."""
-    return [[float(f"{v:.5g}") if math.isfinite(v) else None for v in row] for row in t.tolist()]
 
 
 # the attention maps' colour scale, chosen on the page (one control for every map); the default first
@@ -71,12 +71,14 @@ def value_range(values: Tensor, sequential: bool, from_zero: bool = True) -> tup
 
 
 class Page:
-    """Collects the heatmaps (data for the script) while the sections are written."""
+    """Collects the heatmaps (data for the script) and the stage records they show while the sections
+    are written."""
 
     def __init__(self, trace: Trace, decimals: int) -> None:
         self.trace, self.decimals = trace, decimals
         self.maps: list[dict] = []
         self.bars: list[dict] = []  # a layer's shared colorbar (attention maps)
+        self.stages: dict[str, dict] = {}  # the records the maps draw and explain, by name
         # each attention kind's range over every layer and head: the "model" scale
         self.model_ranges = {
             kind: value_range(torch.cat([s.heads.flatten() for s in trace.stages if s.kind == kind]),
@@ -84,29 +86,47 @@ class Page:
             for kind in ("attn.scores", "attn.weights") if any(s.kind == kind for s in trace.stages)
         }
 
+    def record(self, stage: Stage, columns: list[int]) -> None:
+        """The stage as the trace JSON has it (values, heads, norm, operands), its values at the shown
+        ``columns`` only: a vocabulary's 50k would not fit a page, and no formula reads them."""
+        rows = stage.rows[:, columns]
+        record = {"name": stage.name, "kind": stage.kind, "block": stage.block, "shape": list(stage.shape),
+                  "positions": stage.positions, "values": json_numbers(rows)}
+        if stage.heads is not None:
+            record["heads"] = json_numbers(stage.heads)
+        if stage.norm is not None:
+            record["norm"] = {k: json_numbers(getattr(stage.norm, k)) for k in ("mu", "denom", "z_hat")}
+        if stage.operands is not None:
+            record["operands"] = operands_to_dict(stage.operands)
+        self.stages[stage.name] = record
+
     def heatmap(self, rows: Tensor, row_labels: list[str], col_labels: list[str] | None, sequential: bool,
                 caption: str, group: int = 0, from_zero: bool = True,
-                scales: dict[str, tuple[float, float]] | None = None, title: str = "") -> str:
+                scales: dict[str, tuple[float, float]] | None = None, title: str = "",
+                stage: Stage | None = None, head: int | None = None, columns: list[int] | None = None) -> str:
         """A canvas (drawn by the script, with its colorbar) and its caption.
 
         ``group``: draw a separator every ``group`` columns (heads); ``from_zero``: a sequential
         scale starts at 0 (probabilities) rather than at the smallest value; ``scales``: the
         colour scale per mode of ``SCALE_MODES`` (attention maps), else the map's own range.
+        ``stage``: the stage the rows are (its record drawn and explained: ``head``'s map, the features
+        ``columns``); without one the rows are carried in the map (the overview).
         """
         F = rows.shape[1]
         shown = rows[:, :MAX_COLUMNS]
         vmin, vmax = value_range(shown, sequential, from_zero)
+        where = ({"stage": stage.name, "head": head, "columns": columns} if stage is not None
+                 else {"rows": json_numbers(shown), "name": caption})
         self.maps.append({
-            "rows": _compact(shown), "rowLabels": row_labels,
-            "colLabels": col_labels[:MAX_COLUMNS] if col_labels else None,
+            **where, "rowLabels": row_labels, "colLabels": col_labels[:MAX_COLUMNS] if col_labels else None,
             "vmin": vmin, "vmax": vmax, "sequential": sequential, "decimals": self.decimals, "group": group,
             **({"scales": scales} if scales else {}),
         })
         more = f" (first {MAX_COLUMNS} of {F} columns)" if F > MAX_COLUMNS else ""
-        head = f"<b>{_e(title)}</b> " if title else ""
+        head_title = f"<b>{_e(title)}</b> " if title else ""
         return (
             f'<figure><div class="scroll"><canvas class="heatmap" data-map="{len(self.maps) - 1}">'
-            f"</canvas></div><figcaption>{head}{_e(caption + more)}</figcaption></figure>"
+            f"</canvas></div><figcaption>{head_title}{_e(caption + more)}</figcaption></figure>"
         )
 
     def colorbar(self, scales: dict[str, tuple[float, float]], sequential: bool) -> str:
@@ -123,9 +143,10 @@ class Page:
         labels = [f"{p} {t.tokens[p]}" for p in stage.positions]
         keys = [f"{k} {tok}" for k, tok in enumerate(t.tokens)]
         layer = {"layer": value_range(stage.heads, sequential), "model": self.model_ranges[stage.kind]}
+        self.record(stage, list(range(stage.rows.shape[1])))
         maps = [self.heatmap(stage.heads[h], labels, keys, sequential, "",
                              scales={**layer, "head": value_range(stage.heads[h], sequential)},
-                             title=f"layer {stage.block} · head {h}")
+                             title=f"layer {stage.block} · head {h}", stage=stage, head=h)
                 for h in range(stage.heads.shape[0])]
         note = ('<p class="note">one map per head: query rows, key columns; the colour scale is the '
                 "page's choice (top), by default shared by the layer's heads</p>")
@@ -182,7 +203,9 @@ def _section(page: Page, stage: Stage) -> str:
         if len(columns) < F:  # a vocabulary wider than a map: the largest at the last position, in order
             caption += f" (the {len(columns)} largest at position {stage.positions[-1]})"
         shown_labels = [cols[j] for j in columns] if cols else None
-        parts.append(page.heatmap(stage.rows[:, columns], labels, shown_labels, sequential, caption, group))
+        page.record(stage, columns)  # its values at the shown columns, as the map draws them
+        parts.append(page.heatmap(stage.rows[:, columns], labels, shown_labels, sequential, caption, group,
+                                  stage=stage, columns=columns))
     parts.append(_stats_table(t, stage, d))
     if stage.parts is not None:
         rows = [[str(p), t.tokens[p], *parts_cells(stage.parts, i, d)] for i, p in enumerate(stage.positions)]
@@ -240,9 +263,10 @@ def render_html(trace: Trace, decimals: int = 4) -> str:
              f"vocab {c.vocab_size}")
     target = (f"<p>target <b>{_e(trace.target['token'])}</b> at position {trace.target['position']}</p>"
               if trace.target else "")
-    data = json.dumps({"maps": page.maps, "bars": page.bars}, separators=(",", ":")).replace("</", "<\\/")
+    data = json.dumps({"maps": page.maps, "bars": page.bars, "stages": page.stages},
+                      separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
     return TEMPLATE.format(
-        title=_e(f"blocklab trace · {' '.join(trace.tokens)}"), css=CSS, script=COLOURS_JS + SCRIPT,
+        title=_e(f"blocklab trace · {' '.join(trace.tokens)}"), css=CSS, script=HEATMAP_JS + SCRIPT,
         data=data, source=_e(trace.source), model=_e(model), chips=chips, target=target, overview=overview,
         toc="".join(toc), body="".join(body), scale=_scale_control() if page.bars else "",
     )
@@ -338,73 +362,31 @@ table.stats th { font-weight: 600; text-align: right; padding: 2px 10px; border-
 table.stats td { text-align: right; padding: 1px 10px; border-bottom: 1px solid #f2f4f7; }
 table.stats td:nth-child(2), table.stats th:nth-child(2) { text-align: left; }
 #tip { position: fixed; pointer-events: none; background: #101828; color: #fff; padding: 4px 8px;
-       border-radius: 5px; font: 12px ui-monospace, monospace; z-index: 10; white-space: nowrap; }
+       border-radius: 5px; font: 12px ui-monospace, monospace; z-index: 10; white-space: pre; }
 """
 
-# The colour scales, number format and colorbar of every heatmap blocklab draws: this page's, and the explore
-# page's (blocklab/explore serves this same text as /static/colours.js). Defines ``blocklabColours``.
-COLOURS_JS = r"""
-var blocklabColours = (function () {
-  "use strict";
-  var DIV = [[33, 102, 172], [247, 247, 247], [178, 24, 43]];  // diverging, symmetric about 0
-  var SEQ = [[247, 251, 255], [107, 174, 214], [8, 48, 107]];  // sequential (probabilities, weights)
-  var FONT = "11px ui-monospace, Menlo, monospace", INK = "#344054";
-  var probe = document.createElement("canvas").getContext("2d");
-  probe.font = FONT;
-  function mix(stops, t) {
-    t = Math.max(0, Math.min(1, t));
-    var i = t < 0.5 ? 0 : 1, u = t < 0.5 ? t * 2 : (t - 0.5) * 2, a = stops[i], b = stops[i + 1];
-    var rgb = [0, 1, 2].map(function (k) { return Math.round(a[k] + (b[k] - a[k]) * u); });
-    return "rgb(" + rgb.join(",") + ")";
-  }
-  function number(v, decimals) {
-    var a = Math.abs(v);
-    return a !== 0 && (a >= 1e4 || a < 1e-3) ? v.toExponential(2) : v.toFixed(Math.min(decimals, 3));
-  }
-  function barRoom(lo, hi, decimals) {  // a colorbar at a map's right: gap, bar, tick, its widest number
-    var texts = [lo, (lo + hi) / 2, hi].map(function (v) {
-      return probe.measureText(number(v, decimals)).width;
-    });
-    return 10 + 17 + Math.ceil(Math.max.apply(null, texts)) + 4;
-  }
-  function colorbar(g, x, y, h, lo, hi, sequential, decimals) {
-    // a vertical bar from lo (bottom) to hi (top), ticks at the ends and the middle (0 when diverging)
-    for (var i = 0; i < h; i++) {
-      g.fillStyle = mix(sequential ? SEQ : DIV, 1 - i / Math.max(1, h - 1));
-      g.fillRect(x, y + i, 10, 1);
-    }
-    g.strokeStyle = "#98a2b3"; g.strokeRect(x + 0.5, y + 0.5, 10, h - 1);
-    g.font = FONT; g.fillStyle = INK; g.textAlign = "left"; g.textBaseline = "middle";
-    [[hi, 0], [(lo + hi) / 2, 0.5], [lo, 1]].forEach(function (tick) {
-      var ty = y + tick[1] * (h - 1);
-      g.fillRect(x + 10, Math.round(ty), 4, 1);
-      g.fillText(number(tick[0], decimals), x + 17, Math.min(Math.max(ty, y + 5), y + h - 5));
-    });
-  }
-  return { DIV: DIV, SEQ: SEQ, FONT: FONT, INK: INK, mix: mix, number: number, barRoom: barRoom,
-           colorbar: colorbar };
-})();
-"""
-
+# The page's own layout: how wide each map's cells are, the attention colour scale control and the shared
+# colorbars; drawing, colours and hover are heatmap.js's (blocklabHeatmap).
 SCRIPT = r"""
 (function () {
   "use strict";
-  var data = JSON.parse(document.getElementById("maps").textContent);
+  var H = blocklabHeatmap, data = JSON.parse(document.getElementById("maps").textContent);
   var tip = document.getElementById("tip");
-  var C = blocklabColours, DIV = C.DIV, SEQ = C.SEQ, FONT = C.FONT, INK = C.INK;
-  var mix = C.mix, number = C.number, barRoom = C.barRoom, colorbar = C.colorbar;
   var mode = "layer";  // the attention maps' colour scale (SCALE_MODES in html.py)
+  data.maps.forEach(function (m) {  // a stage's map draws its record's numbers and explains them
+    if (!m.stage) { return; }
+    var s = data.stages[m.stage];
+    m.rows = H.rows(s, m.head, null);  // the record holds the shown columns only
+    m.how = H.explain(data.stages, s, m.head, m.decimals);
+    m.name = H.title(s, m.head);
+  });
   function scaleOf(m) { return m.scales ? m.scales[mode] : [m.vmin, m.vmax]; }
   function longest(labels) { return Math.max.apply(null, labels.map(function (s) { return s.length; })); }
-  function draw(canvas, m) {
-    var R = m.rows.length, C = m.rows[0].length, headMap = !!m.scales;
-    var ownBar = !headMap || mode === "head";
+  function size(canvas, m) {  // cells as large as the section's width allows
+    var C = m.rows[0].length, R = m.rows.length, headMap = !!m.scales, ownBar = !headMap || mode === "head";
     var box = canvas.closest("section") || document.body;
-    var avail = Math.max(240, box.clientWidth - 40);
-    var left = 12 + 7 * longest(m.rowLabels);
-    var top = m.colLabels ? 8 + 6.5 * Math.min(14, longest(m.colLabels)) : 6;
-    var range = scaleOf(m), vmin = range[0], vmax = range[1];
-    var bar = ownBar ? barRoom(vmin, vmax, m.decimals) : 4, cw;
+    var avail = Math.max(240, box.clientWidth - 40), left = 12 + 7 * longest(m.rowLabels);
+    var range = scaleOf(m), bar = ownBar ? H.barRoom(range[0], range[1], m.decimals) : 4, cw;
     if (headMap) {  // as many heads side by side as fit with cells of 10 px or more, then as wide as allowed
       var heads = canvas.closest(".heads").querySelectorAll("canvas.heatmap").length;
       var room = avail - (ownBar ? 0 : 100);  // the layer's shared colorbar takes one slot
@@ -413,72 +395,25 @@ SCRIPT = r"""
     } else {
       cw = Math.max(2, Math.min(m.colLabels ? 44 : 26, Math.floor((avail - left - bar) / C)));
     }
-    var ch = R > 30 ? 10 : Math.max(12, Math.min(17, cw));
-    var rowStep = Math.ceil(12 / ch), colStep = Math.ceil(12 / cw);  // thin the labels so none overlap
-    var barHeight = Math.max(60, R * ch);
-    // the last column labels lean right (rotated text): room for them where no colorbar gives it
-    var lean = m.colLabels ? Math.ceil(2.6 * Math.min(14, longest(m.colLabels))) : 0;
-    var W = left + C * cw + Math.max(bar, lean);
-    var H = top + (ownBar ? Math.max(barHeight, R * ch) : R * ch) + 2;
-    var dpr = window.devicePixelRatio || 1;
-    canvas.width = W * dpr; canvas.height = H * dpr;
-    canvas.style.width = W + "px"; canvas.style.height = H + "px";
-    var g = canvas.getContext("2d");
-    g.setTransform(dpr, 0, 0, dpr, 0, 0);
-    g.clearRect(0, 0, W, H);
-    canvas.dataset.range = vmin + "," + vmax;  // the scale it was drawn with (read by the tests)
-    g.font = FONT; g.textBaseline = "middle";
-    for (var r = 0; r < R; r++) {
-      if (r % rowStep === 0) {
-        g.textAlign = "right"; g.fillStyle = INK;
-        g.fillText(m.rowLabels[r], left - 6, top + r * ch + ch / 2);
-      }
-      for (var c = 0; c < C; c++) {
-        var v = m.rows[r][c];
-        g.fillStyle = v === null ? "#d0d5dd" : mix(m.sequential ? SEQ : DIV, (v - vmin) / (vmax - vmin));
-        g.fillRect(left + c * cw, top + r * ch, cw, ch);  // null: masked
-      }
-    }
-    if (m.group) {
-      g.fillStyle = "#1d2433";  // head boundaries
-      for (var s = m.group; s < C; s += m.group) { g.fillRect(left + s * cw - 1, top - 3, 2, R * ch + 6); }
-    }
-    if (m.colLabels) {
-      g.save(); g.fillStyle = INK; g.textAlign = "left";
-      for (var k = 0; k < C; k += colStep) {
-        g.save(); g.translate(left + k * cw + cw / 2 + 3, top - 4); g.rotate(-Math.PI / 2.6);
-        g.fillText(m.colLabels[k].slice(0, 14), 0, 0); g.restore();
-      }
-      g.restore();
-    }
-    if (ownBar) { colorbar(g, left + C * cw + 10, top, barHeight, vmin, vmax, m.sequential, m.decimals); }
-    canvas.cell = { left: left, top: top, cw: cw, ch: ch, R: R, C: C };
+    return { cw: cw, ch: R > 30 ? 10 : Math.max(12, Math.min(17, cw)) };
   }
-  function hover(canvas, m) {
-    canvas.addEventListener("mousemove", function (e) {
-      var b = canvas.getBoundingClientRect(), L = canvas.cell;
-      var c = Math.floor((e.clientX - b.left - L.left) / L.cw);
-      var r = Math.floor((e.clientY - b.top - L.top) / L.ch);
-      if (r < 0 || r >= L.R || c < 0 || c >= L.C) { tip.hidden = true; return; }
-      var v = m.rows[r][c];
-      tip.textContent = m.rowLabels[r] + "  \u00b7  " + (m.colLabels ? m.colLabels[c] : "feature " + c) +
-        "  =  " + (v === null ? "masked" : v.toFixed(m.decimals));
-      tip.hidden = false; tip.style.left = (e.clientX + 14) + "px"; tip.style.top = (e.clientY + 12) + "px";
-    });
-    canvas.addEventListener("mouseleave", function () { tip.hidden = true; });
+  function draw(canvas, m) {
+    m.range = scaleOf(m);
+    m.bar = !m.scales || mode === "head";
+    H.draw(canvas, m, size(canvas, m));
   }
   function drawBar(canvas, bar) {
     canvas.parentNode.hidden = mode === "head";  // each head then shows its own
     if (mode === "head") { return; }
-    var range = bar.scales[mode], H = 150, W = 8 + barRoom(range[0], range[1], bar.decimals);
+    var range = bar.scales[mode], Ht = 150, W = 8 + H.barRoom(range[0], range[1], bar.decimals);
     var dpr = window.devicePixelRatio || 1;
     canvas.dataset.range = range[0] + "," + range[1];
-    canvas.width = W * dpr; canvas.height = H * dpr;
-    canvas.style.width = W + "px"; canvas.style.height = H + "px";
+    canvas.width = W * dpr; canvas.height = Ht * dpr;
+    canvas.style.width = W + "px"; canvas.style.height = Ht + "px";
     var g = canvas.getContext("2d");
     g.setTransform(dpr, 0, 0, dpr, 0, 0);
-    g.clearRect(0, 0, W, H);
-    colorbar(g, 4, 6, H - 12, range[0], range[1], bar.sequential, bar.decimals);
+    g.clearRect(0, 0, W, Ht);
+    H.colorbar(g, 4, 6, Ht - 12, range[0], range[1], bar.sequential, bar.decimals);
   }
   var canvases = document.querySelectorAll("canvas.heatmap");
   var bars = document.querySelectorAll("canvas.colorbar");
@@ -486,7 +421,7 @@ SCRIPT = r"""
     for (var i = 0; i < canvases.length; i++) {
       var m = data.maps[+canvases[i].dataset.map];
       if (first || m.scales) { draw(canvases[i], m); }
-      if (first) { hover(canvases[i], m); }
+      if (first) { H.hover(canvases[i], tip, m.name || "", m, m.how || null); }
     }
     for (var j = 0; j < bars.length; j++) { drawBar(bars[j], data.bars[+bars[j].dataset.bar]); }
     document.documentElement.setAttribute("data-scale", mode);

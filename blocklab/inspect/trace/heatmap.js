@@ -1,0 +1,206 @@
+// Every heatmap blocklab draws, on both of its pages: the static `blocklab trace --html` page inlines this
+// file, `blocklab explore` serves it as /static/heatmap.js. The colour scales, number format and colorbar;
+// one map drawn on a canvas; the hover tooltip; and each number's explanation with its operands, read
+// from the trace JSON's stage records (their `operands` and `norm`, computed by the tracer in Python):
+// this file only formats numbers, so both pages say the same of the same number. Defines
+// ``blocklabHeatmap``.
+var blocklabHeatmap = (function () {
+  "use strict";
+  var DIV = [[33, 102, 172], [247, 247, 247], [178, 24, 43]];  // diverging, symmetric about 0
+  var SEQ = [[247, 251, 255], [107, 174, 214], [8, 48, 107]];  // sequential (probabilities, weights)
+  var FONT = "11px ui-monospace, Menlo, monospace", INK = "#344054", MASKED = "#d0d5dd";
+  var probe = document.createElement("canvas").getContext("2d");
+  probe.font = FONT;
+
+  // ---- colours and numbers ----------------------------------------------------------------------------
+  function mix(stops, t) {
+    t = Math.max(0, Math.min(1, t));
+    var i = t < 0.5 ? 0 : 1, u = t < 0.5 ? t * 2 : (t - 0.5) * 2, a = stops[i], b = stops[i + 1];
+    var rgb = [0, 1, 2].map(function (k) { return Math.round(a[k] + (b[k] - a[k]) * u); });
+    return "rgb(" + rgb.join(",") + ")";
+  }
+  function number(v, decimals) {  // a colorbar tick: short
+    var a = Math.abs(v);
+    return a !== 0 && (a >= 1e4 || a < 1e-3) ? v.toExponential(2) : v.toFixed(Math.min(decimals, 3));
+  }
+  function fmt(v, decimals) {  // a value as the tables show it; null is a masked score
+    return v === null || v === undefined ? "masked" : v.toFixed(decimals);
+  }
+  function range(rows, sequential) {
+    // a map's own colour scale (as html.py's value_range): sequential from 0 (or the smallest value) to
+    // the largest; diverging symmetric about 0; null entries (masked) left out
+    var lo = Infinity, hi = -Infinity;
+    rows.forEach(function (r) { r.forEach(function (v) { if (v !== null) { lo = Math.min(lo, v); hi = Math.max(hi, v); } }); });
+    if (!isFinite(lo)) { lo = 0; hi = 0; }
+    if (sequential) { var from = Math.min(lo, 0); return [from, hi > from ? hi : from + 1]; }
+    var m = Math.max(Math.abs(lo), Math.abs(hi)) || 1;
+    return [-m, m];
+  }
+  function barRoom(lo, hi, decimals) {  // a colorbar at a map's right: gap, bar, tick, its widest number
+    var texts = [lo, (lo + hi) / 2, hi].map(function (v) { return probe.measureText(number(v, decimals)).width; });
+    return 10 + 17 + Math.ceil(Math.max.apply(null, texts)) + 4;
+  }
+  function colorbar(g, x, y, h, lo, hi, sequential, decimals) {
+    // a vertical bar from lo (bottom) to hi (top), ticks at the ends and the middle (0 when diverging)
+    for (var i = 0; i < h; i++) {
+      g.fillStyle = mix(sequential ? SEQ : DIV, 1 - i / Math.max(1, h - 1));
+      g.fillRect(x, y + i, 10, 1);
+    }
+    g.strokeStyle = "#98a2b3"; g.strokeRect(x + 0.5, y + 0.5, 10, h - 1);
+    g.font = FONT; g.fillStyle = INK; g.textAlign = "left"; g.textBaseline = "middle";
+    [[hi, 0], [(lo + hi) / 2, 0.5], [lo, 1]].forEach(function (tick) {
+      var ty = y + tick[1] * (h - 1);
+      g.fillRect(x + 10, Math.round(ty), 4, 1);
+      g.fillText(number(tick[0], decimals), x + 17, Math.min(Math.max(ty, y + 5), y + h - 5));
+    });
+  }
+
+  // ---- one map -------------------------------------------------------------------------------------------
+  function longest(labels) { return Math.max.apply(null, labels.map(function (s) { return s.length; })); }
+  function draw(canvas, m, size) {
+    // m: rows (null: masked), rowLabels, colLabels (or null), sequential, range [lo, hi], decimals,
+    // group (a separator every group columns: heads), bar (its own colorbar), selected (a row outlined);
+    // size: cw, ch (each page fits its cells to its own width). Sets canvas.cell (where the cells are) and
+    // data-range (the scale drawn with); the browser tests read both.
+    var R = m.rows.length, C = m.rows[0].length, cw = size.cw, ch = size.ch;
+    var lo = m.range[0], hi = m.range[1];
+    var left = 12 + 7 * longest(m.rowLabels);
+    var top = m.colLabels ? 8 + 6.5 * Math.min(14, longest(m.colLabels)) : 6;
+    var bar = m.bar ? barRoom(lo, hi, m.decimals) : 4, barHeight = Math.max(60, R * ch);
+    var rowStep = Math.ceil(12 / ch), colStep = Math.ceil(12 / cw);  // thin the labels so none overlap
+    // the last column labels lean right (rotated text): room for them where no colorbar gives it
+    var lean = m.colLabels ? Math.ceil(2.6 * Math.min(14, longest(m.colLabels))) : 0;
+    var W = left + C * cw + Math.max(bar, lean), H = top + (m.bar ? barHeight : R * ch) + 2;
+    var dpr = window.devicePixelRatio || 1;
+    canvas.width = W * dpr; canvas.height = H * dpr;
+    canvas.style.width = W + "px"; canvas.style.height = H + "px";
+    var g = canvas.getContext("2d");
+    g.setTransform(dpr, 0, 0, dpr, 0, 0);
+    g.clearRect(0, 0, W, H);
+    canvas.dataset.range = lo + "," + hi;
+    g.font = FONT; g.textBaseline = "middle";
+    for (var r = 0; r < R; r++) {
+      if (r % rowStep === 0) {
+        g.textAlign = "right"; g.fillStyle = INK;
+        g.fillText(m.rowLabels[r], left - 6, top + r * ch + ch / 2);
+      }
+      for (var c = 0; c < C; c++) {
+        var v = m.rows[r][c];
+        g.fillStyle = v === null ? MASKED : mix(m.sequential ? SEQ : DIV, (v - lo) / (hi - lo));
+        g.fillRect(left + c * cw, top + r * ch, cw, ch);
+      }
+    }
+    if (m.group) {
+      g.fillStyle = "#1d2433";  // head boundaries
+      for (var s = m.group; s < C; s += m.group) { g.fillRect(left + s * cw - 1, top - 3, 2, R * ch + 6); }
+    }
+    if (m.colLabels) {
+      g.save(); g.fillStyle = INK; g.textAlign = "left";
+      for (var k = 0; k < C; k += colStep) {
+        g.save(); g.translate(left + k * cw + cw / 2 + 3, top - 4); g.rotate(-Math.PI / 2.6);
+        g.fillText(m.colLabels[k].slice(0, 14), 0, 0); g.restore();
+      }
+      g.restore();
+    }
+    if (m.selected !== null && m.selected !== undefined) {
+      g.strokeStyle = "#3056d3"; g.lineWidth = 2;
+      g.strokeRect(left + 1, top + m.selected * ch + 1, C * cw - 2, ch - 2);
+    }
+    if (m.bar) { colorbar(g, left + C * cw + 10, top, barHeight, lo, hi, m.sequential, m.decimals); }
+    canvas.cell = { left: left, top: top, cw: cw, ch: ch, R: R, C: C };
+  }
+
+  // ---- a stage's numbers and their explanations ------------------------------------------------------------
+  function title(stage, head) { return stage.name + (head === null || head === undefined ? "" : " head " + head); }
+  function rows(stage, head, columns) {
+    // the matrix a map shows: the stage's values (positions x features), or one head's query x key map;
+    // ``columns``: the features shown (null: all)
+    var all = head === null || head === undefined ? stage.values : stage.heads[head];
+    return columns ? all.map(function (row) { return columns.map(function (j) { return row[j]; }); }) : all;
+  }
+  function short(name) { return name.replace(/^blocks\.\d+\./, ""); }
+  function explain(stages, s, head, decimals) {
+    // how(r, j): how the number at row r, feature j (a key, for a head's map) of stage record ``s`` was
+    // computed, from its operands record (operands.py) or its norm; null where it has neither.
+    // ``stages``: the trace's records by name, for operands that are stages
+    var f = function (v) { return fmt(v, decimals); };
+    var o = s.operands;
+    if (s.norm && s.norm.z_hat) {
+      var n = s.norm;
+      return function (r, j) {
+        return "= gamma * z_hat + beta; z_hat = (x - mu) / sqrt(var + eps) = " + f(n.z_hat[r][j]) + ", mu " +
+          f(n.mu[r]) + ", sqrt(var + eps) " + f(n.denom[r]);
+      };
+    }
+    if (!o || !o.reads.every(function (name) { return stages[name]; })) { return null; }
+    var read = o.reads.map(function (name) { return stages[name]; });
+    if (o.kind === "sum") {
+      return function (r, j) {
+        return "= " + read.map(function (t) { return short(t.name) + " " + f(t.values[r][j]); }).join(" + ");
+      };
+    }
+    if (o.kind === "act") {
+      return function (r, j) { return "= " + o["function"] + "(" + short(read[0].name) + " " + f(read[0].values[r][j]) + ")"; };
+    }
+    if (o.kind === "gated") {
+      return function (r, j) {
+        return "= " + o["function"] + "(" + short(read[0].name) + " " + f(read[0].values[r][j]) + ") × " +
+          short(read[1].name) + " " + f(read[1].values[r][j]) + "\n= " + f(o.gate[r][j]) + " × " + f(read[1].values[r][j]);
+      };
+    }
+    if (o.kind === "softmax") {
+      return function (r, k) {
+        return "= softmax over the keys of this row of " + short(read[0].name) + " (here " + f(read[0].heads[head][r][k]) + ")";
+      };
+    }
+    if (o.kind === "dot") {
+      var at = {};  // feature -> its place among the covered columns
+      (o.columns || s.values[0].map(function (_, j) { return j; })).forEach(function (j, i) { at[j] = i; });
+      var input = short(read[0].name), d_k = s.shape.length === 4 ? s.shape[3] : 0;
+      return function (r, j) {
+        var i = at[j];
+        if (i === undefined) { return ""; }
+        var p = s.positions[r], idx = o.index[r][i], K = idx.length;
+        var lines = ["= " + input + "[" + p + "] · " + o.weight + "[" + j + "]" + (o.bias ? " + " + o.bias + "[" + j + "]" : "") +
+          (d_k ? "   (head " + Math.floor(j / d_k) + ", dim " + (j % d_k) + ")" : ""),
+          "  the " + o.n + " terms " + input + "[" + p + ", i] × " + o.weight + "[" + j + ", i], the " + K + " largest:"];
+        var cells = idx.map(function (_, t) {
+          var x = o.x[r][i][t], w = o.w[r][i][t];
+          return [String(idx[t]), f(x), f(w), f(x * w)];
+        });
+        var width = cells.reduce(function (a, c) { return c.map(function (v, k) { return Math.max(a[k], v.length); }); }, [0, 0, 0, 0]);
+        cells.forEach(function (c) {  // a column each: i, x_i, W[j, i], their product
+          var p = c.map(function (v, k) { return v.padStart(width[k]); });
+          lines.push("    i " + p[0] + ":  " + p[1] + " × " + p[2] + " = " + p[3]);
+        });
+        lines.push("  + the other " + (o.n - K) + " terms  " + f(o.rest[r][i]));
+        if (o.bias) { lines.push("  + " + o.bias + "[" + j + "]  " + f(o.bias_values[i])); }
+        return lines.join("\n");
+      };
+    }
+    return null;
+  }
+
+  // ---- hovering ---------------------------------------------------------------------------------------------
+  function text(name, m, r, c, how) {
+    // the tooltip: the map, where the cell is and its value, then how it was computed (``how`` is given
+    // the feature: m.columns maps a shown column to it)
+    var j = m.columns ? m.columns[c] : c, line = how ? how(r, j) : "";
+    return name + "\n" + m.rowLabels[r] + " · " + (m.colLabels ? m.colLabels[c] : "feature " + j) + " = " +
+      fmt(m.rows[r][c], m.decimals) + (line ? "\n" + line : "");
+  }
+  function hover(canvas, tip, name, m, how) {
+    canvas.addEventListener("mousemove", function (e) {
+      var b = canvas.getBoundingClientRect(), L = canvas.cell;
+      var c = Math.floor((e.clientX - b.left - L.left) / L.cw), r = Math.floor((e.clientY - b.top - L.top) / L.ch);
+      if (r < 0 || r >= L.R || c < 0 || c >= L.C) { tip.hidden = true; return; }
+      tip.textContent = text(name, m, r, c, how);
+      tip.hidden = false; tip.style.left = (e.clientX + 14) + "px"; tip.style.top = (e.clientY + 12) + "px";
+    });
+    canvas.addEventListener("mouseleave", function () { tip.hidden = true; });
+  }
+
+  return { DIV: DIV, SEQ: SEQ, FONT: FONT, INK: INK, mix: mix, number: number, fmt: fmt, range: range,
+           barRoom: barRoom, colorbar: colorbar, draw: draw, title: title, rows: rows, explain: explain,
+           text: text, hover: hover };
+})();
