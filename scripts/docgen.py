@@ -395,8 +395,9 @@ def explore_shots(command: str, shots: list[dict]) -> None:
 
     A shot: `png` (its file under docs/images/), `alt`, `query` (the page's URL query: model, compare,
     group), `fill` ({selector: text}), `click` ([(selector, selector to wait for, or None: the next trace)]),
-    `element` (a selector: the shot is of that element only), `read` (a JavaScript expression whose text
-    is shown above the image). `write` saves the PNGs; `check` takes them in a scratch folder (the page must
+    `element` (a selector: the shot is of that element only), `hover` ((a heatmap canvas's selector, row,
+    column): the mouse on that cell, its tooltip shown), `read` (a JavaScript expression whose text is shown
+    above the image). `write` saves the PNGs; `check` takes them in a scratch folder (the page must
     still work) and compares the words.
     """
     try:
@@ -448,6 +449,13 @@ def _shoot(browser: object, url: str, shot: dict, scratch: Path) -> str:
             page.wait_for_selector(wait, timeout=120_000)
         else:
             page.wait_for_function(_drawn_after(before), timeout=120_000)
+    if shot.get("hover"):
+        canvas, row, column = shot["hover"]
+        page.locator(canvas).scroll_into_view_if_needed()
+        box, cell = page.locator(canvas).bounding_box(), page.eval_on_selector(canvas, "c => c.cell")
+        page.mouse.move(box["x"] + cell["left"] + (column + 0.5) * cell["cw"],
+                        box["y"] + cell["top"] + (row + 0.5) * cell["ch"])
+        page.wait_for_selector("#tip:not([hidden])")
     words = str(page.evaluate(shot["read"])) if shot.get("read") else ""
     target = (ROOT / "docs" / "images" if MODE == "write" else scratch) / shot["png"]
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -205,3 +205,191 @@ def test_switching_models_redraws_the_page_for_the_other_model(page: object) -> 
     layout = page.eval_on_selector_all("svg#diagram .node", "els => els.map(e => e.dataset.stage)")
     assert layout[:3] == ["blocks.0.resid_pre", "blocks.0.attn.out", "blocks.0.resid_mid"]  # post-norm
     assert page.errors == []
+
+
+# ---- hovering a number: its operands, the same on the static trace page --------------------------------
+
+GATED = ["--preset", "listops-seed", "--norm-position", "pre", "--activation", "swiglu"]
+
+
+def gated_model() -> bl.Transformer:
+    """The pre-norm SwiGLU listops model the gated server serves, built again with the same seed."""
+    torch.manual_seed(0)
+    return bl.Transformer(bl.preset("listops-seed", norm_position="pre", activation="swiglu")).eval()
+
+
+@pytest.fixture(scope="module")
+def gated_server() -> Iterator[str]:
+    """``blocklab explore`` over a pre-norm SwiGLU listops model (q reads the normed input; act is gated)."""
+    proc = subprocess.Popen([sys.executable, "-m", "blocklab", "explore", *GATED, "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()
+        found = re.search(r"http://\S+", line)
+        assert found, line + proc.stdout.read() if proc.poll() is not None else line
+        yield found.group(0)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def static_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``blocklab trace --html`` of the gated server's model on the page's first input."""
+    out = tmp_path_factory.mktemp("static") / "trace.html"
+    assert main(["trace", *GATED, "--input", "Max ( 1 , 6 , 2 )", "--html", str(out), "-q"]) == 0
+    return out
+
+
+@pytest.fixture
+def pages(gated_server: str, static_page: Path) -> Iterator[tuple[object, object]]:
+    """(the explorer, the static page) in one headless Chromium, both drawn."""
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        tabs = []
+        for url in (gated_server, static_page.as_uri()):
+            tab = browser.new_page(viewport={"width": 1400, "height": 1000})
+            tab.errors = []
+            tab.on("console", lambda m, tab=tab: tab.errors.append(m.text) if m.type == "error" else None)
+            tab.on("pageerror", lambda e, tab=tab: tab.errors.append(str(e)))
+            tab.goto(url)
+            tab.wait_for_function(RENDERED, timeout=60_000)
+            tabs.append(tab)
+        yield tabs[0], tabs[1]
+        browser.close()
+
+
+def hover(tab: object, canvas: str, row: int, column: int) -> str:
+    """The tooltip's text with the mouse over the cell (row, column) of ``canvas``."""
+    tab.locator(canvas).scroll_into_view_if_needed()
+    box = tab.locator(canvas).bounding_box()
+    cell = tab.eval_on_selector(canvas, "c => c.cell")
+    tab.mouse.move(box["x"] + cell["left"] + (column + 0.5) * cell["cw"],
+                   box["y"] + cell["top"] + (row + 0.5) * cell["ch"])
+    assert tab.is_visible("#tip")
+    return tab.text_content("#tip")
+
+
+def explorer_canvas(stage: str, nth: int = 0) -> str:
+    return f"#stage-{stage.replace('.', chr(92) + '.')} canvas >> nth={nth}"
+
+
+def static_canvas(stage: str, nth: int = 0) -> str:
+    return f"section[id='{stage}'] canvas.heatmap >> nth={nth}"
+
+
+def layer_norm(x: torch.Tensor, norm: torch.nn.Module) -> torch.Tensor:
+    """LayerNorm written out in float64 with the module's gamma, beta and eps."""
+    mu = x.mean(-1, keepdim=True)
+    var = ((x - mu) ** 2).mean(-1, keepdim=True)
+    return (x - mu) / torch.sqrt(var + norm.eps) * norm.weight.double() + norm.bias.double()
+
+
+@torch.no_grad()
+def oracle() -> dict[str, torch.Tensor]:
+    """The gated model's numbers on the page's input, by hand from its weights: the attention input
+    LN1(resid_pre) of block 0, q/k/v = LN1(x) W^T + b, the final norm's output and the logits, and the FFN's
+    gate silu(LN2(y) W1^T + b1) and linear branch LN2(y) W3^T + b3."""
+    model = gated_model()
+    _, cache = model.run_with_cache(torch.tensor([TOKENIZER.encode("Max ( 1 , 6 , 2 )")]),
+                                    names=["blocks.0.resid_pre", "blocks.0.resid_mid", "blocks.1.resid_post"])
+    block, p = model.blocks[0], lambda t: t.detach().double()
+    ln1 = layer_norm(p(cache["blocks.0.resid_pre"][0]), block.ln1)
+    ln2 = layer_norm(p(cache["blocks.0.resid_mid"][0]), block.ln2)
+    ln_f = layer_norm(p(cache["blocks.1.resid_post"][0]), model.ln_f)
+    h1 = ln2 @ p(block.ffn.w1.weight).T + p(block.ffn.w1.bias)
+    out = {"ln1": ln1, "ln_f": ln_f, "W_vocab": p(model.head.weight), "logits": ln_f @ p(model.head.weight).T,
+           "gate": h1 * torch.sigmoid(h1), "hidden": h1,
+           "linear": ln2 @ p(block.ffn.w3.weight).T + p(block.ffn.w3.bias)}
+    for letter in "qkv":
+        linear = getattr(block.attn, letter)
+        out[f"W{letter}"], out[f"b{letter}"] = p(linear.weight), p(linear.bias)
+        out[letter] = ln1 @ p(linear.weight).T + p(linear.bias)
+    return out
+
+
+NUMBER = r"(-?\d+\.\d{4})"
+
+
+def check_dot_tip(tip: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                  value: float) -> None:
+    """A dot product's tooltip against the oracle: the shown value, the three largest terms x_i W[j, i]
+    (their i, x_i, W[j, i] and product), the other terms' sum and the bias, all at the shown 4 decimals,
+    and the shown parts adding up to the shown value."""
+    shown = float(re.search(rf"= {NUMBER}\n", tip).group(1))
+    assert shown == pytest.approx(value, abs=0.5e-4)
+    terms = x * weight
+    top = terms.abs().topk(3).indices.tolist()
+    rows = re.findall(rf"i +(\d+): +{NUMBER} × +{NUMBER} = +{NUMBER}", tip)
+    assert [int(r[0]) for r in rows] == top
+    for (_, xi, wi, product), i in zip(rows, top, strict=True):
+        assert (float(xi), float(wi), float(product)) == pytest.approx(
+            (float(x[i]), float(weight[i]), float(terms[i])), abs=0.5e-4)
+    rest = float(re.search(rf"the other {x.numel() - 3} terms +{NUMBER}", tip).group(1))
+    assert rest == pytest.approx(float(terms.sum() - terms[top].sum()), abs=0.5e-4)
+    b = float(re.search(rf"\+ \w+\[\d+\] +{NUMBER}$", tip).group(1)) if bias is not None else 0.0
+    assert b == pytest.approx(float(bias) if bias is not None else 0.0, abs=0.5e-4)
+    assert sum(float(r[3]) for r in rows) + rest + b == pytest.approx(shown, abs=3e-4)  # 5 roundings
+
+
+def test_hovering_q_k_and_v_shows_the_normed_input_times_the_weights_row_plus_bias(pages: tuple) -> None:
+    explorer, _ = pages
+    numbers = oracle()
+    for letter, (t, j) in zip("qkv", [(7, 21), (3, 40), (5, 2)], strict=True):
+        tip = hover(explorer, explorer_canvas(f"blocks.0.attn.{letter}"), t, j)
+        assert tip.startswith(f"blocks.0.attn.{letter}\n{t} ")
+        assert f"= ln1[{t}] · W{letter}[{j}] + b{letter}[{j}]   (head {j // 16}, dim {j % 16})" in tip
+        check_dot_tip(tip, numbers["ln1"][t], numbers[f"W{letter}"][j], numbers[f"b{letter}"][j],
+                      float(numbers[letter][t, j]))
+    assert explorer.errors == []
+
+
+def test_hovering_a_gated_activation_and_the_logits_shows_their_operands(pages: tuple) -> None:
+    explorer, _ = pages
+    numbers = oracle()
+    tip = hover(explorer, explorer_canvas("blocks.0.ffn.act"), 6, 17)
+    gate, hidden, linear = (float(numbers[k][6, 17]) for k in ("gate", "hidden", "linear"))
+    assert f"= silu(ffn.hidden {hidden:.4f}) × ffn.linear {linear:.4f}\n= {gate:.4f} × {linear:.4f}" in tip
+    assert f"= {gate * linear:.4f}\n" in tip  # the shown value is the product of its operands
+    explorer.click("#groups button[data-group='after']")
+    explorer.wait_for_function(f"({RENDERED}) && document.getElementById('stage-logits')", timeout=60_000)
+    token = TOKENIZER.token_to_id["6"]
+    tip = hover(explorer, explorer_canvas("logits"), 7, token)
+    assert tip.startswith("logits\n7 ) · 6 = ") and f"= ln_f[7] · W_vocab[{token}]\n" in tip  # no bias
+    check_dot_tip(tip, numbers["ln_f"][7], numbers["W_vocab"][token], None,
+                  float(numbers["logits"][7, token]))
+    assert explorer.errors == []
+
+
+def test_the_static_page_and_the_explorer_draw_with_one_script_and_explain_alike(
+        pages: tuple, gated_server: str, static_page: Path) -> None:
+    explorer, static = pages
+    import urllib.request
+
+    with urllib.request.urlopen(gated_server + "static/heatmap.js") as answer:
+        served = answer.read().decode()
+    assert "var blocklabHeatmap" in served and served in static_page.read_text()  # inlined, verbatim
+    with urllib.request.urlopen(gated_server + "static/explore.js") as answer:
+        page_script = answer.read().decode()
+    for own in (static_page.read_text().replace(served, ""), page_script):  # no second copy of the drawing
+        assert "fillRect(" not in own and "[247, 251, 255]" not in own and "mousemove" not in own
+    # the same data draws the same pixels on both pages
+    draw = """() => { const c = document.createElement('canvas'); document.body.appendChild(c);
+      blocklabHeatmap.draw(c, {rows: [[-1, 0.5, null], [0.25, 2, -0.75]], rowLabels: ['0 a', '1 b'],
+        colLabels: ['x', 'y', 'z'], sequential: false, range: [-2, 2], decimals: 4, group: 0, bar: true,
+        selected: 1}, {cw: 20, ch: 16});
+      return [c.toDataURL(), c.width, c.height]; }"""
+    drawn = [tab.evaluate(draw) for tab in pages]
+    assert drawn[0] == drawn[1] and drawn[0][1] > 60
+    blank = explorer.evaluate("([w, h]) => { const c = document.createElement('canvas'); c.width = w; "
+                              "c.height = h; return c.toDataURL(); }", drawn[0][1:])
+    assert drawn[0][0] != blank
+    # hovering the same number of a stage says the same on both pages
+    cells = [("blocks.0.attn.q", 0, 7, 21), ("blocks.0.attn.k", 0, 2, 9), ("blocks.0.attn.v", 0, 5, 63),
+             ("blocks.0.ln1", 0, 4, 12), ("blocks.0.attn.weights", 2, 6, 3), ("blocks.0.resid_mid", 0, 1, 30),
+             ("blocks.0.ffn.act", 0, 6, 17)]
+    for stage, nth, row, column in cells:
+        mine = hover(explorer, explorer_canvas(stage, nth), row, column)
+        theirs = hover(static, static_canvas(stage, nth), row, column)
+        assert mine == theirs and "\n= " in mine, (mine, theirs)
+    assert explorer.errors == [] and static.errors == []
