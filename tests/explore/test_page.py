@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -32,13 +33,11 @@ RENDERED = ("document.documentElement.dataset.rendered && "
             "document.documentElement.dataset.rendered !== 'error'")
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    """``blocklab explore`` over two presets and their pre-norm variants on a free port; its URL."""
-    proc = subprocess.Popen([sys.executable, "-m", "blocklab", "explore", "--preset", "listops-seed",
-                             "--preset", "tiny-lm", "--vary", "norm_position=post,pre",
-                             "--port", "0"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+@contextmanager
+def serving(*flags: str) -> Iterator[str]:
+    """``blocklab explore FLAGS`` running as a process on a free port, for the block; its URL."""
+    proc = subprocess.Popen([sys.executable, "-m", "blocklab", "explore", *flags, "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         line = proc.stdout.readline()
         found = re.search(r"http://\S+", line)
@@ -49,18 +48,36 @@ def server() -> Iterator[str]:
         proc.wait(timeout=30)
 
 
-@pytest.fixture
-def page(server: str) -> Iterator[object]:
+@contextmanager
+def browsing(*urls: str) -> Iterator[list[object]]:
+    """A tab per URL in one headless Chromium, each drawn, logging its errors in ``tab.errors``."""
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        tab = browser.new_page(viewport={"width": 1400, "height": 1000})
-        tab.errors = []
-        tab.on("console", lambda m: tab.errors.append(m.text) if m.type == "error" else None)
-        tab.on("pageerror", lambda e: tab.errors.append(str(e)))
-        tab.goto(server)
-        tab.wait_for_function(RENDERED, timeout=60_000)
-        yield tab
+        tabs = []
+        for url in urls:
+            tab = browser.new_page(viewport={"width": 1400, "height": 1000})
+            tab.errors = []
+            tab.on("console", lambda m, tab=tab: tab.errors.append(m.text) if m.type == "error" else None)
+            tab.on("pageerror", lambda e, tab=tab: tab.errors.append(str(e)))
+            tab.goto(url)
+            tab.wait_for_function(RENDERED, timeout=60_000)
+            tabs.append(tab)
+        yield tabs
         browser.close()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    """``blocklab explore`` over two presets and their pre-norm variants; its URL."""
+    with serving("--preset", "listops-seed", "--preset", "tiny-lm", "--vary", "norm_position=post,pre") \
+            as url:
+        yield url
+
+
+@pytest.fixture
+def page(server: str) -> Iterator[object]:
+    with browsing(server) as tabs:
+        yield tabs[0]
 
 
 def shown_tokens(tab: object) -> list[str]:
@@ -221,16 +238,8 @@ def gated_model() -> bl.Transformer:
 @pytest.fixture(scope="module")
 def gated_server() -> Iterator[str]:
     """``blocklab explore`` over a pre-norm SwiGLU listops model (q reads the normed input; act is gated)."""
-    proc = subprocess.Popen([sys.executable, "-m", "blocklab", "explore", *GATED, "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        line = proc.stdout.readline()
-        found = re.search(r"http://\S+", line)
-        assert found, line + proc.stdout.read() if proc.poll() is not None else line
-        yield found.group(0)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    with serving(*GATED) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -242,21 +251,10 @@ def static_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def pages(gated_server: str, static_page: Path) -> Iterator[tuple[object, object]]:
-    """(the explorer, the static page) in one headless Chromium, both drawn."""
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        tabs = []
-        for url in (gated_server, static_page.as_uri()):
-            tab = browser.new_page(viewport={"width": 1400, "height": 1000})
-            tab.errors = []
-            tab.on("console", lambda m, tab=tab: tab.errors.append(m.text) if m.type == "error" else None)
-            tab.on("pageerror", lambda e, tab=tab: tab.errors.append(str(e)))
-            tab.goto(url)
-            tab.wait_for_function(RENDERED, timeout=60_000)
-            tabs.append(tab)
-        yield tabs[0], tabs[1]
-        browser.close()
+def pages(gated_server: str, static_page: Path) -> Iterator[list[object]]:
+    """[the explorer, the static page] in one headless Chromium, both drawn."""
+    with browsing(gated_server, static_page.as_uri()) as tabs:
+        yield tabs
 
 
 def hover(tab: object, canvas: str, row: int, column: int) -> str:
@@ -332,7 +330,7 @@ def check_dot_tip(tip: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.T
     assert sum(float(r[3]) for r in rows) + rest + b == pytest.approx(shown, abs=3e-4)  # 5 roundings
 
 
-def test_hovering_q_k_and_v_shows_the_normed_input_times_the_weights_row_plus_bias(pages: tuple) -> None:
+def test_hovering_q_k_and_v_shows_the_normed_input_times_the_weights_row_plus_bias(pages: list) -> None:
     explorer, _ = pages
     numbers = oracle()
     for letter, (t, j) in zip("qkv", [(7, 21), (3, 40), (5, 2)], strict=True):
@@ -344,7 +342,7 @@ def test_hovering_q_k_and_v_shows_the_normed_input_times_the_weights_row_plus_bi
     assert explorer.errors == []
 
 
-def test_hovering_a_gated_activation_and_the_logits_shows_their_operands(pages: tuple) -> None:
+def test_hovering_a_gated_activation_and_the_logits_shows_their_operands(pages: list) -> None:
     explorer, _ = pages
     numbers = oracle()
     tip = hover(explorer, explorer_canvas("blocks.0.ffn.act"), 6, 17)
@@ -362,7 +360,7 @@ def test_hovering_a_gated_activation_and_the_logits_shows_their_operands(pages: 
 
 
 def test_the_static_page_and_the_explorer_draw_with_one_script_and_explain_alike(
-        pages: tuple, gated_server: str, static_page: Path) -> None:
+        pages: list, gated_server: str, static_page: Path) -> None:
     explorer, static = pages
     import urllib.request
 

@@ -1,7 +1,9 @@
 """The tracer: walk one input through a model and show every stage's numbers (docs/concepts.md#tracer-stages).
 
-``collect_trace`` gathers the numbers, ``render_text`` prints them, ``trace_to_dict`` is the
-JSON (schema: ``schema.json``, ``SCHEMA_PATH``), ``write_html`` the self-contained page.
+``collect_trace`` gathers the numbers (with each stage's operands, ``operands.py``: how its numbers
+were computed, which the pages show on hover), ``render_text`` prints them, ``trace_to_dict`` is the
+JSON (schema: ``schema.json``, ``SCHEMA_PATH``), ``write_html`` the self-contained page, whose heatmaps
+``heatmap.js`` draws (the explore page's too).
 """
 
 from pathlib import Path

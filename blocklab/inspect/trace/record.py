@@ -1,6 +1,7 @@
 """What a trace holds: the ``Trace`` of one input and its ``Stage``s (numbers and words).
 
-``collect.py`` fills them in, ``explain.py`` adds the words, ``text.py`` and ``html.py`` show them.
+``collect.py`` fills them in (``operands.py`` the ``Operands``), ``explain.py`` adds the words, ``text.py``
+and ``html.py`` show them.
 """
 
 from __future__ import annotations
