@@ -20,6 +20,7 @@ each claim's module, taken from the claim's words, as tested functions.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -248,6 +249,15 @@ class Claim:
             )
         if (self.kind == "training") != (self.runs is not None):
             raise ValueError(f"Claim {self.name!r}: training claims, and only they, have runs")
+
+    @classmethod
+    def of(cls, module: str, **fields: Any) -> Claim:
+        """The claim a module states (``module``: its ``__name__``): the module's functions ``measure``,
+        ``verdict``, ``headline``, ``plot`` and, for a training claim, ``runs`` go in by name, so a claim
+        file writes only what is its own."""
+        functions = vars(sys.modules[module])
+        parts = {name: functions[name] for name in ("measure", "verdict", "headline", "plot")}
+        return cls(**fields, **parts, runs=functions.get("runs"))
 
     def params(self, quick: bool) -> dict[str, Any]:
         """The sizes of the quick or the full run."""

@@ -73,7 +73,8 @@ def plot(m: Numbers, fig: Figure) -> None:
     ax.legend(fontsize="small")
 
 
-CLAIM = Claim(
+CLAIM = Claim.of(
+    __name__,
     name="gelu-approximations",
     kind="exact",
     statement="GELU is approximated closely by the tanh form, and less exactly by the sigmoid form.",
@@ -90,10 +91,6 @@ CLAIM = Claim(
     setups=(Setup("exact", "exact", "float64 arithmetic on a grid: nothing about it can be confounded"),),
     quick={"points": 2_000_001},
     full={"points": 20_000_001},
-    measure=measure,
-    verdict=verdict,
-    headline=headline,
-    plot=plot,
     notes=(
         "The tanh form's largest error is a small fraction of bfloat16's rounding step; the sigmoid "
         "form's is about 43 times larger, under 1% of GELU where it occurs: the cost of exactness the "

@@ -112,7 +112,8 @@ SOURCE = Setup(
     "restate one",
 )
 
-CLAIM = Claim(
+CLAIM = Claim.of(
+    __name__,
     name=NAME,
     kind="training",
     statement="GELU matches or beats ReLU, at a small extra cost.",
@@ -141,11 +142,6 @@ CLAIM = Claim(
     # timing: the FFN the cost is measured on (d_model, tokens, interleaved repetitions)
     quick={**TRAIN_QUICK, "timing": [256, 512, 20]},
     full={**TRAIN_FULL, "timing": [256, 512, 20]},
-    measure=measure,
-    verdict=verdict,
-    headline=headline,
-    plot=plot,
-    runs=runs,
     notes=(
         "Both activations reach the 99% target on every seed in both setups, so the comparison is how "
         "many steps each needs, read every 25 steps. With blocklab's init (torch-init) GELU needs at most "

@@ -96,7 +96,8 @@ def plot(m: Numbers, fig: Figure) -> None:
     ax.legend(fontsize="small")
 
 
-CLAIM = Claim(
+CLAIM = Claim.of(
+    __name__,
     name="layernorm-moments",
     kind="exact",
     statement="LayerNorm's output has mean 0 and variance 1.",
@@ -114,10 +115,6 @@ CLAIM = Claim(
     ),
     quick={"d_model": 64, "n": 256, "input_vars": [1.0, 1e-2, 0.01186, 1e-3, 1e-4, 1e-5]},
     full={"d_model": 64, "n": 4096, "input_vars": [1.0, 1e-2, 0.01186, 1e-3, 1e-4, 1e-5, 1e-6]},
-    measure=measure,
-    verdict=verdict,
-    headline=headline,
-    plot=plot,
     notes=(
         "The output mean is 0 and the output variance is exactly var/(var+eps) at every input scale: "
         "LayerNorm's output has variance 1 up to eps, which is what the formula says. The shortfall below "

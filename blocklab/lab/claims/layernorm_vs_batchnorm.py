@@ -185,7 +185,8 @@ SOURCE = Setup(
     init="xavier",
 )
 
-CLAIM = Claim(
+CLAIM = Claim.of(
+    __name__,
     name=NAME,
     kind="training",
     statement="LayerNorm normalizes each position on its own, so its output does not depend on the batch or "
@@ -219,11 +220,6 @@ CLAIM = Claim(
     ),
     quick={**TRAIN_QUICK, "batch": 16, "batch_sizes": [1, 8, 64]},
     full={**TRAIN_FULL, "batch": 16, "batch_sizes": [1, 8, 64]},
-    measure=measure,
-    verdict=verdict,
-    headline=headline,
-    plot=plot,
-    runs=runs,
     notes=(
         "The four invariance checks (the rest of the batch, train and eval mode) are exact properties and "
         "hold in both setups. At batch size 1 neither norm reaches the target within the budget; "

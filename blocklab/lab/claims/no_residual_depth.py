@@ -154,7 +154,8 @@ SOURCE = Setup(
     "he-init", "source", "blocklab's listops model (pre-norm) with He et al.'s init, the source's", init="he"
 )
 
-CLAIM = Claim(
+CLAIM = Claim.of(
+    __name__,
     name=NAME,
     kind="training",
     statement="Without residual connections deeper stacks train worse, and a 20-layer one fails to train, "
@@ -184,11 +185,6 @@ CLAIM = Claim(
     ),
     quick={**TRAIN_QUICK, "depths": [2, 6, 12], "trains_at": 0.3, "fails_below": 0.15},
     full={**TRAIN_FULL, "depths": [2, 10, 20], "trains_at": 0.9, "fails_below": 0.5},
-    measure=measure,
-    verdict=verdict,
-    headline=headline,
-    plot=plot,
-    runs=runs,
     notes=(
         "With residuals, stacks of 2, 10 and 20 layers reach the target on every seed in both setups "
         "(he-init, the source's init, and torch-init); without residuals the 2-layer stack trains (the "

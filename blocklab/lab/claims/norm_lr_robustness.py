@@ -105,7 +105,8 @@ SOURCE = Setup(
     model={"norm_position": "pre"},
 )
 
-CLAIM = Claim(
+CLAIM = Claim.of(
+    __name__,
     name=NAME,
     kind="training",
     statement="LayerNorm makes training robust to the learning rate.",
@@ -138,11 +139,6 @@ CLAIM = Claim(
     ),
     quick={**TRAIN_QUICK, "lrs": [1e-3, 1e-2, 1e-1], "trains_at": 0.3},
     full={**TRAIN_FULL, "lrs": [3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1], "trains_at": 0.9},
-    measure=measure,
-    verdict=verdict,
-    headline=headline,
-    plot=plot,
-    runs=runs,
     notes=(
         "LayerNorm and no norm reach 90% on most seeds at the same learning rates of the sweep, the lower "
         "four, in both placements (pre-norm and post-norm), and neither does at the two highest: "

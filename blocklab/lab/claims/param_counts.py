@@ -72,7 +72,8 @@ def plot(m: Numbers, fig: Figure) -> None:
     ax.set(xscale="log", xlabel="parameters (built module)", title="worked examples")
 
 
-CLAIM = Claim(
+CLAIM = Claim.of(
+    __name__,
     name="param-counts",
     kind="exact",
     statement="LayerNorm d=64 has 128 parameters, the FFN d=64/d_ff=256 33,088, attention d=64 16,384, "
@@ -90,8 +91,4 @@ CLAIM = Claim(
     setups=(Setup("exact", "exact", "counting: nothing about it can be confounded"),),
     quick={},
     full={},
-    measure=measure,
-    verdict=verdict,
-    headline=headline,
-    plot=plot,
 )

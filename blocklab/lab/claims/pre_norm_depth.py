@@ -110,7 +110,8 @@ SOURCE = Setup(
     init="xavier",
 )
 
-CLAIM = Claim(
+CLAIM = Claim.of(
+    __name__,
     name=NAME,
     kind="training",
     statement="Pre-norm trains deep stacks where post-norm fails.",
@@ -143,11 +144,6 @@ CLAIM = Claim(
     ),
     quick={**TRAIN_QUICK, "depths": [4, 12, 24], "trains_at": 0.3},
     full={**TRAIN_FULL, "depths": [6, 20, 30], "steps": 400, "trains_at": 0.5},
-    measure=measure,
-    verdict=verdict,
-    headline=headline,
-    plot=plot,
-    runs=runs,
     notes=(
         "With the source's Xavier init (xavier), pre-norm stacks of 6, 20 and 30 layers reach the target "
         "on every seed while post-norm trains at 6 layers and stays near chance at 20 and 30 on every "

@@ -101,7 +101,8 @@ def plot(m: Numbers, fig: Figure) -> None:
 
 XAVIER = Setup("xavier", "source", "Xavier-normal block weights, as in the paper's theorem", init="xavier")
 
-CLAIM = Claim(
+CLAIM = Claim.of(
+    __name__,
     name="pre-vs-post-gradient",
     kind="init",
     statement="At initialization post-norm's FFN gradient grows with the layer index while pre-norm's stays "
@@ -139,10 +140,6 @@ CLAIM = Claim(
     ),
     quick={"d_model": 64, "batch": 32, "depths": [6, 12, 24], "seeds": 1},
     full={"d_model": 512, "batch": 64, "depths": [6, 12, 24], "seeds": 3},
-    measure=measure,
-    verdict=verdict,
-    headline=headline,
-    plot=plot,
     notes=(
         "At the source's width with every token scored and Xavier weights (xavier), post-norm's W2 "
         "gradient does grow from the first third of the layers to the last, but by less than the 1.5x the "

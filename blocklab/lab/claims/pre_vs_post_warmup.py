@@ -106,7 +106,8 @@ SOURCE = Setup(
     init="xavier",
 )
 
-CLAIM = Claim(
+CLAIM = Claim.of(
+    __name__,
     name=NAME,
     kind="training",
     statement="Post-norm needs learning-rate warmup at a high learning rate; pre-norm does not.",
@@ -144,11 +145,6 @@ CLAIM = Claim(
     ),
     quick={**TRAIN_QUICK, "depth": 4, "warmup": 50},
     full={**TRAIN_FULL, "depth": 6, "warmup": 100},
-    measure=measure,
-    verdict=verdict,
-    headline=headline,
-    plot=plot,
-    runs=runs,
     notes=(
         "At the claim's high learning rate, post-norm without warmup stays at chance on every seed in "
         "every setup. Whether warmup rescues it depends on the init: with GPT-2's N(0, 0.02) weights "

@@ -100,7 +100,8 @@ SOURCE = Setup(
     init="xavier",
 )
 
-CLAIM = Claim(
+CLAIM = Claim.of(
+    __name__,
     name=NAME,
     kind="training",
     statement="ReLU zeroes about half of the FFN hidden units at initialization.",
@@ -128,11 +129,6 @@ CLAIM = Claim(
     ),
     quick=TRAIN_QUICK,
     full=TRAIN_FULL,
-    measure=measure,
-    verdict=verdict,
-    headline=headline,
-    plot=plot,
-    runs=runs,
     notes=(
         "At initialization about half of the FFN hidden units are zero in every layer, on every seed, "
         "with Xavier weights (xavier, the source's kind) and with blocklab's init (torch-init): the claim "

@@ -148,7 +148,8 @@ def plot(m: Numbers, fig: Figure) -> None:
 
 HE = Setup("he-init", "source", "He et al. 2015's variance-preserving init, the source's", init="he")
 
-CLAIM = Claim(
+CLAIM = Claim.of(
+    __name__,
     name="residual-gradient",
     kind="init",
     statement="Residual connections keep gradients alive (the +1 term): without them the gradient reaching "
@@ -185,10 +186,6 @@ CLAIM = Claim(
     ),
     quick={"d_model": 32, "batch": 16, "depths": [2, 6, 10, 20], "seeds": 1},
     full={"d_model": 64, "batch": 64, "depths": [2, 6, 10, 20], "seeds": 3},
-    measure=measure,
-    verdict=verdict,
-    headline=headline,
-    plot=plot,
     notes=(
         "With residuals the first block's input gets at least a tenth of the top's gradient at every "
         "depth, in every family and every setup: the +1 keeps the gradient alive, as the source says (a "

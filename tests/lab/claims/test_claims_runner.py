@@ -86,7 +86,7 @@ def test_a_claims_run_killed_midway_trains_only_its_unfinished_runs_again(tmp_pa
     trained.clear()
     again = registry.run_claims([CLAIM], quick=True, executor=Executor(jobs=1), out=out, progress=False)
     assert trained == []
-    measurements = lambda r: [s["measurements"] for c in r["claims"] for s in c["setups"]]  # noqa: E731
+    measurements = lambda r: [s["measurements"] for c in r["claims"] for s in c["setups"]]
     assert measurements(again) == measurements(report)
 
 

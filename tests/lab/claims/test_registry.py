@@ -131,3 +131,36 @@ def test_seeds_reach_every_claim_measured_over_seeds_and_refuse_where_none_is(ca
     assert "none of param-counts is" in capsys.readouterr().err
     assert main(["claims", "--only", "gelu-vs-relu", "--seeds", "0"]) == 2
     assert "--seeds" in capsys.readouterr().err
+
+
+def _own_lines(path) -> list[str]:
+    """A claim file's lines, stripped, without blank lines, import lists (which name what it uses) and
+    lines of brackets alone."""
+    lines, in_import = [], False
+    for line in path.read_text().splitlines():
+        stripped = line.strip()
+        if stripped.startswith(("from ", "import ")):
+            in_import = stripped.endswith("(")
+            continue
+        if in_import:
+            in_import = stripped != ")"
+            continue
+        if stripped.strip("()[]{},"):
+            lines.append(stripped)
+    return lines
+
+
+def test_no_two_claim_files_share_six_lines():
+    """Issue 26: 23 of 36 duplicate pairs were claim boilerplate (setups, the Claim(...) tail); what claims
+    share lives in base.py (Claim.of) and shared.py (setups, arms, plots), so no claim file repeats
+    another's run of six lines."""
+    import difflib
+    from itertools import combinations
+    from pathlib import Path
+
+    files = sorted(p for p in Path(claims_package.__path__[0]).glob("*.py") if p.stem not in NOT_CLAIMS)
+    own = {p.stem: _own_lines(p) for p in files if p.stem != "__init__"}
+    for a, b in combinations(own, 2):
+        blocks = difflib.SequenceMatcher(None, own[a], own[b], autojunk=False).get_matching_blocks()
+        longest = max(blocks, key=lambda m: m.size)
+        assert longest.size < 6, (a, b, own[a][longest.a:longest.a + longest.size])
