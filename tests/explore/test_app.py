@@ -13,14 +13,14 @@ import torch
 
 pytest.importorskip("starlette")
 pytest.importorskip("httpx")
-from starlette.testclient import TestClient  # noqa: E402
+from starlette.testclient import TestClient
 
-import blocklab as bl  # noqa: E402
-from blocklab.cli import main  # noqa: E402
-from blocklab.cli.trace import preset_subject  # noqa: E402
-from blocklab.explore.app import MAX_BODY, create_app  # noqa: E402
-from blocklab.explore.session import MAX_TEXT, Explored  # noqa: E402
-from blocklab.tasks import get_task  # noqa: E402
+import blocklab as bl
+from blocklab.cli import main
+from blocklab.cli.trace import preset_subject
+from blocklab.explore.app import MAX_BODY, create_app
+from blocklab.explore.session import MAX_TEXT, Explored
+from blocklab.tasks import get_task
 
 QUERY = "Max ( 1 , 6 , 2 )"
 TOKENIZER = get_task("listops").tokenizer
