@@ -22,6 +22,8 @@ TINY = {
     "norm-lr-robustness": {**TRAIN_TINY, "lrs": [1e-3, 1e-2], "trains_at": 0.3},
     "pre-norm-depth": {**TRAIN_TINY, "depths": [1, 2], "trains_at": 0.3},
     "layernorm-vs-batchnorm": {**TRAIN_TINY, "batch": 4, "batch_sizes": [1, 8]},
+    "glu-variants": {**TRAIN_TINY, "batch_size": 4},
+    "rmsnorm-vs-layernorm": {**TRAIN_TINY, "timing": [16, 32, 3]},
 }
 
 

@@ -12,6 +12,7 @@ from ..executors import Executor
 from . import (
     gelu_approximations,
     gelu_vs_relu,
+    glu_variants,
     layernorm_moments,
     layernorm_vs_batchnorm,
     no_residual_depth,
@@ -22,6 +23,7 @@ from . import (
     pre_vs_post_warmup,
     relu_sparsity,
     residual_gradient,
+    rmsnorm_vs_layernorm,
     runner,
     views,
 )
@@ -35,11 +37,13 @@ MODULES = (
     param_counts,
     relu_sparsity,
     gelu_vs_relu,
+    glu_variants,
     no_residual_depth,
     pre_vs_post_warmup,
     norm_lr_robustness,
     pre_norm_depth,
     layernorm_vs_batchnorm,
+    rmsnorm_vs_layernorm,
 )
 CLAIMS: list[Claim] = [module.CLAIM for module in MODULES]
 REGISTRY: dict[str, Claim] = {c.name: c for c in CLAIMS}

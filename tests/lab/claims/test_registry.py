@@ -99,7 +99,7 @@ def test_every_task_a_claim_trains_on_reopens_with_blocklab_eval(tmp_path, capsy
         for s in c.setups
         for spec in c.runs(c.quick, s)
     }
-    assert {json.loads(t)["name"] for t in tasks} == {"listops", "listops-padded"}
+    assert {json.loads(t)["name"] for t in tasks} == {"listops", "listops-padded", "text"}
     for task in map(json.loads, sorted(tasks)):
         out = tmp_path / task["name"]
         args = ["train", "--task", task["name"], "--d-model", "16", "--n-heads", "2", "--d-ff", "32",

@@ -1,0 +1,204 @@
+"""glu-variants: GLU variants of the FFN (GEGLU, SwiGLU) beat ReLU and GELU at equal parameter count
+(Shazeer 2020).
+
+Character-level language modelling (the ``text`` task, every position scored, as the source's
+perplexity), each FFN trained from the same seeds for the same fixed budget (no early stop); the
+gated FFNs get 2/3 of the hidden width, so all four have the same parameters (within 0.2%). Held-out
+loss at the budget, compared seed by seed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from ...nn.config import preset
+from ...nn.params import count_parameters
+from ...tasks import get_task
+from ..grid import RunSpec
+from .base import Claim, Numbers, Results, Setup, Source, Verdict, from_checks, seed_count
+from .shared import TRAIN_FULL, TRAIN_QUICK, bars, per_seed, seeded
+
+NAME = "glu-variants"
+PLAIN = ("relu", "gelu")
+GATED = ("geglu", "swiglu")
+
+
+def d_ff(p: dict[str, Any], activation: str) -> int:
+    """4 d_model, or 2/3 of it for a gated FFN, whose third matrix would otherwise add half again (the
+    source's 3072 -> 2048)."""
+    width = 4 * p["d_model"]
+    return 2 * width // 3 if activation in GATED else width
+
+
+def runs(p: dict[str, Any], setup: Setup) -> list[RunSpec]:
+    """The four FFNs on the text task, the same fixed budget, each seed."""
+    return [
+        spec
+        for act in (*PLAIN, *GATED)
+        for spec in seeded(
+            NAME, setup, act, p, {"activation": act, "d_ff": d_ff(p, act)}, task="text", target_accuracy=None
+        )
+    ]
+
+
+def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
+    """Per FFN and seed: held-out loss at the budget (None: diverged), the lowest held-out loss of the run,
+    the training loss at the budget; the FFN's parameters per block."""
+    out: dict[str, Any] = {
+        "losses": {},
+        "lowest": {},
+        "train_losses": {},
+        "ffn_parameters": {},
+        "vocab_size": get_task("text").tokenizer.vocab_size,
+    }
+    for act in (*PLAIN, *GATED):
+        rs = per_seed(results, NAME, setup, act, p)
+        out["losses"][act] = [None if r["diverged"] else r["eval_loss"] for r in rs]
+        out["lowest"][act] = [
+            None if r["diverged"] else min(row["eval_loss"] for row in r["curve"] if "eval_loss" in row)
+            for r in rs
+        ]
+        out["train_losses"][act] = [None if r["diverged"] else r["loss"] for r in rs]
+        config = preset("listops-seed", **rs[0]["spec"]["model"])  # the FFN's count is the vocabulary's same
+        out["ffn_parameters"][act] = count_parameters(config).per_layer["ffn"]
+    return out
+
+
+def _loss(x: float | None) -> float:
+    return math.inf if x is None else x
+
+
+def verdict(m: Numbers) -> Verdict:
+    """m: {"losses": {act: [held-out loss per seed]}, "ffn_parameters": {act: int}}.
+
+    Controls: the parameters are equal (within 1%: the claim's condition); every FFN learned (held-out
+    loss below ln(vocabulary), a uniform guess, on most seeds); no FFN overfits (its held-out loss at the
+    budget is the lowest of its run, on most seeds): the source's held-out perplexity comes from one
+    pass over C4, where held-out and training loss fall together, and a small text repeated for many
+    epochs leaves that regime. Checks: each gated FFN ends below both ReLU and GELU, seed by seed."""
+    losses, params = m["losses"], m["ffn_parameters"]
+    seeds = range(len(losses["relu"]))
+    checks = []
+    for gated in GATED:
+        beats, n = seed_count(
+            [_loss(losses[gated][s]) < min(_loss(losses[plain][s]) for plain in PLAIN) for s in seeds]
+        )
+        checks.append((f"{gated}'s held-out loss is below ReLU's and GELU's, seed by seed ({n})", beats))
+    spread = max(params.values()) / min(params.values()) - 1
+    uniform = math.log(m["vocab_size"])
+    learned = [(act, seed_count([_loss(x) < uniform for x in xs])) for act, xs in losses.items()]
+    falling = [
+        (act, seed_count([_loss(x) <= _loss(low) for x, low in zip(xs, m["lowest"][act], strict=True)]))
+        for act, xs in losses.items()
+    ]
+    train = ", ".join(f"{act} {_median(xs):.3f}" for act, xs in m["train_losses"].items())
+    return from_checks(
+        checks,
+        controls=[
+            (
+                f"the four FFNs have the same parameters within 1% (they differ by {spread:.2%})",
+                spread < 0.01,
+            ),
+            (
+                f"every FFN ends below a uniform guess's loss ln(V) = {uniform:.2f} ("
+                + ", ".join(f"{act}: {n}" for act, (_, n) in learned)
+                + ")",
+                all(ok for _, (ok, _) in learned),
+            ),
+            (
+                "no FFN overfits: its held-out loss at the budget is the lowest of its run ("
+                + ", ".join(f"{act}: {n}" for act, (_, n) in falling)
+                + ")",
+                all(ok for _, (ok, _) in falling),
+            ),
+        ],
+        observations=[f"training loss at the budget (median over seeds): {train}"],
+    )
+
+
+def _median(xs: list[float | None]) -> float:
+    return sorted(_loss(x) for x in xs)[len(xs) // 2]
+
+
+def headline(m: Numbers) -> str:
+    """Median held-out loss over seeds per FFN."""
+    return "held-out loss (median): " + ", ".join(
+        f"{act} {_median(xs):.4f}" for act, xs in m["losses"].items()
+    )
+
+
+def plot(m: Numbers, fig: Figure) -> None:
+    """Held-out loss per seed for each FFN."""
+    ax = fig.subplots()
+    seeds = [f"seed {i}" for i in range(len(m["losses"]["relu"]))]
+    bars(ax, seeds, {act: m["losses"][act] for act in m["losses"]}, "held-out loss at the budget")
+    low = min(_loss(x) for xs in m["losses"].values() for x in xs)
+    if math.isfinite(low):
+        ax.set_ylim(bottom=0.95 * low)
+    ax.set(title="FFN variants at equal parameter count (lower is better)")
+
+
+SOURCE = Setup(
+    "text-lm",
+    "source",
+    "a causal character-level language model (the text task: every position scored, as the source's "
+    "perplexity) with blocklab's default init; the source does not restate one (T5's)",
+)
+
+CLAIM = Claim.of(
+    __name__,
+    name=NAME,
+    kind="training",
+    statement="GLU variants of the FFN (GEGLU, SwiGLU) beat ReLU and GELU at equal parameter count.",
+    source=Source(
+        "Shazeer 2020, 'GLU Variants Improve Transformer'",
+        "sections 2-3 (Table 1: T5 pre-training perplexity)",
+        "With d_ff reduced to 2048 (from 3072) to keep the parameter count and computation constant, the "
+        "GEGLU and SwiGLU variants produce the best perplexities, below the ReLU and GELU FFNs.",
+        {
+            "depth": "T5 base (12 encoder and 12 decoder layers)",
+            "width": "d_model 768, d_ff 3072 (2048 for the GLU variants)",
+            "init": "T5's (not restated in the paper)",
+            "positions": "T5's relative position biases",
+            "lr": "Adafactor, inverse square-root schedule",
+            "warmup": "the schedule's first 10,000 steps constant",
+            "steps": "65,536 steps of span-filling on C4",
+        },
+    ),
+    method="Character-level language modelling on the text task (Coriolanus, 64-character windows, every "
+    "position scored) with ReLU, GELU, GEGLU and SwiGLU FFNs, the gated ones at 2/3 of the hidden width so "
+    "all have the same parameters, from the same 3 seeds for the same 600 steps (200 in short-budget, "
+    "2,400 in long-budget; no early stop); held-out loss at the budget, compared seed by seed, where no "
+    "arm has begun to overfit (the source's regime). Scaled down: d_model 64, 2 layers, a "
+    "50 KB text instead of T5 base on C4.",
+    setups=(
+        SOURCE,
+        SOURCE.but("xavier", "Xavier block weights instead of blocklab's default", init="xavier"),
+        SOURCE.but(
+            "short-budget",
+            "a third of the steps (200): the text is memorised later, so held-out loss may still fall at the "
+            "budget, as in the source's single pass over C4",
+            train={"steps": 200},
+        ),
+        SOURCE.but(
+            "long-budget",
+            "4x the steps (2,400): the source trained 65,536, and a gated FFN may start slower",
+            train={"steps": 2400},
+        ),
+    ),
+    quick={**TRAIN_QUICK, "batch_size": 32},
+    full={**TRAIN_FULL, "batch_size": 32},
+    notes=(
+        "On a 50 KB text every FFN memorises the training windows within a few hundred steps: at 600 "
+        "steps (text-lm, xavier) and 2,400 (long-budget) the held-out loss has been rising for a while, "
+        "so those setups leave the source's one-pass regime and are inconclusive. There the gated FFNs "
+        "fit the training text faster (lower training loss, an observation) and their held-out loss rises "
+        "sooner. At 200 steps (short-budget), where every arm's held-out loss is still falling, GEGLU and "
+        "SwiGLU both end below ReLU and GELU on 2 of 3 seeds, by less than a hundredth of a nat: the "
+        "direction Shazeer reports, at a size this scale cannot tell from seed noise. The verdict rests "
+        "on that one setup."
+    ),
+)
