@@ -59,12 +59,12 @@ def test_a_run_folder_loads_its_newest_checkpoint_with_task_and_tokenizer(run) -
 
 def test_one_function_finds_a_runs_newest_checkpoint_for_load_report_and_resume() -> None:
     """Issue 14 item 6: the loader, the report and train(resume=True) ask the same function."""
-    import blocklab.training.loop
     import blocklab.training.report
+    import blocklab.training.session  # where train(resume=True) looks for the checkpoint
     from blocklab.training import runfiles
 
     loader = sys.modules["blocklab.weights.load"]  # blocklab.weights.load is the function; its module by name
-    for module in (loader, blocklab.training.report, blocklab.training.loop):
+    for module in (loader, blocklab.training.report, blocklab.training.session):
         assert module.latest_checkpoint is runfiles.latest_checkpoint, module.__name__
 
 
