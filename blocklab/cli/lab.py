@@ -94,8 +94,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--only", type=parse_names, metavar="NAMES",
                    help="comma-separated claim names (default: all; --list shows them)")
     p.add_argument("--seeds", type=at_least(1), metavar="N",
-                   help="seeds of every claim measured over seeds (default: each claim's own, 3 or 5 in the full "
-                        "run); with --out, raising it trains only the new seeds")
+                   help="seeds of every claim measured over seeds (default: each claim's own, 3 or 5 in "
+                        "the full run); with --out, raising it trains only the new seeds")
     add_json_flag(p, "the report")
     p.add_argument("--html", type=parse_path, metavar="FILE",
                    help="write a self-contained HTML page with a plot per claim")
