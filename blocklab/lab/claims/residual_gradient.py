@@ -78,7 +78,8 @@ def verdict(m: Numbers) -> Verdict:
         (
             f"with residuals the first layer gets at least {low:g}x the top's gradient at every depth in "
             "every family (it does not vanish)",
-            all(_at_least(r, low) for fam in families.values() for r in fam["add"] if r is not None),
+            bool(finite := [r for fam in families.values() for r in fam["add"] if r is not None])
+            and all(_at_least(r, low) for r in finite),  # none finite: nothing shows the gradient alive
         )
     ]
     for name, fam in families.items():

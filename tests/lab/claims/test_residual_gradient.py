@@ -28,6 +28,7 @@ def test_an_overflowed_depth_is_left_out_of_the_alive_check_and_said():
     v = claim.verdict(numbers(add=(1.0, None)))
     assert v.checks[0]["ok"] and "n/f" in v.observations[0] and "left out" in v.observations[0]
     assert not claim.verdict(numbers(add=(0.01, None))).checks[0]["ok"]
+    assert not claim.verdict(numbers(add=(None, None))).checks[0]["ok"]  # nothing finite shows it alive
 
 
 def test_a_growing_gradient_is_observed_not_scored():
