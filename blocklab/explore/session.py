@@ -31,6 +31,7 @@ from torch import Tensor
 from ..cli.trace import Subject, input_ids, target_id, trace_subject
 from ..inspect.diagnostics import path_tensors
 from ..inspect.trace.collect import trace_to_dict
+from ..nn.attention import HEADS_FIRST
 from ..nn.generate import top_k_filter
 from ..nn.layouts import LAYOUTS, Norm, Sublayer, Sum
 
@@ -400,13 +401,13 @@ def gradients(request: Request) -> dict[str, Any]:
             "stages": stages, "paths": paths}
 
 
-HEAD_FIRST = ("q", "k", "v", "rot_q", "rot_k", "scores", "weights")  # attention stages shaped (1, h, T, ...)
 
 
 def _per_position(name: str, g: Tensor) -> list[float]:
     """A stage's gradient as its L2 norm at each position: (1, T, ...), or (1, h, T, ...) for the attention
     stages that keep heads first -> (T,)."""
     g = g.detach().to(torch.float64)[0]
-    if name.rsplit(".", 1)[-1] in HEAD_FIRST and g.dim() == 3:
+    parts = name.split(".")  # a QK-norm's scale per head is (1, h, T, 1); over all heads (1, T, 1)
+    if (parts[-1] in HEADS_FIRST or parts[-2:] in (["q_norm", "scale"], ["k_norm", "scale"])) and g.dim() == 3:
         g = g.transpose(0, 1)
     return g.flatten(1).norm(dim=-1).tolist() if g.dim() >= 2 else g.abs().tolist()

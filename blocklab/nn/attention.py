@@ -10,6 +10,17 @@ heads. With rotary positions (rotary.py) each head's queries and keys are rotate
 after the split (the ``rot_q``, ``rot_k`` stages). A sliding window (``sliding_window`` = w) lets a
 query see only the last w positions, itself included (Mistral).
 
+QK-norm (``qk_norm``) normalises the queries and keys before they are rotated and multiplied, so the
+scores' size no longer grows with the weights' (Dehghani et al. 2023; Wortsman et al. 2023):
+
+    head:       q_i <- norm_q(q_i), k_g <- norm_k(k_g)   over each head's d_k features, one gamma
+                                                          (d_k) shared by the heads (Qwen3, Gemma 3)
+    all_heads:  q <- norm_q(q), k <- norm_k(k)            over all heads' features at once: gamma is
+                                                          h d_k (q) and h_kv d_k (k) wide (OLMo 2)
+
+The norm is the block's own variant (RMSNorm in those models); the ``q_norm`` and ``k_norm`` stages
+hold the normalised q and k (B, h|h_kv, T, d_k), each norm's ``scale`` its denominators.
+
 Head i owns output rows i*d_k .. (i+1)*d_k of q, k and v, and columns i*d_k .. (i+1)*d_k of Wo:
 its result ``z_i Wo[:, i]^T`` (``attn.result``) is what it adds to the output, and the results of
 all heads plus bo are MHA(x). Two paths give the same output (to
@@ -32,8 +43,16 @@ from torch import Tensor, nn
 
 from .circuits import AttentionWeights
 from .hooks import HookPoint
-from .kernels import norm_linear
+from .kernels import LAYER_NORM_VARIANTS, norm_linear
+from .norms import LayerNorm
 from .rotary import Angles
+
+# What QK-norm normalises over (module docstring): nothing, each head's features, or all heads' at once.
+QK_NORMS = ("none", "head", "all_heads")
+
+
+# The stages shaped (B, h, T, ...), heads before positions (the others are (B, T, ...)).
+HEADS_FIRST = ("q", "k", "v", "q_norm", "k_norm", "rot_q", "rot_k", "scores", "weights")
 
 
 class MultiHeadAttention(AttentionWeights, nn.Module):
@@ -42,13 +61,16 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
 
     ``key_padding_mask``: bool (B, T), True where the key is padding (``nn.MultiheadAttention``'s
     convention). Stages, in forward order (``stages``): ``q`` (B, h, T, d_k), ``k``, ``v`` (B, h_kv, T,
-    d_k), with rotary positions ``rot_q``, ``rot_k`` (the same, rotated), ``scores`` and ``weights``
+    d_k), with QK-norm ``q_norm.scale``, ``q_norm``, ``k_norm.scale``, ``k_norm`` (the same, normalised;
+    the modules ``q_norm``, ``k_norm``), with rotary positions ``rot_q``, ``rot_k`` (the same, rotated), ``scores`` and ``weights``
     (B, h, T, T), ``z`` (B, T, h, d_k: each head's output before Wo), ``result`` (B, T, h, d_model:
     each head's output through its columns of Wo, without bo), ``out`` (B, T, d_model).
     """
 
-    STAGES = ("q", "k", "v", "rot_q", "rot_k", "scores", "weights", "z", "result", "out")  # every stage
+    STAGES = ("q", "k", "v", "q_norm", "k_norm", "rot_q", "rot_k", "scores", "weights", "z", "result",
+              "out")  # every stage of its own (the norms' scale stages are theirs)
     ROTARY_STAGES = ("rot_q", "rot_k")
+    QK_NORM_STAGES = ("q_norm", "k_norm")
 
     def __init__(
         self,
@@ -64,13 +86,23 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
         qkv_bias: bool | None = None,
         rotary: bool = False,
         sliding_window: int | None = None,
+        qk_norm: str = "none",
+        norm: str = "rms",
+        eps: float = 1e-6,
     ) -> None:
+        """``qk_norm``: one of QK_NORMS; ``norm`` (a LayerNorm variant) and ``eps`` are its norms' (they
+        have a bias where ``bias`` and the variant allow one)."""
         super().__init__()
         if n_heads < 1 or d_model % n_heads:
             raise ValueError(f"MultiHeadAttention n_heads={n_heads} must divide d_model={d_model}")
         kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         if kv_heads < 1 or n_heads % kv_heads:
             raise ValueError(f"MultiHeadAttention n_kv_heads={n_kv_heads} must divide n_heads={n_heads}")
+        if qk_norm not in QK_NORMS:
+            raise ValueError(f"MultiHeadAttention qk_norm={qk_norm!r} is not one of: {', '.join(QK_NORMS)}")
+        if qk_norm != "none" and norm not in LAYER_NORM_VARIANTS:
+            raise ValueError(f"MultiHeadAttention qk_norm={qk_norm!r} needs a LayerNorm variant "
+                             f"({', '.join(LAYER_NORM_VARIANTS)}), not norm={norm!r}")
         factory = {"device": device, "dtype": dtype}
         self.d_model, self.n_heads, self.d_k, self.causal = d_model, n_heads, d_model // n_heads, causal
         self.n_kv_heads, self.sliding_window = kv_heads, sliding_window
@@ -83,9 +115,19 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
         self.resid_dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.use_fast_path = True
         self.fused = fused  # the qkv matmul keeps the parameters, not their concatenation, for backward
-        self.stages = tuple(s for s in self.STAGES if rotary or s not in self.ROTARY_STAGES)
-        for stage in self.stages:
+        self.qk_norm = qk_norm
+        self.q_norm = self.k_norm = None
+        if qk_norm != "none":  # head: d_k wide, shared by the heads; all_heads: as wide as q and k
+            self.q_norm, self.k_norm = (LayerNorm(width, eps, norm, bias, fused=fused, **factory)
+                                        for width in qk_norm_widths(qk_norm, d_model, n_heads, kv_heads))
+        own = tuple(s for s in self.STAGES if (rotary or s not in self.ROTARY_STAGES)
+                    and (qk_norm != "none" or s not in self.QK_NORM_STAGES))
+        for stage in own:
             setattr(self, f"hook_{stage}", HookPoint())
+        # every stage in forward order, a norm's scale before its output
+        self.stages = tuple(s for stage in own for s in (
+            [f"{stage}.{inner}" for inner in LayerNorm.STAGES] if stage in self.QK_NORM_STAGES else []
+        ) + [stage])
 
     def _project_qkv(self, x: Tensor, angles: Angles | None, separate: bool = False
                      ) -> tuple[Tensor, Tensor, Tensor]:
@@ -114,13 +156,23 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
     def split_heads(self, q: Tensor, k: Tensor, v: Tensor, angles: Angles | None = None
                     ) -> tuple[Tensor, Tensor, Tensor]:
         """(B, T, d_model) q -> (B, h, T, d_k), (B, T, h_kv d_k) k and v -> (B, h_kv, T, d_k): views, no
-        copy; then, with rotary positions, q and k rotated by ``angles`` (the rot_q, rot_k stages)."""
+        copy; then, with QK-norm, q and k normalised (the q_norm, k_norm stages), and with rotary
+        positions, q and k rotated by ``angles`` (the rot_q, rot_k stages)."""
         B, T, _ = q.shape
         heads = lambda y: y.view(B, T, -1, self.d_k).transpose(1, 2)
         q, k, v = self.hook_q(heads(q)), self.hook_k(heads(k)), self.hook_v(heads(v))
+        if self.q_norm is not None:
+            q, k = self.hook_q_norm(self._normed(self.q_norm, q)), self.hook_k_norm(self._normed(self.k_norm, k))
         if angles is not None:
             q, k = self.hook_rot_q(angles.rotate(q)), self.hook_rot_k(angles.rotate(k))
         return q, k, v
+
+    def _normed(self, norm: LayerNorm, x: Tensor) -> Tensor:  # (B, h|h_kv, T, d_k)
+        """QK-norm of one of q, k: over each head's d_k features, or over all heads' at once."""
+        if self.qk_norm == "head":
+            return norm(x)
+        flat = norm(x.transpose(1, 2).flatten(2))  # (B, T, h d_k)
+        return flat.unflatten(-1, (-1, self.d_k)).transpose(1, 2)
 
     def _shared(self, kv: Tensor) -> Tensor:
         """(B, h_kv, T, d_k) -> (B, h, T, d_k): each key/value head repeated for its group of query heads."""
@@ -264,7 +316,8 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, n_heads={self.n_heads}, d_k={self.d_k}, causal={self.causal}"
                 + (f", n_kv_heads={self.n_kv_heads}" if self.n_kv_heads != self.n_heads else "")
-                + (f", sliding_window={self.sliding_window}" if self.sliding_window is not None else ""))
+                + (f", sliding_window={self.sliding_window}" if self.sliding_window is not None else "")
+                + (f", qk_norm={self.qk_norm!r}" if self.qk_norm != "none" else ""))
 
 
 class KVCache:
@@ -297,8 +350,15 @@ def attention_parameter_count(d_model: int, bias: bool, kv_dim: int | None = Non
                               qkv_bias: bool | None = None) -> int:
     """Wq and Wo d^2 each, Wk and Wv d kv_dim each (kv_dim = n_kv_heads d_k; d without grouped
     queries): 4 d^2 for multi-head attention; plus the biases (q, k, v: ``qkv_bias``, as ``bias`` when
-    unset; o: ``bias``)."""
+    unset; o: ``bias``). QK-norm's norms are counted as norms (``qk_norm_widths``)."""
     kv_dim = d_model if kv_dim is None else kv_dim
     in_bias = bias if qkv_bias is None else qkv_bias
     return 2 * d_model * d_model + 2 * d_model * kv_dim + ((d_model + 2 * kv_dim) if in_bias else 0) \
         + (d_model if bias else 0)
+
+
+def qk_norm_widths(qk_norm: str, d_model: int, n_heads: int, kv_heads: int) -> tuple[int, ...]:
+    """The widths of QK-norm's two norms, q's and k's (none without QK-norm): d_k each per head, or
+    as wide as q (d) and k (h_kv d_k) over all heads."""
+    d_k = d_model // n_heads
+    return {"none": (), "head": (d_k, d_k), "all_heads": (d_model, kv_heads * d_k)}[qk_norm]

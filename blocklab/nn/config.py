@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import names
 from .activations import ACTIVATION_NAMES
+from .attention import QK_NORMS
 from .init_schemes import INIT_SCHEMES
 from .kernels import LAYER_NORM_VARIANTS
 from .layouts import LAYOUTS
@@ -50,6 +51,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "pos_encoding": POS_ENCODINGS,
     "embed_scale": EMBED_SCALES,
     "rotary_style": ROTARY_STYLES,
+    "qk_norm": QK_NORMS,
     "init": tuple(INIT_SCHEMES),
 }
 
@@ -105,6 +107,9 @@ class ModelConfig:
     qkv_bias: bool | None = None  # biases on q, k and v (None: as bias; Qwen2 has them, without any other)
     causal: bool = False
     sliding_window: int | None = None  # causal attention to the last N positions only (Mistral); None: all
+    # a norm (the block's variant) on q and k before the scores: per head (Qwen3) or over all heads
+    # (OLMo 2); blocklab/nn/attention.py
+    qk_norm: str = "none"
     pos_encoding: str = "sinusoidal"
     # rotary only (blocklab/nn/rotary.py): the share of each head rotated, the base of the frequencies,
     # which features pair up, and Llama 3's frequency scaling
@@ -263,7 +268,7 @@ def _violations(c: ModelConfig) -> list[str]:
 
 
 def _attention_violations(c: ModelConfig, need: Callable[[bool, str], None]) -> None:
-    """Grouped-query heads, the q/k/v biases, the sliding window and rotary positions' options."""
+    """Grouped-query heads, the q/k/v biases, the sliding window, QK-norm and rotary positions' options."""
     if c.n_kv_heads is not None:
         need(_is_int(c.n_kv_heads) and c.n_kv_heads >= 1 and c.n_heads % c.n_kv_heads == 0,
              f"n_kv_heads={c.n_kv_heads!r} must be an integer >= 1 dividing n_heads={c.n_heads} "
@@ -274,6 +279,9 @@ def _attention_violations(c: ModelConfig, need: Callable[[bool, str], None]) -> 
         need(_is_int(c.sliding_window) and c.sliding_window >= 1,
              f"sliding_window={c.sliding_window!r} must be an integer >= 1 (or unset: no window)")
         need(c.causal, f"sliding_window={c.sliding_window!r} limits causal attention, but causal=False")
+    if c.qk_norm != "none":
+        need(c.norm in LAYER_NORM_VARIANTS, f"qk_norm={c.qk_norm!r} normalises q and k with the block's norm "
+             f"variant, but norm={c.norm!r} is not one: use {', '.join(LAYER_NORM_VARIANTS)}")
     rotary = c.pos_encoding == "rotary"
     defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
     for name in ("rotary_fraction", "rotary_base", "rotary_style", "rope_scaling"):

@@ -88,12 +88,15 @@ def format_bytes(n: float) -> str:
 def activation_values_per_token(config: ModelConfig, seq_len: int, explicit_attention: bool = False) -> int:
     """Values autograd keeps per token for one block: lean 6 d + f d_ff + h, module by module
     8 d + 2 f d_ff + h + 4 (+ 2 h T explicit); rotary positions add the rotated q and k (d + d_kv),
-    grouped-query heads the keys and values repeated for their query heads (2 d)."""
+    QK-norm the normalised q and k (d + d_kv) and its denominators (h + h_kv per head, 2 over all
+    heads), grouped-query heads the keys and values repeated for their query heads (2 d)."""
     c = config
     ffn = (2 if is_gated(c.activation) else 1) * c.d_ff
     attention = c.n_heads + (2 * c.n_heads * seq_len if explicit_attention else 0)
     if c.pos_encoding == "rotary":
         attention += c.d_model + c.kv_heads * c.d_head
+    if c.qk_norm != "none":
+        attention += c.d_model + c.kv_heads * c.d_head + (c.n_heads + c.kv_heads if c.qk_norm == "head" else 2)
     if c.kv_heads != c.n_heads:
         attention += 2 * c.d_model
     if c.uses_lean_path:

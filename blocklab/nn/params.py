@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .attention import attention_parameter_count
+from .attention import attention_parameter_count, qk_norm_widths
 from .config import ModelConfig
 from .feedforward import ffn_parameter_count
 from .layouts import LAYOUTS
@@ -36,11 +36,14 @@ def _norm(config: ModelConfig) -> int:
 
 def block_parameter_counts(config: ModelConfig) -> dict[str, int]:
     """One block's parameters by submodule: attn, ffn, then each norm of its layout (ln1, ln2; sandwich
-    adds ln1_out, ln2_out) and ``residual`` (rezero's learned scalar per connection)."""
+    adds ln1_out, ln2_out) and ``residual`` (rezero's learned scalar per connection); attn includes
+    QK-norm's two norms."""
     c = config
     layout = LAYOUTS[c.norm_position]
+    qk_norms = sum(norm_parameter_count(width, c.norm, c.bias)
+                   for width in qk_norm_widths(c.qk_norm, c.d_model, c.n_heads, c.kv_heads))
     counts = {
-        "attn": attention_parameter_count(c.d_model, c.bias, c.kv_heads * c.d_head, c.qkv_bias),
+        "attn": attention_parameter_count(c.d_model, c.bias, c.kv_heads * c.d_head, c.qkv_bias) + qk_norms,
         "ffn": ffn_parameter_count(c.d_model, c.d_ff, c.activation, c.bias),
     }
     counts |= {norm: _norm(c) for norm in layout.norms}

@@ -79,6 +79,14 @@ def oracle(model: bl.Transformer, tokens: Tensor, targets: Tensor | None = None,
         q = linear(x, f"{p}.q").view(B, T, h, dk).transpose(1, 2)
         k, v = (linear(x, f"{p}.{n}").view(B, T, -1, dk).transpose(1, 2) for n in "kv")  # (B, h_kv, T, dk)
         S[f"{p}.q"], S[f"{p}.k"], S[f"{p}.v"] = q, k, v
+        if c.qk_norm == "head":  # each head's d_k features, one gamma for all heads (Qwen3)
+            q = S[f"{p}.q_norm"] = norm(q, f"{p}.q_norm")
+            k = S[f"{p}.k_norm"] = norm(k, f"{p}.k_norm")
+        elif c.qk_norm == "all_heads":  # all heads' features at once (OLMo 2)
+            whole = lambda y: y.transpose(1, 2).reshape(B, T, -1)
+            heads = lambda y: y.view(B, T, -1, dk).transpose(1, 2)
+            q = S[f"{p}.q_norm"] = heads(norm(whole(q), f"{p}.q_norm"))
+            k = S[f"{p}.k_norm"] = heads(norm(whole(k), f"{p}.k_norm"))
         if c.pos_encoding == "rotary":
             q = S[f"{p}.rot_q"] = rotate(q)
             k = S[f"{p}.rot_k"] = rotate(k)
@@ -199,6 +207,13 @@ VARIANTS = {
                                        rotary_style="interleaved", rotary_fraction=0.5, rotary_base=100.0),
     "qwen2-like-window": dict(causal=True, norm_position="pre", norm="rms", bias=False, qkv_bias=True,
                               pos_encoding="rotary", sliding_window=2),
+    # QK-norm: per head with grouped queries and rotary positions (Qwen3), over all heads (OLMo 2), and a
+    # LayerNorm with a bias per head in a post-norm block
+    "qwen3-like-qk-norm": dict(causal=True, norm_position="pre", norm="rms", activation="swiglu", bias=False,
+                               pos_encoding="rotary", n_kv_heads=1, qk_norm="head"),
+    "olmo2-like-qk-norm": dict(causal=True, norm_position="pre", norm="rms", bias=False, pos_encoding="rotary",
+                               qk_norm="all_heads"),
+    "qk-layernorm-post": dict(qk_norm="head", eps=1e-3),
     "mqa-learned": dict(n_kv_heads=1, pos_encoding="learned"),
     "embed-sqrt-d-learned": dict(embed_scale="sqrt_d_model", embed_std=1.0, pos_encoding="learned",
                                  pos_std=0.5),
@@ -213,7 +228,7 @@ def small_model(dtype: torch.dtype = torch.float64, **fields: object) -> bl.Tran
     model = bl.Transformer(bl.ModelConfig(**{**SMALL, **fields})).to(dtype).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "ln" in name.split(".")[-2] or name.endswith(".scale"):
+            if "ln" in name.split(".")[-2] or name.split(".")[-2].endswith("_norm") or name.endswith(".scale"):
                 p.add_(0.3 * torch.randn_like(p))
     return model
 

@@ -49,6 +49,12 @@ def _peak_step_bytes(model: Transformer, tokens: torch.Tensor) -> int:
         ModelConfig(vocab_size=50, max_seq_len=64, d_model=128, n_heads=4, n_kv_heads=1, n_layers=3,
                     d_ff=512, norm_position="pre", causal=True, pos_encoding="rotary",
                     fused=True),  # the lean path, multi-query
+        ModelConfig(vocab_size=50, max_seq_len=64, d_model=128, n_heads=4, n_kv_heads=2, n_layers=3,
+                    d_ff="8/3x", activation="swiglu", norm="rms", norm_position="pre", bias=False,
+                    causal=True, pos_encoding="rotary", qk_norm="head"),  # Qwen3's block: QK-norm per head
+        ModelConfig(vocab_size=50, max_seq_len=64, d_model=128, n_heads=4, n_layers=3, d_ff=512,
+                    norm="rms", norm_position="pre", causal=True, qk_norm="all_heads",
+                    fused=True),  # the lean path, QK-norm over all heads
         pytest.param(ModelConfig(vocab_size=500, max_seq_len=64, d_model=128, n_heads=4, n_layers=2, d_ff=512,
                                  causal=True, checkpoint_blocks=True), marks=pytest.mark.slow),
     ],

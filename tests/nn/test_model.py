@@ -194,6 +194,7 @@ def test_bad_inputs_give_clear_errors() -> None:
 from blocklab.bench.footprint import saved_activations  # noqa: E402
 from blocklab.nn.activations import ACTIVATION_NAMES  # noqa: E402
 from blocklab.nn.config import EMBED_SCALES, FIELDS, NORM_POSITIONS, NORMS, POS_ENCODINGS, RESIDUALS  # noqa: E402
+from blocklab.nn.attention import QK_NORMS  # noqa: E402
 from blocklab.nn.init_schemes import INIT_SCHEMES  # noqa: E402
 
 ALTERNATIVES: dict[str, list] = {
@@ -213,6 +214,7 @@ ALTERNATIVES: dict[str, list] = {
     "qkv_bias": [None, True, False],
     "causal": [True, False],
     "sliding_window": [None, 3],
+    "qk_norm": list(QK_NORMS),
     "pos_encoding": list(POS_ENCODINGS),
     "rotary_fraction": [1.0, 0.5],
     "rotary_base": [10000.0, 100.0],

@@ -157,6 +157,24 @@ def _rotary(s: Stage, w: Walk) -> str:
             f"{angles}{kept}{norms}. So q . k depends on the positions only through their distance")
 
 
+def _qk_norm(s: Stage, w: Walk) -> str:
+    """QK-norm in numbers: over what, each head's length before and after, gamma's largest size."""
+    letter = s.kind.split(".")[1][0]  # attn.q_norm -> q
+    attn = w.module(s.name.rsplit(".", 1)[0])
+    norm = getattr(attn, f"{letter}_norm")
+    heads = s.rows.shape[1] // attn.d_k
+    label = {"rms": "RMSNorm", "standard": "LayerNorm"}.get(norm.variant, "LayerNorm (eps outside the root)")
+    over = (f"each head's d_k = {attn.d_k} features, one gamma of {attn.d_k} shared by the {heads} heads"
+            if attn.qk_norm == "head" else f"all {heads} heads' {heads * attn.d_k} features at once")
+    per_head = lambda st: float(st.rows.reshape(len(st.positions), heads, attn.d_k).norm(dim=-1).mean())
+    before = w.sibling(s, f"attn.{letter}")
+    lengths = f"{_n(per_head(before))} -> {_n(per_head(s))}" if before is not None else _n(per_head(s))
+    gamma = float(norm.weight.detach().abs().max())
+    return (f"QK-norm ({'queries' if letter == 'q' else 'keys'}): {label} over {over}, before the rotation "
+            f"and the scores; mean L2 norm per head {lengths} (sqrt(d_k) = {_n(math.sqrt(attn.d_k))} times "
+            f"gamma, whose largest |value| is {_n(gamma)}), so the scores no longer grow with Wq and Wk")
+
+
 def _scores(s: Stage, w: Walk) -> str:
     attn = w.module(s.name.rsplit(".", 1)[0])
     d_k = attn.d_k if attn is not None else s.shape[-1]
@@ -316,6 +334,7 @@ def _loss(s: Stage, w: Walk) -> str:
 EXPLAINERS: dict[str, Callable[[Stage, Walk], str]] = {
     "tok": _tok, "pos": _pos, "embed": _embed, "resid_pre": _resid_pre,
     "attn.q": _qkv, "attn.k": _qkv, "attn.v": _qkv, "attn.rot_q": _rotary, "attn.rot_k": _rotary,
+    "attn.q_norm": _qk_norm, "attn.k_norm": _qk_norm,
     "attn.scores": _scores, "attn.weights": _weights,
     "attn.z": _z, "attn.result": _result,
     "attn.out": _attn_out, "resid_mid": _residual, "resid_post": _residual, "norm": _norm,
