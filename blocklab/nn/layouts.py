@@ -208,6 +208,18 @@ LAYOUTS: dict[str, Layout] = {
             final_norm=True,
         ),
         Layout(
+            "res_post", "res_post: a norm on each sublayer's output before its residual add, none on the "
+                        "way in (OLMo 2; Swin v2's res-post-norm)",
+            "res-post: y = x + LN1_out(MHA(x)), z = y + LN2_out(FFN(y))",
+            (Sublayer("attn", "resid_pre"),
+             Norm("ln1_out", "attn.out"),
+             Sum("resid_mid", "resid_pre", ("ln1_out",), "res1"),
+             Sublayer("ffn", "resid_mid"),
+             Norm("ln2_out", "ffn.out"),
+             Sum("resid_post", "resid_mid", ("ln2_out",), "res2")),
+            final_norm=True,
+        ),
+        Layout(
             "parallel", "parallel: attention and the FFN side by side on one x, each after its own norm "
                         "(GPT-NeoX, Pythia)",
             "parallel: z = x + MHA(LN1(x)) + FFN(LN2(x))",

@@ -27,7 +27,7 @@ from ..files.atomic import atomic_write_bytes
 from ..files.folders import claim_folder, new_marker, write_marker
 from ..files.jsonfiles import read_json, read_json_object
 from ..files.reading import open_to_read
-from ..nn.config import ModelConfig
+from ..nn.config import FIELDS, ModelConfig
 from ..nn.memory import check_memory
 from ..nn.model import Transformer
 from ..training.checkpoint import (
@@ -40,15 +40,16 @@ from ..training.checkpoint import (
 )
 from ..training.runfiles import OWNED
 from . import hf_bert, hf_gpt2, hf_gpt_neox
-from .hf_llama import LLAMA, MISTRAL, QWEN2
+from .hf_llama import LLAMA, MISTRAL, OLMO2, QWEN2, QWEN3
 from .hf_map import Family, PretrainedError, from_hf, is_ignored, to_hf
 from .hf_tokenizer import HFTokenizer, load_folder_tokenizer
 
 # By config.json's model_type. Export tries them in this order and takes the first whose layout the
-# model has: Qwen2 (q/k/v biases), then Llama (no window), then Mistral (a window).
+# model has: Qwen2 (q/k/v biases), then Llama (no window), then Mistral (a window); Qwen3 and OLMo 2
+# (QK-norm per head, over all heads) take what has QK-norm.
 FAMILIES: dict[str, Family] = {  # type: ignore[dict-item]
     "bert": hf_bert, "gpt2": hf_gpt2, "qwen2": QWEN2, "llama": LLAMA, "mistral": MISTRAL,
-    "gpt_neox": hf_gpt_neox,
+    "gpt_neox": hf_gpt_neox, "qwen3": QWEN3, "olmo2": OLMO2,
 }
 MAX_LISTED = 8  # keys named in one error message
 
@@ -273,9 +274,25 @@ def read_pretrained(path: str | Path, allow_nonfinite: bool = False) -> Pretrain
 
 def load_pretrained(path: str | Path) -> tuple[Transformer, HFTokenizer | None]:
     """``model, tokenizer = load_pretrained(folder_or_package)``: a Hugging Face folder of one of
-    ``FAMILIES`` (BERT, GPT-2, Llama, Mistral, Qwen2, GPT-NeoX)."""
+    ``FAMILIES`` (BERT, GPT-2, Llama, Mistral, Qwen2, Qwen3, OLMo 2, GPT-NeoX)."""
     loaded = read_pretrained(path)
     return loaded.model, loaded.tokenizer
+
+
+# How a model starts, trains and runs, not what its weights compute: the fields an export need not carry.
+NOT_IN_THE_LAYOUT = ("init", "embed_std", "pos_std", "dropout", "fused", "keep_residual", "checkpoint_blocks")
+
+
+def _check_layout(config: ModelConfig, family: Family) -> None:
+    """PretrainedError unless ``family`` can write ``config``: its own rules (``hf_config``), then the
+    config its config.json reads back as must compute what ``config`` does, so that no field (grouped
+    heads in GPT-2's layout, QK-norm in Llama's) is dropped on the way out."""
+    written = family.hf_config(config)
+    back = family.config_from_hf(json.loads(json.dumps(written)))
+    lost = [f"{name}={getattr(config, name)!r} (read back as {getattr(back, name)!r})" for name in FIELDS
+            if name not in NOT_IN_THE_LAYOUT and getattr(config, name) != getattr(back, name)]
+    if lost:
+        raise PretrainedError(f"this model has no {family.MODEL_TYPE} layout: ModelConfig " + ", ".join(lost))
 
 
 def export_family(config: ModelConfig, family: str | None = None) -> Family:
@@ -284,12 +301,12 @@ def export_family(config: ModelConfig, family: str | None = None) -> Family:
     if family is not None:
         if family not in FAMILIES:
             raise PretrainedError(f"family={family!r} is not one of: {', '.join(FAMILIES)}")
-        FAMILIES[family].hf_config(config)  # raises naming what does not fit
+        _check_layout(config, FAMILIES[family])  # raises naming what does not fit
         return FAMILIES[family]
     why = []
     for name, candidate in FAMILIES.items():
         try:
-            candidate.hf_config(config)
+            _check_layout(config, candidate)
         except PretrainedError as error:
             why.append(f"{name}: {str(error).removeprefix('this model has no ')}")
             continue
@@ -300,7 +317,7 @@ def export_family(config: ModelConfig, family: str | None = None) -> Family:
 def save_pretrained(model: Transformer, path: str | Path, tokenizer: HFTokenizer | None = None,
                     family: str | None = None) -> Path:
     """Write ``model`` as a Hugging Face folder that ``transformers`` loads: the layout of ``family``
-    (a model_type: bert, gpt2, llama, mistral, qwen2, gpt_neox), by default the first that fits the
+    (a model_type: bert, gpt2, llama, mistral, qwen2, qwen3, olmo2, gpt_neox), by default the first that fits the
     model; with a Hugging Face tokenizer, also its tokenizer.json."""
     chosen = export_family(model.config, family)
     hf_config = chosen.hf_config(model.config, tokenizer)

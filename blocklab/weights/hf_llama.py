@@ -1,22 +1,26 @@
-"""The Llama layout (``transformers.LlamaForCausalLM``; Mistral's and Qwen2's are the same tensors)
-<-> blocklab's pre-norm rotary stack with RMSNorm, SwiGLU and grouped-query attention.
+"""The Llama layout (``transformers.LlamaForCausalLM``; Mistral's, Qwen2's and Qwen3's are the same
+tensors, OLMo 2's the same with its norms moved) <-> blocklab's rotary stack with RMSNorm, SwiGLU and
+grouped-query attention.
 
     model.embed_tokens                                 -> embed
     model.layers.{i}.input_layernorm                   -> blocks.{i}.ln1      (RMSNorm, no bias)
     model.layers.{i}.self_attn.{q,k,v,o}_proj          -> blocks.{i}.attn.q, k, v, o
+    model.layers.{i}.self_attn.{q,k}_norm              -> blocks.{i}.attn.q_norm, k_norm  (Qwen3, OLMo 2)
     model.layers.{i}.post_attention_layernorm          -> blocks.{i}.ln2
     model.layers.{i}.mlp.gate_proj, up_proj, down_proj -> blocks.{i}.ffn.w1, w3, w2   (silu(W1 x) * W3 x)
     model.norm, lm_head                                -> ln_f, head          (lm_head: tied or not)
 
-The families differ in their config only: Mistral adds a sliding window, Qwen2 biases on q, k and v
-(and nothing else). A config field blocklab cannot honour (another rope scaling, biases on o or the
-MLP, attention dropout, per-layer windows, a head width other than hidden_size / heads) is refused,
-naming it.
+The families differ in their config only: Mistral adds a sliding window, Qwen2 biases on q, k and v,
+Qwen3 QK-norm per head. OLMo 2 normalises each sublayer's output instead of its input (layout
+``res_post``: post_attention_layernorm -> ln1_out, post_feedforward_layernorm -> ln2_out) and its
+QK-norm spans all heads. A config field blocklab cannot honour (another rope scaling, biases on o or
+the MLP, attention dropout, per-layer windows, a head width other than hidden_size / heads) is
+refused, naming it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..nn.config import ModelConfig
@@ -37,11 +41,18 @@ LLAMA_DEFAULTS: dict[str, Any] = {
     "rope_theta": 10000.0, "rope_scaling": None, "attention_bias": False, "attention_dropout": 0.0,
     "mlp_bias": False, "head_dim": None, "pretraining_tp": 1,
 }
-# The config fields the architecture fixes (import sets them, export checks them).
+# The config fields the architecture fixes (import sets them, export checks them); a family may fix
+# some otherwise (``LlamaFamily.fixes``: Qwen3's QK-norm, OLMo 2's layout).
 ARCHITECTURE = dict(
     norm_position="pre", norm="rms", residual="add", bias=False, causal=True, activation="swiglu",
     pos_encoding="rotary", rotary_fraction=1.0, rotary_style="half", embed_norm=False, final_norm=True,
-    type_vocab_size=0, embed_scale="none")  # x0 = embed_tokens[t]: no factor, no position table
+    type_vocab_size=0, embed_scale="none", qk_norm="none")  # x0 = embed_tokens[t]: no factor, no positions
+QK_NORMS = {"self_attn.q_norm": "attn.q_norm", "self_attn.k_norm": "attn.k_norm"}
+# OLMo 2's block: a norm after each sublayer, before its residual add (layout res_post), and QK-norm
+OLMO2_LAYER = {
+    **{hf: ours for hf, ours in LAYER.items() if not hf.endswith("layernorm")}, **QK_NORMS,
+    "post_attention_layernorm": "ln1_out", "post_feedforward_layernorm": "ln2_out",
+}
 INIT = dict(embed_std=0.02, init="default")  # initializer_range: how transformers draws every weight
 
 
@@ -55,6 +66,8 @@ class LlamaFamily:
     defaults: dict[str, Any]
     window: bool = False  # honours sliding_window (Mistral)
     qkv_bias: bool = False  # biases on q, k, v (Qwen2)
+    fixes: dict[str, Any] = field(default_factory=dict)  # ARCHITECTURE fields it fixes otherwise
+    layer: dict[str, str] = field(default_factory=lambda: dict(LAYER))  # its layer's modules -> blocklab's
     IGNORED: tuple[str, ...] = (r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq", r"lm_head\.weight")
 
     def config_from_hf(self, hf: dict[str, Any]) -> ModelConfig:
@@ -79,14 +92,19 @@ class LlamaFamily:
             d_ff=get("intermediate_size"), eps=float(get("rms_norm_eps")),
             tie_embeddings=get("tie_word_embeddings"), rotary_base=float(get("rope_theta")),
             rope_scaling=_rope_scaling(hf.get("rope_scaling")), sliding_window=self._window(hf),
-            qkv_bias=True if self.qkv_bias else None, **ARCHITECTURE, **INIT,
+            qkv_bias=True if self.qkv_bias else None, **self.architecture_fields, **INIT,
         )
 
+    @property
+    def architecture_fields(self) -> dict[str, Any]:
+        """The config fields this family's architecture fixes."""
+        return {**ARCHITECTURE, **self.fixes}
+
     def _window(self, hf: dict[str, Any]) -> int | None:
-        if self.MODEL_TYPE == "qwen2":  # a window only where use_sliding_window says, on some layers
+        if "use_sliding_window" in self.defaults:  # Qwen: a window only where it says, on some layers
             if hf_value(hf, self.defaults, "use_sliding_window"):
-                raise PretrainedError("config.json use_sliding_window=true is not supported: Qwen2 windows "
-                                      "only some layers (max_window_layers), blocklab all or none")
+                raise PretrainedError(f"config.json use_sliding_window=true is not supported: {self.name} "
+                                      "windows only some layers (max_window_layers), blocklab all or none")
             return None
         if not self.window or ("sliding_window" in hf and hf["sliding_window"] is None):  # null: no window
             return None
@@ -94,7 +112,7 @@ class LlamaFamily:
 
     def hf_config(self, config: ModelConfig, tokenizer: HFTokenizer | None = None) -> dict[str, Any]:
         """config.json for ``transformers``' class of this family."""
-        needed = {**ARCHITECTURE, "qkv_bias": True if self.qkv_bias else None}
+        needed = {**self.architecture_fields, "qkv_bias": True if self.qkv_bias else None}
         if not self.window:
             needed["sliding_window"] = None
         check_exportable(config, self.name, needed)
@@ -111,15 +129,17 @@ class LlamaFamily:
         }
         if self.window:
             out["sliding_window"] = c.sliding_window
-        if self.MODEL_TYPE == "qwen2":
+        if "use_sliding_window" in self.defaults:
             out["use_sliding_window"] = False
+        if "head_dim" in self.defaults:  # Qwen3's default is 128 whatever the width
+            out["head_dim"] = c.d_head
         return out
 
     def weight_map(self, config: ModelConfig) -> list[WeightMap]:
         """Every LlamaForCausalLM tensor and the blocklab tensor it is."""
         rows = [WeightMap("model.embed_tokens.weight", ("embed.weight",))]
         for i in range(config.n_layers):
-            rows += renamed(f"model.layers.{i}.", f"blocks.{i}.", LAYER, params=("weight",))
+            rows += renamed(f"model.layers.{i}.", f"blocks.{i}.", self.layer, params=("weight",))
             if config.has_qkv_bias:
                 rows += renamed(f"model.layers.{i}.", f"blocks.{i}.",
                                 {f"self_attn.{n}_proj": f"attn.{n}" for n in "qkv"}, params=("bias",))
@@ -157,3 +177,10 @@ QWEN2 = LlamaFamily("qwen2", "Qwen2", "Qwen2ForCausalLM", {
                                                              "head_dim")},
     "vocab_size": 151936, "intermediate_size": 22016, "max_position_embeddings": 32768,
     "use_sliding_window": False, "sliding_window": 4096}, qkv_bias=True)
+QWEN3 = LlamaFamily("qwen3", "Qwen3", "Qwen3ForCausalLM", {
+    **QWEN2.defaults, "intermediate_size": 22016, "head_dim": 128,
+    "attention_bias": False}, fixes={"qk_norm": "head"}, layer={**LAYER, **QK_NORMS})
+OLMO2 = LlamaFamily("olmo2", "OLMo 2", "Olmo2ForCausalLM", {
+    **{k: v for k, v in LLAMA_DEFAULTS.items() if k not in ("mlp_bias", "pretraining_tp", "head_dim")},
+    "vocab_size": 50304, "rms_norm_eps": 1e-5}, fixes={"qk_norm": "all_heads", "norm_position": "res_post"},
+    layer=OLMO2_LAYER)

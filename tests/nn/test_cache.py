@@ -65,7 +65,7 @@ def test_every_transformerlens_alias_names_a_stage_of_some_model_or_says_why_not
         names |= set(bl.Transformer(bl.ModelConfig(vocab_size=11, d_model=16, n_heads=2, n_layers=1,
                                                    norm_position=position)).hook_names())
     names |= set(bl.Transformer(bl.ModelConfig(d_model=16, n_heads=2, n_layers=1, pos_encoding="rotary",
-                                               activation="swiglu")).hook_names())
+                                               activation="swiglu", qk_norm="head")).hook_names())
     for alias in TRANSFORMERLENS_ALIASES:
         tl = alias.transformerlens.format(i=0)
         if alias.blocklab is None:

@@ -166,6 +166,11 @@ def oracle(model: bl.Transformer, tokens: Tensor, targets: Tensor | None = None,
             y = S[f"{p}.ln1"] = norm(x, f"{p}.ln1")
             a = attention(y, f"{p}.attn")
             x = S[f"{p}.resid_post"] = residual(x, a + ffn(y, f"{p}.ffn"), p, 1)
+        elif c.norm_position == "res_post":  # OLMo 2: x + LN1_out(MHA(x)), then y + LN2_out(FFN(y))
+            a = S[f"{p}.ln1_out"] = norm(attention(x, f"{p}.attn"), f"{p}.ln1_out")
+            m = S[f"{p}.resid_mid"] = residual(x, a, p, 1)
+            f = S[f"{p}.ln2_out"] = norm(ffn(m, f"{p}.ffn"), f"{p}.ln2_out")
+            x = S[f"{p}.resid_post"] = residual(m, f, p, 2)
         else:  # sandwich
             y = S[f"{p}.ln1"] = norm(x, f"{p}.ln1")
             a = S[f"{p}.ln1_out"] = norm(attention(y, f"{p}.attn"), f"{p}.ln1_out")
@@ -207,12 +212,13 @@ VARIANTS = {
                                        rotary_style="interleaved", rotary_fraction=0.5, rotary_base=100.0),
     "qwen2-like-window": dict(causal=True, norm_position="pre", norm="rms", bias=False, qkv_bias=True,
                               pos_encoding="rotary", sliding_window=2),
-    # QK-norm: per head with grouped queries and rotary positions (Qwen3), over all heads (OLMo 2), and a
-    # LayerNorm with a bias per head in a post-norm block
+    # QK-norm: per head with grouped queries and rotary positions (Qwen3), over all heads in OLMo 2's
+    # res-post-norm block, and a LayerNorm with a bias per head in a post-norm block
     "qwen3-like-qk-norm": dict(causal=True, norm_position="pre", norm="rms", activation="swiglu", bias=False,
                                pos_encoding="rotary", n_kv_heads=1, qk_norm="head"),
-    "olmo2-like-qk-norm": dict(causal=True, norm_position="pre", norm="rms", bias=False, pos_encoding="rotary",
-                               qk_norm="all_heads"),
+    "olmo2-like-qk-norm": dict(causal=True, norm_position="res_post", norm="rms", bias=False,
+                               pos_encoding="rotary", qk_norm="all_heads"),
+    "res-post": dict(norm_position="res_post"),
     "qk-layernorm-post": dict(qk_norm="head", eps=1e-3),
     "mqa-learned": dict(n_kv_heads=1, pos_encoding="learned"),
     "embed-sqrt-d-learned": dict(embed_scale="sqrt_d_model", embed_std=1.0, pos_encoding="learned",

@@ -53,7 +53,7 @@ def test_connections_say_which_stage_each_sublayer_adds_to_which_stream() -> Non
 def test_the_output_is_the_last_steps_stage() -> None:
     assert {name: layout.output for name, layout in LAYOUTS.items()} == {
         "post": "ln2", "pre": "resid_post", "sandwich": "resid_post", "parallel": "resid_post",
-        "parallel_shared": "resid_post"}
+        "parallel_shared": "resid_post", "res_post": "resid_post"}
 
 
 @pytest.mark.parametrize("steps, unknown", [

@@ -249,7 +249,8 @@ BASES = {
 # Changes that build the same model by the math, not by a value being ignored: with no norm, every
 # sequential layout wires the same x + F(x) (its norms are identities); the parallel ones still differ
 # (x + MHA(x) + FFN(x)).
-SAME_BY_THE_MATH = {("no-norm", "norm_position", "'post'"), ("no-norm", "norm_position", "'sandwich'")}
+SAME_BY_THE_MATH = {("no-norm", "norm_position", "'post'"), ("no-norm", "norm_position", "'sandwich'"),
+                    ("no-norm", "norm_position", "'res_post'")}
 
 
 def _fingerprint(config: ModelConfig) -> list:

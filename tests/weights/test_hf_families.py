@@ -40,6 +40,11 @@ CASES = {
         **SHAPE, num_key_value_heads=2, sliding_window=5)),
     "qwen2-qkv-bias-tied": (transformers.Qwen2ForCausalLM, transformers.Qwen2Config(
         **SHAPE, num_key_value_heads=2, tie_word_embeddings=True)),
+    "qwen3-qk-norm-gqa": (transformers.Qwen3ForCausalLM, transformers.Qwen3Config(
+        **SHAPE, num_key_value_heads=2, head_dim=8, rope_theta=1000.0)),
+    "olmo2-res-post-qk-norm-tied": (transformers.Olmo2ForCausalLM, transformers.Olmo2Config(
+        **SHAPE, tie_word_embeddings=True)),
+    "olmo2-gqa": (transformers.Olmo2ForCausalLM, transformers.Olmo2Config(**SHAPE, num_key_value_heads=1)),
     "pythia-parallel-quarter": (transformers.GPTNeoXForCausalLM, transformers.GPTNeoXConfig(
         **SHAPE, rotary_pct=0.25, use_parallel_residual=True)),
     "neox-sequential-half": (transformers.GPTNeoXForCausalLM, transformers.GPTNeoXConfig(
@@ -89,7 +94,9 @@ def test_the_config_is_read_as_the_family_says(case):
     assert c.pos_encoding == "rotary" and c.causal
     assert c.kv_heads == getattr(h, "num_key_value_heads", h.num_attention_heads)
     assert c.tie_embeddings == h.tie_word_embeddings
-    assert c.norm_position == ("parallel" if getattr(h, "use_parallel_residual", False) else "pre")
+    layout = "res_post" if name.startswith("olmo2") else "pre"
+    assert c.norm_position == ("parallel" if getattr(h, "use_parallel_residual", False) else layout)
+    assert c.qk_norm == {"qwen3": "head", "olmo2": "all_heads"}.get(h.model_type, "none")
     assert c.sliding_window == (h.sliding_window if name.startswith("mistral") else None)
     assert loaded.model_type == h.model_type
     assert bl.count_parameters(c).total == sum(p.numel() for p in hf.parameters())
@@ -117,7 +124,9 @@ def test_logits_equal_transformers_float64(case, monkeypatch):
     _, hf, folder, _ = case
     for module in (transformers.models.llama.modeling_llama.LlamaRMSNorm,
                    transformers.models.mistral.modeling_mistral.MistralRMSNorm,
-                   transformers.models.qwen2.modeling_qwen2.Qwen2RMSNorm):
+                   transformers.models.qwen2.modeling_qwen2.Qwen2RMSNorm,
+                   transformers.models.qwen3.modeling_qwen3.Qwen3RMSNorm,
+                   transformers.models.olmo2.modeling_olmo2.Olmo2RMSNorm):
         monkeypatch.setattr(module, "forward", _rms_norm_in_the_inputs_dtype)
     model = read_pretrained(folder).model.double()
     hf64 = type(hf)(hf.config).double().eval()

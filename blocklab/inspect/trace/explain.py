@@ -21,8 +21,10 @@ from .record import Stage, Trace
 BRANCH_WORDS = {"attn": "attention", "ffn": "FFN"}
 # what a norm is for, where its name alone does not say: the final norm, and a norm on a sublayer's
 # output (sandwich), read from the layouts table
-NORM_ROLES = {"ln_f": "final norm before the head: "} | {
-    norm: f"{layout.title} norm of the {BRANCH_WORDS[source.split('.')[0]]} output: "
+# (layout, norm) -> the words naming a norm's role where the name alone does not say it (the final norm,
+# a norm on a sublayer's output: sandwich's and res_post's ln1_out are different layouts' norms)
+NORM_ROLES = {(layout.name, "ln_f"): "final norm before the head: " for layout in LAYOUTS.values()} | {
+    (layout.name, norm): f"{layout.title} norm of the {BRANCH_WORDS[source.split('.')[0]]} output: "
     for layout in LAYOUTS.values() for norm, source in layout.norm_inputs.items() if source.endswith(".out")
 }
 ACTIVATION_WORDS = {
@@ -244,7 +246,7 @@ def _residual(s: Stage, w: Walk) -> str:
 
 
 def _norm(s: Stage, w: Walk) -> str:
-    where = NORM_ROLES.get(s.name.rsplit(".", 1)[-1], "")
+    where = NORM_ROLES.get((w.trace.config.norm_position, s.name.rsplit(".", 1)[-1]), "")
     n = s.norm
     if n is None:
         if not s.norm_module and w.trace.config.norm == "none":
