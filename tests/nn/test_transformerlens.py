@@ -285,3 +285,79 @@ def test_the_cache_of_a_llama_at_every_transformerlens_name(llama):
         if name.endswith(("hook_k", "hook_v", "hook_rot_k")) and got.shape != want.shape:  # (B, T, h_kv, d)
             got = got.repeat_interleave(2, dim=2) if got.shape[2] * 2 == want.shape[2] else got
         torch.testing.assert_close(got, want, rtol=0, atol=2e-4, msg=name)
+
+
+# ---- QK-norm: Qwen3 (per head) and OLMo 2 (over all heads, res-post-norm block) --------------------
+
+QK_SHAPE = dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                max_position_embeddings=64, rms_norm_eps=1e-6)
+
+
+@pytest.fixture(scope="module", params=["qwen3", "olmo2"])
+def qk_normed(request, tmp_path_factory):
+    """(blocklab's import of a random Qwen3 / OLMo 2 folder, TransformerLens' HookedTransformer of the
+    same weights, converted by TransformerLens' own functions, and the family)."""
+    from transformer_lens.pretrained.weight_conversions.olmo2 import convert_olmo2_weights
+    from transformer_lens.pretrained.weight_conversions.qwen3 import convert_qwen3_weights
+
+    family = request.param
+    torch.manual_seed(0)
+    if family == "qwen3":
+        hf = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**QK_SHAPE, num_key_value_heads=2, head_dim=8))
+    else:
+        hf = transformers.Olmo2ForCausalLM(transformers.Olmo2Config(**QK_SHAPE))
+    with torch.no_grad():  # spread the weights, the norms' gammas too
+        for p in hf.parameters():
+            p.normal_(0.0, 0.3) if p.dim() == 2 else p.add_(0.3 * torch.randn_like(p))
+    folder = tmp_path_factory.mktemp(family)
+    hf.eval().save_pretrained(str(folder))
+    cfg = HookedTransformerConfig(
+        n_layers=2, d_model=32, d_head=8, n_heads=4, n_key_value_heads=2 if family == "qwen3" else None,
+        d_mlp=64, d_vocab=100, n_ctx=64, act_fn="silu", gated_mlp=True, normalization_type="RMS",
+        final_rms=True, eps=1e-6, positional_embedding_type="rotary", rotary_dim=8, rotary_base=10000,
+        use_qk_norm=family == "qwen3", default_prepend_bos=False, device="cpu",
+        original_architecture="Qwen3ForCausalLM" if family == "qwen3" else "Olmo2ForCausalLM")
+    theirs = HookedTransformer(cfg)
+    convert = convert_qwen3_weights if family == "qwen3" else convert_olmo2_weights
+    theirs.load_and_process_state_dict(convert(hf, cfg), fold_ln=False, center_writing_weights=False,
+                                       center_unembed=False, fold_value_biases=False)
+    return bl.load(folder).model, theirs.eval(), family
+
+
+def test_qk_norm_models_equal_hooked_transformer_at_the_qk_norm_and_attention_names(qk_normed):
+    """The same logits; TransformerLens' q_norm/k_norm hooks (its scale, its output before gamma) against
+    blocklab's stages; q, k, the rotated q and k, the pattern and what attention adds, named as in
+    TransformerLens. OLMo 2 in TransformerLens calls its output norms ln1 and ln2 and its attention
+    output hook sees the output before that norm: blocklab's attn.out, then ln1_out."""
+    ours, theirs, family = qk_normed
+    tokens = torch.randint(0, 100, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        logits, their_cache = theirs.run_with_cache(tokens)
+        mine, our_cache = ours.run_with_cache(tokens)
+    torch.testing.assert_close(mine, logits, rtol=0, atol=1e-4)
+    for i in range(2):
+        attn = ours.blocks[i].attn
+        for letter in "qk":
+            ours_normed = our_cache[f"blocks.{i}.attn.hook_{letter}_normed"]  # (B, heads, T, d_k)
+            assert torch.equal(ours_normed, our_cache[f"blocks.{i}.attn.{letter}_norm"])
+            gamma = getattr(attn, f"{letter}_norm").weight
+            before_gamma = their_cache[f"blocks.{i}.attn.{letter}_norm.hook_normalized"]
+            scale = their_cache[f"blocks.{i}.attn.{letter}_norm.hook_scale"]
+            ours_scale = our_cache[f"blocks.{i}.attn.{letter}_norm.scale"]
+            if family == "qwen3":  # TransformerLens flattens (B, T, h, d_k) to rows of d_k for the norm
+                heads = ours_normed.shape[1]
+                want = (before_gamma * gamma).view(2, 12, heads, 8).transpose(1, 2)
+                ours_scale = ours_scale.transpose(1, 2).reshape(-1, 1)
+            else:  # over all heads: (B, T, h d_k)
+                want = (before_gamma * gamma).view(2, 12, -1, 8).transpose(1, 2)
+            torch.testing.assert_close(ours_normed, want, rtol=0, atol=1e-5)
+            torch.testing.assert_close(ours_scale, scale, rtol=0, atol=1e-6)
+        for name in ("attn.hook_q", "attn.hook_k", "attn.hook_rot_q", "attn.hook_rot_k"):
+            got = _ours_like_theirs(name, our_cache[f"blocks.{i}.{name}"])
+            torch.testing.assert_close(got, their_cache[f"blocks.{i}.{name}"], rtol=0, atol=1e-4)
+        for name in ("attn.hook_pattern", "attn.hook_z", "hook_attn_out", "hook_resid_mid", "hook_resid_post"):
+            torch.testing.assert_close(our_cache[f"blocks.{i}.{name}"], their_cache[f"blocks.{i}.{name}"],
+                                       rtol=0, atol=1e-4, msg=name)
+        if family == "olmo2":
+            their_ln1 = their_cache[f"blocks.{i}.ln1.hook_normalized"] * ours.blocks[i].ln1_out.weight
+            torch.testing.assert_close(our_cache[f"blocks.{i}.ln1_out"], their_ln1, rtol=0, atol=1e-4)

@@ -225,16 +225,24 @@ def test_blocklab_load_and_every_model_command_take_the_folder(case, capsys):
     ("llama", {"head_dim": 16}, "head_dim"),
     ("llama", {"attention_dropout": 0.1}, "attention_dropout"),
     ("qwen2", {"use_sliding_window": True}, "use_sliding_window"),
+    ("qwen3", {"head_dim": 16}, "head_dim"),
+    ("qwen3", {"head_dim": None}, "head_dim=128"),  # left out: transformers' Qwen3 heads are 128 wide
+    ("qwen3", {"attention_bias": True}, "attention_bias"),
+    ("qwen3", {"use_sliding_window": True}, "use_sliding_window"),
+    ("olmo2", {"attention_bias": True}, "attention_bias"),
+    ("olmo2", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_scaling"),
     ("gpt_neox", {"attention_bias": False}, "attention_bias"),
     ("gpt_neox", {"hidden_dropout": 0.1}, "hidden_dropout"),
 ])
 def test_a_config_field_the_import_cannot_honour_is_refused_by_name(tmp_path, family, changes, field):
     cls, config = {"llama": CASES["llama-mha-untied"], "qwen2": CASES["qwen2-qkv-bias-tied"],
+                   "qwen3": CASES["qwen3-qk-norm-gqa"], "olmo2": CASES["olmo2-gqa"],
                    "gpt_neox": CASES["pythia-parallel-quarter"]}[family]
     torch.manual_seed(0)
     cls(config).save_pretrained(str(tmp_path))
     written = json.loads((tmp_path / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps({**written, **changes}))
+    changed = {k: v for k, v in {**written, **changes}.items() if v is not None or k not in changes}
+    (tmp_path / "config.json").write_text(json.dumps(changed))
     with pytest.raises(PretrainedError, match=field):
         read_pretrained(tmp_path)
 
@@ -250,6 +258,31 @@ def test_export_chooses_the_family_whose_layout_the_model_has_and_says_why_not(t
     assert json.loads((tmp_path / "llama" / "config.json").read_text())["model_type"] == "llama"
     with pytest.raises(PretrainedError, match="GPT-2 layout: ModelConfig norm='rms'"):
         save_pretrained(llama, tmp_path / "gpt2", family="gpt2")
+
+
+def test_export_refuses_a_layout_whose_config_json_would_read_back_as_another_model(tmp_path):
+    """Every field that changes what the weights compute must survive config.json: grouped heads have no
+    place in GPT-2's (its c_attn is three d-wide blocks), QK-norm none in Llama's; a model with QK-norm
+    per head is written as Qwen3, over all heads in the res-post-norm block as OLMo 2."""
+    gpt2 = bl.preset("gpt2", n_layers=1, vocab_size=50, d_model=32, n_heads=4, max_seq_len=16, n_kv_heads=2)
+    with pytest.raises(PretrainedError, match=r"gpt2: .*n_kv_heads=2 \(read back as None\)"):
+        save_pretrained(bl.Transformer(gpt2), tmp_path / "gpt2")
+    llama = dict(norm="rms", bias=False, causal=True, activation="swiglu", pos_encoding="rotary",
+                 embed_scale="none", n_kv_heads=2, d_model=32, n_heads=4)
+    with pytest.raises(PretrainedError, match="Llama layout: ModelConfig qk_norm='head'"):
+        save_pretrained(bl.Transformer(bl.ModelConfig(**llama, norm_position="pre", qk_norm="head")),
+                        tmp_path / "llama", family="llama")
+    for qk_norm, position, family in (("head", "pre", "qwen3"), ("all_heads", "res_post", "olmo2")):
+        model = bl.Transformer(bl.ModelConfig(**llama, norm_position=position, qk_norm=qk_norm))
+        save_pretrained(model, tmp_path / family)
+        assert json.loads((tmp_path / family / "config.json").read_text())["model_type"] == family
+        again = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / family)).eval()
+        tokens = _ids(7, (2, 6)) % 18
+        with torch.no_grad():
+            torch.testing.assert_close(again(tokens).logits, model(tokens), rtol=0, atol=1e-5)
+    with pytest.raises(PretrainedError, match="no Hugging Face layout"):  # OLMo 2's QK-norm in a pre-norm block
+        save_pretrained(bl.Transformer(bl.ModelConfig(**llama, norm_position="pre", qk_norm="all_heads")),
+                        tmp_path / "none")
 
 
 @pytest.mark.parametrize("name", ["llama-3.2-1b", "smollm2-135m", "qwen2.5-0.5b", "pythia-160m",
