@@ -69,7 +69,7 @@ def _rows_problem(rows: Any, name: str, lists: tuple[str, ...] = ()) -> str | No
     if not isinstance(rows, list):
         return f"{name} must be a list of objects"
     for i, row in enumerate(rows):
-        if not (isinstance(row, dict) and _count(row.get("step")) and row["step"] is not None):
+        if not (isinstance(row, dict) and row.get("step") is not None and _count(row["step"])):  # {}: no step
             return f"{name}[{i}] must be an object with an integer step"
         for key, value in row.items():
             ok = (isinstance(value, list) and all(_number(v) for v in value)) if key in lists else \

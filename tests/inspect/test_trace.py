@@ -282,6 +282,23 @@ def test_the_rotary_stage_names_its_pairs_and_their_angles_in_numbers(style: str
     assert f"mean L2 norm {float(q.stats['l2'].mean()):.4g} ->" in words  # a rotation keeps lengths
 
 
+@pytest.mark.parametrize("qk_norm", ["head", "all_heads"])
+def test_the_qk_norm_stage_says_over_what_and_each_heads_length_before_and_after(qk_norm: str) -> None:
+    """q_norm's sentence: the norm, over one head's features or all heads', and the mean per-head L2
+    norm of q before and after it, against the cache's tensors (torch's norm)."""
+    model = listops_model(norm_position="pre", norm="rms", causal=True, pos_encoding="rotary", qk_norm=qk_norm)
+    trace = collect_trace(model, IDS, TOKENIZER.tokens(IDS), position=5)
+    words = next(s for s in trace.stages if s.name == "blocks.0.attn.q_norm").explanation
+    _, cache = model.run_with_cache(torch.tensor([IDS]))
+    shown = trace.positions  # (1, h, T, d_k) at the shown positions: each head's length, their mean
+    per_head = lambda x: float(x[0][:, shown].double().norm(dim=-1).mean())
+    before, after = per_head(cache["blocks.0.attn.q"]), per_head(cache["blocks.0.attn.q_norm"])
+    assert f"mean L2 norm per head {before:.4g} -> {after:.4g} (sqrt(d_k) = 4 times gamma" in words, words
+    over = ("each head's d_k = 16 features, one gamma of 16 shared by the 4 heads" if qk_norm == "head"
+            else "all 4 heads' 64 features at once")
+    assert f"QK-norm (queries): RMSNorm over {over}" in words
+
+
 def test_schema_rejects_a_record_without_statistics() -> None:
     torch.manual_seed(0)
     doc = trace_to_dict(collect_trace(bl.Transformer(bl.ModelConfig(**SMALL)).eval(), [1, 2, 3]))

@@ -70,3 +70,16 @@ def test_workers_share_the_cores() -> None:
     results = run_many(specs, jobs=2)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     assert [results[k]["threads"] for k in ("lab", "auto", "three")] == [1, max(1, cores // 2), 3]
+
+
+@pytest.mark.parametrize(("curve", "problem"), [
+    ([{}], "curve[0] must be an object with an integer step"),  # was a KeyError (found by the loader fuzz)
+    ([{"step": None}], "curve[0] must be an object with an integer step"),
+    ([{"step": -1}], "curve[0] must be an object with an integer step"),
+    ([{"step": 3, "loss": "x"}], "curve[0].loss='x' is not a number"),
+    ([{"step": 3, "loss": 0.5}], None),
+])
+def test_a_result_curve_row_without_a_step_is_a_problem_not_a_key_error(curve: list, problem: str | None) -> None:
+    from blocklab.lab.grid import _rows_problem
+
+    assert _rows_problem(curve, "curve") == problem
