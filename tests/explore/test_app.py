@@ -289,3 +289,22 @@ def test_a_hugging_face_folder_is_served_as_blocklab_trace_reads_it(tmp_path: Pa
     assert answer.json() == json.loads(out.read_text())
     step = client.post("/api/step", json={"model": "gpt2-tiny", "input": "The cat sat"}).json()
     assert step["input"] == "The cat sat" + step["token"]
+
+
+def test_gradients_of_heads_first_stages_are_per_position_in_a_qk_norm_res_post_model() -> None:
+    """QK-norm's stages keep heads first, (1, h, T, d_k), its per-head scale (1, h, T, 1): their
+    gradient norms are per position, as every other stage's; the res-post-norm layout's steps are served."""
+    fields = {"norm_position": "res_post", "norm": "rms", "qk_norm": "head"}
+    client = TestClient(create_app({"qk": Explored("qk", preset_subject("listops-seed", 0, fields))}))
+    model = oracle_model(**fields)
+    tokens = torch.tensor([TOKENIZER.encode(QUERY)])
+    targets = torch.full_like(tokens, -100)
+    targets[0, -1] = TOKENIZER.encode("6")[0]
+    _, cache = model.run_with_cache(tokens, targets=targets, backward=True)
+    got = client.post("/api/gradients", json={"model": "qk", "input": QUERY, "target": "6"}).json()
+    for name in ("blocks.0.attn.q_norm", "blocks.1.attn.k_norm.scale", "blocks.0.ln1_out"):
+        grad = cache.grads[name][0].double()
+        by_hand = (grad.transpose(0, 1) if grad.dim() == 3 and "attn" in name else grad).flatten(1).norm(dim=-1)
+        assert got["stages"][name] == pytest.approx(by_hand.tolist(), rel=1e-5, abs=1e-9), name
+    layout = client.get("/api/models").json()["models"][0]["layout"]
+    assert [step["name"] for step in layout["steps"]][:2] == ["attn", "ln1_out"]
