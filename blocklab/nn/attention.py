@@ -62,7 +62,8 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
     ``key_padding_mask``: bool (B, T), True where the key is padding (``nn.MultiheadAttention``'s
     convention). Stages, in forward order (``stages``): ``q`` (B, h, T, d_k), ``k``, ``v`` (B, h_kv, T,
     d_k), with QK-norm ``q_norm.scale``, ``q_norm``, ``k_norm.scale``, ``k_norm`` (the same, normalised;
-    the modules ``q_norm``, ``k_norm``), with rotary positions ``rot_q``, ``rot_k`` (the same, rotated), ``scores`` and ``weights``
+    the modules ``q_norm``, ``k_norm``), with rotary positions ``rot_q``, ``rot_k`` (the same, rotated),
+    ``scores`` and ``weights``
     (B, h, T, T), ``z`` (B, T, h, d_k: each head's output before Wo), ``result`` (B, T, h, d_model:
     each head's output through its columns of Wo, without bo), ``out`` (B, T, d_model).
     """
@@ -162,7 +163,8 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
         heads = lambda y: y.view(B, T, -1, self.d_k).transpose(1, 2)
         q, k, v = self.hook_q(heads(q)), self.hook_k(heads(k)), self.hook_v(heads(v))
         if self.q_norm is not None:
-            q, k = self.hook_q_norm(self._normed(self.q_norm, q)), self.hook_k_norm(self._normed(self.k_norm, k))
+            q = self.hook_q_norm(self._normed(self.q_norm, q))
+            k = self.hook_k_norm(self._normed(self.k_norm, k))
         if angles is not None:
             q, k = self.hook_rot_q(angles.rotate(q)), self.hook_rot_k(angles.rotate(k))
         return q, k, v

@@ -96,7 +96,8 @@ def activation_values_per_token(config: ModelConfig, seq_len: int, explicit_atte
     if c.pos_encoding == "rotary":
         attention += c.d_model + c.kv_heads * c.d_head
     if c.qk_norm != "none":
-        attention += c.d_model + c.kv_heads * c.d_head + (c.n_heads + c.kv_heads if c.qk_norm == "head" else 2)
+        denominators = c.n_heads + c.kv_heads if c.qk_norm == "head" else 2
+        attention += c.d_model + c.kv_heads * c.d_head + denominators
     if c.kv_heads != c.n_heads:
         attention += 2 * c.d_model
     if c.uses_lean_path:

@@ -317,8 +317,8 @@ def export_family(config: ModelConfig, family: str | None = None) -> Family:
 def save_pretrained(model: Transformer, path: str | Path, tokenizer: HFTokenizer | None = None,
                     family: str | None = None) -> Path:
     """Write ``model`` as a Hugging Face folder that ``transformers`` loads: the layout of ``family``
-    (a model_type: bert, gpt2, llama, mistral, qwen2, qwen3, olmo2, gpt_neox), by default the first that fits the
-    model; with a Hugging Face tokenizer, also its tokenizer.json."""
+    (a model_type: bert, gpt2, llama, mistral, qwen2, qwen3, olmo2, gpt_neox), by default the first
+    that fits the model; with a Hugging Face tokenizer, also its tokenizer.json."""
     chosen = export_family(model.config, family)
     hf_config = chosen.hf_config(model.config, tokenizer)
     hf_tensors = to_hf(state_tensors(model), chosen.weight_map(model.config))

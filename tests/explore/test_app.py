@@ -304,7 +304,8 @@ def test_gradients_of_heads_first_stages_are_per_position_in_a_qk_norm_res_post_
     got = client.post("/api/gradients", json={"model": "qk", "input": QUERY, "target": "6"}).json()
     for name in ("blocks.0.attn.q_norm", "blocks.1.attn.k_norm.scale", "blocks.0.ln1_out"):
         grad = cache.grads[name][0].double()
-        by_hand = (grad.transpose(0, 1) if grad.dim() == 3 and "attn" in name else grad).flatten(1).norm(dim=-1)
+        positions_first = grad.transpose(0, 1) if grad.dim() == 3 and "attn" in name else grad
+        by_hand = positions_first.flatten(1).norm(dim=-1)
         assert got["stages"][name] == pytest.approx(by_hand.tolist(), rel=1e-5, abs=1e-9), name
     layout = client.get("/api/models").json()["models"][0]["layout"]
     assert [step["name"] for step in layout["steps"]][:2] == ["attn", "ln1_out"]

@@ -286,7 +286,8 @@ def test_the_rotary_stage_names_its_pairs_and_their_angles_in_numbers(style: str
 def test_the_qk_norm_stage_says_over_what_and_each_heads_length_before_and_after(qk_norm: str) -> None:
     """q_norm's sentence: the norm, over one head's features or all heads', and the mean per-head L2
     norm of q before and after it, against the cache's tensors (torch's norm)."""
-    model = listops_model(norm_position="pre", norm="rms", causal=True, pos_encoding="rotary", qk_norm=qk_norm)
+    model = listops_model(norm_position="pre", norm="rms", causal=True, pos_encoding="rotary",
+                          qk_norm=qk_norm)
     trace = collect_trace(model, IDS, TOKENIZER.tokens(IDS), position=5)
     words = next(s for s in trace.stages if s.name == "blocks.0.attn.q_norm").explanation
     _, cache = model.run_with_cache(torch.tensor([IDS]))

@@ -79,7 +79,8 @@ def test_workers_share_the_cores() -> None:
     ([{"step": 3, "loss": "x"}], "curve[0].loss='x' is not a number"),
     ([{"step": 3, "loss": 0.5}], None),
 ])
-def test_a_result_curve_row_without_a_step_is_a_problem_not_a_key_error(curve: list, problem: str | None) -> None:
+def test_a_result_curve_row_without_a_step_is_a_problem_not_a_key_error(curve: list,
+                                                                        problem: str | None) -> None:
     from blocklab.lab.grid import _rows_problem
 
     assert _rows_problem(curve, "curve") == problem

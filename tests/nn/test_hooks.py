@@ -234,7 +234,8 @@ def small_model(dtype: torch.dtype = torch.float64, **fields: object) -> bl.Tran
     model = bl.Transformer(bl.ModelConfig(**{**SMALL, **fields})).to(dtype).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "ln" in name.split(".")[-2] or name.split(".")[-2].endswith("_norm") or name.endswith(".scale"):
+            module = name.split(".")[-2]
+            if "ln" in module or module.endswith("_norm") or name.endswith(".scale"):
                 p.add_(0.3 * torch.randn_like(p))
     return model
 

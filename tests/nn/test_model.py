@@ -193,8 +193,8 @@ def test_bad_inputs_give_clear_errors() -> None:
 
 from blocklab.bench.footprint import saved_activations  # noqa: E402
 from blocklab.nn.activations import ACTIVATION_NAMES  # noqa: E402
-from blocklab.nn.config import EMBED_SCALES, FIELDS, NORM_POSITIONS, NORMS, POS_ENCODINGS, RESIDUALS  # noqa: E402
 from blocklab.nn.attention import QK_NORMS  # noqa: E402
+from blocklab.nn.config import EMBED_SCALES, FIELDS, NORM_POSITIONS, NORMS, POS_ENCODINGS, RESIDUALS  # noqa: E402
 from blocklab.nn.init_schemes import INIT_SCHEMES  # noqa: E402
 
 ALTERNATIVES: dict[str, list] = {

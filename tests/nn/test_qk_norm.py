@@ -1,8 +1,9 @@
 """QK-norm (blocklab/nn/attention.py): a norm on queries and keys, per head (Qwen3) or over all heads
-(OLMo 2). Every stage against a float64 hand forward is in tests/nn/test_hooks.py (the qk-norm
-variants); the families' weights against ``transformers`` in tests/weights/test_hf_families.py. Here:
-``transformers``' own attention modules with the same weights, float64 gradients, the lean path, what
-the norm is for (scores that do not grow with Wq and Wk), interventions, counts and refusals."""
+(OLMo 2). Elsewhere: every stage against a float64 hand forward (tests/nn/test_hooks.py, the qk-norm
+variants), the lean path and an intervention on the normalised keys (tests/nn/test_rotary.py), the
+families' weights against ``transformers`` (tests/weights/test_hf_families.py). Here: ``transformers``'
+own attention modules with the same weights, float64 gradients, what the norm is for (scores that do
+not grow with Wq and Wk), the KV cache, counts and refusals."""
 
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ D, H, T = 32, 4, 7
 
 def _attention(qk_norm: str, kv_heads: int, **kw: object) -> MultiHeadAttention:
     torch.manual_seed(0)
-    ours = MultiHeadAttention(D, H, causal=True, bias=False, n_kv_heads=kv_heads, rotary=True, qk_norm=qk_norm,
-                              norm="rms", eps=1e-6, dtype=torch.float64, **kw)
+    ours = MultiHeadAttention(D, H, causal=True, bias=False, n_kv_heads=kv_heads, rotary=True,
+                              qk_norm=qk_norm, norm="rms", eps=1e-6, dtype=torch.float64, **kw)
     with torch.no_grad():  # gammas off their init of ones, so a wrong one shows
         for norm in (ours.q_norm, ours.k_norm):
             norm.weight.add_(0.3 * torch.randn_like(norm.weight))
@@ -36,7 +37,8 @@ def _attention(qk_norm: str, kv_heads: int, **kw: object) -> MultiHeadAttention:
 
 @pytest.mark.parametrize("kv_heads", [H, 2, 1])
 @pytest.mark.parametrize(("qk_norm", "family"), [("head", "qwen3"), ("all_heads", "olmo2")])
-def test_equals_transformers_attention_with_the_same_weights(qk_norm: str, family: str, kv_heads: int) -> None:
+def test_equals_transformers_attention_with_the_same_weights(qk_norm: str, family: str,
+                                                             kv_heads: int) -> None:
     """Qwen3Attention (a d_k-wide norm per head) and Olmo2Attention (as wide as q and k)."""
     ours = _attention(qk_norm, kv_heads)
     fields = dict(hidden_size=D, num_attention_heads=H, num_key_value_heads=kv_heads, rms_norm_eps=1e-6,
@@ -75,27 +77,11 @@ def test_gradients_pass_float64_gradcheck(qk_norm: str, fused: bool) -> None:
 
 def _model(**fields: object) -> bl.Transformer:
     torch.manual_seed(0)
-    llama = dict(causal=True, norm_position="pre", norm="rms", activation="swiglu", bias=False, pos_encoding="rotary")
+    llama = dict(causal=True, norm_position="pre", norm="rms", activation="swiglu", bias=False,
+                 pos_encoding="rotary")
     config = bl.ModelConfig(vocab_size=23, max_seq_len=16, d_model=D, n_heads=H, n_layers=2, d_ff=48,
                             **{**llama, **fields})
     return bl.Transformer(config).eval()
-
-
-@pytest.mark.parametrize("fields", [dict(qk_norm="head", n_kv_heads=2), dict(qk_norm="all_heads", n_kv_heads=1),
-                                    dict(qk_norm="head", norm="standard", bias=True, norm_position="post")])
-def test_the_lean_path_computes_the_module_paths_values_and_gradients(fields: dict) -> None:
-    lean = _model(fused=True, **fields)
-    tokens = torch.randint(0, 23, (2, 11))
-    assert lean.blocks[0].uses_lean_path
-    out = lean(tokens, targets=tokens)[1]
-    with lean.hooks({"blocks.*.resid_post": lambda x, name: None}):  # an intervention: the module path
-        assert not lean.blocks[0].uses_lean_path
-        module = lean(tokens, targets=tokens)[1]
-    assert torch.equal(out, module)
-    grads = torch.autograd.grad(out, list(lean.parameters()))
-    module_grads = torch.autograd.grad(module, list(lean.parameters()))
-    for a, b in zip(grads, module_grads, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
 def test_the_scores_do_not_grow_with_the_query_and_key_weights() -> None:
@@ -119,19 +105,6 @@ def test_the_scores_do_not_grow_with_the_query_and_key_weights() -> None:
     attn = model.blocks[1].attn
     bound = float(attn.q_norm.weight.abs().max() * attn.k_norm.weight.abs().max()) * math.sqrt(D // H)
     assert float(scores["head", 100.0].abs().max()) <= bound
-
-
-def test_an_intervention_on_the_normalised_keys_changes_what_attention_computes() -> None:
-    """Zeroing k_norm zeroes every score (rotating zeros leaves zeros): uniform weights over what is seen."""
-    model = _model(qk_norm="head")
-    tokens = torch.randint(0, 23, (1, 5))
-    with torch.no_grad():
-        plain = model(tokens)
-        with model.hooks({"blocks.0.attn.k_norm": lambda x, name: torch.zeros_like(x)}):
-            hooked, cache = model.run_with_cache(tokens, names=["blocks.0.attn.weights"])
-    want = torch.ones(5, 5).tril() / torch.arange(1, 6)[:, None]
-    torch.testing.assert_close(cache["blocks.0.attn.weights"][0, 0], want)
-    assert not torch.allclose(hooked, plain)
 
 
 def test_cached_decoding_equals_the_full_forward() -> None:
@@ -158,7 +131,7 @@ def test_parameters_are_the_norms_gammas_counted_beside_the_model(qk_norm: str, 
 def test_a_qk_norm_without_a_layer_norm_variant_or_with_an_unknown_name_is_refused() -> None:
     with pytest.raises(ValueError, match=r"ModelConfig.qk_norm='head' .* norm='batch'"):
         bl.ModelConfig(qk_norm="head", norm="batch")
-    with pytest.raises(ValueError, match=r"ModelConfig.qk_norm='per_head' is not one of: none, head, all_heads"):
+    with pytest.raises(ValueError, match=r"qk_norm='per_head' is not one of: none, head, all_heads"):
         bl.ModelConfig(qk_norm="per_head")
     with pytest.raises(ValueError, match="qk_norm='head' needs a LayerNorm variant"):
         MultiHeadAttention(8, 2, qk_norm="head", norm="none")

@@ -91,9 +91,10 @@ def test_rotated_dot_products_depend_on_the_distance_only() -> None:
 
 def _model(**fields: object) -> bl.Transformer:
     torch.manual_seed(0)
+    llama = dict(causal=True, norm_position="pre", norm="rms", activation="swiglu", bias=False,
+                 pos_encoding="rotary")
     config = bl.ModelConfig(vocab_size=23, max_seq_len=16, d_model=32, n_heads=4, n_layers=2, d_ff=48,
-                            causal=True, norm_position="pre", norm="rms", activation="swiglu", bias=False,
-                            pos_encoding="rotary", **fields)
+                            **{**llama, **fields})
     return bl.Transformer(config).eval()
 
 
@@ -132,20 +133,27 @@ def test_a_left_padded_row_with_its_own_positions_equals_the_row_alone() -> None
     torch.testing.assert_close(together, alone, rtol=1e-5, atol=1e-5)
 
 
-def test_an_intervention_on_the_rotated_keys_changes_what_attention_computes() -> None:
-    """Zeroing rot_k zeroes every score: each query spreads its weight evenly over what it may see."""
-    model = _model()
+@pytest.mark.parametrize(("stage", "fields"), [("rot_k", {}), ("k_norm", {"qk_norm": "head"})])
+def test_an_intervention_on_the_rotated_keys_changes_what_attention_computes(stage: str,
+                                                                             fields: dict) -> None:
+    """Zeroing rot_k zeroes every score: each query spreads its weight evenly over what it may see.
+    So does zeroing QK-norm's normalised keys (rotating zeros leaves zeros)."""
+    model = _model(**fields)
     tokens = torch.randint(0, 23, (1, 5))
     with torch.no_grad():
         plain = model(tokens)
-        with model.hooks({"blocks.0.attn.rot_k": lambda x, name: torch.zeros_like(x)}):
+        with model.hooks({f"blocks.0.attn.{stage}": lambda x, name: torch.zeros_like(x)}):
             hooked, cache = model.run_with_cache(tokens, names=["blocks.0.attn.weights"])
     want = torch.ones(5, 5).tril() / torch.arange(1, 6)[:, None]
     torch.testing.assert_close(cache["blocks.0.attn.weights"][0, 0], want)
     assert not torch.allclose(hooked, plain)
 
 
-@pytest.mark.parametrize("fields", [dict(), dict(n_kv_heads=2), dict(n_kv_heads=1, rotary_fraction=0.5)])
+@pytest.mark.parametrize("fields", [
+    dict(), dict(n_kv_heads=2), dict(n_kv_heads=1, rotary_fraction=0.5),
+    dict(qk_norm="head", n_kv_heads=2), dict(qk_norm="all_heads", n_kv_heads=1),  # QK-norm: Qwen3, OLMo 2
+    dict(qk_norm="head", norm="standard", bias=True, norm_position="post"),  # a LayerNorm per head, post-norm
+])
 def test_the_lean_path_computes_the_module_paths_values_with_rotary_and_grouped_heads(fields) -> None:
     torch.manual_seed(0)
     lean = _model(fused=True, **fields)

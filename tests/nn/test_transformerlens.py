@@ -289,8 +289,8 @@ def test_the_cache_of_a_llama_at_every_transformerlens_name(llama):
 
 # ---- QK-norm: Qwen3 (per head) and OLMo 2 (over all heads, res-post-norm block) --------------------
 
-QK_SHAPE = dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                max_position_embeddings=64, rms_norm_eps=1e-6)
+QK_SHAPE = dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                num_attention_heads=4, max_position_embeddings=64, rms_norm_eps=1e-6)
 
 
 @pytest.fixture(scope="module", params=["qwen3", "olmo2"])
@@ -303,7 +303,8 @@ def qk_normed(request, tmp_path_factory):
     family = request.param
     torch.manual_seed(0)
     if family == "qwen3":
-        hf = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**QK_SHAPE, num_key_value_heads=2, head_dim=8))
+        config = transformers.Qwen3Config(**QK_SHAPE, num_key_value_heads=2, head_dim=8)
+        hf = transformers.Qwen3ForCausalLM(config)
     else:
         hf = transformers.Olmo2ForCausalLM(transformers.Olmo2Config(**QK_SHAPE))
     with torch.no_grad():  # spread the weights, the norms' gammas too
@@ -355,7 +356,8 @@ def test_qk_norm_models_equal_hooked_transformer_at_the_qk_norm_and_attention_na
         for name in ("attn.hook_q", "attn.hook_k", "attn.hook_rot_q", "attn.hook_rot_k"):
             got = _ours_like_theirs(name, our_cache[f"blocks.{i}.{name}"])
             torch.testing.assert_close(got, their_cache[f"blocks.{i}.{name}"], rtol=0, atol=1e-4)
-        for name in ("attn.hook_pattern", "attn.hook_z", "hook_attn_out", "hook_resid_mid", "hook_resid_post"):
+        for name in ("attn.hook_pattern", "attn.hook_z", "hook_attn_out", "hook_resid_mid",
+                     "hook_resid_post"):
             torch.testing.assert_close(our_cache[f"blocks.{i}.{name}"], their_cache[f"blocks.{i}.{name}"],
                                        rtol=0, atol=1e-4, msg=name)
         if family == "olmo2":

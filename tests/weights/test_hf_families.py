@@ -280,7 +280,8 @@ def test_export_refuses_a_layout_whose_config_json_would_read_back_as_another_mo
         tokens = _ids(7, (2, 6)) % 18
         with torch.no_grad():
             torch.testing.assert_close(again(tokens).logits, model(tokens), rtol=0, atol=1e-5)
-    with pytest.raises(PretrainedError, match="no Hugging Face layout"):  # OLMo 2's QK-norm in a pre-norm block
+    # OLMo 2's QK-norm in a pre-norm block: no family has it
+    with pytest.raises(PretrainedError, match="no Hugging Face layout"):
         save_pretrained(bl.Transformer(bl.ModelConfig(**llama, norm_position="pre", qk_norm="all_heads")),
                         tmp_path / "none")
 
