@@ -8,6 +8,7 @@ from typing import Any
 from ..files.folders import write_output_file
 from ..lab.grid import LAB_THREADS
 from ..nn.config import FIELDS
+from ..nn.layouts import LAYOUTS
 from ..training.train_config import TRAIN_FIELDS
 from .args import (
     TARGET_RULE,
@@ -117,10 +118,9 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         return 0
     from rich.console import Console
 
-    title = (
-        f"{args.preset} at init on {task.name} ({config.n_layers} layers, {config.norm_position}-norm, "
-        f"residual {config.residual}), loss {diag.loss:.4f}"
-    )
+    layout = LAYOUTS[config.norm_position].title  # "post-norm", "sandwich", "res-post"
+    title = (f"{args.preset} at init on {task.name} ({config.n_layers} layers, {layout}, "
+             f"residual {config.residual}), loss {diag.loss:.4f}")
     Console(width=200).print(diagnostics_table(diag, title))
     say_written(args.json)
     return 0

@@ -23,6 +23,7 @@ from typing import Any
 from ..files.atomic import kind_of
 from ..files.folders import CHECKPOINTS, CONFIG, MODEL_FILE, check_output_file
 from ..files.jsonfiles import read_json_object
+from ..nn.layouts import LAYOUTS
 from ..nn.model import Transformer
 from ..tasks import Task, task_from_dict
 from ..training.checkpoint import (
@@ -104,7 +105,7 @@ class Loaded:
                 else self.source.describe())
         lines = [
             f"imported {what}: {c.n_layers} layers, d_model {c.d_model}, {c.n_heads} heads, "
-            f"d_ff {c.d_ff}, vocab {c.vocab_size}, {c.activation}, {c.norm_position}-norm",
+            f"d_ff {c.d_ff}, vocab {c.vocab_size}, {c.activation}, {LAYOUTS[c.norm_position].title}",
             f"parameters: {n_params:,}",
         ]
         if self.meta.get("ignored_keys"):
