@@ -300,9 +300,10 @@ FIELD_HELP = {
     "vocab_size": "token ids are 0..N-1",
     "max_seq_len": "the longest input, in tokens",
     "d_model": "width of the residual stream",
-    "n_heads": "attention heads (they must divide d-model)",
+    "n_heads": "attention heads (they must divide d-model, unless --head-dim gives their width)",
     "n_kv_heads": "key/value heads, each shared by n-heads / n-kv-heads query heads (grouped-query; 1: "
                   "multi-query; none: one per query head)",
+    "head_dim": "each head's width d_k (Qwen3: 128 whatever d-model); none: d-model / n-heads",
     "n_layers": "blocks in the stack",
     "d_ff": "hidden width of the feed-forward",
     "activation": "the feed-forward's activation",

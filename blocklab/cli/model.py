@@ -68,12 +68,17 @@ def _formulas(c: ModelConfig) -> dict[str, str]:
     b = " + 4d" if c.bias else ""
     n_in = "3" if is_gated(c.activation) else "2"
     ln = "2d" if c.bias and c.norm != "rms" else "d"
+    d_q, d_kv = c.n_heads * c.d_head, c.kv_heads * c.d_head  # q's and o's width (d unless head_dim); k's, v's
+    q_part = "2d^2" if d_q == d else f"2d x {d_q}"
+    qk_norms = {"none": "", "head": " + 2 QK-norms of d_k",
+                "all_heads": " + QK-norms of d_q, d_kv"}[c.qk_norm]
+    biases = " + biases" if c.bias or c.has_qkv_bias else ""
     return {
         "embed": f"vocab {c.vocab_size} x d {d}",
         "pos": f"max_seq_len {c.max_seq_len} x d {d}",
         "token_type": f"{c.type_vocab_size} x d {d}",
-        "blocks.attn": f"L {L} x (4d^2{b})" if c.kv_heads == c.n_heads else
-                       f"L {L} x (2d^2 + 2d x {c.kv_heads * c.d_head}{' + biases' if c.bias else ''})",
+        "blocks.attn": f"L {L} x (4d^2{b})" if d_q == d_kv == d and c.qk_norm == "none" else
+                       f"L {L} x ({q_part} + 2d x {d_kv}{biases}{qk_norms})",
         "blocks.ffn": f"L {L} x ({n_in} d d_ff{' + biases' if c.bias else ''}), d_ff {c.d_ff}",
         **{f"blocks.{norm}": f"L {L} x {ln}" for norm in LAYOUTS[c.norm_position].norms},
         "ln_f": ln,

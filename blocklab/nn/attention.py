@@ -56,8 +56,9 @@ HEADS_FIRST = ("q", "k", "v", "q_norm", "k_norm", "rot_q", "rot_k", "scores", "w
 
 
 class MultiHeadAttention(AttentionWeights, nn.Module):
-    """Keys ``q``, ``k``, ``v``, ``o``: ``nn.Linear``s, q and o (d_model, d_model), k and v
-    (n_kv_heads d_k, d_model).
+    """Keys ``q``, ``k``, ``v``, ``o``: ``nn.Linear``s, q (h d_k, d_model), k and v (n_kv_heads d_k,
+    d_model), o (d_model, h d_k); d_k = d_model / h unless ``d_head`` says otherwise (Qwen3-0.6B: 16
+    heads of 128 on a width of 1024).
 
     ``key_padding_mask``: bool (B, T), True where the key is padding (``nn.MultiheadAttention``'s
     convention). Stages, in forward order (``stages``): ``q`` (B, h, T, d_k), ``k``, ``v`` (B, h_kv, T,
@@ -90,12 +91,14 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
         qk_norm: str = "none",
         norm: str = "rms",
         eps: float = 1e-6,
+        d_head: int | None = None,
     ) -> None:
         """``qk_norm``: one of QK_NORMS; ``norm`` (a LayerNorm variant) and ``eps`` are its norms' (they
         have a bias where ``bias`` and the variant allow one)."""
         super().__init__()
-        if n_heads < 1 or d_model % n_heads:
-            raise ValueError(f"MultiHeadAttention n_heads={n_heads} must divide d_model={d_model}")
+        if n_heads < 1 or (d_head is None and d_model % n_heads):
+            raise ValueError(f"MultiHeadAttention n_heads={n_heads} must divide d_model={d_model} "
+                             "(or give d_head)")
         kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         if kv_heads < 1 or n_heads % kv_heads:
             raise ValueError(f"MultiHeadAttention n_kv_heads={n_kv_heads} must divide n_heads={n_heads}")
@@ -105,13 +108,15 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
             raise ValueError(f"MultiHeadAttention qk_norm={qk_norm!r} needs a LayerNorm variant "
                              f"({', '.join(LAYER_NORM_VARIANTS)}), not norm={norm!r}")
         factory = {"device": device, "dtype": dtype}
-        self.d_model, self.n_heads, self.d_k, self.causal = d_model, n_heads, d_model // n_heads, causal
+        self.d_model, self.n_heads, self.causal = d_model, n_heads, causal
+        self.d_k = d_model // n_heads if d_head is None else d_head
+        self.d_attn = n_heads * self.d_k  # the heads' width, concatenated (d_model unless d_head is given)
         self.n_kv_heads, self.sliding_window = kv_heads, sliding_window
         in_bias = bias if qkv_bias is None else qkv_bias
-        self.q = nn.Linear(d_model, d_model, bias=in_bias, **factory)
+        self.q = nn.Linear(d_model, self.d_attn, bias=in_bias, **factory)
         self.k = nn.Linear(d_model, kv_heads * self.d_k, bias=in_bias, **factory)
         self.v = nn.Linear(d_model, kv_heads * self.d_k, bias=in_bias, **factory)
-        self.o = nn.Linear(d_model, d_model, bias=bias, **factory)
+        self.o = nn.Linear(self.d_attn, d_model, bias=bias, **factory)
         self.dropout_p = dropout
         self.resid_dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.use_fast_path = True
@@ -120,7 +125,7 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
         self.q_norm = self.k_norm = None
         if qk_norm != "none":  # head: d_k wide, shared by the heads; all_heads: as wide as q and k
             self.q_norm, self.k_norm = (LayerNorm(width, eps, norm, bias, fused=fused, **factory)
-                                        for width in qk_norm_widths(qk_norm, d_model, n_heads, kv_heads))
+                                        for width in qk_norm_widths(qk_norm, self.d_k, n_heads, kv_heads))
         own = tuple(s for s in self.STAGES if (rotary or s not in self.ROTARY_STAGES)
                     and (qk_norm != "none" or s not in self.QK_NORM_STAGES))
         for stage in own:
@@ -156,7 +161,7 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
 
     def split_heads(self, q: Tensor, k: Tensor, v: Tensor, angles: Angles | None = None
                     ) -> tuple[Tensor, Tensor, Tensor]:
-        """(B, T, d_model) q -> (B, h, T, d_k), (B, T, h_kv d_k) k and v -> (B, h_kv, T, d_k): views, no
+        """(B, T, h d_k) q -> (B, h, T, d_k), (B, T, h_kv d_k) k and v -> (B, h_kv, T, d_k): views, no
         copy; then, with QK-norm, q and k normalised (the q_norm, k_norm stages), and with rotary
         positions, q and k rotated by ``angles`` (the rot_q, rot_k stages)."""
         B, T, _ = q.shape
@@ -241,13 +246,13 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
         ctx, weights = self.context(q, k, v, key_padding_mask, explicit, past)
         return self.output(ctx), weights
 
-    def head_results(self, ctx: Tensor) -> Tensor:  # (B, T, d_model) heads concatenated
+    def head_results(self, ctx: Tensor) -> Tensor:  # (B, T, h d_k) heads concatenated
         """Each head's output through its own columns of Wo, without bo: (B, T, h, d_model).
         Summed over the heads, plus bo, it is ``o(ctx)`` (to float rounding)."""
         z = ctx.unflatten(-1, (self.n_heads, self.d_k))  # (B, T, h, d_k)
         return torch.einsum("bthk,dhk->bthd", z, self.o.weight.view(self.d_model, self.n_heads, self.d_k))
 
-    def output(self, ctx: Tensor) -> Tensor:  # (B, T, d_model) heads concatenated -> (B, T, d_model)
+    def output(self, ctx: Tensor) -> Tensor:  # (B, T, h d_k) heads concatenated -> (B, T, d_model)
         """o(ctx), the ``out`` stage. The per-head ``result`` is computed beside it for observers;
         an intervention on ``result`` makes it the sum of the (replaced) results plus bo instead."""
         if self.hook_result.intervened:
@@ -268,7 +273,7 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
         self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None,
         explicit: bool = False, past: int = 0,
     ) -> tuple[Tensor, Tensor | None]:
-        """concat(head_1..head_h) (B, T, d_model), before ``o`` (the ``z`` stage, viewed as
+        """concat(head_1..head_h) (B, T, h d_k), before ``o`` (the ``z`` stage, viewed as
         (B, T, h, d_k)); and the weights on the explicit path."""
         B, _, T, _ = q.shape
         weights = None
@@ -292,7 +297,7 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
         # SDPA's CPU kernel lays its output out as (B, T, h, d_k): this concat is then a view, so
         # o's saved input and SDPA's saved output are one tensor
         z = self.hook_z(ctx.transpose(1, 2))  # (B, T, h, d_k)
-        return z.reshape(B, T, self.d_model), weights
+        return z.reshape(B, T, self.d_attn), weights
 
     def forward(
         self, x: Tensor, key_padding_mask: Tensor | None = None, kv_cache: KVCache | None = None,
@@ -349,18 +354,19 @@ class KVCache:
 
 
 def attention_parameter_count(d_model: int, bias: bool, kv_dim: int | None = None,
-                              qkv_bias: bool | None = None) -> int:
-    """Wq and Wo d^2 each, Wk and Wv d kv_dim each (kv_dim = n_kv_heads d_k; d without grouped
-    queries): 4 d^2 for multi-head attention; plus the biases (q, k, v: ``qkv_bias``, as ``bias`` when
-    unset; o: ``bias``). QK-norm's norms are counted as norms (``qk_norm_widths``)."""
+                              qkv_bias: bool | None = None, q_dim: int | None = None) -> int:
+    """Wq and Wo d q_dim each (q_dim = h d_k; d unless the heads' width is given), Wk and Wv d kv_dim
+    each (kv_dim = n_kv_heads d_k; d without grouped queries): 4 d^2 for multi-head attention; plus
+    the biases (q, k, v: ``qkv_bias``, as ``bias`` when unset; o: ``bias``). QK-norm's norms are
+    counted as norms (``qk_norm_widths``)."""
+    q_dim = d_model if q_dim is None else q_dim
     kv_dim = d_model if kv_dim is None else kv_dim
     in_bias = bias if qkv_bias is None else qkv_bias
-    return 2 * d_model * d_model + 2 * d_model * kv_dim + ((d_model + 2 * kv_dim) if in_bias else 0) \
+    return 2 * d_model * q_dim + 2 * d_model * kv_dim + ((q_dim + 2 * kv_dim) if in_bias else 0) \
         + (d_model if bias else 0)
 
 
-def qk_norm_widths(qk_norm: str, d_model: int, n_heads: int, kv_heads: int) -> tuple[int, ...]:
+def qk_norm_widths(qk_norm: str, d_k: int, n_heads: int, kv_heads: int) -> tuple[int, ...]:
     """The widths of QK-norm's two norms, q's and k's (none without QK-norm): d_k each per head, or
-    as wide as q (d) and k (h_kv d_k) over all heads."""
-    d_k = d_model // n_heads
-    return {"none": (), "head": (d_k, d_k), "all_heads": (d_model, kv_heads * d_k)}[qk_norm]
+    as wide as q (h d_k) and k (h_kv d_k) over all heads."""
+    return {"none": (), "head": (d_k, d_k), "all_heads": (n_heads * d_k, kv_heads * d_k)}[qk_norm]

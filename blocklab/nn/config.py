@@ -96,6 +96,7 @@ class ModelConfig:
     d_model: int = 64
     n_heads: int = 4
     n_kv_heads: int | None = None  # key/value heads, each shared by n_heads / n_kv_heads queries (None: all)
+    head_dim: int | None = None  # each head's width d_k (None: d_model / n_heads; Qwen3-0.6B: 128 of 1024/16)
     n_layers: int = 2
     d_ff: int = 256  # or a ratio times d_model: 4.0, "4x", "8/3x" (resolved to an int)
     activation: str = "relu"
@@ -156,8 +157,8 @@ class ModelConfig:
 
     @property
     def d_head(self) -> int:
-        """Per-head width d_k = d_model / n_heads."""
-        return self.d_model // self.n_heads
+        """Per-head width d_k: ``head_dim``, or d_model / n_heads when unset."""
+        return self.head_dim if self.head_dim is not None else self.d_model // self.n_heads
 
     @property
     def kv_heads(self) -> int:
@@ -194,6 +195,14 @@ class ModelConfig:
 
 
 FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ModelConfig) if f.init)
+# Fields whose unset value (None) stands for one derived from other fields, and the property resolving
+# it: two configs whose fields resolve alike build the same model (n_kv_heads=None and n_kv_heads=n_heads).
+RESOLVED_BY: dict[str, str] = {"n_kv_heads": "kv_heads", "qkv_bias": "has_qkv_bias", "head_dim": "d_head"}
+
+
+def resolved(config: ModelConfig, name: str) -> Any:
+    """Field ``name`` of ``config`` as the model is built with it (``RESOLVED_BY``: unset resolved)."""
+    return getattr(config, RESOLVED_BY.get(name, name))
 
 
 def _is_int(v: object) -> bool:
@@ -217,7 +226,14 @@ def _violations(c: ModelConfig) -> list[str]:
         need(_is_int(value) and value >= 1, f"{name}={value!r} must be an integer >= 1")
     if errors:
         return errors
-    need(c.d_model % c.n_heads == 0, f"n_heads={c.n_heads} must divide d_model={c.d_model}")
+    if c.head_dim is None:
+        need(c.d_model % c.n_heads == 0, f"n_heads={c.n_heads} must divide d_model={c.d_model} "
+             "(or set head_dim: each head's width)")
+    else:
+        need(_is_int(c.head_dim) and c.head_dim >= 1,
+             f"head_dim={c.head_dim!r} must be an integer >= 1 (or unset: d_model / n_heads)")
+    if errors:
+        return errors
     for name, allowed in CHOICES.items():
         value = getattr(c, name)
         need(value in allowed, f"{name}={value!r} is not one of: {', '.join(allowed)}")

@@ -89,17 +89,19 @@ def activation_values_per_token(config: ModelConfig, seq_len: int, explicit_atte
     """Values autograd keeps per token for one block: lean 6 d + f d_ff + h, module by module
     8 d + 2 f d_ff + h + 4 (+ 2 h T explicit); rotary positions add the rotated q and k (d + d_kv),
     QK-norm the normalised q and k (d + d_kv) and its denominators (h + h_kv per head, 2 over all
-    heads), grouped-query heads the keys and values repeated for their query heads (2 d)."""
+    heads), grouped-query heads the keys and values repeated for their query heads (2 d). Heads wider
+    or narrower than d / h (``head_dim``) make q and the heads' output h d_k wide: d_q in place of d."""
     c = config
     ffn = (2 if is_gated(c.activation) else 1) * c.d_ff
-    attention = c.n_heads + (2 * c.n_heads * seq_len if explicit_attention else 0)
+    d_q, d_kv = c.n_heads * c.d_head, c.kv_heads * c.d_head  # q's width (d unless head_dim), k's and v's
+    attention = c.n_heads + (2 * c.n_heads * seq_len if explicit_attention else 0) + 2 * (d_q - c.d_model)
     if c.pos_encoding == "rotary":
-        attention += c.d_model + c.kv_heads * c.d_head
+        attention += d_q + d_kv
     if c.qk_norm != "none":
         denominators = c.n_heads + c.kv_heads if c.qk_norm == "head" else 2
-        attention += c.d_model + c.kv_heads * c.d_head + denominators
+        attention += d_q + d_kv + denominators
     if c.kv_heads != c.n_heads:
-        attention += 2 * c.d_model
+        attention += 2 * d_q
     if c.uses_lean_path:
         return 6 * c.d_model + ffn + attention
     return 8 * c.d_model + 2 * ffn + attention + 4  # (module path) norms' outputs and stats, act(h)

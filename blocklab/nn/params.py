@@ -41,9 +41,10 @@ def block_parameter_counts(config: ModelConfig) -> dict[str, int]:
     c = config
     layout = LAYOUTS[c.norm_position]
     qk_norms = sum(norm_parameter_count(width, c.norm, c.bias)
-                   for width in qk_norm_widths(c.qk_norm, c.d_model, c.n_heads, c.kv_heads))
+                   for width in qk_norm_widths(c.qk_norm, c.d_head, c.n_heads, c.kv_heads))
     counts = {
-        "attn": attention_parameter_count(c.d_model, c.bias, c.kv_heads * c.d_head, c.qkv_bias) + qk_norms,
+        "attn": attention_parameter_count(c.d_model, c.bias, c.kv_heads * c.d_head, c.qkv_bias,
+                                          c.n_heads * c.d_head) + qk_norms,
         "ffn": ffn_parameter_count(c.d_model, c.d_ff, c.activation, c.bias),
     }
     counts |= {norm: _norm(c) for norm in layout.norms}

@@ -27,7 +27,7 @@ from ..files.atomic import atomic_write_bytes
 from ..files.folders import claim_folder, new_marker, write_marker
 from ..files.jsonfiles import read_json, read_json_object
 from ..files.reading import open_to_read
-from ..nn.config import FIELDS, ModelConfig
+from ..nn.config import FIELDS, ModelConfig, resolved
 from ..nn.memory import check_memory
 from ..nn.model import Transformer
 from ..training.checkpoint import (
@@ -290,7 +290,7 @@ def _check_layout(config: ModelConfig, family: Family) -> None:
     written = family.hf_config(config)
     back = family.config_from_hf(json.loads(json.dumps(written)))
     lost = [f"{name}={getattr(config, name)!r} (read back as {getattr(back, name)!r})" for name in FIELDS
-            if name not in NOT_IN_THE_LAYOUT and getattr(config, name) != getattr(back, name)]
+            if name not in NOT_IN_THE_LAYOUT and resolved(config, name) != resolved(back, name)]
     if lost:
         raise PretrainedError(f"this model has no {family.MODEL_TYPE} layout: ModelConfig " + ", ".join(lost))
 

@@ -11,11 +11,12 @@ grouped-query attention.
     model.norm, lm_head                                -> ln_f, head          (lm_head: tied or not)
 
 The families differ in their config only: Mistral adds a sliding window, Qwen2 biases on q, k and v,
-Qwen3 QK-norm per head. OLMo 2 normalises each sublayer's output instead of its input (layout
-``res_post``: post_attention_layernorm -> ln1_out, post_feedforward_layernorm -> ln2_out) and its
-QK-norm spans all heads. A config field blocklab cannot honour (another rope scaling, biases on o or
-the MLP, attention dropout, per-layer windows, a head width other than hidden_size / heads) is
-refused, naming it.
+Qwen3 QK-norm per head, and a head width of its own (``head_dim``, 128 whatever hidden_size:
+Qwen3-0.6B's 16 heads of 128 on a width of 1024; Llama and Mistral may set one too). OLMo 2 normalises each
+sublayer's output instead of its input (layout ``res_post``: post_attention_layernorm -> ln1_out,
+post_feedforward_layernorm -> ln2_out) and its QK-norm spans all heads. A config field blocklab
+cannot honour (another rope scaling, biases on o or the MLP, attention dropout, per-layer windows)
+is refused, naming it.
 """
 
 from __future__ import annotations
@@ -82,13 +83,12 @@ class LlamaFamily:
             require(hf, self.defaults, "pretraining_tp", (1,))
         d_model, heads = get("hidden_size"), get("num_attention_heads")
         head_dim = get("head_dim") if "head_dim" in self.defaults else None
-        if head_dim is not None and (not isinstance(d_model, int) or not isinstance(heads, int)
-                                     or heads < 1 or head_dim * heads != d_model):
-            raise PretrainedError(f"config.json head_dim={head_dim!r} is not supported: blocklab's heads are "
-                                  f"hidden_size / num_attention_heads wide ({d_model} / {heads})")
+        if head_dim is not None and isinstance(heads, int) and head_dim * heads == d_model:
+            head_dim = None  # the width the heads have anyway: unset, as blocklab writes it
         return ModelConfig(
             vocab_size=get("vocab_size"), max_seq_len=get("max_position_embeddings"), d_model=d_model,
-            n_heads=heads, n_kv_heads=get("num_key_value_heads"), n_layers=get("num_hidden_layers"),
+            n_heads=heads, n_kv_heads=get("num_key_value_heads"), head_dim=head_dim,
+            n_layers=get("num_hidden_layers"),
             d_ff=get("intermediate_size"), eps=float(get("rms_norm_eps")),
             tie_embeddings=get("tie_word_embeddings"), rotary_base=float(get("rope_theta")),
             rope_scaling=_rope_scaling(hf.get("rope_scaling")), sliding_window=self._window(hf),

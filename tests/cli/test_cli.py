@@ -31,7 +31,8 @@ def test_params_custom_shape_flags(capsys) -> None:
 def test_invalid_config_is_one_line_and_exit_2(capsys) -> None:
     assert main(["params", "--n-heads", "3"]) == 2
     err = capsys.readouterr().err
-    assert err.strip() == "blocklab: error: ModelConfig.n_heads=3 must divide d_model=64"
+    assert err.strip() == ("blocklab: error: ModelConfig.n_heads=3 must divide d_model=64 "
+                           "(or set head_dim: each head's width)")
 
 
 def test_console_script_runs() -> None:

@@ -41,7 +41,7 @@ def oracle(model: bl.Transformer, tokens: Tensor, targets: Tensor | None = None,
     S: dict[str, Tensor] = {}
     B, T = tokens.shape
     d, h = c.d_model, c.n_heads
-    dk = d // h
+    dk = c.d_head  # d / h unless head_dim says otherwise
 
     def norm(z: Tensor, key: str) -> Tensor:
         if c.norm == "none":
@@ -221,6 +221,10 @@ VARIANTS = {
     "res-post": dict(norm_position="res_post"),
     "qk-layernorm-post": dict(qk_norm="head", eps=1e-3),
     "mqa-learned": dict(n_kv_heads=1, pos_encoding="learned"),
+    # heads of their own width (Qwen3-0.6B: 16 x 128 on 1024): wider than d / h, and narrower
+    "wide-heads-qk-norm-gqa": dict(head_dim=12, n_kv_heads=1, causal=True, norm_position="pre", norm="rms",
+                                   pos_encoding="rotary", qk_norm="head"),
+    "narrow-heads-all-heads-norm": dict(head_dim=4, qk_norm="all_heads", pos_encoding="learned"),
     "embed-sqrt-d-learned": dict(embed_scale="sqrt_d_model", embed_std=1.0, pos_encoding="learned",
                                  pos_std=0.5),
     "embed-none-no-positions": dict(embed_scale="none", embed_std=0.02, pos_encoding="none"),

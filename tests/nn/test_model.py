@@ -194,7 +194,16 @@ def test_bad_inputs_give_clear_errors() -> None:
 from blocklab.bench.footprint import saved_activations  # noqa: E402
 from blocklab.nn.activations import ACTIVATION_NAMES  # noqa: E402
 from blocklab.nn.attention import QK_NORMS  # noqa: E402
-from blocklab.nn.config import EMBED_SCALES, FIELDS, NORM_POSITIONS, NORMS, POS_ENCODINGS, RESIDUALS  # noqa: E402
+from blocklab.nn.config import (  # noqa: E402
+    EMBED_SCALES,
+    FIELDS,
+    NORM_POSITIONS,
+    NORMS,
+    POS_ENCODINGS,
+    RESIDUALS,
+    RESOLVED_BY,
+    resolved,
+)
 from blocklab.nn.init_schemes import INIT_SCHEMES  # noqa: E402
 
 ALTERNATIVES: dict[str, list] = {
@@ -203,6 +212,7 @@ ALTERNATIVES: dict[str, list] = {
     "d_model": [32],
     "n_heads": [2, 8],
     "n_kv_heads": [None, 1, 2],
+    "head_dim": [None, 8, 12],
     "n_layers": [1, 3],
     "d_ff": [128],
     "activation": list(ACTIVATION_NAMES),
@@ -308,10 +318,8 @@ def test_every_field_changes_something_observable_or_is_refused(base: str, field
             continue  # refused, naming the field
         if field == "fused" and changed.components_fused == config.components_fused:
             continue  # "auto" resolving to what the other value says: the same model by definition
-        if field == "n_kv_heads" and changed.kv_heads == config.kv_heads:
-            continue  # unset means one key/value head per query head: the same model by definition
-        if field == "qkv_bias" and changed.has_qkv_bias == config.has_qkv_bias:
-            continue  # unset means as bias: the same model by definition
+        if field in RESOLVED_BY and resolved(changed, field) == resolved(config, field):
+            continue  # unset means a derived value (one kv head per query head, as bias): the same model
         if (base, field, repr(value)) in SAME_BY_THE_MATH:
             assert _same(_fingerprint(changed), reference), f"{base}: {field}={value!r} now differs"
             continue

@@ -37,6 +37,9 @@ VARIANTS = [
     dict(type_vocab_size=2, embed_norm=True),
     dict(final_norm=True),
     dict(norm_position="pre", final_norm=False),
+    # heads of their own width, grouped, with biases on q, k, v; QK-norm per head and over all heads
+    dict(head_dim=24, n_kv_heads=2, qkv_bias=True, bias=False, qk_norm="head", norm="rms"),
+    dict(head_dim=8, n_kv_heads=1, qk_norm="all_heads", norm="standard"),
 ]
 
 

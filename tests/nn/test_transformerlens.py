@@ -303,7 +303,7 @@ def qk_normed(request, tmp_path_factory):
     family = request.param
     torch.manual_seed(0)
     if family == "qwen3":
-        config = transformers.Qwen3Config(**QK_SHAPE, num_key_value_heads=2, head_dim=8)
+        config = transformers.Qwen3Config(**QK_SHAPE, num_key_value_heads=2, head_dim=16)  # wide heads
         hf = transformers.Qwen3ForCausalLM(config)
     else:
         hf = transformers.Olmo2ForCausalLM(transformers.Olmo2Config(**QK_SHAPE))
@@ -312,10 +312,11 @@ def qk_normed(request, tmp_path_factory):
             p.normal_(0.0, 0.3) if p.dim() == 2 else p.add_(0.3 * torch.randn_like(p))
     folder = tmp_path_factory.mktemp(family)
     hf.eval().save_pretrained(str(folder))
+    d_head = 16 if family == "qwen3" else 8  # Qwen3's 4 heads of 16 on a width of 32, as Qwen3-0.6B's
     cfg = HookedTransformerConfig(
-        n_layers=2, d_model=32, d_head=8, n_heads=4, n_key_value_heads=2 if family == "qwen3" else None,
+        n_layers=2, d_model=32, d_head=d_head, n_heads=4, n_key_value_heads=2 if family == "qwen3" else None,
         d_mlp=64, d_vocab=100, n_ctx=64, act_fn="silu", gated_mlp=True, normalization_type="RMS",
-        final_rms=True, eps=1e-6, positional_embedding_type="rotary", rotary_dim=8, rotary_base=10000,
+        final_rms=True, eps=1e-6, positional_embedding_type="rotary", rotary_dim=d_head, rotary_base=10000,
         use_qk_norm=family == "qwen3", default_prepend_bos=False, device="cpu",
         original_architecture="Qwen3ForCausalLM" if family == "qwen3" else "Olmo2ForCausalLM")
     theirs = HookedTransformer(cfg)
@@ -345,12 +346,12 @@ def test_qk_norm_models_equal_hooked_transformer_at_the_qk_norm_and_attention_na
             before_gamma = their_cache[f"blocks.{i}.attn.{letter}_norm.hook_normalized"]
             scale = their_cache[f"blocks.{i}.attn.{letter}_norm.hook_scale"]
             ours_scale = our_cache[f"blocks.{i}.attn.{letter}_norm.scale"]
+            d_k = ours_normed.shape[-1]
             if family == "qwen3":  # TransformerLens flattens (B, T, h, d_k) to rows of d_k for the norm
-                heads = ours_normed.shape[1]
-                want = (before_gamma * gamma).view(2, 12, heads, 8).transpose(1, 2)
+                want = (before_gamma * gamma).view(2, 12, -1, d_k).transpose(1, 2)
                 ours_scale = ours_scale.transpose(1, 2).reshape(-1, 1)
             else:  # over all heads: (B, T, h d_k)
-                want = (before_gamma * gamma).view(2, 12, -1, 8).transpose(1, 2)
+                want = (before_gamma * gamma).view(2, 12, -1, d_k).transpose(1, 2)
             torch.testing.assert_close(ours_normed, want, rtol=0, atol=1e-5)
             torch.testing.assert_close(ours_scale, scale, rtol=0, atol=1e-6)
         for name in ("attn.hook_q", "attn.hook_k", "attn.hook_rot_q", "attn.hook_rot_k"):
@@ -360,6 +361,9 @@ def test_qk_norm_models_equal_hooked_transformer_at_the_qk_norm_and_attention_na
                      "hook_resid_post"):
             torch.testing.assert_close(our_cache[f"blocks.{i}.{name}"], their_cache[f"blocks.{i}.{name}"],
                                        rtol=0, atol=1e-4, msg=name)
+        for name in ("W_Q", "W_K", "W_V", "W_O"):  # (h, d, d_head), (h, d_head, d): Qwen3's heads are 16 wide
+            torch.testing.assert_close(getattr(ours, name)[i], getattr(theirs, name)[i], rtol=0, atol=0,
+                                       msg=name)
         if family == "olmo2":
             their_ln1 = their_cache[f"blocks.{i}.ln1.hook_normalized"] * ours.blocks[i].ln1_out.weight
             torch.testing.assert_close(our_cache[f"blocks.{i}.ln1_out"], their_ln1, rtol=0, atol=1e-4)

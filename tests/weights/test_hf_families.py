@@ -42,6 +42,10 @@ CASES = {
         **SHAPE, num_key_value_heads=2, tie_word_embeddings=True)),
     "qwen3-qk-norm-gqa": (transformers.Qwen3ForCausalLM, transformers.Qwen3Config(
         **SHAPE, num_key_value_heads=2, head_dim=8, rope_theta=1000.0)),
+    # Qwen3-0.6B's shape in small: heads wider than hidden_size / heads (4 x 16 on a width of 32)
+    "qwen3-wide-heads-tied": (transformers.Qwen3ForCausalLM, transformers.Qwen3Config(
+        **SHAPE, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True)),
+    "llama-narrow-heads": (transformers.LlamaForCausalLM, transformers.LlamaConfig(**SHAPE, head_dim=4)),
     "olmo2-res-post-qk-norm-tied": (transformers.Olmo2ForCausalLM, transformers.Olmo2Config(
         **SHAPE, tie_word_embeddings=True)),
     "olmo2-gqa": (transformers.Olmo2ForCausalLM, transformers.Olmo2Config(**SHAPE, num_key_value_heads=1)),
@@ -222,11 +226,9 @@ def test_blocklab_load_and_every_model_command_take_the_folder(case, capsys):
     ("llama", {"attention_bias": True}, "attention_bias"),
     ("llama", {"mlp_bias": True}, "mlp_bias"),
     ("llama", {"hidden_act": "gelu"}, "hidden_act"),
-    ("llama", {"head_dim": 16}, "head_dim"),
     ("llama", {"attention_dropout": 0.1}, "attention_dropout"),
     ("qwen2", {"use_sliding_window": True}, "use_sliding_window"),
-    ("qwen3", {"head_dim": 16}, "head_dim"),
-    ("qwen3", {"head_dim": None}, "head_dim=128"),  # left out: transformers' Qwen3 heads are 128 wide
+    ("qwen3", {"head_dim": "16"}, "head_dim"),
     ("qwen3", {"attention_bias": True}, "attention_bias"),
     ("qwen3", {"use_sliding_window": True}, "use_sliding_window"),
     ("olmo2", {"attention_bias": True}, "attention_bias"),
@@ -272,6 +274,10 @@ def test_export_refuses_a_layout_whose_config_json_would_read_back_as_another_mo
     with pytest.raises(PretrainedError, match="Llama layout: ModelConfig qk_norm='head'"):
         save_pretrained(bl.Transformer(bl.ModelConfig(**llama, norm_position="pre", qk_norm="head")),
                         tmp_path / "llama", family="llama")
+    # one key/value head per query head left unset: config.json's count of them reads back as the same model
+    plain = bl.Transformer(bl.ModelConfig(**{**llama, "n_kv_heads": None}, norm_position="pre"))
+    save_pretrained(plain, tmp_path / "mha")
+    assert json.loads((tmp_path / "mha" / "config.json").read_text())["model_type"] == "llama"
     for qk_norm, position, family in (("head", "pre", "qwen3"), ("all_heads", "res_post", "olmo2")):
         model = bl.Transformer(bl.ModelConfig(**llama, norm_position=position, qk_norm=qk_norm))
         save_pretrained(model, tmp_path / family)
