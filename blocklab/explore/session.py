@@ -407,8 +407,6 @@ def _per_position(name: str, g: Tensor) -> list[float]:
     """A stage's gradient as its L2 norm at each position: (1, T, ...), or (1, h, T, ...) for the attention
     stages that keep heads first -> (T,)."""
     g = g.detach().to(torch.float64)[0]
-    parts = name.split(".")  # a QK-norm's scale per head is (1, h, T, 1); over all heads (1, T, 1)
-    heads_first = parts[-1] in HEADS_FIRST or parts[-2:] in (["q_norm", "scale"], ["k_norm", "scale"])
-    if heads_first and g.dim() == 3:
+    if name.endswith(tuple(f".{stage}" for stage in HEADS_FIRST)) and g.dim() == 3:
         g = g.transpose(0, 1)
     return g.flatten(1).norm(dim=-1).tolist() if g.dim() >= 2 else g.abs().tolist()

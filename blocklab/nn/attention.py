@@ -51,8 +51,10 @@ from .rotary import Angles
 QK_NORMS = ("none", "head", "all_heads")
 
 
-# The stages shaped (B, h, T, ...), heads before positions (the others are (B, T, ...)).
-HEADS_FIRST = ("q", "k", "v", "q_norm", "k_norm", "rot_q", "rot_k", "scores", "weights")
+# The stages shaped (B, h, T, ...), heads before positions (the others are (B, T, ...)); QK-norm's scale
+# is (B, h, T, 1) per head, (B, T, 1) over all heads.
+HEADS_FIRST = ("q", "k", "v", "q_norm", "k_norm", "q_norm.scale", "k_norm.scale", "rot_q", "rot_k", "scores",
+               "weights")
 
 
 class MultiHeadAttention(AttentionWeights, nn.Module):

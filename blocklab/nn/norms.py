@@ -27,6 +27,9 @@ from .hooks import HookPoint
 from .kernels import LAYER_NORM_VARIANTS, NormKernel, layer_norm, norm_kernel
 
 NORM_VARIANTS = LAYER_NORM_VARIANTS  # the kernels' table is the one list of LayerNorm variants
+# each variant's name in words (the tracer's labels and sentences)
+NORM_KIND_NAMES = {"standard": "LayerNorm", "rms": "RMSNorm",
+                   "eps_outside_sqrt": "LayerNorm (eps outside the root)"}
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from ...nn.config import ModelConfig
 from ...nn.embedding import embedding_parts
 from ...nn.hooks import select_names
 from ...nn.layouts import LAYOUTS
-from ...nn.norms import LayerNorm, NoNorm
+from ...nn.norms import NORM_KIND_NAMES, LayerNorm, NoNorm
 from .explain import explain_all  # words about the numbers, kept apart from the numbers
 from .operands import sources, stage_operands
 from .record import STAT_NAMES, NormNumbers, Operands, Stage, TopK, Trace
@@ -125,10 +125,6 @@ def _capture_embed_norm_input(model: nn.Module) -> tuple[dict[str, Tensor], list
 
             handles.append(module.register_forward_hook(record))
     return inputs, handles
-
-
-NORM_KIND_NAMES = {"standard": "LayerNorm", "rms": "RMSNorm",
-                   "eps_outside_sqrt": "LayerNorm (eps outside the root)"}
 
 
 def _norm_label(module: nn.Module | None) -> str:

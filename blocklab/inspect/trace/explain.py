@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from ...nn.layouts import LAYOUTS
+from ...nn.norms import NORM_KIND_NAMES
 from ...nn.rotary import inverse_frequencies, rotary_dim
 from .record import Stage, Trace
 
@@ -165,7 +166,7 @@ def _qk_norm(s: Stage, w: Walk) -> str:
     attn = w.module(s.name.rsplit(".", 1)[0])
     norm = getattr(attn, f"{letter}_norm")
     heads = s.rows.shape[1] // attn.d_k
-    label = {"rms": "RMSNorm", "standard": "LayerNorm"}.get(norm.variant, "LayerNorm (eps outside the root)")
+    label = NORM_KIND_NAMES[norm.variant]
     over = (f"each head's d_k = {attn.d_k} features, one gamma of {attn.d_k} shared by the {heads} heads"
             if attn.qk_norm == "head" else f"all {heads} heads' {heads * attn.d_k} features at once")
     per_head = lambda st: float(st.rows.reshape(len(st.positions), heads, attn.d_k).norm(dim=-1).mean())
