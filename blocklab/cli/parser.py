@@ -28,7 +28,7 @@ COMMAND_SUMMARIES: dict[str, str] = {
     "diagnose": "gradient flow and activation statistics of a model at initialization",
     "ablate": "train a grid of configs x seeds; summary table, summary.json, report.html",
     "claims": "test what the textbooks say about the block; table + HTML report",
-    "import": "write a Hugging Face BERT/GPT-2 folder (or any model) as one blocklab checkpoint",
+    "import": "write a Hugging Face model folder (or any model) as one blocklab checkpoint",
     "embed": "sentence embeddings (mean pooling + L2 norm) and cosine similarities",
     "generate": "continue prompts with a causal model (greedy or sampled, KV cache, streamed)",
     "params": "analytic parameter count with a per-component breakdown",

@@ -29,6 +29,7 @@ from .hf_map import (
 from .hf_tokenizer import HFTokenizer
 
 MODEL_TYPE = "bert"
+name = "BERT"  # for messages and the lists of families
 IGNORED = (r"embeddings\.position_ids", r"pooler\..*", r"cls\..*")
 
 # transformers' BertConfig defaults, for fields a config.json leaves out.

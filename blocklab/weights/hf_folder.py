@@ -54,6 +54,12 @@ FAMILIES: dict[str, Family] = {  # type: ignore[dict-item]
 MAX_LISTED = 8  # keys named in one error message
 
 
+def family_names(last: str = "or") -> str:
+    """The families blocklab reads, in words, from ``FAMILIES``: "BERT, GPT-2, ... or GPT-NeoX"."""
+    names = [family.name for family in FAMILIES.values()]
+    return f"{', '.join(names[:-1])} {last} {names[-1]}"
+
+
 @dataclass
 class Pretrained:
     """What a model folder held: the model, its tokenizer (or None) and where it came from."""
@@ -274,7 +280,7 @@ def read_pretrained(path: str | Path, allow_nonfinite: bool = False) -> Pretrain
 
 def load_pretrained(path: str | Path) -> tuple[Transformer, HFTokenizer | None]:
     """``model, tokenizer = load_pretrained(folder_or_package)``: a Hugging Face folder of one of
-    ``FAMILIES`` (BERT, GPT-2, Llama, Mistral, Qwen2, Qwen3, OLMo 2, GPT-NeoX)."""
+    ``FAMILIES`` (``family_names()`` lists them)."""
     loaded = read_pretrained(path)
     return loaded.model, loaded.tokenizer
 

@@ -20,6 +20,7 @@ from .hf_map import WeightMap, check_exportable, export_activation, hf_value, re
 from .hf_tokenizer import HFTokenizer
 
 MODEL_TYPE = "gpt2"
+name = "GPT-2"  # for messages and the lists of families
 # The causal-mask buffers older files carry, and a tied lm_head (read from wte instead).
 IGNORED = (r"h\.\d+\.attn\.(bias|masked_bias)", r"lm_head\.weight")
 

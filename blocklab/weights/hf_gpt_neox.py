@@ -31,6 +31,7 @@ from .hf_map import (
 from .hf_tokenizer import HFTokenizer
 
 MODEL_TYPE = "gpt_neox"
+name = "GPT-NeoX"  # for messages and the lists of families
 # Buffers older files carry (the causal mask, the rotary frequencies): recomputed, never read.
 IGNORED = (r"layers\.\d+\.attention\.(bias|masked_bias|rotary_emb\.inv_freq)",)
 

