@@ -126,7 +126,8 @@ def loops(package: Path) -> list[list[str]]:
     for m, deps in graph.items():
         units.setdefault(unit(m), set()).update(unit(d) for d in deps if unit(d) != unit(m))
     found: list[list[str]] = []
-    for edges in (graph, {u: deps for u, deps in units.items() if u not in ("__init__", "__main__", "cli")}):
+    # every unit, cli included; the top package only re-exports (nothing below may import it back)
+    for edges in (graph, units):
         state: dict[str, int] = {}  # 1: on the current path, 2: done
         path: list[str] = []
 
@@ -207,3 +208,18 @@ def test_an_import_for_type_checkers_only_is_no_dependency(tmp_path: Path) -> No
 def test_the_checker_finds_a_loop_inside_a_unit(tmp_path: Path) -> None:
     root = _package(tmp_path, {**GOOD, "low/a.py": "from .c import z\n", "low/c.py": "from .a import x\n"})
     assert ["low.a", "low.c", "low.a"] in loops(root)
+
+
+def test_the_checker_finds_a_loop_through_the_cli(tmp_path: Path) -> None:
+    """A library unit reaching back into the command line (cli -> explore -> cli) is a loop, even though
+    cli may import anything."""
+    planted = {
+        **GOOD,
+        "cli/__init__.py": '"""The command.\n\nMay import: any.\n"""\n',
+        "cli/trace.py": "def subject():\n    pass\n",
+        "cli/explore.py": "from ..explore.session import serve\n",
+        "explore/__init__.py": '"""The app.\n\nMay import: errors, cli.\n"""\n',
+        "explore/session.py": "from ..cli.trace import subject\n",
+    }
+    root = _package(tmp_path, planted)
+    assert ["cli", "explore", "cli"] in loops(root), loops(root)

@@ -194,17 +194,6 @@ def parse_names(text: str) -> list[str]:
     return names
 
 
-def parse_token_ids(text: str, flag: str = "--tokens") -> list[int]:
-    """``"1,2,3"`` or ``"1 2 3"`` -> [1, 2, 3]; ValueError naming ``flag`` and the bad piece."""
-    pieces = text.replace(",", " ").split()
-    if not pieces:
-        raise ValueError(f"{flag} is empty: give token ids like 1,2,3")
-    for piece in pieces:
-        if not piece.lstrip("-").isdigit():
-            raise ValueError(f"{flag} needs integer ids separated by commas or spaces; {piece!r} is not one")
-    return [int(p) for p in pieces]
-
-
 def parse_vary(items: list[str]) -> dict[str, list[Any]]:
     """``["n_layers=2,6", "lr=1e-3,3e-3"]`` -> ``{"n_layers": [2, 6], "lr": [0.001, 0.003]}``."""
     grid: dict[str, list[Any]] = {}

@@ -66,7 +66,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 def models_for_args(args: argparse.Namespace) -> dict:
     """The served models by name, built once: each --preset (with the config flags), each --model."""
     from ..explore.session import Explored
-    from .trace import model_subject, preset_subject
+    from ..inspect.trace.subject import preset_subject
+    from .trace import model_subject
 
     overrides = set_fields(args, FIELDS)
     presets = args.presets or ([] if args.models else ["listops-seed"])

@@ -8,16 +8,15 @@ Hugging Face folder or an installed model package), which brings its own tokeniz
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from ..files.folders import write_output_file
-from ..inspect.trace.collect import collect_trace, trace_to_dict
+from ..inspect.trace.collect import trace_to_dict
 from ..inspect.trace.record import Trace
-from ..nn.config import FIELDS, PRESET_TASKS
-from ..nn.model import Transformer
+from ..inspect.trace.subject import Subject, preset_subject, trace_subject
+from ..nn.config import FIELDS
 from .args import (
     add_command,
     add_config_flags,
@@ -30,7 +29,6 @@ from .args import (
     emit_json,
     parse_int,
     parse_path,
-    parse_token_ids,
     say_written,
     set_fields,
 )
@@ -84,83 +82,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 MIN_WIDTH = 40  # narrower, the tables' columns no longer fit one number each
 
 
-@dataclass
-class Subject:
-    """The model to trace, its tokenizer (None: inputs are ids) and a line saying where it came from."""
-
-    model: Transformer
-    tokenizer: Any
-    source: str
-    _vocab: list[str] | None = field(default=None, repr=False)
-
-    def vocab(self) -> list[str] | None:
-        """Every token of the vocabulary as text (``vocabulary``), worked out once per subject."""
-        if self._vocab is None:
-            self._vocab = vocabulary(self.tokenizer, self.model.config.vocab_size) or []
-        return self._vocab or None
-
-
-def preset_subject(name: str, seed: int, overrides: dict[str, Any]) -> Subject:
-    """A preset's model built with ``torch.manual_seed(seed)``; its task's tokenizer if it has one."""
-    from ..nn.config import preset
-    from ..nn.memory import check_memory
-    from ..tasks import get_task
-
-    task = get_task(PRESET_TASKS[name]) if name in PRESET_TASKS else None
-    config = preset(name, **{**(task.config_overrides() if task else {}), **overrides})
-    check_memory(config, 1, training=False, what=f"tracing preset {name}", force_flag=False)
-    torch.manual_seed(seed)
-    changed = "".join(f", {k}={v}" for k, v in overrides.items())
-    return Subject(
-        Transformer(config).eval(), task.tokenizer if task else None, f"preset {name} (seed {seed}{changed})"
-    )
-
-
 def model_subject(path: str, allow_nonfinite: bool = False) -> Subject:
     """A trained or imported model with its stored tokenizer (anything ``blocklab.load`` reads)."""
     from ..weights.load import load
 
     loaded = load(path, allow_nonfinite=allow_nonfinite)
     return Subject(loaded.model, loaded.tokenizer, loaded.source.describe())
-
-
-def vocabulary(tokenizer: Any, size: int) -> list[str] | None:
-    """Every token of the model's vocabulary as the text it stands for (GPT-2's ``Ġcat`` is ``" cat"``,
-    as ``to_str_tokens``), or None when the tokenizer cannot name them all."""
-    try:
-        return list(tokenizer.str_tokens(list(range(size)))) if tokenizer is not None else None
-    except (ValueError, TypeError, AttributeError):
-        return None
-
-
-def target_id(tokenizer: Any, token: str, vocab_size: int) -> int:
-    """The id of ``--target``: a token of the vocabulary, or an id when there is no tokenizer; either
-    way an id the model's vocabulary has (0..vocab_size-1)."""
-    table = getattr(tokenizer, "token_to_id", None)
-    found = (
-        table.get(token)
-        if isinstance(table, dict)
-        else (tokenizer.token_id(token) if hasattr(tokenizer, "token_id") else None)
-    )
-    if found is None and tokenizer is None and token.isdigit():
-        found = int(token)
-    if found is not None:
-        if not 0 <= int(found) < vocab_size:
-            raise ValueError(f"--target {token!r} is id {found}, out of range: the model's vocabulary has "
-                             f"ids 0..{vocab_size - 1}")
-        return int(found)
-    if tokenizer is not None:  # the token as text (" cat"), when it is one token
-        try:
-            ids = tokenizer.encode(token)
-        except ValueError:  # not in a vocabulary tokenizer's words
-            ids = []
-        ids = [i for i in ids if tokenizer.str_tokens([i])[0] in token]  # without the special tokens it adds
-        if len(ids) == 1 and 0 <= int(ids[0]) < vocab_size:
-            return int(ids[0])
-    raise ValueError(
-        f"--target {token!r} is not a token of the vocabulary"
-        + (f"; {tokenizer.describe_vocab()}" if hasattr(tokenizer, "describe_vocab") else "")
-    )
 
 
 def collect_for_args(args: argparse.Namespace, overrides: dict[str, Any]) -> Trace:
@@ -177,44 +104,6 @@ def collect_for_args(args: argparse.Namespace, overrides: dict[str, Any]) -> Tra
     subject.model.to(compute.device)
     with compute.autocast():
         return trace_subject(subject, args.input, args.tokens, args.target, args.position, args.stages)
-
-
-def input_ids(subject: Subject, text: str | None, tokens: str | None) -> list[int]:
-    """The input as ids: ``text`` through the subject's tokenizer, or ``tokens`` ("1,2,3"); each id checked
-    against the vocabulary."""
-    tok = subject.tokenizer
-    if (text is None) == (tokens is None):
-        raise ValueError("give the input as text with --input or as ids with --tokens (one of them)")
-    if text is not None and tok is None:
-        raise ValueError(f"{subject.source} has no tokenizer: give token ids with --tokens 1,2,3")
-    ids = tok.encode(text) if text is not None else parse_token_ids(tokens)
-    V = subject.model.config.vocab_size
-    bad = [i for i in ids if not 0 <= i < V]
-    if bad:
-        raise ValueError(f"token id {bad[0]} is out of range: the model's vocabulary has ids 0..{V - 1}")
-    return ids
-
-
-def trace_subject(subject: Subject, text: str | None, tokens: str | None, target: str | None = None,
-                  position: int | None = None, stages: list[str] | None = None) -> Trace:
-    """``collect_trace`` of one input given as ``blocklab trace`` takes it (--input or --tokens, --target,
-    --position, --stages): the command and ``blocklab explore`` share it, so they agree number for number."""
-    tok = subject.tokenizer
-    ids = input_ids(subject, text, tokens)
-    labels = tok.str_tokens(ids) if tok is not None else [str(i) for i in ids]  # as text, not vocab spelling
-    aim = target_id(tok, target, subject.model.config.vocab_size) if target is not None else None
-    return collect_trace(
-        subject.model,
-        ids,
-        labels,
-        position=position,
-        target=aim,
-        target_token=target,
-        vocab=subject.vocab(),
-        names=stages,
-        source=subject.source,
-        text=text,
-    )
 
 
 def cmd_trace(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+from ..inspect.trace.subject import parse_token_ids
 from .args import (
     add_command,
     add_device_flags,
@@ -18,7 +19,6 @@ from .args import (
     parse_float,
     parse_int,
     parse_path,
-    parse_token_ids,
     say_written,
 )
 

@@ -11,7 +11,7 @@ explore/static/     the page: plain HTML, CSS and JavaScript, no build step, not
 Starlette and uvicorn (the optional extra ``blocklab[explore]``) are imported by app.py only, so that
 importing blocklab never needs them.
 
-May import: errors, device, files, nn, inspect, tasks, weights, cli.
+May import: errors, device, files, nn, inspect, tasks, weights.
 """
 
 from .session import Ablation, Explored, Request

@@ -7,7 +7,7 @@ other's ablations). A ``Request`` is one parsed, checked API body.
 
 Everything goes through the library's own calls, so the numbers are the Python API's:
 
-    trace       cli.trace.trace_subject -> inspect.trace.trace_to_dict (blocklab trace --json)
+    trace       inspect.trace.subject.trace_subject -> inspect.trace.trace_to_dict (blocklab trace --json)
     ablations   model.hooks({stage: fn}) around the forward (a head: attn.z[..., h, :] = 0; a neuron:
                 ffn.act[..., j] = 0; a sublayer: its output {attn,ffn}.out = 0)
     predict     softmax(top_k_filter(logits / T, k)) at the last position: the distribution
@@ -28,9 +28,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..cli.trace import Subject, input_ids, target_id, trace_subject
 from ..inspect.diagnostics import path_tensors
 from ..inspect.trace.collect import trace_to_dict
+from ..inspect.trace.subject import Subject, input_ids, target_id, trace_subject
 from ..nn.attention import HEADS_FIRST
 from ..nn.generate import top_k_filter
 from ..nn.layouts import LAYOUTS, Norm, Sublayer, Sum

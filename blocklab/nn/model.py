@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import generate as generation
 from .attention import KVCache
 from .block import TransformerBlock, deepnorm_beta
 from .circuits import ModelWeights
@@ -313,9 +314,7 @@ class Transformer(HookedModule, ModelWeights):
                  ) -> Tensor | str | list[str]:
         """TransformerLens' ``model.generate``: ``blocklab.nn.generate.generate(self, input, ...)`` (text in,
         text out; ids in, ids out; ``settings`` are GenerationConfig's fields and ``attention_mask``)."""
-        from .generate import generate
-
-        return generate(self, input, max_new_tokens, **settings)
+        return generation.generate(self, input, max_new_tokens, **settings)
 
     def to_string(self, ids: Sequence[int] | Tensor, attention_mask: Tensor | None = None) -> str | list[str]:
         """Ids -> text: 1-D -> str, (B, T) -> a str per row (positions where attention_mask is 0 left out)."""

@@ -10,11 +10,11 @@ from blocklab.cli.args import (
     add_train_flags,
     parse_accuracy,
     parse_bool,
-    parse_token_ids,
     parse_value,
     parse_vary,
     set_fields,
 )
+from blocklab.inspect.trace.subject import parse_token_ids
 from blocklab.nn.config import FIELDS
 from blocklab.training.train_config import TRAIN_FIELDS
 

@@ -17,9 +17,9 @@ from starlette.testclient import TestClient
 
 import blocklab as bl
 from blocklab.cli import main
-from blocklab.cli.trace import preset_subject
 from blocklab.explore.app import MAX_BODY, create_app
 from blocklab.explore.session import MAX_TEXT, Explored
+from blocklab.inspect.trace.subject import preset_subject
 from blocklab.tasks import get_task
 
 QUERY = "Max ( 1 , 6 , 2 )"

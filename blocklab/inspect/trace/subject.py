@@ -1,0 +1,140 @@
+"""What the tracer walks and with which input: a ``Subject`` (model, tokenizer, where it came from), the
+input as ids, the target's id, and ``trace_subject``, the one call ``blocklab trace`` and ``blocklab
+explore`` share so that they agree number for number.
+
+The messages name the flags of ``blocklab trace`` (``--input``, ``--tokens``, ``--target``), which explore's
+request fields mirror one for one. A preset's subject is built here; a loaded model's is built where
+``blocklab.load`` may be imported (cli.trace.model_subject).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ...nn.config import PRESET_TASKS
+from ...nn.model import Transformer
+from .collect import collect_trace
+from .record import Trace
+
+
+@dataclass
+class Subject:
+    """The model to trace, its tokenizer (None: inputs are ids) and a line saying where it came from."""
+
+    model: Transformer
+    tokenizer: Any
+    source: str
+    _vocab: list[str] | None = field(default=None, repr=False)
+
+    def vocab(self) -> list[str] | None:
+        """Every token of the vocabulary as text (``vocabulary``), worked out once per subject."""
+        if self._vocab is None:
+            self._vocab = vocabulary(self.tokenizer, self.model.config.vocab_size) or []
+        return self._vocab or None
+
+
+def preset_subject(name: str, seed: int, overrides: dict[str, Any]) -> Subject:
+    """A preset's model built with ``torch.manual_seed(seed)``; its task's tokenizer if it has one."""
+    from ...nn.config import preset
+    from ...nn.memory import check_memory
+    from ...tasks import get_task
+
+    task = get_task(PRESET_TASKS[name]) if name in PRESET_TASKS else None
+    config = preset(name, **{**(task.config_overrides() if task else {}), **overrides})
+    check_memory(config, 1, training=False, what=f"tracing preset {name}", force_flag=False)
+    torch.manual_seed(seed)
+    changed = "".join(f", {k}={v}" for k, v in overrides.items())
+    return Subject(
+        Transformer(config).eval(), task.tokenizer if task else None, f"preset {name} (seed {seed}{changed})"
+    )
+
+
+def vocabulary(tokenizer: Any, size: int) -> list[str] | None:
+    """Every token of the model's vocabulary as the text it stands for (GPT-2's ``Ġcat`` is ``" cat"``,
+    as ``to_str_tokens``), or None when the tokenizer cannot name them all."""
+    try:
+        return list(tokenizer.str_tokens(list(range(size)))) if tokenizer is not None else None
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+def parse_token_ids(text: str, flag: str = "--tokens") -> list[int]:
+    """``"1,2,3"`` or ``"1 2 3"`` -> [1, 2, 3]; ValueError naming ``flag`` and the bad piece."""
+    pieces = text.replace(",", " ").split()
+    if not pieces:
+        raise ValueError(f"{flag} is empty: give token ids like 1,2,3")
+    for piece in pieces:
+        if not piece.lstrip("-").isdigit():
+            raise ValueError(f"{flag} needs integer ids separated by commas or spaces; {piece!r} is not one")
+    return [int(p) for p in pieces]
+
+
+def target_id(tokenizer: Any, token: str, vocab_size: int) -> int:
+    """The id of ``--target``: a token of the vocabulary, or an id when there is no tokenizer; either
+    way an id the model's vocabulary has (0..vocab_size-1)."""
+    table = getattr(tokenizer, "token_to_id", None)
+    found = (
+        table.get(token)
+        if isinstance(table, dict)
+        else (tokenizer.token_id(token) if hasattr(tokenizer, "token_id") else None)
+    )
+    if found is None and tokenizer is None and token.isdigit():
+        found = int(token)
+    if found is not None:
+        if not 0 <= int(found) < vocab_size:
+            raise ValueError(f"--target {token!r} is id {found}, out of range: the model's vocabulary has "
+                             f"ids 0..{vocab_size - 1}")
+        return int(found)
+    if tokenizer is not None:  # the token as text (" cat"), when it is one token
+        try:
+            ids = tokenizer.encode(token)
+        except ValueError:  # not in a vocabulary tokenizer's words
+            ids = []
+        ids = [i for i in ids if tokenizer.str_tokens([i])[0] in token]  # without the special tokens it adds
+        if len(ids) == 1 and 0 <= int(ids[0]) < vocab_size:
+            return int(ids[0])
+    raise ValueError(
+        f"--target {token!r} is not a token of the vocabulary"
+        + (f"; {tokenizer.describe_vocab()}" if hasattr(tokenizer, "describe_vocab") else "")
+    )
+
+
+def input_ids(subject: Subject, text: str | None, tokens: str | None) -> list[int]:
+    """The input as ids: ``text`` through the subject's tokenizer, or ``tokens`` ("1,2,3"); each id checked
+    against the vocabulary."""
+    tok = subject.tokenizer
+    if (text is None) == (tokens is None):
+        raise ValueError("give the input as text with --input or as ids with --tokens (one of them)")
+    if text is not None and tok is None:
+        raise ValueError(f"{subject.source} has no tokenizer: give token ids with --tokens 1,2,3")
+    ids = tok.encode(text) if text is not None else parse_token_ids(tokens)
+    V = subject.model.config.vocab_size
+    bad = [i for i in ids if not 0 <= i < V]
+    if bad:
+        raise ValueError(f"token id {bad[0]} is out of range: the model's vocabulary has ids 0..{V - 1}")
+    return ids
+
+
+def trace_subject(subject: Subject, text: str | None, tokens: str | None, target: str | None = None,
+                  position: int | None = None, stages: list[str] | None = None) -> Trace:
+    """``collect_trace`` of one input given as ``blocklab trace`` takes it (--input or --tokens, --target,
+    --position, --stages): the command and ``blocklab explore`` share it, so they agree number for number."""
+    tok = subject.tokenizer
+    ids = input_ids(subject, text, tokens)
+    labels = tok.str_tokens(ids) if tok is not None else [str(i) for i in ids]  # as text, not vocab spelling
+    aim = target_id(tok, target, subject.model.config.vocab_size) if target is not None else None
+    return collect_trace(
+        subject.model,
+        ids,
+        labels,
+        position=position,
+        target=aim,
+        target_token=target,
+        vocab=subject.vocab(),
+        names=stages,
+        source=subject.source,
+        text=text,
+    )
