@@ -10,8 +10,8 @@ Everything goes through the library's own calls, so the numbers are the Python A
     trace       inspect.trace.subject.trace_subject -> inspect.trace.trace_to_dict (blocklab trace --json)
     ablations   model.hooks({stage: fn}) around the forward (a head: attn.z[..., h, :] = 0; a neuron:
                 ffn.act[..., j] = 0; a sublayer: its output {attn,ffn}.out = 0)
-    predict     softmax(top_k_filter(logits / T, k)) at the last position: the distribution
-                nn.generate samples from
+    predict     softmax(nn.generate.sampling_logits(logits)) at the last position: the distribution
+                nn.generate samples from, by its code (a tiny temperature: the argmax with p 1)
     gradients   model.run_with_cache(..., backward=True) with the target's loss, and
                 inspect.diagnostics.path_tensors for the identity and branch paths of every connection
 """
@@ -32,7 +32,7 @@ from ..inspect.diagnostics import path_tensors
 from ..inspect.trace.collect import trace_to_dict
 from ..inspect.trace.subject import Subject, input_ids, target_id, trace_subject
 from ..nn.attention import HEADS_FIRST
-from ..nn.generate import top_k_filter
+from ..nn.generate import GenerationConfig, next_token, sampling_logits
 from ..nn.layouts import LAYOUTS, Norm, Sublayer, Sum
 
 MAX_TOKENS = 256  # the longest input a request may trace (also capped by the model's max_seq_len)
@@ -303,17 +303,19 @@ def last_logits(request: Request, ablated: bool) -> Tensor:
     return logits[0, -1].to(torch.float64)
 
 
-def distribution(logits: Tensor, temperature: float, top_k: int | None) -> Tensor:
-    """The next-token distribution generation samples from: softmax(top_k_filter(logits / T, k))."""
-    scaled = logits / temperature
-    if top_k is not None:
-        scaled = top_k_filter(scaled[None], top_k)[0]
-    return torch.softmax(scaled, -1)
+def sampling(request: Request) -> GenerationConfig:
+    """The request's temperature and top k as generation takes them (sampled: a T of 1 still samples)."""
+    return GenerationConfig(do_sample=True, temperature=request.temperature, top_k=request.top_k)
+
+
+def distribution(logits: Tensor, config: GenerationConfig) -> Tensor:
+    """(V,) logits -> the (V,) next-token distribution generation samples from, by its own code."""
+    return torch.softmax(sampling_logits(logits[None], config)[0], -1)
 
 
 def bars(request: Request, logits: Tensor) -> dict[str, Any]:
     """The most likely next tokens under the request's temperature and top k (at most ``BARS``)."""
-    probs = distribution(logits, request.temperature, request.top_k)
+    probs = distribution(logits, sampling(request))
     shown = min(BARS, int((probs > 0).sum()), probs.numel())
     values, ids = probs.topk(shown)
     vocab = request.entry.subject.vocab()
@@ -339,12 +341,13 @@ def step(request: Request) -> dict[str, Any]:
         ids = request.ids()
         if len(ids) >= request.entry.max_tokens:
             raise RequestError(f"the input already has {len(ids)} tokens, the most this model takes", 413)
-        probs = distribution(last_logits(request, True), request.temperature, request.top_k)
+        logits, config = last_logits(request, True), sampling(request)
+        probs = distribution(logits, config)
         if request.sample:
             generator = torch.Generator().manual_seed(request.seed)
-            chosen = int(torch.multinomial(probs, 1, generator=generator))
-        else:
-            chosen = int(probs.argmax())
+            chosen = int(next_token(logits[None], config, None, generator)[0])
+        else:  # greedy, as generate's: the largest logit
+            chosen = int(logits.argmax())
     tok = request.entry.subject.tokenizer
     vocab = request.entry.subject.vocab()
     token = vocab[chosen] if vocab else str(chosen)

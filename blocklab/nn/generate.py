@@ -195,6 +195,13 @@ def next_token(
         logits = penalize_repetition(logits, seen, config.repetition_penalty)
     if not config.sampling:
         return logits.argmax(-1)
+    logits = sampling_logits(logits, config, step)
+    return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(1)
+
+
+def sampling_logits(logits: Tensor, config: GenerationConfig, step: int = 0) -> Tensor:
+    """(B, V) logits -> the (B, V) logits a sampled step draws from, softmax of them its distribution:
+    shifted, divided by the step's temperature, top-k and top-p filtered (explore shows the same)."""
     # softmax(l / T) is softmax((l - max l) / T): the shift keeps a tiny T (1e-40) from making l / T
     # infinite, where softmax would give NaN; every scaled logit is then <= 0, the limit T -> 0 is argmax.
     # A T below the float's smallest normal number would round to 0; below it only the maxima remain
@@ -205,7 +212,7 @@ def next_token(
         logits = top_k_filter(logits, config.top_k)
     if config.top_p is not None and config.top_p < 1:
         logits = top_p_filter(logits, config.top_p)
-    return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(1)
+    return logits
 
 
 # ---- the window the model sees ---------------------------------------------------------------------

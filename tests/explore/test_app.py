@@ -95,6 +95,24 @@ def test_predict_bars_follow_temperature_and_top_k(client: TestClient) -> None:
         assert bars["ids"][0] == int(expected.argmax())
 
 
+def test_a_tiny_temperature_answers_as_generate_does(client: TestClient, served: dict[str, Explored]) -> None:
+    """T = 5e-324 (the smallest float): generate samples the argmax with p 1; the bars, a greedy step and a
+    sampled step say the same (no empty bars, no NaN probability)."""
+    subject = served["tiny-lm"].subject
+    ids = subject.tokenizer.encode("<BOS> I")
+    generated = subject.model.generate(torch.tensor([ids]), 1, temperature=5e-324, seed=0)
+    with torch.no_grad():
+        best = int(subject.model(torch.tensor([ids]))[0, -1].argmax())
+    assert int(generated[0, -1]) == best
+    body = {"model": "tiny-lm", "tokens": ids, "temperature": 5e-324}
+    bars = client.post("/api/predict", json=body).json()["plain"]
+    assert bars["ids"] == [best] and bars["probs"] == [1.0] and bars["kept"] == 1
+    for sample in (False, True):
+        answer = client.post("/api/step", json={**body, "sample": sample, "seed": 3})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["id"] == best and answer.json()["prob"] == 1.0
+
+
 @pytest.mark.parametrize("ablation, stage", [
     ({"kind": "head", "block": 0, "index": 1}, "blocks.0.attn.z"),
     ({"kind": "neuron", "block": 1, "index": 17}, "blocks.1.ffn.act"),
