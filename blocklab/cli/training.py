@@ -7,7 +7,6 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -17,7 +16,6 @@ from ..files.folders import CHECKPOINTS, CONFIG, inspect_folder
 from ..nn.config import FIELDS, PRESETS, ModelConfig
 from ..tasks import DEFAULT_TASK, Task, task_from_dict
 from ..training.loop import (
-    EXTENSIBLE,
     TrainingDiverged,
     TrainingInterrupted,
     check_task_fits,
@@ -25,6 +23,7 @@ from ..training.loop import (
     evaluate,
     train,
 )
+from ..training.resume import flag_difference, split
 from ..training.runfiles import read_run_config, run_files
 from ..training.train_config import TRAIN_FIELDS, TrainConfig, task_train_config
 from ..weights.load import Loaded, load
@@ -130,17 +129,6 @@ def _main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def _first_difference(saved: dict[str, Any], asked: dict[str, Any]) -> str | None:
-    return next(
-        (
-            f"--{k.replace('_', '-')} {asked[k]!r} (the run has {saved.get(k)!r})"
-            for k in asked
-            if asked[k] != saved.get(k)
-        ),
-        None,
-    )
-
-
 def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfig, Task]:
     """The run the flags describe: task defaults, the preset (default: the task's own, if it has
     one), then the user's flags."""
@@ -154,16 +142,15 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfi
 
 def resumed_configs(args: argparse.Namespace, folder: Path) -> tuple[ModelConfig, TrainConfig, Task]:
     """The run in config.json (checked: runfiles.read_run_config); a flag given with --resume must
-    agree with it, but --steps and --target-accuracy (train.EXTENSIBLE), which extend the run."""
+    agree with it, but --steps and --target-accuracy (training.resume.EXTENSIBLE), which extend the run."""
     saved = read_run_config(folder)
     model_config, train_config = saved.model, saved.train
     task = task_from_dict(saved.task)
     asked_model, asked_train = set_fields(args, FIELDS), set_fields(args, TRAIN_FIELDS)
-    extension = {k: v for k, v in asked_train.items() if k in EXTENSIBLE}
-    asked_train = {k: v for k, v in asked_train.items() if k not in EXTENSIBLE}
+    asked_train, extension = split(asked_train)
     problem = (
-        _first_difference(model_config.to_dict(), model_config.replace(**asked_model).to_dict())
-        or _first_difference(train_config.to_dict(), train_config.replace(**asked_train).to_dict())
+        flag_difference(model_config.to_dict(), model_config.replace(**asked_model).to_dict())
+        or flag_difference(train_config.to_dict(), train_config.replace(**asked_train).to_dict())
         or (f"--task {args.task}" if args.task and args.task != task.name else None)
         or (
             f"--task-option {args.task_options[0]}"

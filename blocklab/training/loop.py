@@ -44,12 +44,12 @@ from ..nn.memory import check_memory
 from ..nn.model import Transformer
 from ..tasks import ACCURACY_METRICS, IGNORE_INDEX, Task, TaskData, exact_match, get_task
 from .distributed import Processes
+from .resume import EXTENSIBLE  # noqa: F401 - re-exported: blocklab.training.loop is where users look
 from .session import Session, TrainingInterrupted  # noqa: F401 - TrainingInterrupted re-exported
 from .state import (
     tokens_per_second,
 )
 from .train_config import (  # noqa: F401 - re-exported: blocklab.training.loop is where users look
-    EXTENSIBLE,
     TASK_DEFAULTS,
     TRAIN_FIELDS,
     TrainConfig,

@@ -32,7 +32,7 @@ from ..files.reading import MB, read_text
 from ..nn.config import ModelConfig
 from ..nn.config import from_saved_dict as model_config_from_dict
 from ..version import __version__
-from .train_config import EXTENSIBLE, TrainConfig, train_config_from_dict
+from .train_config import TrainConfig, train_config_from_dict
 
 STEP_DIR = re.compile(r"^step-(\d+)$")
 LEFTOVER = re.compile(r"^\.(tmp|old)-step-\d+-\d+$")  # a checkpoint being written or replaced
@@ -260,47 +260,3 @@ def clear_run(folder: Path) -> None:
                 path.rmdir()
         elif path.is_file():
             path.unlink()
-
-
-def check_same_run(folder: Path, saved: SavedRun, config: dict[str, Any]) -> None:
-    """--resume: the model, task and training settings must be the run's, but the fields an
-    extension may change (EXTENSIBLE)."""
-    fixed = {k: v for k, v in config["train"].items() if k not in EXTENSIBLE}
-    saved_fixed = {k: v for k, v in saved.train.to_dict().items() if k not in EXTENSIBLE}
-    pairs = [
-        ("model", saved.model.to_dict(), config["model"]),
-        ("task", saved.task, config["task"]),
-        ("train", saved_fixed, fixed),
-    ]
-    diffs = [f"{part}: {old} != {new}" for part, old, new in pairs if old != new]
-    if diffs:
-        raise ValueError(
-            f"--resume: the run in {folder} was configured differently ({diffs[0]}); "
-            "resume with its config.json or start a new run"
-        )
-
-def extension(folder: Path, saved: SavedRun, config: dict[str, Any], at_step: int) -> dict[str, Any] | None:
-    """--resume with other ``steps`` / ``target_accuracy`` (``config``, at checkpoint ``at_step``): check
-    it, and return the config.json that records it (None: nothing changed), for the caller to write
-    once the checkpoint has loaded (a failed resume changes nothing).
-
-    The schedule rule: the learning rate of every later step is ``lr_at(step)`` over the new
-    total, the rate a run configured with that many steps from the start has there (the
-    cosine is recomputed, so it steps up when a finished run is extended)."""
-    before = saved.train.to_dict()
-    changed = {k: before[k] for k in EXTENSIBLE if before[k] != config["train"][k]}
-    if not changed:
-        return None
-    steps = config["train"]["steps"]
-    if steps < at_step:
-        raise ValueError(
-            f"--resume: the run in {folder} is at step {at_step}; steps={steps} would "
-            f"undo training, so it must be >= {at_step}"
-        )
-    record = {
-        "at_step": at_step,
-        **{f"{k}_before": v for k, v in changed.items()},
-        **{k: config["train"][k] for k in changed},
-    }
-    history = saved.data.get("extended") if isinstance(saved.data.get("extended"), list) else []
-    return {**config, "extended": [*history, record]}

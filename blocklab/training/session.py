@@ -35,12 +35,11 @@ from ..nn.model import Transformer
 from ..tasks import Task
 from .checkpoint import load_checkpoint, save_checkpoint
 from .distributed import Processes
+from .resume import check_recorded_train, check_same_run, extension
 from .runfiles import (
     check_run_names,
-    check_same_run,
     checkpoint_step,
     clear_run,
-    extension,
     latest_checkpoint,
     publish_checkpoint,
     read_metrics,
@@ -62,7 +61,7 @@ from .state import (
     save_optimizer_state,
     state_bytes,
 )
-from .train_config import EXTENSIBLE, TrainConfig, train_config_from_dict
+from .train_config import TrainConfig, train_config_from_dict
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -210,14 +209,7 @@ class Session:
                 raise ValueError(
                     f"{ckpt / MODEL_FILE}: damaged train settings in its metadata ({error})"
                 ) from None
-            now = self.tc.to_dict()
-            edited = [k for k in now if k not in EXTENSIBLE and recorded[k] != now[k]]
-            if edited:
-                k = edited[0]
-                raise ValueError(
-                    f"{ckpt}: was trained with {k}={recorded[k]!r} but the run now says {k}={now[k]!r} "
-                    f"(config.json edited?); only {' and '.join(EXTENSIBLE)} may change when resuming"
-                )
+            check_recorded_train(ckpt, recorded, self.tc.to_dict())
         state = read_train_state(ckpt, loaded.meta, self.procs.world_size)
         self.model.load_state_dict(loaded.model.state_dict())
         load_optimizer_state(

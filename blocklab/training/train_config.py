@@ -58,10 +58,6 @@ class TrainConfig:
 
 TRAIN_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(TrainConfig))
 
-# TrainConfig fields a resumed run may change: when to stop, and where it computes (a run moves from
-# one machine to another; on another device it continues, but not bit for bit). Any other difference
-# (dtype among them) is another run.
-EXTENSIBLE = ("steps", "target_accuracy", "device")
 FLOAT32_MAX = 3.4028234663852886e38
 MAX_THREADS = 1024
 
