@@ -108,11 +108,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # stdout closed early (| head): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # silences the flush at exit
         return 0
-    except Exception as error:
+    except KeyboardInterrupt as error:
+        message, status = describe_error(error)
+    except (SystemExit, GeneratorExit):
+        raise
+    except BaseException as error:  # third-party code raises BaseExceptions too (a Rust panic in tokenizers)
         if debug:
             raise
-        message, status = describe_error(error)
-    except KeyboardInterrupt as error:
         message, status = describe_error(error)
     print(f"blocklab: {'error: ' if status == EXIT_USAGE else ''}{message}", file=sys.stderr)
     return status

@@ -57,26 +57,36 @@ class RunSpec:
 LAB_THREADS = 1  # a run's torch threads unless its spec sets them (see the module's docstring)
 
 
+MAX_INT = 2**63 - 1  # the largest integer a result may hold: beyond it float(), numpy and matplotlib overflow
+
+
 def _number(value: Any, nullable: bool = True) -> bool:
-    return (value is None and nullable) or isinstance(value, (int, float)) and not isinstance(value, bool)
+    if value is None or isinstance(value, bool):
+        return value is None and nullable
+    return isinstance(value, float) or isinstance(value, int) and abs(value) <= MAX_INT
 
 
 def _count(value: Any) -> bool:
-    return value is None or isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return value is None or isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_INT
 
 
 def _rows_problem(rows: Any, name: str, lists: tuple[str, ...] = ()) -> str | None:
+    """What is wrong with a list of per-step rows (``curve``, ``diag``); ``lists``: keys every row has, each
+    a list of numbers."""
     if not isinstance(rows, list):
         return f"{name} must be a list of objects"
     for i, row in enumerate(rows):
         if not (isinstance(row, dict) and row.get("step") is not None and _count(row["step"])):  # {}: no step
-            return f"{name}[{i}] must be an object with an integer step"
+            return f"{name}[{i}] must be an object with an integer step in [0, {MAX_INT}]"
+        missing = [key for key in lists if key not in row]
+        if missing:
+            return f"{name}[{i}].{missing[0]} is missing (a list of numbers)"
         for key, value in row.items():
             ok = (isinstance(value, list) and all(_number(v) for v in value)) if key in lists else \
                 key not in ("loss", "eval_loss", "eval_accuracy") or _number(value)
             if not ok:
                 what = "list of numbers" if key in lists else "number"
-                return f"{name}[{i}].{key}={value!r} is not a {what}"
+                return f"{name}[{i}].{key}={value!r:.60} is not a {what} (at most {MAX_INT} in size)"
     return None
 
 
@@ -93,13 +103,13 @@ def result_problem(result: Any) -> str | None:
         ("loss", _number(result.get("loss")), "a number or null"),
         ("seconds", _number(result.get("seconds"), nullable=False) and result["seconds"] >= 0,
          "a number >= 0"),
-        ("steps_to_target", _count(result.get("steps_to_target")), "an integer >= 0 or null"),
+        ("steps_to_target", _count(result.get("steps_to_target")), f"an integer in [0, {MAX_INT}] or null"),
     ]
     for key, ok, rule in checks:
         if key not in result:
             return f"{key} is missing ({rule})"
         if not ok:
-            return f"{key}={result.get(key)!r} must be {rule}"
+            return f"{key}={result.get(key)!r:.60} must be {rule}"
     return _rows_problem(result.get("curve"), "curve") or (
         _rows_problem(result["diag"], "diag", lists=("grad_resid",)) if "diag" in result else None)
 

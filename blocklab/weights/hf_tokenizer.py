@@ -9,7 +9,9 @@ checkpoint's spec is ``{"kind": "hf_tokenizers", "json": <tokenizer.json text>, 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,101 @@ from ..tasks.vocab import Tokenizer
 
 KIND = "hf_tokenizers"
 SPECIAL_TOKENS = ("pad_token", "eos_token", "bos_token", "unk_token", "cls_token", "sep_token", "mask_token")
+# a quantifier that repeats: +, *, {n,}, {n,m} with m > 1 (Onig's syntax, as Python's)
+_REPEAT = re.compile(r"[+*]|\{(\d*),(\d*)\}|\{(\d+)\}")
+
+
+def risky_repeat(pattern: str) -> str | None:
+    """The first group of a regex that is repeated and holds a repeat or alternatives (``(a+)+``,
+    ``(a|aa)+``): the shapes whose backtracking grows exponentially with the input; None when there is
+    none. (Conservative: ``((a|b)c)+`` is refused too; no tokenizer published on the Hub repeats a group.)"""
+    stack: list[list[Any]] = [[0, False]]  # each open group: where it starts, whether it holds a repeat or |
+    closed: list[Any] | None = None  # the group that has just closed
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i, closed = i + 2, None
+            continue
+        if c == "[":  # a character class (Onig nests them): no group inside
+            i, depth = i + 1, 1
+            i += pattern.startswith("^", i)
+            i += pattern.startswith("]", i)
+            while i < len(pattern) and depth:
+                depth += {"[": 1, "]": -1}.get(pattern[i], 0)
+                i += 2 if pattern[i] == "\\" else 1
+            closed = None
+            continue
+        if c == "(":
+            stack.append([i, False])
+            i, closed = i + 1, None
+            continue
+        if c == "|":
+            stack[-1][1] = True
+            i, closed = i + 1, None
+            continue
+        if c == ")" and len(stack) > 1:
+            closed = stack.pop()
+            stack[-1][1] = stack[-1][1] or closed[1]
+            i += 1
+            continue
+        quantifier = _REPEAT.match(pattern, i)
+        if quantifier is not None:
+            _, high, exact = quantifier.groups()
+            repeats = c in "+*" or (high == "" or int(high or 0) > 1) if exact is None else int(exact) > 1
+            if repeats and closed is not None and closed[1]:
+                return pattern[closed[0]:quantifier.end()]
+            stack[-1][1] = stack[-1][1] or repeats
+            i = quantifier.end()
+        else:
+            i += 1
+        closed = None
+    return None
+
+
+def _regexes(value: Any) -> list[str]:
+    """Every regex a tokenizer.json holds (a Split pre-tokenizer's, a Replace normalizer's pattern)."""
+    if isinstance(value, dict):
+        found = [value["Regex"]] if isinstance(value.get("Regex"), str) else []
+        return found + [r for v in value.values() for r in _regexes(v)]
+    if isinstance(value, list):
+        return [r for v in value for r in _regexes(v)]
+    return []
+
+
+def check_regexes(json_text: str) -> None:
+    """Refuse a tokenizer whose regex can take exponential time on a short input (``(a+)+b`` against
+    ``aaaa...c``: the ``tokenizers`` library panics when its regex engine gives up)."""
+    for pattern in _regexes(json.loads(json_text)):
+        risky = risky_repeat(pattern)
+        if risky is not None:
+            raise ValueError(f"the regex {pattern[:80]!r} repeats a group holding a repeat or alternatives "
+                             f"({risky[:40]!r}): its matching time can grow exponentially with the input; "
+                             "blocklab loads tokenizers whose repeated groups are plain sequences")
+
+
+def check_special_tokens(tokens: Any) -> dict[str, str]:
+    """Special tokens as a tokenizer spec stores them: an object of SPECIAL_TOKENS names -> token text."""
+    if not isinstance(tokens, dict):
+        raise ValueError(f"special_tokens must be an object of name -> token text, not {tokens!r:.60}")
+    for name, token in tokens.items():
+        if name not in SPECIAL_TOKENS:
+            raise ValueError(f"special token {name!r:.40} is not one of: {', '.join(SPECIAL_TOKENS)}")
+        if not isinstance(token, str):
+            raise ValueError(f"special token {name}={token!r:.60} must be the token's text (a string)")
+    return dict(tokens)
+
+
+def _guarded(call: Callable[[], Any], what: str) -> Any:
+    """``call()`` with whatever the ``tokenizers`` library raises turned into a ValueError naming
+    ``what``: a Rust panic (its regex engine's retry limit) is a BaseException (pyo3's PanicException)."""
+    try:
+        return call()
+    except (KeyboardInterrupt, SystemExit, GeneratorExit, ValueError):
+        raise
+    except BaseException as error:
+        problem = one_line(str(error))[:200] or type(error).__name__
+        raise ValueError(f"the tokenizer failed on {what} ({type(error).__name__}: {problem})") from None
 
 
 def _nonblank(text: str) -> str:
@@ -44,10 +141,11 @@ class HFTokenizer:
             self._tok = _Tokenizer.from_str(json_text)
         except Exception as error:  # the library raises its own Exception type
             raise ValueError(f"not a valid tokenizer.json ({error})") from None
+        check_regexes(json_text)
         self._tok.no_padding()
         self._tok.no_truncation()
         self.json = json_text
-        self.special_tokens = dict(special_tokens or {})
+        self.special_tokens = check_special_tokens({} if special_tokens is None else special_tokens)
         self._vocab_size = self._tok.get_vocab_size(with_added_tokens=True)  # O(vocab) per call: ask once
 
     @property
@@ -80,11 +178,13 @@ class HFTokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Text -> ids (special tokens included); empty text is a ValueError."""
-        return self._tok.encode(_nonblank(text)).ids
+        text = _nonblank(text)
+        return _guarded(lambda: self._tok.encode(text).ids, f"the input {text[:40]!r}")
 
     def encode_batch(self, texts: Sequence[str], padding: str = "right") -> BatchEncoding:
         """Texts -> (ids (B, T), attention_mask (B, T)), padded with ``pad_id`` on ``padding``'s side."""
-        encodings = self._tok.encode_batch([_nonblank(t) for t in texts])
+        texts = [_nonblank(t) for t in texts]
+        encodings = _guarded(lambda: self._tok.encode_batch(texts), f"the inputs {texts[0][:40]!r}, ...")
         return pad_batch([e.ids for e in encodings], self.pad_id, padding)
 
     def tokens(self, ids: Sequence[int] | Tensor) -> list[str]:
@@ -158,7 +258,14 @@ def _bpe_vocab(path: Path) -> dict[str, int]:
 
     def check(vocab: Any) -> str | None:
         bad = [k for k, v in vocab.items() if not (isinstance(v, int) and not isinstance(v, bool) and v >= 0)]
-        return f"the id of {bad[0]!r} is {vocab[bad[0]]!r}, not an integer >= 0" if bad else None
+        if bad:
+            return f"the id of {bad[0]!r} is {vocab[bad[0]]!r}, not an integer >= 0"
+        first: dict[int, str] = {}
+        for token, token_id in vocab.items():
+            if token_id in first:
+                return f"{first[token_id]!r} and {token!r} share the id {token_id}; each token has its own"
+            first[token_id] = token
+        return None
 
     vocab = read_json_object(path, "a GPT-2 vocab.json (token -> id)", check)
     if not vocab:

@@ -66,6 +66,39 @@ def test_ablate_tiny_grid_end_to_end_and_resume(tmp_path, capsys):
     assert [c["accuracy"] for c in cells] == [c["accuracy"] for c in summary["cells"]]
 
 
+@pytest.fixture(scope="module")
+def finished_grid(tmp_path_factory):
+    """A one-run grid, trained once: (its command line, its folder)."""
+    out = tmp_path_factory.mktemp("grid") / "g"
+    args = ["ablate", *TINY, "--steps", "10", "--out", str(out)]
+    assert main(args) == 0
+    return args, out
+
+
+@pytest.mark.parametrize(("damage", "named"), [
+    (lambda r: r.update(diag=[{"step": 1}]), "diag[0].grad_resid is missing"),  # was KeyError: 'grad_resid'
+    (lambda r: r["curve"][0].update(step=10**400), "curve[0] must be an object with an integer step"),
+    (lambda r: r.update(steps_to_target=10**400), "steps_to_target=1000"),  # was OverflowError
+    (lambda r: r["diag"][0].update(grad_resid=[10**400]), "diag[0].grad_resid=[1000"),
+    (lambda r: r.update(loss=-(10**400)), "loss=-1000"),
+])
+def test_a_damaged_result_json_is_refused_naming_the_field(finished_grid, tmp_path, capsys, damage, named):
+    import shutil
+
+    args, out = finished_grid
+    copy = tmp_path / "g"
+    shutil.copytree(out, copy)
+    path = copy / "base" / "seed-0" / "result.json"
+    result = json.loads(path.read_text())
+    damage(result)
+    path.write_text(json.dumps(result))
+    capsys.readouterr()
+    assert main([*args[:-1], str(copy)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("blocklab: error: ") and "result.json" in err, err
+    assert named in err and "Traceback" not in err
+
+
 def test_ablate_rejects_an_invalid_cell_before_training(tmp_path, capsys):
     code = main(["ablate", *TINY, "--vary", "n_heads=2,3", "--out", str(tmp_path / "g")])
     assert code == 2

@@ -73,10 +73,10 @@ def test_workers_share_the_cores() -> None:
 
 
 @pytest.mark.parametrize(("curve", "problem"), [
-    ([{}], "curve[0] must be an object with an integer step"),  # was a KeyError (found by the loader fuzz)
-    ([{"step": None}], "curve[0] must be an object with an integer step"),
-    ([{"step": -1}], "curve[0] must be an object with an integer step"),
-    ([{"step": 3, "loss": "x"}], "curve[0].loss='x' is not a number"),
+    ([{}], "curve[0] must be an object with an integer step in [0, 9223372036854775807]"),  # was a KeyError
+    ([{"step": None}], "curve[0] must be an object with an integer step in [0, 9223372036854775807]"),
+    ([{"step": -1}], "curve[0] must be an object with an integer step in [0, 9223372036854775807]"),
+    ([{"step": 3, "loss": "x"}], "curve[0].loss='x' is not a number (at most 9223372036854775807 in size)"),
     ([{"step": 3, "loss": 0.5}], None),
 ])
 def test_a_result_curve_row_without_a_step_is_a_problem_not_a_key_error(curve: list,

@@ -1,0 +1,124 @@
+"""Hugging Face tokenizers as blocklab reads them: every field checked before use, and nothing the
+``tokenizers`` library raises (a Rust panic included) escaping as a traceback.
+
+The hazards are shown on the library itself first (a real ``tokenizers`` pipeline panics), then
+blocklab's answer: one line naming the file or the input, exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from blocklab import ModelConfig, Transformer
+from blocklab.cli import main
+from blocklab.training.checkpoint import save_checkpoint
+from blocklab.weights.hf_tokenizer import KIND, HFTokenizer, risky_repeat
+
+tokenizers = pytest.importorskip("tokenizers")
+
+BLOWUP = "a" * 28 + "c"  # (a+)+b against it: exponential backtracking, the engine's retry limit
+
+
+def split_tokenizer(regex: str) -> tokenizers.Tokenizer:
+    """A word-level tokenizer whose pre-tokenizer splits on ``regex`` (the shape of F1's tokenizer.json)."""
+    from tokenizers import Regex, models, pre_tokenizers
+
+    vocab = {"[UNK]": 0, "a": 1, "b": 2, "c": 3, "<|endoftext|>": 4}
+    tok = tokenizers.Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(regex), "isolated")
+    return tok
+
+
+def one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("blocklab: error: "), err
+    assert "Traceback" not in err and "panicked" not in err
+    return lines[0]
+
+
+def test_the_nested_repeat_regex_panics_in_the_tokenizers_library_itself():
+    """The hazard is real: the library raises a BaseException that is not an Exception."""
+    with pytest.raises(BaseException) as raised:
+        split_tokenizer("(a+)+b").encode(BLOWUP)
+    assert not isinstance(raised.value, Exception)
+    assert "retry-limit" in str(raised.value) or "Onig" in str(raised.value)
+
+
+def test_import_refuses_a_split_regex_with_nested_repeats_in_one_line(tiny_gpt2_folder, tmp_path, capsys):
+    folder, _ = tiny_gpt2_folder
+    (folder / "tokenizer.json").write_text(split_tokenizer("(a+)+b").to_str())
+    assert main(["import", str(folder), "--out", str(tmp_path / "m.safetensors")]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "tokenizer.json" in line and "(a+)+b" in line and "exponential" in line
+    assert not (tmp_path / "m.safetensors").exists()
+
+
+@pytest.mark.parametrize("regex, nested", [
+    ("(a+)+b", "(a+)+"), ("(?:x*y?)*", "(?:x*y?)*"), (r"(\w{2,})+$", r"(\w{2,})+"),
+    ("((ab)+c){3}", "((ab)+c){3}"), ("(a|aa)+b", "(a|aa)+"), ("x(?:a|a)*", "(?:a|a)*"),
+])
+def test_repeated_groups_holding_repeats_or_alternatives_are_found(regex, nested):
+    assert risky_repeat(regex) == nested
+
+
+@pytest.mark.parametrize("regex", [
+    # GPT-2's, Llama 3's and Qwen2's pre-tokenizer regexes: linear, and loaded
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+",
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    r"|\s+(?!\S)|\s+",
+    r"(?:ab)+", r"(a)+", r"(a+)?", r"(a{1})+", r"[(a+)]+", r"\(a+\)+",
+])
+def test_regexes_without_nested_repeats_pass(regex):
+    assert risky_repeat(regex) is None
+
+
+@pytest.mark.parametrize("regex", ["(a+)+b", "(a|a)+b"])
+def test_the_load_check_refuses_every_regex_seen_to_panic(regex):
+    with pytest.raises(BaseException) as raised:  # each panics in the library itself
+        split_tokenizer(regex).encode(BLOWUP)
+    assert type(raised.value).__name__ == "PanicException"
+    with pytest.raises(ValueError, match="exponentially"):
+        HFTokenizer(split_tokenizer(regex).to_str())
+
+
+def test_a_panic_inside_the_tokenizers_library_is_a_value_error_naming_the_input():
+    """The second guard, for a shape the load check does not know: a panic while encoding (here from a
+    pipeline put in place after the load check) is a ValueError naming the input, never a BaseException."""
+    ours = HFTokenizer(split_tokenizer(r"\s+").to_str())
+    ours._tok = split_tokenizer("(a|a)+b")
+    with pytest.raises(ValueError, match=f"the tokenizer failed on the input '{BLOWUP}' .*PanicException"):
+        ours.encode(BLOWUP)
+    with pytest.raises(ValueError, match="the tokenizer failed on the inputs"):
+        ours.encode_batch([BLOWUP])
+
+
+@pytest.mark.parametrize("value", [5, ["<|endoftext|>"], {"content": "<|endoftext|>"}])
+def test_a_checkpoint_whose_special_token_is_not_text_is_refused_naming_it(tmp_path, capsys, value):
+    tok = split_tokenizer(r"\s+")
+    spec = {"kind": KIND, "json": tok.to_str(), "special_tokens": {"eos_token": value}}
+    path = tmp_path / "m.safetensors"
+    save_checkpoint(path, Transformer(ModelConfig(vocab_size=5, d_model=16, n_heads=2, n_layers=1, d_ff=32,
+                                                  max_seq_len=8)), tokenizer=spec)
+    assert main(["generate", "--checkpoint", str(path), "--input", "a b", "--max-new-tokens", "1"]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "eos_token" in line and repr(value)[:10] in line and "string" in line
+
+
+def test_special_tokens_with_an_unknown_name_are_refused():
+    with pytest.raises(ValueError, match="'eos' is not one of: pad_token, eos_token"):
+        HFTokenizer(split_tokenizer(r"\s+").to_str(), {"eos": "c"})
+
+
+def test_a_gpt2_vocab_json_with_two_tokens_sharing_an_id_is_refused(tiny_gpt2_folder, tmp_path, capsys):
+    folder, bpe = tiny_gpt2_folder
+    (folder / "tokenizer.json").unlink()
+    bpe.save_model(str(folder))
+    vocab = json.loads((folder / "vocab.json").read_text())
+    vocab["Ġzzz"] = vocab["a"]
+    (folder / "vocab.json").write_text(json.dumps(vocab))
+    assert main(["import", str(folder), "--out", str(tmp_path / "m.safetensors")]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "vocab.json" in line and "'a' and 'Ġzzz' share the id" in line
+
