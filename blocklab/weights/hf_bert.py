@@ -66,11 +66,15 @@ def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
     require(hf, DEFAULTS, "is_decoder", (False,))
     require(hf, DEFAULTS, "add_cross_attention", (False,))
     act = require(hf, DEFAULTS, "hidden_act", tuple(ACTIVATIONS))
+    types = get("type_vocab_size")
+    if types < 1:  # BertEmbeddings adds token_type_embeddings(0) to every token: its table has a row
+        raise PretrainedError(f"config.json type_vocab_size={types!r} must be an integer >= 1: BERT adds a "
+                              "token-type embedding to every token")
     return ModelConfig(
         vocab_size=get("vocab_size"), max_seq_len=get("max_position_embeddings"), d_model=get("hidden_size"),
         n_heads=get("num_attention_heads"), n_layers=get("num_hidden_layers"), d_ff=get("intermediate_size"),
         activation=ACTIVATIONS[act], eps=float(get("layer_norm_eps")),
-        dropout=float(get("hidden_dropout_prob")), type_vocab_size=get("type_vocab_size"),
+        dropout=float(get("hidden_dropout_prob")), type_vocab_size=types,
         **ARCHITECTURE, **INIT,
     )
 

@@ -55,20 +55,31 @@ ARCHITECTURE = dict(
 INIT = dict(embed_std=0.02, init="default")  # initializer_range: how transformers draws every weight
 
 
-def _first(hf: dict[str, Any], *names: str) -> str:
-    """The first of a field's names that config.json holds (transformers renamed some), else the first."""
-    return next((name for name in names if hf.get(name) is not None), names[0])
+# transformers 4.x reads rotary_pct and rotary_emb_base and sets the newer names from them
+# (GPTNeoXConfig.__init__ overwrites a config.json's partial_rotary_factor and rope_theta): blocklab reads
+# the same fields, and refuses a file whose newer name says otherwise (another reader would build
+# another model from it).
+RENAMED = {"rotary_pct": "partial_rotary_factor", "rotary_emb_base": "rope_theta"}
+
+
+def _read_renamed(hf: dict[str, Any], name: str) -> float:
+    """A field transformers 4.x reads under its older name; PretrainedError when the newer name disagrees."""
+    value = hf_value(hf, DEFAULTS, name)
+    newer = RENAMED[name]
+    if hf.get(newer) is not None and hf_value(hf, {newer: DEFAULTS[name]}, newer) != value:
+        read = f"{name}={value!r}" if hf.get(name) is not None else f"{name} (absent: {value!r}, the default)"
+        raise PretrainedError(f"config.json {newer}={hf[newer]!r} disagrees with {read}: transformers 4.x "
+                              f"reads {name} and ignores {newer}; set both to the value meant")
+    return float(value)
 
 
 def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
     """ModelConfig from a GPT-NeoX config.json; every field blocklab cannot honour refused."""
-    defaults = {**DEFAULTS, "rope_theta": DEFAULTS["rotary_emb_base"],
-                "partial_rotary_factor": DEFAULTS["rotary_pct"]}  # the newer names of two fields
-    get = lambda name: hf_value(hf, defaults, name)
-    act = require(hf, defaults, "hidden_act", tuple(ACTIVATIONS))
-    require(hf, defaults, "attention_dropout", (0, 0.0))
-    require(hf, defaults, "hidden_dropout", (0, 0.0))
-    require(hf, defaults, "attention_bias", (True,))
+    get = lambda name: hf_value(hf, DEFAULTS, name)
+    act = require(hf, DEFAULTS, "hidden_act", tuple(ACTIVATIONS))
+    require(hf, DEFAULTS, "attention_dropout", (0, 0.0))
+    require(hf, DEFAULTS, "hidden_dropout", (0, 0.0))
+    require(hf, DEFAULTS, "attention_bias", (True,))
     if hf.get("rope_scaling") is not None:
         raise PretrainedError(f"config.json rope_scaling={hf['rope_scaling']!r} is not supported for "
                               "GPT-NeoX (blocklab computes Llama 3's scaling only, for the Llama layout)")
@@ -77,9 +88,9 @@ def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
         n_heads=get("num_attention_heads"), n_layers=get("num_hidden_layers"), d_ff=get("intermediate_size"),
         activation=ACTIVATIONS[act], eps=float(get("layer_norm_eps")),
         tie_embeddings=get("tie_word_embeddings"),
-        norm_position=LAYOUTS[require(hf, defaults, "use_parallel_residual", (True, False))],
-        rotary_fraction=float(get(_first(hf, "partial_rotary_factor", "rotary_pct"))),
-        rotary_base=float(get(_first(hf, "rope_theta", "rotary_emb_base"))), **ARCHITECTURE, **INIT,
+        norm_position=LAYOUTS[require(hf, DEFAULTS, "use_parallel_residual", (True, False))],
+        rotary_fraction=_read_renamed(hf, "rotary_pct"), rotary_base=_read_renamed(hf, "rotary_emb_base"),
+        **ARCHITECTURE, **INIT,
     )
 
 

@@ -501,3 +501,16 @@ def test_a_51b_parameter_config_is_refused_by_the_memory_guard_before_anything_i
         err = capsys.readouterr().err
         assert err.startswith("blocklab: error: not enough memory: loading") and err.count("\n") == 1, err
     assert built == [] and not (tmp_path / "x.safetensors").exists()
+
+
+def test_a_bert_folder_without_token_types_is_refused_naming_the_field(tmp_path, capsys):
+    """transformers' BertEmbeddings adds token_type_embeddings(0) to every token: a table of 0 rows is
+    not a BERT it can run, and the import said KeyError: 'token_type.weight'."""
+    config = transformers.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
+                                     num_attention_heads=2, intermediate_size=32, max_position_embeddings=16)
+    transformers.BertModel(config).save_pretrained(str(tmp_path / "bert"))
+    _edit_config(tmp_path / "bert", type_vocab_size=0)
+    assert main(["import", str(tmp_path / "bert"), "--out", str(tmp_path / "b.safetensors")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("blocklab: error: ") and len(err.strip().splitlines()) == 1
+    assert "type_vocab_size=0 must be an integer >= 1" in err and "config.json" in err

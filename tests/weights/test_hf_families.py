@@ -310,3 +310,49 @@ def test_each_presets_total_equals_transformers_model_of_its_config_and_the_publ
     assert hf_config.model_type == {"pythia-160m": "gpt_neox", "qwen2.5-0.5b": "qwen2",
                                     "mistral-7b": "mistral"}.get(name, "llama")
 
+
+
+# ---- GPT-NeoX's renamed rotary fields: read as transformers 4.x reads them ------------------------
+
+
+def _pythia_folder(folder, **edits):
+    """The small Pythia saved by transformers (both names of each rotary field written), then edited:
+    a value None removes the field."""
+    cls, config = CASES["pythia-parallel-quarter"]
+    torch.manual_seed(0)
+    cls(config).save_pretrained(str(folder))
+    written = json.loads((folder / "config.json").read_text())
+    assert written["rotary_pct"] == written["partial_rotary_factor"] == 0.25
+    edited = {k: v for k, v in {**written, **edits}.items() if v is not None}
+    (folder / "config.json").write_text(json.dumps(edited))
+    return cls.from_pretrained(str(folder)).eval()
+
+
+@pytest.mark.parametrize("edits", [
+    {"partial_rotary_factor": None},  # the older names alone
+    {"rotary_pct": None, "rotary_emb_base": None},  # the newer names alone, equal to the defaults
+    {"rotary_pct": 0.5, "partial_rotary_factor": 0.5, "rotary_emb_base": 100, "rope_theta": 100.0},
+])
+def test_neox_rotary_fields_agreeing_import_equal_to_transformers(tmp_path, edits):
+    hf = _pythia_folder(tmp_path, **edits)
+    loaded = read_pretrained(tmp_path)
+    assert loaded.model.config.rotary_fraction == hf.config.rotary_pct
+    assert loaded.model.config.rotary_base == hf.config.rotary_emb_base
+    tokens = _ids(3)
+    with torch.no_grad():
+        assert (loaded.model(tokens) - hf(tokens).logits).abs().max().item() < 1e-4
+
+
+@pytest.mark.parametrize(("edits", "message"), [
+    ({"partial_rotary_factor": 1.0}, r"partial_rotary_factor=1.0 disagrees with rotary_pct=0.25"),
+    ({"rotary_pct": 0.0}, r"partial_rotary_factor=0.25 disagrees with rotary_pct=0.0"),
+    ({"rotary_pct": None, "partial_rotary_factor": 0.5}, r"rotary_pct \(absent: 0.25, the default\)"),
+    ({"rope_theta": 500.0}, r"rope_theta=500.0 disagrees with rotary_emb_base=10000"),
+])
+def test_neox_rotary_fields_that_disagree_are_refused_where_transformers_reads_one(tmp_path, edits, message):
+    """transformers reads rotary_pct and rotary_emb_base: with the newer name saying otherwise its model
+    differs from what a reader of the newer name builds (1.3e-3 apart in logits for the first case)."""
+    hf = _pythia_folder(tmp_path, **edits)
+    assert hf.config.partial_rotary_factor == hf.config.rotary_pct  # transformers overwrote the newer name
+    with pytest.raises(PretrainedError, match=message):
+        read_pretrained(tmp_path)
