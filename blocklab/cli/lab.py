@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from ..files.folders import write_output_file
@@ -150,20 +153,21 @@ def cmd_ablate(args: argparse.Namespace) -> int:
             )
             print(f"[{done[0]}] {spec.key}: {state}", flush=True)
 
-    summary = ablate(
-        task.to_dict(),
-        vary,
-        out,
-        seeds=args.seeds,
-        preset_name=args.preset,
-        model=set_fields(args, FIELDS),
-        train=set_fields(args, TRAIN_FIELDS),
-        executor=executor_from_args(args),
-        target=args.steps_to_accuracy,
-        log_diagnostics=args.log_diagnostics,
-        run_reports=args.run_reports,
-        on_done=report,
-    )
+    with resumable(out):
+        summary = ablate(
+            task.to_dict(),
+            vary,
+            out,
+            seeds=args.seeds,
+            preset_name=args.preset,
+            model=set_fields(args, FIELDS),
+            train=set_fields(args, TRAIN_FIELDS),
+            executor=executor_from_args(args),
+            target=args.steps_to_accuracy,
+            log_diagnostics=args.log_diagnostics,
+            run_reports=args.run_reports,
+            on_done=report,
+        )
     if emit_json(args.json, summary):
         return 0
     from rich.console import Console
@@ -172,6 +176,16 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     print(f"wrote {out}/summary.json and {out}/report.html")
     say_written(args.json)
     return 0
+
+
+@contextmanager
+def resumable(out: str | Path) -> Iterator[None]:
+    """Ctrl-C meanwhile says where the finished runs are and how to continue (status 130)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(f"interrupted; the finished training runs are kept in {out}: run the same "
+                                "command again to continue") from None
 
 
 def claims_out(args: argparse.Namespace) -> str:
@@ -192,12 +206,9 @@ def cmd_claims(args: argparse.Namespace) -> int:
     with_seeds(select(args.only), args.seeds, args.quick)  # unknown names, --seeds that cannot apply: now
     json_on_stdout = args.json == "-"
     out = claims_out(args)
-    try:
+    with resumable(out):
         report = run_claims(args.only, quick=args.quick, executor=executor_from_args(args), out=out,
                             progress=not json_on_stdout, seeds=args.seeds)
-    except KeyboardInterrupt:
-        raise KeyboardInterrupt(f"interrupted; the finished training runs are kept in {out}: run the same "
-                                "command again to continue") from None
     if not emit_json(args.json, report):
         Console().print(claims_table(report))
     say_written(args.json)

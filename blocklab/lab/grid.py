@@ -20,8 +20,9 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from multiprocessing import get_context
 from typing import Any
@@ -204,8 +205,26 @@ def end_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="blocklab-parent-watch", daemon=True).start()
 
 
+@contextmanager
+def sigint_blocked() -> Iterator[None]:
+    """SIGINT blocked in this thread meanwhile. A process started meanwhile begins with it blocked (the
+    signal mask passes through fork and exec), so a Ctrl-C while a worker imports torch stays pending
+    there until ``_worker_init`` ignores it; this process still gets it, at once from another thread or
+    when the block ends."""
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: no signal masks
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def _worker_init(parent: int, workers: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
+    if hasattr(signal, "pthread_sigmask"):  # blocked since the start (sigint_blocked): now ignored, dropped
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     end_with_parent(parent)
     share_cores(workers)  # a run's "auto" threads: its share of the cores (one each for jobs = cores)
     torch.set_num_threads(resolve_threads(0))
@@ -249,7 +268,8 @@ def run_many(
         pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init,
                                    initargs=(os.getpid(), workers))
         try:
-            pending = {pool.submit(run_one, spec, target): spec for spec in specs}
+            with sigint_blocked():  # the workers start here; from their first instruction Ctrl-C is ours
+                pending = {pool.submit(run_one, spec, target): spec for spec in specs}
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:

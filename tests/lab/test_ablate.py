@@ -2,8 +2,10 @@
 
 import json
 import statistics
+import sys
 
 import pytest
+from processes import assert_interrupted_cleanly, ctrl_c_at
 
 from blocklab.cli import main
 from blocklab.cli.args import parse_vary
@@ -104,3 +106,11 @@ def test_ablate_rejects_an_invalid_cell_before_training(tmp_path, capsys):
     assert code == 2
     assert "n_heads=3 must divide d_model=16" in capsys.readouterr().err
     assert not (tmp_path / "g").exists()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the process tree from /proc")
+@pytest.mark.usefixtures("ctrl_c")  # the child must start with Python's own SIGINT handler
+def test_ctrl_c_on_ablate_with_two_jobs_while_the_workers_start_is_one_line_and_status_130(tmp_path):
+    """Issue 35, F8: a worker interrupted while importing torch printed a KeyboardInterrupt traceback."""
+    command = ["ablate", *TINY, "--vary", "n_layers=1,2", "--jobs", "2"]
+    assert_interrupted_cleanly(ctrl_c_at(command, tmp_path / "g", "workers importing torch"))

@@ -179,8 +179,12 @@ def _run_claims(
             store.save(spec, result)
         advance(spec.key.split("/")[0])
 
+    stop = threading.Event()  # set when the command ends: the thread beside stops between two setups
+
     def measure(claim: Claim) -> None:
         for setup in claim.setups:
+            if stop.is_set():
+                return
             t0 = time.perf_counter()
             measured[claim.name, setup.name] = clean(claim.measure(claim.params(quick), setup, results))
             own = sum(results[s.key]["seconds"] for s in specs[claim.name, setup.name])
@@ -209,7 +213,10 @@ def _run_claims(
                 raise failure[0]
             for claim in (c for c in claims if c.runs):
                 measure(claim)
-    finally:
+    finally:  # a thread left inside torch when the interpreter exits aborts it (std::terminate, SIGABRT)
+        stop.set()
+        if beside.is_alive():
+            beside.join()
         torch.set_num_threads(threads)
     return {
         "schema_version": SCHEMA_VERSION,

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from processes import descendants
+from processes import MOMENTS, assert_interrupted_cleanly, ctrl_c_at, descendants
 
 from blocklab.lab import grid
 from blocklab.lab.claims import Claim, Setup, Source, registry
@@ -157,3 +157,17 @@ def test_ctrl_c_stops_the_queued_runs_at_once(tmp_path: Path) -> None:
     assert workers == []  # no worker left training
     finished = [p for p in tmp_path.rglob("checkpoints") if any(p.iterdir())]
     assert len(finished) < 8  # the queue was not drained
+
+
+# ---- Ctrl-C to the whole process group (what a terminal sends) at several moments -----------------
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the process tree from /proc")
+@pytest.mark.parametrize("moment", list(MOMENTS))
+@pytest.mark.usefixtures("ctrl_c")  # the child must start with Python's own SIGINT handler
+def test_ctrl_c_on_claims_with_two_jobs_is_the_interrupted_line_and_status_130(tmp_path: Path, moment: str):
+    """Issue 35, F8: workers interrupted while importing torch printed a KeyboardInterrupt traceback each,
+    and the claims measured beside the training runs (residual-gradient) were left inside torch when
+    the interpreter exited: 'terminate called without an active exception', SIGABRT."""
+    command = ["claims", "--quick", "--only", "gelu-vs-relu,residual-gradient", "--jobs", "2"]
+    assert_interrupted_cleanly(ctrl_c_at(command, tmp_path / "c", moment))
