@@ -19,7 +19,6 @@ May import: any.
 """
 
 from importlib import import_module
-from typing import Any
 
 # Each public name and the module that defines it. They are imported on first use (PEP 562), so that
 # ``import blocklab`` costs nothing: the ``blocklab`` command takes Ctrl-C before torch loads
@@ -85,7 +84,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:  # (no typing import: it would lengthen start-up, see __main__)
     """``blocklab.NAME``: imported from its module on first use, then kept here."""
     if name not in _EXPORTS:
         raise AttributeError(f"module 'blocklab' has no attribute {name!r}")
