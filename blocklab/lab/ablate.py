@@ -35,9 +35,7 @@ from ..nn.config import FIELDS, preset
 from ..tasks import task_from_dict
 from ..training.loop import TRAIN_FIELDS, TrainConfig
 from .executors import Executor
-from .grid import RunSpec, result_problem
-
-MAX_RUNS = 10_000  # cells x seeds: a grid is planned (one spec a run) before anything trains
+from .grid import MAX_RUNS, RunSpec, result_problem
 
 
 def grid_cells(vary: dict[str, list[Any]]) -> list[dict[str, Any]]:

@@ -55,6 +55,7 @@ class RunSpec:
         return asdict(self)
 
 
+MAX_RUNS = 10_000  # training runs planned at once (ablate's cells x seeds, claims' runs): one spec each
 LAB_THREADS = 1  # a run's torch threads unless its spec sets them (see the module's docstring)
 
 

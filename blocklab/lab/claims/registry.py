@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..executors import Executor
+from ..grid import MAX_RUNS
 from . import (
     gelu_approximations,
     gelu_vs_relu,
@@ -66,8 +67,21 @@ def with_seeds(claims: list[Claim], seeds: int | None, quick: bool) -> list[Clai
         raise ValueError(f"--seeds {seeds} applies to claims measured over seeds; "
                          f"none of {', '.join(c.name for c in claims)} is")
     size = "quick" if quick else "full"
-    return [dataclasses.replace(c, **{size: {**c.params(quick), "seeds": seeds}}) if c.name in takes else c
-            for c in claims]
+    with_n = lambda c, n: dataclasses.replace(c, **{size: {**c.params(quick), "seeds": n}})
+    runs = 0  # counted from 1 and 2 seeds: planning the runs of 10**11 seeds would fill the memory (F7)
+    for claim in claims:
+        one, two = (_runs(with_n(claim, 1), quick), _runs(with_n(claim, 2), quick)) if claim.name in takes \
+            else (_runs(claim, quick), _runs(claim, quick))
+        runs += one + (seeds - 1) * (two - one)
+    if runs > MAX_RUNS:
+        raise ValueError(f"--seeds {seeds:,} makes {runs:,} training runs; at most {MAX_RUNS:,} are planned "
+                         "at once (as in ablate's grids): ask for fewer seeds")
+    return [with_n(c, seeds) if c.name in takes else c for c in claims]
+
+
+def _runs(claim: Claim, quick: bool) -> int:
+    """The training runs a claim plans (each seed's runs are alike: the count grows linearly with seeds)."""
+    return sum(len(claim.runs(claim.params(quick), s)) for s in claim.setups) if claim.runs else 0
 
 
 def run_claims(

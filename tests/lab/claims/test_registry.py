@@ -164,3 +164,21 @@ def test_no_two_claim_files_share_six_lines():
         blocks = difflib.SequenceMatcher(None, own[a], own[b], autojunk=False).get_matching_blocks()
         longest = max(blocks, key=lambda m: m.size)
         assert longest.size < 6, (a, b, own[a][longest.a:longest.a + longest.size])
+
+
+def test_seeds_are_capped_as_ablate_caps_its_runs_before_any_run_is_planned(capsys):
+    """Issue 35, F7: --seeds 99999999999 planned its runs one spec at a time (RSS grew 120 MB/s)."""
+    from blocklab.cli import main
+    from blocklab.lab.grid import MAX_RUNS
+
+    (gelu,) = registry.select(["gelu-vs-relu"])
+    per_seed = sum(len(gelu.runs({**gelu.params(True), "seeds": 1}, s)) for s in gelu.setups)
+    most = MAX_RUNS // per_seed
+    (kept,) = registry.with_seeds([gelu], most, quick=True)
+    assert sum(len(kept.runs(kept.params(True), s)) for s in kept.setups) == most * per_seed <= MAX_RUNS
+    with pytest.raises(ValueError, match=f"--seeds {most + 1:,} makes {(most + 1) * per_seed:,} training runs; "
+                                         f"at most {MAX_RUNS:,}"):
+        registry.with_seeds([gelu], most + 1, quick=True)
+    assert main(["claims", "--quick", "--only", "gelu-vs-relu", "--seeds", "99999999999"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("blocklab: error: --seeds 99,999,999,999 makes ") and len(err.splitlines()) == 1
