@@ -6,6 +6,7 @@ import argparse
 
 from ..nn.config import PRESET_NOTES, PUBLISHED_TOTALS, ModelConfig, preset
 from ..nn.layouts import LAYOUTS
+from ..nn.norm_kinds import NORM_KINDS
 from .args import add_command, add_config_flags, add_json_flag, config_from_args, emit_json, say_written
 
 
@@ -67,7 +68,7 @@ def _formulas(c: ModelConfig) -> dict[str, str]:
     d, L = c.d_model, c.n_layers
     b = " + 4d" if c.bias else ""
     n_in = "3" if is_gated(c.activation) else "2"
-    ln = "2d" if c.bias and c.norm != "rms" else "d"
+    ln = NORM_KINDS[c.norm].parameters_in_words(c.bias)
     d_q, d_kv = c.n_heads * c.d_head, c.kv_heads * c.d_head  # q's and o's width (d unless head_dim); k's, v's
     q_part = "2d^2" if d_q == d else f"2d x {d_q}"
     qk_norms = {"none": "", "head": " + 2 QK-norms of d_k",

@@ -31,10 +31,10 @@ from torch import Tensor
 
 from ..nn.config import ModelConfig
 from ..nn.embedding import embedding_parts
-from ..nn.kernels import LAYER_NORM_VARIANTS
 from ..nn.layouts import LAYOUTS
 from ..nn.memory import check_memory
 from ..nn.model import Transformer
+from ..nn.norm_kinds import NORM_KINDS
 from ..nn.norms import layer_norm_stats
 from ..tasks import Task
 
@@ -170,12 +170,11 @@ def _forward_stats(
         at = lambda stage: cache[f"blocks.{i}.{stage}"].detach()
         x = at("resid_pre")[valid].double()  # (N_valid, d)
         norm_inputs = {}
-        if c.norm != "none":
+        if NORM_KINDS[c.norm].normalises:
             # what the norm computes per position (RMSNorm: mu 0, var = mean(z^2)); for BatchNorm,
             # whose statistics span the batch, the input's own per-position mean and variance
-            variant = c.norm if c.norm in LAYER_NORM_VARIANTS else "standard"
             for ln, stage in LAYOUTS[c.norm_position].norm_inputs.items():
-                stats = layer_norm_stats(at(stage)[valid].double(), c.eps, variant)
+                stats = layer_norm_stats(at(stage)[valid].double(), c.eps, c.norm)
                 norm_inputs[ln] = {"mu": float(stats.mu.mean()), "var": float(stats.var.mean())}
         hidden = at("ffn.hidden")[valid]  # (N_valid, d_ff)
         weights = at("attn.weights").double()  # (B, h, T, T); masked keys have weight 0

@@ -43,7 +43,8 @@ from torch import Tensor, nn
 
 from .circuits import AttentionWeights
 from .hooks import HookPoint
-from .kernels import LAYER_NORM_VARIANTS, norm_linear
+from .kernels import norm_linear
+from .norm_kinds import LAYER_NORM_VARIANTS
 from .norms import LayerNorm
 from .rotary import Angles
 

@@ -203,11 +203,11 @@ def _pre_lean(block: TransformerBlock, x: Tensor, mask: Tensor | None, angles: A
     x = block.hook_resid_pre(x)
     ln1.hook_scale.observe(lambda: ln1.stats(x).denom)
     block.hook_ln1.observe(lambda: ln1.normalize(x))
-    q, k, v = norm_linear(x, ln1.kernel, ln1.weight, ln1.bias, attn.qkv_weights(), attn.qkv_bias())
+    q, k, v = norm_linear(x, ln1.kernel, ln1.gamma, ln1.bias, attn.qkv_weights(), attn.qkv_bias())
     c = attn.context(*attn.split_heads(q, k, v, angles), mask)[0]  # (B, T, d): heads concatenated, before o
     attn.observe_output(c)
     y, z, *h = residual_norm_linear(
-        x, c, attn.o.weight, attn.o.bias, block.res1.alpha, ln2.kernel, ln2.weight, ln2.bias,
+        x, c, attn.o.weight, attn.o.bias, block.res1.alpha, ln2.kernel, ln2.gamma, ln2.bias,
         ffn.in_weights(), ffn.in_bias(), keep_sum=block.keep_residual,
     )  # y = x + o(c): resid_mid; z = LN2(y); h = W1 z + b1: ffn.hidden
     block.hook_resid_mid.see(y.detach())
@@ -226,7 +226,7 @@ def _post_lean(block: TransformerBlock, x: Tensor, mask: Tensor | None, angles: 
     c = attn.context(*attn.split_heads(q, k, v, angles), mask)[0]
     attn.observe_output(c)
     s, y, *h = residual_norm_linear(
-        x, c, attn.o.weight, attn.o.bias, block.res1.alpha, ln1.kernel, ln1.weight, ln1.bias,
+        x, c, attn.o.weight, attn.o.bias, block.res1.alpha, ln1.kernel, ln1.gamma, ln1.bias,
         ffn.in_weights(), ffn.in_bias(), keep_sum=block.keep_residual,
     )  # s = alpha x + o(c): resid_mid; y = LN1(s); h = W1 y + b1
     block.hook_resid_mid.see(s.detach())

@@ -40,6 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from .hooks import SHORT_ALIASES, HookFn, NameFilter, blocklab_name, hook_points, hooks, select_names
+from .norm_kinds import NORM_KINDS
 from .norms import NoNorm
 
 Key = str | tuple[str, int]
@@ -338,9 +339,10 @@ class ActivationCache(Mapping[str, Tensor]):
     def _final_norm_of(self, stack: Tensor) -> Tensor:
         """The final norm applied to each entry of ``stack`` with its own statistics."""
         norm = self._model_part("ln_f", "apply_ln")
-        if getattr(self.model.config, "norm", None) == "batch":
-            raise ValueError("apply_ln with norm='batch': BatchNorm's statistics span the batch, not one "
-                             "vector")
+        kind = NORM_KINDS.get(getattr(self.model.config, "norm", None))
+        if kind is not None and kind.normalises and not kind.per_position:
+            raise ValueError(f"apply_ln with norm={kind.name!r}: {kind.label}'s statistics span the batch, "
+                             "not one vector")
         with torch.no_grad():
             return norm(stack)
 

@@ -39,8 +39,10 @@ import torch
 from torch import Tensor, nn
 
 from .layouts import LAYOUTS, Norm, Sublayer
+from .norm_kinds import NORM_KINDS
 
-CENTRING_NORMS = ("standard", "eps_outside_sqrt")  # norms that subtract the mean: centring writers is free
+# the norm kinds that subtract the mean: centring the writers is free (the record says which)
+CENTRING_NORMS = tuple(name for name, kind in NORM_KINDS.items() if kind.per_position and kind.centres)
 
 
 class FactoredMatrix:
@@ -334,7 +336,7 @@ class ModelWeights:
 
 
 def _check_foldable(config: Any, layout: Any) -> None:
-    if config.norm not in (*CENTRING_NORMS, "rms"):
+    if not NORM_KINDS[config.norm].per_position:
         raise ValueError(f"fold_ln folds LayerNorm or RMSNorm; norm={config.norm!r} has no affine to fold")
     if config.embed_norm:
         raise ValueError("fold_ln: the embedding norm (embed_ln) feeds the stream, not a linear layer")
@@ -356,15 +358,14 @@ def _reading_linears(sublayer: nn.Module) -> list[nn.Linear]:
 
 def _fold(norm: nn.Module, linears: list[nn.Linear], centre: bool) -> None:
     """Fold ``norm``'s gamma and beta into ``linears`` (weights (out, d)), then centre their inputs."""
-    gamma, beta = norm.weight, getattr(norm, "bias", None)
+    gamma, beta = norm.gamma, getattr(norm, "bias", None)  # gamma: offset + weight (None: the kind has none)
     for linear in linears:
         if beta is not None:
             if linear.bias is None:
                 raise ValueError("fold_ln: a norm with a bias needs a bias on every layer it feeds")
             linear.bias += linear.weight @ beta  # with the unfolded weight
-        linear.weight *= gamma  # scales column j by gamma_j
+        if gamma is not None:
+            linear.weight *= gamma  # scales column j by gamma_j
         if centre:
             linear.weight -= linear.weight.mean(-1, keepdim=True)  # centred over the d inputs
-    gamma.fill_(1.0)
-    if beta is not None:
-        beta.zero_()
+    norm.set_identity_affine_()

@@ -17,13 +17,14 @@ from ..errors import names
 from .activations import ACTIVATION_NAMES
 from .attention import QK_NORMS
 from .init_schemes import INIT_SCHEMES
-from .kernels import LAYER_NORM_VARIANTS
 from .layouts import LAYOUTS
+from .norm_kinds import LAYER_NORM_VARIANTS, NORM_KINDS
 from .rotary import ROTARY_STYLES, check_rope_scaling, rotary_dim
 
-# One list per variant, next to what chooses among them. The LayerNorm variants are the kernels'
-# table (kernels.NORM_KERNELS); "batch" is BatchNorm, "none" no norm at all.
-NORMS = (*LAYER_NORM_VARIANTS, "batch", "none")
+# One list per variant, next to what chooses among them. The norm kinds are their records' table
+# (norm_kinds.NORM_KINDS: the per-position LayerNorm kinds, BatchNorm, no norm).
+NORMS = tuple(NORM_KINDS)
+_NO_NORM = next(name for name, kind in NORM_KINDS.items() if not kind.normalises)  # for messages
 NORM_POSITIONS = tuple(LAYOUTS)  # the block layouts (layouts.LAYOUTS: where the norms sit, how it is wired)
 RESIDUALS = ("add", "rezero", "deepnorm", "none")
 POS_ENCODINGS = ("sinusoidal", "learned", "rotary", "none")  # rotary: rotary.py, inside attention
@@ -146,7 +147,7 @@ class ModelConfig:
             if isinstance(value, int) and not isinstance(value, bool):
                 set_(name, float(value))
         if self.final_norm is None and self.norm_position in LAYOUTS:  # post-norm's last block ends in a norm
-            set_("final_norm", LAYOUTS[self.norm_position].final_norm and self.norm != "none")
+            set_("final_norm", LAYOUTS[self.norm_position].final_norm and _normalises(self.norm))
             set_("_derived", frozenset({"final_norm"}))
         for error in _violations(self):
             raise ValueError(error)
@@ -258,21 +259,22 @@ def _violations(c: ModelConfig) -> list[str]:
     need(_is_int(c.type_vocab_size) and c.type_vocab_size >= 0,
          f"type_vocab_size={c.type_vocab_size!r} must be an integer >= 0")
     if c.residual == "rezero":
-        need(c.norm == "none", f"residual='rezero' uses no LayerNorm, so norm={c.norm!r} must be 'none'")
+        need(not _normalises(c.norm),
+             f"residual='rezero' uses no LayerNorm, so norm={c.norm!r} must be {_NO_NORM!r}")
     if c.residual == "deepnorm":
         on_stream = [name for name, layout in LAYOUTS.items() if layout.norm_on_stream]
         need(c.norm_position in on_stream, "residual='deepnorm' normalizes the residual stream after each "
              f"connection, so norm_position={c.norm_position!r} must be one that does: "
              + ", ".join(map(repr, on_stream)))
-        need(c.norm != "none",
-             "residual='deepnorm' normalizes after each residual, so norm='none' is not allowed")
+        need(_normalises(c.norm),
+             f"residual='deepnorm' normalizes after each residual, so norm={c.norm!r} is not allowed")
     if errors:
         return errors
     # a field that cannot apply to the chosen variant is refused, never ignored
-    if c.norm == "none":
-        need(not c.embed_norm, "embed_norm=True needs a norm, but norm='none'")
-        need(not c.final_norm, "final_norm=True needs a norm, but norm='none'")
-        need(c.eps == DEFAULT_EPS, f"eps={c.eps!r} has no effect with norm='none' (no norm uses it)")
+    if not _normalises(c.norm):
+        need(not c.embed_norm, f"embed_norm=True needs a norm, but norm={c.norm!r}")
+        need(not c.final_norm, f"final_norm=True needs a norm, but norm={c.norm!r}")
+        need(c.eps == DEFAULT_EPS, f"eps={c.eps!r} has no effect with norm={c.norm!r} (no norm uses it)")
     if c.keep_residual:
         need(c.uses_lean_path, "keep_residual=True keeps the lean path's residual sum, but "
              + _why_no_lean_path(c))
@@ -315,6 +317,12 @@ def _attention_violations(c: ModelConfig, need: Callable[[bool, str], None]) -> 
              f"{dim} features; it must rotate an even number >= 2")
     problem = check_rope_scaling(c.rope_scaling)
     need(problem is None, f"rope_scaling={c.rope_scaling!r} {problem}")
+
+
+def _normalises(norm: object) -> bool:
+    """Whether the norm kind ``norm`` normalises (a name no kind has counts as one: refused elsewhere)."""
+    kind = NORM_KINDS.get(norm) if isinstance(norm, str) else None
+    return kind is None or kind.normalises
 
 
 def _why_no_lean_path(c: ModelConfig) -> str:

@@ -41,9 +41,11 @@ Backward passes are written out below. The LayerNorm backward is docs/concepts.m
     dL/dz = rstd * (gh - mean(gh) - z_hat * mean(gh * z_hat)),   gh = g * gamma
     dL/dgamma = sum of g * z_hat,   dL/dbeta = sum of g
 
-``layer_norm_backward`` evaluates it with tensor ops; "rms" and "eps_outside_sqrt" use it. For
-"standard" the same formula is evaluated by ATen's one-pass kernel (``native_layer_norm_backward``,
-tested equal to ``layer_norm_backward``), about 10x faster on CPU than eight separate tensor ops.
+``layer_norm_backward`` evaluates it with tensor ops; every norm kind (norm_kinds.py) uses it but the
+one that centres with eps inside the root, where the same formula is evaluated by ATen's one-pass
+kernel (``native_layer_norm_backward``, tested equal to ``layer_norm_backward``), about 10x faster on
+CPU than eight separate tensor ops. Which pair a kind gets follows from its record (``centres``,
+``eps_inside_root``), never from its name.
 Activation derivatives likewise use ATen's kernels where they exist (the ones autograd itself
 uses for F.gelu, F.relu, F.silu).
 """
@@ -52,6 +54,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import NamedTuple
 
 import torch
@@ -59,6 +62,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .activations import GELU_SIGMOID_SCALE, get_activation, is_gated
+from .norm_kinds import LAYER_NORM_VARIANTS, NORM_KINDS, NormKind
 
 # ---- mixed precision: backward runs as forward ran ------------------------------------------------
 # Under torch.autocast the forward's matmuls run in bfloat16/float16 while the parameters, the
@@ -124,9 +128,10 @@ def _rms_backward(g, x, mean, rstd, gamma, beta, eps):
     return dx, dgamma, None
 
 
-def _eps_outside_forward(x: Tensor, gamma: Tensor | None, beta: Tensor | None, eps: float):
-    mean = x.mean(-1, keepdim=True)
-    centred = x - mean
+def _eps_outside_forward(x: Tensor, gamma: Tensor | None, beta: Tensor | None, eps: float,
+                         centres: bool = True):
+    mean = x.mean(-1, keepdim=True) if centres else None  # None: the kind does not centre
+    centred = x - mean if centres else x
     rstd = 1.0 / (centred.square().mean(-1, keepdim=True).sqrt() + eps)  # 1 / (sigma + eps)
     out = centred * rstd
     out = out if gamma is None else out * gamma
@@ -166,21 +171,24 @@ def _norm_input(x: Tensor, gamma: Tensor | None) -> Tensor:
     return x.to(torch.promote_types(x.dtype, gamma.dtype))
 
 
-# Every LayerNorm variant blocklab has, by name: the one list of them (config.NORMS adds "batch" and
-# "none", which are not LayerNorms).
-NORM_KERNELS: dict[str, tuple[Callable, Callable]] = {
-    "standard": (_standard_forward, _standard_backward),
-    "eps_outside_sqrt": (_eps_outside_forward, _eps_outside_backward),
-    "rms": (_rms_forward, _rms_backward),
+# The forward/backward pair of every per-position norm kind, by what its record says:
+# (centres, eps_inside_root) -> (forward, backward).
+_NORM_PAIRS: dict[tuple[bool, bool], tuple[Callable, Callable]] = {
+    (True, True): (_standard_forward, _standard_backward),
+    (False, True): (_rms_forward, _rms_backward),
+    (True, False): (_eps_outside_forward, _eps_outside_backward),
+    (False, False): (partial(_eps_outside_forward, centres=False), _eps_outside_backward),
 }
-LAYER_NORM_VARIANTS: tuple[str, ...] = tuple(NORM_KERNELS)
 
 
-def norm_kernel(variant: str, eps: float) -> NormKernel:
-    """The forward/backward pair of a LayerNorm variant ("standard", "eps_outside_sqrt", "rms")."""
-    if variant not in NORM_KERNELS:
-        raise ValueError(f"LayerNorm variant={variant!r} is not one of: {', '.join(LAYER_NORM_VARIANTS)}")
-    return NormKernel(variant, float(eps), *NORM_KERNELS[variant])
+def norm_kernel(kind: NormKind | str, eps: float) -> NormKernel:
+    """The forward/backward pair of a per-position norm kind (a record of norm_kinds.NORM_KINDS, or its
+    name); the pair follows from the record: ATen's kernels where one computes it."""
+    if isinstance(kind, str):
+        if kind not in NORM_KINDS or not NORM_KINDS[kind].per_position:
+            raise ValueError(f"LayerNorm variant={kind!r} is not one of: {', '.join(LAYER_NORM_VARIANTS)}")
+        kind = NORM_KINDS[kind]
+    return NormKernel(kind.name, float(eps), *_NORM_PAIRS[kind.centres, kind.eps_inside_root])
 
 
 # ---- activation kernels: act(h) and the backward dL/dh = dL/da * act'(h) ------------------------

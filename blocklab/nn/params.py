@@ -29,8 +29,6 @@ class ParamCount:
 
 
 def _norm(config: ModelConfig) -> int:
-    if config.norm == "none":
-        return 0
     return norm_parameter_count(config.d_model, config.norm, config.bias)
 
 

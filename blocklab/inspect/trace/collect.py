@@ -27,7 +27,7 @@ from ...nn.config import ModelConfig
 from ...nn.embedding import embedding_parts
 from ...nn.hooks import select_names
 from ...nn.layouts import LAYOUTS
-from ...nn.norms import NORM_KIND_NAMES, LayerNorm, NoNorm
+from ...nn.norms import LayerNorm, NoNorm
 from .explain import explain_all  # words about the numbers, kept apart from the numbers
 from .operands import sources, stage_operands
 from .record import STAT_NAMES, NormNumbers, Operands, Stage, TopK, Trace
@@ -131,10 +131,8 @@ def _norm_label(module: nn.Module | None) -> str:
     """The norm by its kind (LayerNorm, RMSNorm, BatchNorm); "" where no norm runs (an identity)."""
     if module is None or isinstance(module, (nn.Identity, NoNorm)):
         return ""
-    variant = getattr(module, "variant", None)
-    if variant is None:
-        return type(module).__name__
-    return NORM_KIND_NAMES.get(variant, f"{type(module).__name__}({variant})")
+    kind = getattr(module, "kind", None)
+    return type(module).__name__ if kind is None else kind.label
 
 
 def stream_stages(model: nn.Module) -> list[str]:

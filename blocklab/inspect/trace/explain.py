@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from ...nn.layouts import LAYOUTS
-from ...nn.norms import NORM_KIND_NAMES
+from ...nn.norm_kinds import NORM_KINDS
 from ...nn.rotary import inverse_frequencies, rotary_dim
 from .record import Stage, Trace
 
@@ -166,13 +166,13 @@ def _qk_norm(s: Stage, w: Walk) -> str:
     attn = w.module(s.name.rsplit(".", 1)[0])
     norm = getattr(attn, f"{letter}_norm")
     heads = s.rows.shape[1] // attn.d_k
-    label = NORM_KIND_NAMES[norm.variant]
+    label = norm.kind.label
     over = (f"each head's d_k = {attn.d_k} features, one gamma of {attn.d_k} shared by the {heads} heads"
             if attn.qk_norm == "head" else f"all {heads} heads' {heads * attn.d_k} features at once")
     per_head = lambda st: float(st.rows.reshape(len(st.positions), heads, attn.d_k).norm(dim=-1).mean())
     before = w.sibling(s, f"attn.{letter}")
     lengths = f"{_n(per_head(before))} -> {_n(per_head(s))}" if before is not None else _n(per_head(s))
-    gamma = float(norm.weight.detach().abs().max())
+    gamma = float(norm.gamma.detach().abs().max())
     return (f"QK-norm ({'queries' if letter == 'q' else 'keys'}): {label} over {over}, before the rotation "
             f"and the scores; mean L2 norm per head {lengths} (sqrt(d_k) = {_n(math.sqrt(attn.d_k))} times "
             f"gamma, whose largest |value| is {_n(gamma)}), so the scores no longer grow with Wq and Wk")
@@ -248,31 +248,20 @@ def _residual(s: Stage, w: Walk) -> str:
 
 def _norm(s: Stage, w: Walk) -> str:
     where = NORM_ROLES.get((w.trace.config.norm_position, s.name.rsplit(".", 1)[-1]), "")
-    n = s.norm
+    n, kind = s.norm, NORM_KINDS[w.trace.config.norm]
     if n is None:
-        if not s.norm_module and w.trace.config.norm == "none":
-            return f"{where}no norm here (norm='none'): the values pass through unchanged"
+        if not s.norm_module and not kind.normalises:
+            return f"{where}{kind.explains}"
         if not s.norm_module:
             why = ("final_norm=False: the post-norm blocks already end in a norm"
                    if LAYOUTS[w.trace.config.norm_position].norm_on_stream else "final_norm=False")
             return f"{where}no norm here ({why}): the values pass through unchanged"
-        if "Batch" in s.norm_module:
-            return (f"{where}{s.norm_module}: each feature normalized with statistics over batch and "
-                    "positions (running estimates in eval), not per position, so rows need not have mean 0, "
-                    "variance 1")
+        if s.norm_module == kind.label:  # a kind without per-position numbers (BatchNorm)
+            return f"{where}{kind.label}: {kind.explains}"
         return f"{where}{s.norm_module}: normalized; mean L2 norm {_n(_l2(s))}"
-    span = _near_one(n.expected_var.tolist())
-    eps = f"{n.eps:g}"
-    if n.variant == "rms":
-        return (f"{where}RMSNorm: divided each position by sqrt(mean(z^2) + eps), no centring; "
-                f"mean(z_hat^2) = ms/(ms+eps) = {span}, under 1 only by eps = {eps}; then gamma * z_hat")
-    if n.variant == "eps_outside_sqrt":
-        return (f"{where}LayerNorm (eps outside the root): (z - mu) / (sqrt(var) + eps); z_hat has mean 0 "
-                f"and variance var/(sqrt(var)+eps)^2 = {span}, under 1 only because of eps = {eps}; "
-                f"then gamma * z_hat + beta")
-    return (f"{where}LayerNorm: subtracted each position's mean mu and divided by sqrt(var + eps); z_hat has "
-            f"mean 0 and variance var/(var+eps) = {span}, under 1 only because eps = {eps} is added to var "
-            f"(var divides by d, not d-1); then gamma * z_hat + beta")
+    kind = NORM_KINDS[n.variant]
+    explained = kind.explains.format(span=_near_one(n.expected_var.tolist()), eps=f"{n.eps:g}")
+    return f"{where}{kind.label}: {explained}"
 
 
 def _ffn_module(s: Stage, w: Walk) -> nn.Module | None:

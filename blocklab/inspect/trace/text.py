@@ -19,6 +19,7 @@ from torch import Tensor
 
 from ...nn.embedding import EmbeddingParts
 from ...nn.layouts import LAYOUTS
+from ...nn.norm_kinds import NORM_KINDS
 from .record import PER_HEAD_KINDS, STAT_NAMES, NormNumbers, Stage, TopK, Trace
 
 STAT_HEADERS = {"mean": "mean", "var": "var", "std": "std", "min": "min", "max": "max", "l2": "L2"}
@@ -124,8 +125,8 @@ def parts_grid(trace: Trace, stage: Stage, decimals: int) -> Grid:
 
 def norm_headers(variant: str) -> list[str]:
     """Column names of the LayerNorm table: mu, var, the denominator, z_hat mean/var, var/denominator^2."""
-    denom = {"eps_outside_sqrt": "sqrt(var)+eps", "rms": "sqrt(ms+eps)"}.get(variant, "sqrt(var+eps)")
-    var = "ms" if variant == "rms" else "var"
+    kind = NORM_KINDS[variant]
+    denom, var = kind.denominator, kind.var_name
     return ["mu", var, denom, "z_hat mean", "z_hat var", f"{var}/{denom}^2"]
 
 
