@@ -39,7 +39,17 @@ from collections.abc import Callable, Iterator, Mapping
 import torch
 from torch import Tensor, nn
 
-from .hooks import SHORT_ALIASES, HookFn, NameFilter, blocklab_name, hook_points, hooks, select_names
+from .hooks import (
+    SHORT_ALIASES,
+    HookFn,
+    NameFilter,
+    blocklab_name,
+    heads_swapped,
+    hook_points,
+    hooks,
+    select_names,
+    swapped_for_transformerlens,
+)
 from .norm_kinds import NORM_KINDS
 from .norms import NoNorm
 
@@ -55,6 +65,10 @@ class ActivationCache(Mapping[str, Tensor]):
     of block ``layer`` by its name within the block (``"attn.weights"``), by the last part of it
     when that is unique (``"weights"``), or by TransformerLens's short name (``"pattern"``).
     ``grads`` is a cache of d(scalar)/d(stage) when ``run_with_cache(..., backward=...)`` made one.
+
+    Asked in TransformerLens' words (its hook name, or its short name with a layer: ``("v", 0)``), q, k,
+    v and their normed and rotated forms come in TransformerLens' layout (B, T, h, d_head), a view of
+    blocklab's (B, h, T, d_k), which blocklab's own names give.
     """
 
     def __init__(self, stages: Mapping[str, Tensor], model: nn.Module,
@@ -68,7 +82,9 @@ class ActivationCache(Mapping[str, Tensor]):
     def __getitem__(self, key: Key) -> Tensor:
         if isinstance(key, str) and key in self._stages:
             return self._stages[key]
-        return self._stages[self.name_of(key)]
+        name, spelled_tl = self._resolve(key)
+        tensor = self._stages[name]
+        return heads_swapped(tensor) if spelled_tl and swapped_for_transformerlens(name) else tensor
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._stages)
@@ -101,6 +117,11 @@ class ActivationCache(Mapping[str, Tensor]):
 
     def name_of(self, key: Key) -> str:
         """The stage name ``key`` means (see the class docstring); a KeyError says why there is none."""
+        return self._resolve(key)[0]
+
+    def _resolve(self, key: Key) -> tuple[str, bool]:
+        """(the stage ``key`` means, whether ``key`` is in TransformerLens' words); a KeyError says why
+        there is no such stage."""
         if isinstance(key, tuple):
             if len(key) != 2 or not isinstance(key[0], str) or not isinstance(key[1], int):
                 raise KeyError(f"a key is a stage name or (name, layer), got {key!r}")
@@ -111,21 +132,22 @@ class ActivationCache(Mapping[str, Tensor]):
             raise KeyError(str(error)) from None
         if name not in self._stages:
             raise KeyError(self._missing(key, name))
-        return name
+        return name, "hook_" in key
 
-    def _layer_stage(self, name: str, layer: int) -> str:
+    def _layer_stage(self, written: str, layer: int) -> tuple[str, bool]:
         n = self.n_layers
         if not -n <= layer < n:
             raise KeyError(f"layer {layer} is outside the model's {n} blocks (0..{n - 1}, or negative from "
                            "the end)")
         prefix = f"blocks.{layer % n}."
-        name = blocklab_name(name)
-        for candidate in (name, SHORT_ALIASES.get(name)):
+        name = blocklab_name(written)
+        spelled_tl = "hook_" in written
+        for candidate, short in ((name, spelled_tl), (SHORT_ALIASES.get(name), True)):
             if candidate is not None and prefix + candidate in self._stages:
-                return prefix + candidate
+                return prefix + candidate, short
         ending = [s for s in self._stages if s.startswith(prefix) and s.endswith("." + name)]
         if len(ending) == 1:
-            return ending[0]
+            return ending[0], spelled_tl
         if len(ending) > 1:
             raise KeyError(f"{name!r} in block {layer} is ambiguous: {', '.join(ending)}")
         raise KeyError(self._missing(name, prefix + name))

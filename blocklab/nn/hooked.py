@@ -67,7 +67,7 @@ class HookedModule(nn.Module):
         # a list given as the first argument is TransformerLens' fwd_hooks: [(name or filter, fn)]
         forward = list(fns.items()) if isinstance(fns, Mapping) else [*(fns or ()), *fwd_hooks]
         handles = {"fwd": attach(self, forward, observe),
-                   "bwd": attach(self, [(name, _on_backward(fn)) for name, fn in bwd_hooks])}
+                   "bwd": attach(self, bwd_hooks, wrap=_on_backward)}
         try:
             yield self
         finally:
@@ -96,7 +96,7 @@ class HookedModule(nn.Module):
         ``add_hook``; ``dir`` "fwd" or "bwd"; a permanent hook survives ``reset_hooks()``)."""
         if dir not in DIRECTIONS:
             raise ValueError(f"dir={dir!r} is not one of: {', '.join(DIRECTIONS)}")
-        handles = attach(self, [(name, hook if dir == "fwd" else _on_backward(hook))])
+        handles = attach(self, [(name, hook)], wrap=None if dir == "fwd" else _on_backward)
         if prepend:  # run before the hooks already there
             for where, fn in handles:
                 where.remove(fn)

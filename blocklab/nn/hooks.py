@@ -244,12 +244,21 @@ class Alias:
     transformerlens: str  # "blocks.{i}.attn.hook_pattern"
     blocklab: str | None  # "blocks.{i}.attn.weights"; None: blocklab has no such stage
     note: str = ""  # where the two differ (shape, meaning), or why there is no stage
+    # TransformerLens lays the tensor out (B, T, h, d_head), blocklab's stage (B, h, T, d_k): under this
+    # name the cache gives, and a hook receives and returns, TransformerLens' layout
+    positions_first: bool = False
 
 
-_HEADS_FIRST = "TransformerLens (B, T, h, d_head); blocklab (B, h, T, d_k), heads before positions"
+_HEADS_FIRST = ("(B, T, h, d_head) under this name, as TransformerLens; blocklab's own name gives "
+                "(B, h, T, d_k), heads before positions")
 _LN_BEFORE_AFFINE = ("TransformerLens: before gamma and beta (the same tensor when it folds them into the "
                      "next weights, fold_ln=True); blocklab: the norm's output, after them")
 _LN_SCALE = "the norm's denominator per position, (B, T, 1) in both (LayerNorm and RMSNorm)"
+# TransformerLens 3 runs QK-norm on rows it reshapes by variant ((B T h, d_head) per head, (B, T, h d_head)
+# over all heads) and hooks it before gamma: refused rather than given in another shape or scale
+_QK_NORM_TL3 = ("TransformerLens 3's {q}_norm hooks its scale and its output before gamma on rows reshaped "
+                "by variant; blocklab gives the normalised {q} after gamma as "
+                "blocks.{{i}}.attn.hook_{q}_normed and its denominator as blocks.{{i}}.attn.{q}_norm.scale")
 _COPY = "a copy that feeds {what} alone (TransformerLens's {flag}); blocklab has one {stage} (replace {alt})"
 
 TRANSFORMERLENS_ALIASES: tuple[Alias, ...] = (
@@ -268,21 +277,21 @@ TRANSFORMERLENS_ALIASES: tuple[Alias, ...] = (
     Alias("blocks.{i}.hook_v_input", None, "a copy of resid_pre per head for v alone (use_split_qkv_input)"),
     Alias("blocks.{i}.ln1.hook_scale", "blocks.{i}.ln1.scale", _LN_SCALE),
     Alias("blocks.{i}.ln1.hook_normalized", "blocks.{i}.ln1", _LN_BEFORE_AFFINE),
-    Alias("blocks.{i}.attn.hook_q", "blocks.{i}.attn.q", _HEADS_FIRST),
-    Alias("blocks.{i}.attn.hook_k", "blocks.{i}.attn.k", _HEADS_FIRST),
-    Alias("blocks.{i}.attn.hook_v", "blocks.{i}.attn.v", _HEADS_FIRST),
-    Alias("blocks.{i}.attn.hook_q_normed", "blocks.{i}.attn.q_norm", "QK-norm only; " + _HEADS_FIRST),
-    Alias("blocks.{i}.attn.hook_k_normed", "blocks.{i}.attn.k_norm", "QK-norm only; " + _HEADS_FIRST),
-    Alias("blocks.{i}.attn.q_norm.hook_normalized", "blocks.{i}.attn.q_norm",
-          "QK-norm only; TransformerLens 3 (HookedTransformer's q_norm): " + _LN_BEFORE_AFFINE),
-    Alias("blocks.{i}.attn.k_norm.hook_normalized", "blocks.{i}.attn.k_norm",
-          "QK-norm only; TransformerLens 3 (HookedTransformer's k_norm): " + _LN_BEFORE_AFFINE),
-    Alias("blocks.{i}.attn.q_norm.hook_scale", "blocks.{i}.attn.q_norm.scale",
-          "QK-norm only; the denominator per head and position (per position over all heads)"),
-    Alias("blocks.{i}.attn.k_norm.hook_scale", "blocks.{i}.attn.k_norm.scale",
-          "QK-norm only; the denominator per head and position (per position over all heads)"),
-    Alias("blocks.{i}.attn.hook_rot_q", "blocks.{i}.attn.rot_q", "rotary positions only; " + _HEADS_FIRST),
-    Alias("blocks.{i}.attn.hook_rot_k", "blocks.{i}.attn.rot_k", "rotary positions only; " + _HEADS_FIRST),
+    Alias("blocks.{i}.attn.hook_q", "blocks.{i}.attn.q", _HEADS_FIRST, positions_first=True),
+    Alias("blocks.{i}.attn.hook_k", "blocks.{i}.attn.k", _HEADS_FIRST, positions_first=True),
+    Alias("blocks.{i}.attn.hook_v", "blocks.{i}.attn.v", _HEADS_FIRST, positions_first=True),
+    Alias("blocks.{i}.attn.hook_q_normed", "blocks.{i}.attn.q_norm", "QK-norm only; " + _HEADS_FIRST,
+          positions_first=True),
+    Alias("blocks.{i}.attn.hook_k_normed", "blocks.{i}.attn.k_norm", "QK-norm only; " + _HEADS_FIRST,
+          positions_first=True),
+    Alias("blocks.{i}.attn.q_norm.hook_normalized", None, _QK_NORM_TL3.format(q="q")),
+    Alias("blocks.{i}.attn.k_norm.hook_normalized", None, _QK_NORM_TL3.format(q="k")),
+    Alias("blocks.{i}.attn.q_norm.hook_scale", None, _QK_NORM_TL3.format(q="q")),
+    Alias("blocks.{i}.attn.k_norm.hook_scale", None, _QK_NORM_TL3.format(q="k")),
+    Alias("blocks.{i}.attn.hook_rot_q", "blocks.{i}.attn.rot_q", "rotary positions only; " + _HEADS_FIRST,
+          positions_first=True),
+    Alias("blocks.{i}.attn.hook_rot_k", "blocks.{i}.attn.rot_k", "rotary positions only; " + _HEADS_FIRST,
+          positions_first=True),
     Alias("blocks.{i}.attn.hook_attn_scores", "blocks.{i}.attn.scores",
           "(B, h, T, T), -inf where masked, in both"),
     Alias("blocks.{i}.attn.hook_pattern", "blocks.{i}.attn.weights", "(B, h, T, T) in both"),
@@ -330,16 +339,48 @@ SHORT_ALIASES: dict[str, str] = {
 
 # blocklab stage (with {i}) -> TransformerLens' name for it: the first alias naming that stage
 _TL_NAMES = {a.blocklab: a.transformerlens for a in reversed(TRANSFORMERLENS_ALIASES) if a.blocklab}
+# blocklab stages (with {i}) whose TransformerLens name lays them out positions first
+_POSITIONS_FIRST = {a.blocklab for a in TRANSFORMERLENS_ALIASES if a.positions_first}
+
+
+def _template(name: str) -> str:
+    """``blocks.3.attn.q`` -> ``blocks.{i}.attn.q``; a stage outside the blocks unchanged."""
+    parts = name.split(".")
+    if len(parts) > 2 and parts[0] == "blocks" and parts[1].isdigit():
+        return ".".join(["blocks", "{i}", *parts[2:]])
+    return name
+
+
+def swapped_for_transformerlens(stage: str) -> bool:
+    """Whether TransformerLens' name for blocklab's ``stage`` lays it out (B, T, h, d_head) where blocklab's
+    is (B, h, T, d_k): q, k, v, their normed and rotated forms. Asked by that name (or a glob written
+    as TransformerLens writes names), the cache and the hooks swap the two axes."""
+    return _template(stage) in _POSITIONS_FIRST
+
+
+def heads_swapped(tensor: Tensor) -> Tensor:
+    """(..., h, T, d) <-> (..., T, h, d): a view, so an in-place edit lands in the stage itself."""
+    return tensor.transpose(-3, -2)
+
+
+def in_transformerlens_layout(fn: HookFn) -> HookFn:
+    """``fn`` as TransformerLens would call it on a positions-first stage: it receives the stage
+    (B, T, h, d_head), and what it returns is swapped back into blocklab's (B, h, T, d_k)."""
+
+    def swapped(x: Tensor, hook: str) -> Tensor | None:
+        out = fn(heads_swapped(x), hook)
+        return None if out is None else heads_swapped(out)
+
+    return swapped
 
 
 def transformerlens_name(name: str) -> str:
     """TransformerLens' name for a blocklab stage (``blocks.0.attn.weights`` ->
     ``blocks.0.attn.hook_pattern``), or the name itself where TransformerLens has none."""
-    parts = name.split(".")
-    if len(parts) > 2 and parts[0] == "blocks" and parts[1].isdigit():
-        template = _TL_NAMES.get(".".join(["blocks", "{i}", *parts[2:]]))
-        return template.format(i=parts[1]) if template else name
-    return _TL_NAMES.get(name, name)
+    template = _TL_NAMES.get(_template(name))
+    if template is None:
+        return name
+    return template.format(i=name.split(".")[1]) if "{i}" in template else template
 
 
 def blocklab_name(name: str) -> str:
@@ -371,14 +412,28 @@ def select_names(names: Iterable[str], wanted: NameFilter) -> list[str]:
     works as in TransformerLens); either true selects the stage. A name or glob that matches nothing
     is a ValueError that suggests the closest names.
     """
+    return list(select_spelled(names, wanted))
+
+
+def select_spelled(names: Iterable[str], wanted: NameFilter) -> dict[str, bool]:
+    """``select_names``' stages, each with whether ``wanted`` chose it in TransformerLens' words (a name or
+    glob with a ``hook_`` part, or a predicate true of TransformerLens' name and not of blocklab's): such
+    a stage is given in TransformerLens' layout where the two differ (``swapped_for_transformerlens``)."""
     names = list(names)
     if wanted is None:
-        return names
+        return dict.fromkeys(names, False)
     if callable(wanted):
-        return [n for n in names if wanted(n) or ((tl := transformerlens_name(n)) != n and wanted(tl))]
+        chosen: dict[str, bool] = {}
+        for n in names:
+            if wanted(n):
+                chosen[n] = False
+            elif (tl := transformerlens_name(n)) != n and wanted(tl):
+                chosen[n] = True
+        return chosen
     written = [wanted] if isinstance(wanted, str) else list(wanted)
     patterns = {p: blocklab_name(p) for p in written}  # as written -> in blocklab's words
-    chosen = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns.values())]
+    chosen = {n: all("hook_" in w for w, p in patterns.items() if fnmatch.fnmatchcase(n, p))
+              for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns.values())}
     unmatched = [(w, p) for w, p in patterns.items() if not any(fnmatch.fnmatchcase(n, p) for n in names)]
     if unmatched:
         close = difflib.get_close_matches(unmatched[0][1], names, n=3, cutoff=0.6)
@@ -392,12 +447,19 @@ def select_names(names: Iterable[str], wanted: NameFilter) -> list[str]:
 Handle = tuple[_HookFns, HookFn]  # where a function was attached, and the function: to detach it
 
 
-def attach(root: nn.Module, plan: Iterable[tuple[NameFilter, HookFn]], observe: bool = False) -> list[Handle]:
+def attach(root: nn.Module, plan: Iterable[tuple[NameFilter, HookFn]], observe: bool = False,
+           wrap: Callable[[HookFn], HookFn] | None = None) -> list[Handle]:
     """Attach each ``(name, glob, list or predicate; fn)`` to the hook points below ``root`` it selects:
     as interventions (a returned tensor replaces the stage's value), or with ``observe`` as observers.
-    Every name is checked before anything is attached. Returns the handles ``detach`` takes."""
+    A stage chosen in TransformerLens' words reaches ``fn`` in TransformerLens' layout; ``wrap`` then
+    applies to that (a backward hook's registration). Every name is checked before anything is
+    attached. Returns the handles ``detach`` takes."""
     points = hook_points(root)
-    chosen = [(points[name], name, fn) for wanted, fn in plan for name in select_names(points, wanted)]
+    chosen = []
+    for wanted, fn in plan:
+        for name, spelled_tl in select_spelled(points, wanted).items():
+            seen = in_transformerlens_layout(fn) if spelled_tl and swapped_for_transformerlens(name) else fn
+            chosen.append((points[name], name, wrap(seen) if wrap else seen))
     handles: list[Handle] = []
     for point, name, fn in chosen:
         point.name = point.name or name  # a standalone component was never named by a model

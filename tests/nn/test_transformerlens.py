@@ -122,12 +122,6 @@ def test_processing_keeps_the_log_probabilities(models, processed):
         torch.testing.assert_close(logp, theirs(tokens).log_softmax(-1), rtol=0, atol=1e-4)
 
 
-def _ours_like_theirs(name: str, tensor: torch.Tensor) -> torch.Tensor:
-    """blocklab's stage in TransformerLens' layout: q, k, v are heads-first in blocklab."""
-    heads_first = ("hook_q", "hook_k", "hook_v", "hook_rot_q", "hook_rot_k")
-    return tensor.transpose(1, 2) if name.split(".")[-1] in heads_first else tensor
-
-
 def test_the_cache_at_every_transformerlens_hook_name_equals_hooked_transformers(processed):
     ours, theirs = processed
     tokens = theirs.to_tokens(TEXT[:50])
@@ -136,7 +130,7 @@ def test_the_cache_at_every_transformerlens_hook_name_equals_hooked_transformers
         _, our_cache = ours.run_with_cache(tokens)
     assert len(their_cache) > 30
     for name, want in their_cache.items():
-        got = _ours_like_theirs(name, our_cache[name])  # every TransformerLens name resolves
+        got = our_cache[name]  # every TransformerLens name resolves, in TransformerLens' layout
         finite = torch.isfinite(want)
         assert torch.equal(finite, torch.isfinite(got)), name
         torch.testing.assert_close(got[finite], want[finite], rtol=0, atol=2e-4, msg=name)
@@ -281,10 +275,85 @@ def test_the_cache_of_a_llama_at_every_transformerlens_name(llama):
     assert any(name.endswith("hook_pre_linear") for name in their_cache)  # the gated FFN's linear branch
     assert any(name.endswith("hook_rot_k") for name in their_cache)
     for name, want in their_cache.items():
-        got = _ours_like_theirs(name, our_cache[name])
+        got = our_cache[name]
         if name.endswith(("hook_k", "hook_v", "hook_rot_k")) and got.shape != want.shape:  # (B, T, h_kv, d)
             got = got.repeat_interleave(2, dim=2) if got.shape[2] * 2 == want.shape[2] else got
         torch.testing.assert_close(got, want, rtol=0, atol=2e-4, msg=name)
+
+
+# ---- TransformerLens' layouts under its names: what a hook edits lands where TransformerLens' edit does --
+
+
+@pytest.mark.parametrize("stage", ["v", "q", "k"])
+@pytest.mark.parametrize("spelling", ["name", "short name", "predicate", "glob"])
+def test_a_hook_under_transformerlens_names_edits_the_head_transformerlens_edits(models, stage, spelling):
+    """Written for TransformerLens: zero head 3 of v (axis 2 of (B, T, h, d_head)). On blocklab's own
+    heads-first layout the same line would zero position 3 instead (logits 3.69 away); under
+    TransformerLens' names blocklab hands the hook TransformerLens' layout, so the logits agree."""
+    ours, theirs, _ = models
+    tokens = theirs.to_tokens(TEXT[:40])
+    name = get_act_name(stage, 0)
+    written = {"name": name, "short name": name, "predicate": lambda n: n == name,
+               "glob": f"blocks.0.attn.hook_{stage}*"}[spelling]
+
+    def zero_head_3(x, hook):
+        assert x.shape[2] == 4 and x.shape[1] == tokens.shape[1]  # (B, T, h, d_head)
+        x[:, :, 3, :] = 0.0
+        return x
+
+    with torch.no_grad():
+        want = theirs.run_with_hooks(tokens, fwd_hooks=[(name, zero_head_3)])
+        plain = theirs(tokens)
+        got = ours.run_with_hooks(tokens, fwd_hooks=[(written, zero_head_3)])
+    assert (want - plain).abs().max() > 0.1  # the edit matters
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
+
+
+def test_a_returned_tensor_and_a_backward_hook_under_transformerlens_names_keep_its_layout(models):
+    """A hook that returns a new tensor (scaling q's head 1) and a backward hook reading v's gradient per
+    head, both in TransformerLens' layout, on both models."""
+    ours, theirs, _ = models
+    tokens = theirs.to_tokens(TEXT[:40])
+    scale = torch.ones(4).index_fill_(0, torch.tensor([1]), 0.25)[None, None, :, None]
+
+    def scale_q(q, hook):
+        return q * scale
+
+    grads = {}
+
+    def grad_of_v(grad, hook):
+        grads[hook.name, len(grads)] = grad.clone()
+
+    for model in (theirs, ours):
+        model.zero_grad()
+        logits = model.run_with_hooks(tokens, fwd_hooks=[("blocks.1.attn.hook_q", scale_q)],
+                                      bwd_hooks=[("blocks.0.attn.hook_v", grad_of_v)])
+        logits[0, -1, 5].backward()
+    (_, want_logits), (_, got_logits) = [(k, v) for k, v in grads.items()]
+    assert want_logits.shape == got_logits.shape == (1, tokens.shape[1], 4, 8)
+    torch.testing.assert_close(got_logits, want_logits, rtol=0, atol=1e-5)
+    with torch.no_grad():
+        want = theirs.run_with_hooks(tokens, fwd_hooks=[("blocks.1.attn.hook_q", scale_q)])
+        got = ours.run_with_hooks(tokens, fwd_hooks=[("blocks.1.attn.hook_q", scale_q)])
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
+
+
+def test_blocklab_names_keep_blocklab_layout_and_transformerlens_names_view_the_same_tensor(models):
+    ours, _, _ = models
+    tokens = torch.tensor([[1, 2, 3, 4, 5]])
+    _, cache = ours.run_with_cache(tokens)
+    mine = cache["blocks.0.attn.v"]  # (B, h, T, d_k)
+    assert mine.shape == (1, 4, 5, 8)
+    for key in ("blocks.0.attn.hook_v", ("v", 0), ("hook_v", 0)):
+        theirs_view = cache[key]
+        assert theirs_view.shape == (1, 5, 4, 8)
+        assert torch.equal(theirs_view, mine.transpose(1, 2))
+    assert cache[("attn.v", 0)] is mine
+    assert cache.stack_activation("v").shape == (2, 1, 5, 4, 8)
+    cache.remove_batch_dim()
+    assert cache["blocks.0.attn.hook_v"].shape == (5, 4, 8)
+    with pytest.raises(KeyError, match="reshaped by variant"):
+        cache["blocks.0.attn.q_norm.hook_scale"]
 
 
 # ---- QK-norm: Qwen3 (per head) and OLMo 2 (over all heads, res-post-norm block) --------------------
@@ -340,8 +409,10 @@ def test_qk_norm_models_equal_hooked_transformer_at_the_qk_norm_and_attention_na
     for i in range(2):
         attn = ours.blocks[i].attn
         for letter in "qk":
-            ours_normed = our_cache[f"blocks.{i}.attn.hook_{letter}_normed"]  # (B, heads, T, d_k)
-            assert torch.equal(ours_normed, our_cache[f"blocks.{i}.attn.{letter}_norm"])
+            ours_normed = our_cache[f"blocks.{i}.attn.{letter}_norm"]  # (B, heads, T, d_k)
+            # under TransformerLens' name: (B, T, heads, d_k)
+            tl_named = our_cache[f"blocks.{i}.attn.hook_{letter}_normed"]
+            assert torch.equal(tl_named, ours_normed.transpose(1, 2))
             gamma = getattr(attn, f"{letter}_norm").weight
             before_gamma = their_cache[f"blocks.{i}.attn.{letter}_norm.hook_normalized"]
             scale = their_cache[f"blocks.{i}.attn.{letter}_norm.hook_scale"]
@@ -355,7 +426,7 @@ def test_qk_norm_models_equal_hooked_transformer_at_the_qk_norm_and_attention_na
             torch.testing.assert_close(ours_normed, want, rtol=0, atol=1e-5)
             torch.testing.assert_close(ours_scale, scale, rtol=0, atol=1e-6)
         for name in ("attn.hook_q", "attn.hook_k", "attn.hook_rot_q", "attn.hook_rot_k"):
-            got = _ours_like_theirs(name, our_cache[f"blocks.{i}.{name}"])
+            got = our_cache[f"blocks.{i}.{name}"]
             torch.testing.assert_close(got, their_cache[f"blocks.{i}.{name}"], rtol=0, atol=1e-4)
         for name in ("attn.hook_pattern", "attn.hook_z", "hook_attn_out", "hook_resid_mid",
                      "hook_resid_post"):
