@@ -13,6 +13,7 @@ import torch
 from ..device import resolve_compute
 from ..errors import UsageError
 from ..files.folders import CHECKPOINTS, CONFIG, inspect_folder
+from ..inspect.nonfinite import refuse_nonfinite_output
 from ..nn.config import FIELDS, PRESETS, ModelConfig
 from ..tasks import DEFAULT_TASK, Task, task_from_dict
 from ..training.loop import (
@@ -289,6 +290,7 @@ def predict_command(args: argparse.Namespace) -> int:
             positions = [len(ids) - 1]
         with torch.no_grad(), compute.autocast():
             logits = model(torch.tensor([ids], device=compute.device))[0, positions]  # (P, vocab)
+        refuse_nonfinite_output(model, logits, "logits", torch.tensor([ids], device=compute.device))
         probs = torch.softmax(logits.float(), dim=-1).cpu()  # (P, vocab)
         top = probs.argmax(-1)
         answer = task.decode_answer(top.tolist()) if task else tokenizer.decode(top.tolist())

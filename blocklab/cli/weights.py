@@ -106,6 +106,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def cmd_embed(args: argparse.Namespace) -> int:
     """Print each input's embedding and the cosine similarity of every pair."""
+    from ..inspect.nonfinite import refuse_nonfinite_output
     from ..weights.load import load
     from ..weights.sentence import cosine_similarities, format_embeddings, sentence_embeddings
 
@@ -114,6 +115,8 @@ def cmd_embed(args: argparse.Namespace) -> int:
     if tokenizer is None:
         raise UsageError(f"{args.model} has no tokenizer, so text cannot be embedded")
     emb = sentence_embeddings(model, tokenizer, args.input)
+    tokens, mask = tokenizer.encode_batch(args.input, padding="right")
+    refuse_nonfinite_output(model, emb, "sentence embeddings", tokens, attention_mask=mask)
     cos = cosine_similarities(emb)
     if emit_json(args.json, {"inputs": args.input, "embeddings": emb.tolist(), "cosine": cos.tolist()}):
         return 0
@@ -204,7 +207,8 @@ class TerminalStream:
 def cmd_generate(args: argparse.Namespace) -> int:
     """Stream each prompt's continuation (or print JSON lines with the ids and text, with --json)."""
     from ..device import resolve_compute
-    from ..nn.generate import check_inputs, generate
+    from ..inspect.nonfinite import refuse_nonfinite_output
+    from ..nn.generate import NonFiniteLogits, check_inputs, generate
     from ..nn.tokens import pad_batch
     from ..weights.load import load
 
@@ -232,9 +236,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
         with compute.autocast():
             generate(model, ids.to(compute.device), config=config, attention_mask=mask.to(compute.device),
                      on_token=on_token)
-    except BaseException:
+    except BaseException as error:
         if stream is not None:
             stream.end_line()
+        if isinstance(error, NonFiniteLogits):  # say where the forward overflowed
+            refuse_nonfinite_output(model, error.logits, "logits", error.tokens,
+                                    attention_mask=error.attention_mask)
         raise
     if stream is not None:
         stream.close()

@@ -9,6 +9,7 @@ gradient flowing into each stage; the first one to fire is the stage nearest the
         logits, loss = model(tokens, targets)
         loss.backward()
     event = find_first_nonfinite(model, tokens, targets)   # or None: localise after the fact
+    refuse_nonfinite_output(model, logits, "logits", tokens)  # a result with a NaN/Inf: where it began
     check_parameters(model); check_gradients(model)        # weights and .grad, in module order
     with watch_step(model, True, stop):                    # the trainer's --detect-nonfinite
         ...one optimizer step...
@@ -206,6 +207,23 @@ def find_first_nonfinite(
             params = [p for p in model.parameters() if p.requires_grad]
             torch.autograd.grad(loss, params, allow_unused=True)  # fires the stage gradient hooks
     return detector.first
+
+
+def refuse_nonfinite_output(model: nn.Module, output: Tensor, what: str, *args: object,
+                            **kwargs: object) -> None:
+    """NonFiniteError when ``output`` (``what``: the logits, embeddings or probabilities that
+    ``model(*args, **kwargs)`` led to) holds a NaN or Inf, naming the first stage of that forward where one
+    appeared: finite weights can still overflow float32 (3e38 in an FFN matrix). The forward runs again,
+    watched, only then."""
+    if bool(torch.isfinite(output).all()):
+        return
+    event = check_parameters(model)
+    if event is None:  # (attention's scores are left out: a mask's -inf there is by design)
+        with torch.no_grad(), detect_nonfinite(model, raise_at_first=False) as detector:
+            model(*args, **kwargs)
+        event = detector.first
+    raise NonFiniteError(event or first_nonfinite(output, "activation", what),
+                         f"; the {what} are not finite, so there is no result to give")
 
 
 @contextmanager

@@ -230,6 +230,16 @@ def new_kv_cache(model: Transformer, batch: int, max_len: int) -> list[KVCache]:
     return [KVCache(*shape, weight.dtype, weight.device) for _ in range(c.n_layers)]
 
 
+class NonFiniteLogits(ValueError):
+    """A step's logits hold a NaN or Inf (weights that overflow float32): no token can be chosen.
+    ``logits`` (B, V), and the window the model saw (``tokens``, ``attention_mask``), to find where the
+    overflow began (inspect.nonfinite.refuse_nonfinite_output)."""
+
+    def __init__(self, logits: Tensor, tokens: Tensor, attention_mask: Tensor) -> None:
+        super().__init__("the logits of a generation step are not finite")
+        self.logits, self.tokens, self.attention_mask = logits, tokens, attention_mask
+
+
 class Window:
     """Each row's window of the sequence (at most max_seq_len of its own tokens) and the batch's KV cache.
 
@@ -268,7 +278,10 @@ class Window:
                 self.cache = new_kv_cache(self.model, tokens.shape[0], self.capacity)
         hidden = self.model.encode(step, attention_mask=seen, kv_cache=self.cache,
                                    position_ids=positions.clamp(min=0))  # (B, T_step, d_model)
-        return self.model.head(hidden[:, -1]).float()  # only the last position predicts
+        logits = self.model.head(hidden[:, -1]).float()  # only the last position predicts
+        if not bool(torch.isfinite(logits).all()):  # argmax of NaNs is id 0, multinomial fails
+            raise NonFiniteLogits(logits, tokens[:, first:L], seen)
+        return logits
 
 
 # ---- the loop ------------------------------------------------------------------------------------

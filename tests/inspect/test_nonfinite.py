@@ -207,3 +207,48 @@ def test_detect_nonfinite_is_refused_under_torchrun_before_joining(tmp_path: Pat
     with pytest.raises(ValueError, match="--detect-nonfinite needs a single process"):
         _train_tiny(tmp_path)
     assert not (tmp_path / "config.json").exists()
+
+
+# ---- finite weights that overflow float32: no NaN returned as a result --------------------------------
+
+
+@pytest.fixture(scope="module")
+def overflowing(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny-lm checkpoint whose blocks.0.ffn.w1 is filled with 3e38: every weight finite (the weight
+    guard passes it, the digest is valid), the forward overflowing float32 (issue 35, F4)."""
+    from blocklab.tasks import get_task
+    from blocklab.training.checkpoint import save_checkpoint
+
+    task = get_task("tiny-lm")
+    torch.manual_seed(0)
+    model = Transformer(preset("tiny-lm", **task.config_overrides()))
+    with torch.no_grad():
+        model.blocks[0].ffn.w1.weight.fill_(3e38)
+    assert check_parameters(model) is None
+    tokens = torch.tensor([task.tokenizer.encode("<BOS> I like")])
+    assert not torch.isfinite(torch.nn.functional.linear(  # the overflow, by hand: 3e38 x 16 features
+        torch.ones(model.config.d_model), model.blocks[0].ffn.w1.weight)).all()
+    assert not torch.isfinite(model(tokens)).all()  # the plain forward's logits
+    path = tmp_path_factory.mktemp("overflow") / "model.safetensors"
+    save_checkpoint(path, model, tokenizer=task.tokenizer.to_dict())
+    return path
+
+
+@pytest.mark.parametrize("command", [
+    ["generate", "--input", "<BOS> I", "--max-new-tokens", "3"],  # greedy returned id 0, exit 0
+    ["generate", "--input", "<BOS> I", "--max-new-tokens", "3", "--sample"],  # an internal error
+    ["generate", "--input", "<BOS> I", "--max-new-tokens", "3", "--json", "-"],
+    ["embed", "--input", "<BOS> I like", "--input", "I"],  # +nan embeddings and cosines, exit 0
+    ["trace", "--input", "<BOS> I like", "-q"],  # "cannot convert float NaN to integer"
+    ["predict", "--input", "<BOS> I like"],
+])
+def test_a_forward_that_overflows_is_refused_naming_its_first_non_finite_stage(
+        overflowing: Path, command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    from blocklab.cli import main
+
+    assert main([command[0], "--model", str(overflowing), *command[1:]]) == 2
+    out, err = capsys.readouterr()
+    assert out == ("<BOS> I\n" if command[0] == "generate" and "--json" not in command else "")  # the prompt
+    assert re.fullmatch(r"blocklab: error: -?(nan|inf) in activation blocks\.0\.ffn\.hidden \(layer 0, "
+                        r"batch 0, token 0, .*\); the (logits|sentence embeddings) are not finite, so there "
+                        r"is no result to give\n", err), err

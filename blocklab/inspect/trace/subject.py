@@ -16,6 +16,7 @@ import torch
 
 from ...nn.config import PRESET_TASKS
 from ...nn.model import Transformer
+from ..nonfinite import refuse_nonfinite_output
 from .collect import collect_trace
 from .record import Trace
 
@@ -126,6 +127,9 @@ def trace_subject(subject: Subject, text: str | None, tokens: str | None, target
     ids = input_ids(subject, text, tokens)
     labels = tok.str_tokens(ids) if tok is not None else [str(i) for i in ids]  # as text, not vocab spelling
     aim = target_id(tok, target, subject.model.config.vocab_size) if target is not None else None
+    with torch.no_grad():  # a forward that overflows: where it began, not a trace of NaNs
+        batch = torch.tensor([ids])
+        refuse_nonfinite_output(subject.model, subject.model(batch), "logits", batch)
     return collect_trace(
         subject.model,
         ids,

@@ -176,8 +176,8 @@ def test_seeds_are_capped_as_ablate_caps_its_runs_before_any_run_is_planned(caps
     most = MAX_RUNS // per_seed
     (kept,) = registry.with_seeds([gelu], most, quick=True)
     assert sum(len(kept.runs(kept.params(True), s)) for s in kept.setups) == most * per_seed <= MAX_RUNS
-    with pytest.raises(ValueError, match=f"--seeds {most + 1:,} makes {(most + 1) * per_seed:,} training runs; "
-                                         f"at most {MAX_RUNS:,}"):
+    refused = f"--seeds {most + 1:,} makes {(most + 1) * per_seed:,} training runs; at most {MAX_RUNS:,}"
+    with pytest.raises(ValueError, match=refused):
         registry.with_seeds([gelu], most + 1, quick=True)
     assert main(["claims", "--quick", "--only", "gelu-vs-relu", "--seeds", "99999999999"]) == 2
     err = capsys.readouterr().err
