@@ -54,7 +54,7 @@ import torch
 from torch import Tensor
 
 from .attention import KVCache
-from .tokens import BatchEncoding, bos_to_prepend
+from .tokens import BatchEncoding, prepends_bos
 
 if TYPE_CHECKING:  # annotations only: the model calls generate (Transformer.generate)
     from .model import Transformer
@@ -402,7 +402,7 @@ def generate(
 def _texts(model: Transformer, out: Tensor, prompt: BatchEncoding, prepend_bos: bool | None) -> list[str]:
     """Each row of ``out`` as text: its real prompt tokens, without a BOS ``tokenize`` prepended, and
     every token generated after them."""
-    skip = 0 if prepend_bos is False or bos_to_prepend(model.require_tokenizer()) is None else 1
+    skip = int(prepends_bos(model.require_tokenizer(), prepend_bos))
     width = prompt.ids.shape[1]
     return [model.to_string(torch.cat([row[:width][mask.bool()][skip:], row[width:]]))
             for row, mask in zip(out, prompt.attention_mask, strict=True)]

@@ -32,7 +32,15 @@ from .hooks import HookPoint, name_hook_points
 from .init_schemes import INIT_SCHEMES
 from .norms import NoNorm, build_norm
 from .rotary import Rotary
-from .tokens import BatchEncoding, TextTokenizer, encode_texts, to_str_tokens, to_string
+from .tokens import (
+    AS_TOKENIZED,
+    BatchEncoding,
+    PrependBos,
+    TextTokenizer,
+    encode_texts,
+    to_str_tokens,
+    to_string,
+)
 
 IGNORE_INDEX = -100  # targets at padding / unscored positions
 RETURN_TYPES = ("logits", "loss", "both", None)  # TransformerLens' return_type
@@ -278,13 +286,13 @@ class Transformer(HookedModule, ModelWeights):
             )
         return self.tokenizer
 
-    def tokenize(self, texts: str | Sequence[str], prepend_bos: bool | None = False, padding: str = "right"
-                 ) -> BatchEncoding:
+    def tokenize(self, texts: str | Sequence[str], prepend_bos: PrependBos = AS_TOKENIZED,
+                 padding: str = "right") -> BatchEncoding:
         """Texts -> (ids (B, T), attention_mask (B, T)) on the model's device, padded on the ``padding``
         side: "right" (encoders, scoring) or "left" (generation: every row ends in the last column).
-        By default the tokenizer's own ids, as ``transformers`` gives them; ``prepend_bos`` True puts
-        the BOS token first, None decides as TransformerLens does (when the tokenizer has a BOS it does
-        not add itself: ``to_tokens``, and text given to ``forward`` or ``generate``)."""
+        By default the tokenizer's own ids, as ``transformers`` gives them; ``prepend_bos`` True, False
+        or None as TransformerLens' ``to_tokens`` (``tokens.encode_texts``): the BOS first, none, or the
+        model's default (``to_tokens``, and text given to ``forward`` or ``generate``)."""
         batch = encode_texts(self.require_tokenizer(), texts, prepend_bos, padding)
         device = self.head.weight.device
         return BatchEncoding(batch.ids.to(device), batch.attention_mask.to(device))

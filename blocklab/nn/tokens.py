@@ -43,7 +43,8 @@ class TextTokenizer(Protocol):
     @property
     def eos_id(self) -> int | None: ...
 
-    # optional: ``bos_id`` (int | None), the beginning-of-sequence token's id (Hugging Face tokenizers)
+    # optional: ``bos_id`` (int | None), the beginning-of-sequence token's id (Hugging Face tokenizers), and
+    # ``default_prepend_bos`` (bool, else True): TransformerLens' default for the model (False for GPT-NeoX)
 
     def encode(self, text: str) -> list[int]: ...
 
@@ -68,22 +69,46 @@ def bos_to_prepend(tokenizer: TextTokenizer) -> int | None:
     return None if tokenizer.encode("a")[:1] == [bos] else bos
 
 
-def encode_texts(tokenizer: TextTokenizer, texts: str | Sequence[str], prepend_bos: bool | None = None,
+# ``prepend_bos`` meaning "the tokenizer's own ids, as transformers gives them" (``tokenize``'s default)
+AS_TOKENIZED = "as tokenized"
+PrependBos = bool | None | str
+
+
+def encode_texts(tokenizer: TextTokenizer, texts: str | Sequence[str], prepend_bos: PrependBos = None,
                  padding: str = "right") -> BatchEncoding:
-    """Texts -> (ids (B, T), attention_mask (B, T)), each row the tokenizer's ids with, when
-    ``prepend_bos`` (None: whenever the tokenizer has a BOS it does not add itself, as TransformerLens
-    does), the BOS token first; padded on ``padding``'s side."""
+    """Texts -> (ids (B, T), attention_mask (B, T)), padded on ``padding``'s side, each row as
+    TransformerLens' ``to_tokens`` gives it: ``prepend_bos`` True puts the BOS token first (unless the
+    tokenizer adds it itself), False leaves none (one the tokenizer adds is taken off: Llama's ``<s>``),
+    None follows the tokenizer's ``default_prepend_bos`` (TransformerLens' default for the model: True,
+    False for GPT-NeoX); ``AS_TOKENIZED``: the tokenizer's own ids."""
     check_padding(padding)
     texts = [texts] if isinstance(texts, str) else list(texts)
-    if prepend_bos is True and getattr(tokenizer, "bos_id", None) is None:
+    bos_id = getattr(tokenizer, "bos_id", None)
+    if prepend_bos is True and bos_id is None:
         raise ValueError("prepend_bos=True, but this tokenizer has no BOS token")
-    bos = None if prepend_bos is False else bos_to_prepend(tokenizer)
+    if prepend_bos not in (True, False, None, AS_TOKENIZED):
+        raise ValueError(f"prepend_bos={prepend_bos!r} must be True, False or None (the model's default)")
     batch = tokenizer.encode_batch(texts, padding)
-    if bos is None:
+    if prepend_bos == AS_TOKENIZED or bos_id is None:
         return batch
-    return pad_batch([[bos, *row[mask.bool()].tolist()] for row, mask in zip(batch.ids, batch.attention_mask,
-                                                                            strict=True)],
-                     tokenizer.pad_id, padding)
+    rows = [row[mask.bool()].tolist() for row, mask in zip(batch.ids, batch.attention_mask, strict=True)]
+    if prepends_bos(tokenizer, prepend_bos):
+        rows = [[bos_id, *row] for row in rows]
+    elif not _wants_bos(tokenizer, prepend_bos) and bos_to_prepend(tokenizer) is None:  # it adds its own
+        rows = [row[1:] if row[:1] == [bos_id] else row for row in rows]
+    else:
+        return batch
+    return pad_batch(rows, tokenizer.pad_id, padding)
+
+
+def _wants_bos(tokenizer: TextTokenizer, prepend_bos: PrependBos) -> bool:
+    return getattr(tokenizer, "default_prepend_bos", True) if prepend_bos is None else bool(prepend_bos)
+
+
+def prepends_bos(tokenizer: TextTokenizer, prepend_bos: PrependBos) -> bool:
+    """Whether ``encode_texts`` puts a BOS token before each text that the tokenizer itself does not."""
+    return prepend_bos != AS_TOKENIZED and _wants_bos(tokenizer, prepend_bos) and \
+        bos_to_prepend(tokenizer) is not None
 
 
 def check_padding(padding: str) -> None:

@@ -30,6 +30,7 @@ from .hf_tokenizer import HFTokenizer
 
 MODEL_TYPE = "bert"
 name = "BERT"  # for messages and the lists of families
+default_prepend_bos = True  # as TransformerLens: text gets the BOS token first (where it has one)
 IGNORED = (r"embeddings\.position_ids", r"pooler\..*", r"cls\..*")
 
 # transformers' BertConfig defaults, for fields a config.json leaves out.

@@ -274,7 +274,7 @@ def read_pretrained(path: str | Path, allow_nonfinite: bool = False) -> Pretrain
                     {k: v.shape for k, v in ours.items()})
     model.load_state_dict(state, strict=False)  # every key was checked above; a tied head is embed
     refuse_nonfinite(model, weights.source, allow_nonfinite)
-    model.tokenizer = load_folder_tokenizer(folder)
+    model.tokenizer = load_folder_tokenizer(folder, family.default_prepend_bos)
     return Pretrained(model.eval(), model.tokenizer, family.MODEL_TYPE, folder, weights.source, ignored)
 
 

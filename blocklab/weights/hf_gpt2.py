@@ -21,6 +21,7 @@ from .hf_tokenizer import HFTokenizer
 
 MODEL_TYPE = "gpt2"
 name = "GPT-2"  # for messages and the lists of families
+default_prepend_bos = True  # as TransformerLens: text gets the BOS token first (where it has one)
 # The causal-mask buffers older files carry, and a tied lm_head (read from wte instead).
 IGNORED = (r"h\.\d+\.attn\.(bias|masked_bias)", r"lm_head\.weight")
 

@@ -32,6 +32,7 @@ from .hf_tokenizer import HFTokenizer
 
 MODEL_TYPE = "gpt_neox"
 name = "GPT-NeoX"  # for messages and the lists of families
+default_prepend_bos = False  # as TransformerLens' GPT-NeoX (Pythia): text gets no BOS token
 # Buffers older files carry (the causal mask, the rotary frequencies): recomputed, never read.
 IGNORED = (r"layers\.\d+\.attention\.(bias|masked_bias|rotary_emb\.inv_freq)",)
 

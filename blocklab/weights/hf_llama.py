@@ -70,6 +70,7 @@ class LlamaFamily:
     fixes: dict[str, Any] = field(default_factory=dict)  # ARCHITECTURE fields it fixes otherwise
     layer: dict[str, str] = field(default_factory=lambda: dict(LAYER))  # its layer's modules -> blocklab's
     IGNORED: tuple[str, ...] = (r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq", r"lm_head\.weight")
+    default_prepend_bos: bool = True  # as TransformerLens (the tokenizers add their own BOS)
 
     def config_from_hf(self, hf: dict[str, Any]) -> ModelConfig:
         """ModelConfig from a config.json of this family; every field blocklab cannot honour refused."""

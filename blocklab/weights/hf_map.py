@@ -81,6 +81,7 @@ class Family(Protocol):
 
     MODEL_TYPE: str
     name: str  # in words: "GPT-2", "OLMo 2"
+    default_prepend_bos: bool  # TransformerLens' default for the family: text gets the BOS token first
     IGNORED: tuple[str, ...]  # regexes of Hugging Face keys blocklab does not use (pooler, buffers)
 
     def config_from_hf(self, hf: dict[str, Any]) -> ModelConfig: ...

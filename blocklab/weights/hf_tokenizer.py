@@ -134,7 +134,8 @@ class HFTokenizer:
     post-processor adds (BERT: ``[CLS] ... [SEP]``; GPT-2: none), as ``transformers``' tokenizers do.
     """
 
-    def __init__(self, json_text: str, special_tokens: dict[str, str] | None = None) -> None:
+    def __init__(self, json_text: str, special_tokens: dict[str, str] | None = None,
+                 default_prepend_bos: bool = True) -> None:
         from tokenizers import Tokenizer as _Tokenizer
 
         try:
@@ -146,6 +147,10 @@ class HFTokenizer:
         self._tok.no_truncation()
         self.json = json_text
         self.special_tokens = check_special_tokens({} if special_tokens is None else special_tokens)
+        if not isinstance(default_prepend_bos, bool):
+            raise ValueError(f"default_prepend_bos={default_prepend_bos!r:.40} must be true or false")
+        # TransformerLens' default for the model's family (False for GPT-NeoX): whether text gets the BOS
+        self.default_prepend_bos = default_prepend_bos
         self._vocab_size = self._tok.get_vocab_size(with_added_tokens=True)  # O(vocab) per call: ask once
 
     @property
@@ -201,8 +206,10 @@ class HFTokenizer:
         return self._tok.decode(id_list(ids, self._vocab_size), skip_special_tokens=skip_special_tokens)
 
     def to_dict(self) -> dict[str, Any]:
-        """The checkpoint spec: ``{"kind": "hf_tokenizers", "json": ..., "special_tokens": ...}``."""
-        return {"kind": KIND, "json": self.json, "special_tokens": dict(self.special_tokens)}
+        """The checkpoint spec: ``{"kind": "hf_tokenizers", "json": ..., "special_tokens": ...}``, and
+        ``"default_prepend_bos": false`` where the family says so (GPT-NeoX)."""
+        spec = {"kind": KIND, "json": self.json, "special_tokens": dict(self.special_tokens)}
+        return spec if self.default_prepend_bos else {**spec, "default_prepend_bos": False}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> HFTokenizer:
@@ -210,7 +217,7 @@ class HFTokenizer:
         if d.get("kind") != KIND or not isinstance(d.get("json"), str):
             keys = sorted(d)
             raise ValueError(f"a Hugging Face tokenizer spec needs kind={KIND!r} and 'json'; got keys {keys}")
-        return cls(d["json"], d.get("special_tokens"))
+        return cls(d["json"], d.get("special_tokens"), d.get("default_prepend_bos", True))
 
     def __repr__(self) -> str:
         return f"HFTokenizer(vocab_size={self.vocab_size}, special_tokens={self.special_tokens})"
@@ -326,8 +333,9 @@ def _config_special_tokens(folder: Path, tokenizer: HFTokenizer) -> dict[str, st
     return found
 
 
-def load_folder_tokenizer(folder: str | Path) -> HFTokenizer | None:
-    """The tokenizer saved in a Hugging Face model folder, or None when there is none.
+def load_folder_tokenizer(folder: str | Path, default_prepend_bos: bool = True) -> HFTokenizer | None:
+    """The tokenizer saved in a Hugging Face model folder, or None when there is none; ``default_prepend_bos``
+    is TransformerLens' default for the folder's family.
 
     Special tokens come from special_tokens_map.json / tokenizer_config.json, else from the ids
     config.json names (GPT-2's ``eos_token_id``: 50256, ``<|endoftext|>``). Every file is read by
@@ -343,7 +351,7 @@ def load_folder_tokenizer(folder: str | Path) -> HFTokenizer | None:
         return None
     special = _special_tokens(folder)
     try:
-        tokenizer = HFTokenizer(json_text, special)
+        tokenizer = HFTokenizer(json_text, special, default_prepend_bos)
     except ValueError as error:
         raise ValueError(f"{path}: {error}") from None
     for key, token in _config_special_tokens(folder, tokenizer).items():

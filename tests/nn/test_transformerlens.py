@@ -438,3 +438,66 @@ def test_qk_norm_models_equal_hooked_transformer_at_the_qk_norm_and_attention_na
         if family == "olmo2":
             their_ln1 = their_cache[f"blocks.{i}.ln1.hook_normalized"] * ours.blocks[i].ln1_out.weight
             torch.testing.assert_close(our_cache[f"blocks.{i}.ln1_out"], their_ln1, rtol=0, atol=1e-4)
+
+
+# ---- text in as TransformerLens tokenizes it: each family's default_prepend_bos, prepend_bos=False -----
+
+
+def _bpe_json(adds_bos: bool) -> str:
+    """A byte-level BPE over single characters; with ``adds_bos`` its post-processor puts <s> first
+    (Llama's)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(33, 127):
+        vocab.setdefault(chr(b), len(vocab))
+    vocab["Ġ"] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    if adds_bos:
+        tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    return tok.to_str()
+
+
+_SMALL = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+              num_attention_heads=4, max_position_embeddings=64)
+# folder name (TransformerLens reads "llama" in a path as a model's name) -> (model, tokenizer adds <s>)
+TOKENIZING = {
+    "neox": (lambda: transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig(**_SMALL, rotary_pct=0.25)),
+             False),
+    "lm": (lambda: transformers.LlamaForCausalLM(transformers.LlamaConfig(**_SMALL)), True),
+    "gpt": (lambda: transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=128, n_embd=32, n_layer=1, n_head=4, n_positions=64, n_ctx=64)), False),
+}
+
+
+@pytest.mark.parametrize("family", list(TOKENIZING))
+def test_text_is_tokenized_as_transformerlens_tokenizes_it_for_each_family(family, tmp_path):
+    """TransformerLens' own config for the folder (convert_hf_model_config: GPT-NeoX's
+    default_prepend_bos is False) and its to_tokens / to_str_tokens / to_single_token against blocklab's,
+    for prepend_bos None, True and False (False takes off a BOS the tokenizer adds itself, as
+    TransformerLens does), and the same after blocklab import writes the model as a checkpoint."""
+    from transformer_lens.loading_from_pretrained import convert_hf_model_config
+
+    from blocklab.weights.load import import_model
+
+    build, adds_bos = TOKENIZING[family]
+    folder = tmp_path / family
+    build().save_pretrained(str(folder))
+    (folder / "tokenizer.json").write_text(_bpe_json(adds_bos))
+    transformers.PreTrainedTokenizerFast(
+        tokenizer_file=str(folder / "tokenizer.json"), bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+        pad_token="</s>").save_pretrained(str(folder))
+    cfg = HookedTransformerConfig.unwrap(convert_hf_model_config(str(folder)))
+    assert cfg.default_prepend_bos is (family != "neox")
+    theirs = HookedTransformer(cfg, tokenizer=transformers.AutoTokenizer.from_pretrained(str(folder)))
+    import_model(folder, tmp_path / "model.safetensors")
+    texts = ["a b c", "a"]
+    for ours in (bl.load(folder).model, bl.load(tmp_path / "model.safetensors").model):
+        for prepend_bos in (None, True, False):
+            given = {} if prepend_bos is None else {"prepend_bos": prepend_bos}
+            want = theirs.to_tokens(texts, **given)
+            assert torch.equal(ours.to_tokens(texts, **given), want), (prepend_bos, want)
+            assert ours.to_str_tokens("a b", **given) == theirs.to_str_tokens("a b", **given)
+        assert ours.to_single_token("b") == theirs.to_single_token("b")
