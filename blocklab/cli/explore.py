@@ -66,7 +66,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 def models_for_args(args: argparse.Namespace) -> dict:
     """The served models by name, built once: each --preset (with the config flags), each --model."""
     from ..explore.session import Explored
-    from ..inspect.trace.subject import preset_subject
+    from ..inspect.trace.subject import preset_config, preset_subject
+    from ..nn.memory import check_total_memory
     from .trace import model_subject
 
     overrides = set_fields(args, FIELDS)
@@ -87,15 +88,20 @@ def models_for_args(args: argparse.Namespace) -> dict:
         raise UsageError(f"--vary {unknown[0]}: explore varies ModelConfig fields only ({', '.join(FIELDS)})")
     if grid and not presets:
         raise UsageError("--vary builds variants of a --preset; name one")
+    planned = []  # (label, preset, its fields): every config checked, and their memory summed, first
     for name in presets:
-        add(name, preset_subject(name, args.seed, overrides))
+        planned.append((name, name, overrides))
         for values in itertools.product(*grid.values()):
             changed = dict(zip(grid, values, strict=True))
             if all(overrides.get(k, PRESETS[name].get(k)) == v for k, v in changed.items()):
                 continue  # the preset as built above
             label = " ".join(f"{k}={v}" for k, v in changed.items())
-            subject = preset_subject(name, args.seed, {**overrides, **changed})
-            add(f"{name} {label}", subject)
+            planned.append((f"{name} {label}", name, {**overrides, **changed}))
+    check_total_memory([preset_config(name, fields) for _, name, fields in planned],
+                       f"explore's {len(planned)} preset models",
+                       "serve fewer (--preset, --vary) or smaller ones")
+    for label, name, fields in planned:
+        add(label, preset_subject(name, args.seed, fields))
     for path in args.models:
         add(Path(path).name or path, model_subject(path, args.allow_nonfinite))
     return served
@@ -125,7 +131,9 @@ def cmd_explore(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(1)  # one short sequence: a second thread costs more than it brings (cli/trace.py)
     if args.host not in LOOPBACK:
-        warnings.warn(f"--host {args.host}: the page and its models are reachable from other machines",
+        every = (" and any Host header is accepted (no DNS rebinding check: listen on one address to keep "
+                 "it)") if args.host in ("0.0.0.0", "::") else ""
+        warnings.warn(f"--host {args.host}: the page and its models are reachable from other machines{every}",
                       BlocklabWarning, stacklevel=1)
     models = models_for_args(args)
 

@@ -16,11 +16,13 @@ one request at a time (``Explored.lock``).
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 from importlib import resources
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import UsageError, one_line
 from ..files.jsonfiles import json_safe
 from .session import Explored, Request, RequestError, gradients, predict, step, trace
 
@@ -62,11 +64,15 @@ def create_app(models: dict[str, Explored], hosts: list[str] | None = None) -> A
     from starlette.exceptions import HTTPException
     from starlette.middleware import Middleware
     from starlette.middleware.trustedhost import TrustedHostMiddleware
+    from starlette.requests import ClientDisconnect
     from starlette.requests import Request as HttpRequest
     from starlette.responses import HTMLResponse, JSONResponse, Response
     from starlette.routing import Route
 
-    def error(status: int, message: str) -> Response:
+    def error(status: int, message: str, request: HttpRequest | None = None) -> Response:
+        if request is not None:  # one line per failed request on the server's stderr, never a traceback
+            line = f"{request.method} {request.url.path} {status}: {one_line(message)[:300]}"
+            print(f"blocklab explore: {line}", file=sys.stderr, flush=True)
         return JSONResponse({"error": message}, status_code=status)
 
     async def page(_: HttpRequest) -> Response:
@@ -86,36 +92,43 @@ def create_app(models: dict[str, Explored], hosts: list[str] | None = None) -> A
         action = ACTIONS.get(request.path_params["action"])
         if action is None:
             return error(404, f"no API call {request.path_params['action']!r}; "
-                              f"there are: {', '.join(ACTIONS)}")
+                              f"there are: {', '.join(ACTIONS)}", request)
         kind = request.headers.get("content-type", "").split(";")[0].strip()
         if kind != "application/json":
             return error(415, "send the request as JSON (Content-Type: application/json), "
-                              f"not {kind or 'nothing'}")
+                              f"not {kind or 'nothing'}", request)
         declared = request.headers.get("content-length", "0")
         if not declared.isdigit() or int(declared) > MAX_BODY:
-            return error(413, f"the request body is over {MAX_BODY} bytes")
+            return error(413, f"the request body is over {MAX_BODY} bytes", request)
         body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_BODY:
-                return error(413, f"the request body is over {MAX_BODY} bytes")
         try:
-            parsed = json.loads(body, parse_constant=_no_constant)
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > MAX_BODY:
+                    return error(413, f"the request body is over {MAX_BODY} bytes", request)
+        except ClientDisconnect:  # nobody to answer
+            return error(400, "the client went away before its request was read", request)
+        try:
+            parsed = json.loads(body, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
         except (ValueError, RecursionError) as e:
-            return error(400, f"the request body is not JSON: {e}")
+            return error(400, f"the request body is not JSON blocklab reads: {e}", request)
         try:
             what = Request.parse(parsed, models)
             result = await run_in_threadpool(action, what)
         except RequestError as e:
-            return error(e.status, str(e))
+            return error(e.status, str(e), request)
+        except (KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.CancelledError):
+            raise
+        except BaseException as e:  # a bug, or a third party's BaseException (a Rust panic): we go on
+            return error(500, internal_message(e), request)
         return Response(_encode(result), media_type="application/json")
 
     async def http_error(_: HttpRequest, e: Exception) -> Response:
         assert isinstance(e, HTTPException)
         return error(e.status_code, str(e.detail))
 
-    async def internal(_: HttpRequest, e: Exception) -> Response:
-        return error(500, f"internal error: {type(e).__name__}: {e} (a bug in blocklab; the server goes on)")
+    async def internal(request: HttpRequest, e: Exception) -> Response:
+        return error(500, internal_message(e), request)
 
     routes = [Route("/", page), Route("/static/{name}", static), Route("/api/models", listing),
               Route("/api/{action}", api, methods=["POST"])]
@@ -128,6 +141,29 @@ def _no_constant(name: str) -> float:
     raise ValueError(f"{name} is not JSON")
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys each appear once (``json.loads`` would keep the last of two silently)."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise ValueError(f"the key {key!r:.40} appears twice in one object; give each field once")
+        found[key] = value
+    return found
+
+
+def internal_message(error: BaseException) -> str:
+    """The 500's message for what the server did not expect: one line."""
+    detail = one_line(str(error))[:300]
+    return f"internal error: {type(error).__name__}: {detail} (a bug in blocklab; the server goes on)"
+
+
+def accepted_hosts(host: str) -> list[str]:
+    """The Host header names a server listening on ``host`` accepts: the loopback names and ``host``;
+    every name when ``host`` is every interface (0.0.0.0, ::), whose names the server cannot know."""
+    named = {host if ":" not in host else f"[{host}]", "127.0.0.1", "localhost", "[::1]"}
+    return sorted(named | ({"*"} if host in ("0.0.0.0", "::") else set()))
+
+
 def serve(models: dict[str, Explored], host: str, port: int, on_start: Any = None) -> None:
     """Serve the app with uvicorn until interrupted; ``on_start(url)`` once it listens."""
     require_server_packages()
@@ -135,17 +171,16 @@ def serve(models: dict[str, Explored], host: str, port: int, on_start: Any = Non
 
     import uvicorn
 
-    hosts = {host, "127.0.0.1", "localhost", "[::1]"} | ({"*"} if host in ("0.0.0.0", "::") else set())
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))  # bound here, so the URL printed has the real port (--port 0: any free one)
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else (f"[{host}]" if ":" in host else host)
     url = f"http://{shown}:{sock.getsockname()[1]}/"
-    config = uvicorn.Config(create_app(models, sorted(hosts)), log_level="warning", access_log=False)
+    config = uvicorn.Config(create_app(models, accepted_hosts(host)), log_level="warning", access_log=False)
     server = uvicorn.Server(config)
     if on_start is not None:
         on_start(url)
     server.run(sockets=[sock])
 
 
-__all__ = ["MAX_BODY", "create_app", "serve"]
+__all__ = ["MAX_BODY", "accepted_hosts", "create_app", "serve"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from ..inspect.diagnostics import path_tensors
+from ..inspect.nonfinite import NonFiniteError, refuse_nonfinite_output
 from ..inspect.trace.collect import trace_to_dict
 from ..inspect.trace.subject import Subject, input_ids, target_id, trace_subject
 from ..nn.attention import HEADS_FIRST
@@ -185,6 +186,9 @@ class Request:
         if not isinstance(body, dict):
             raise RequestError("the request body must be a JSON object")
         name = body.get("model")
+        if not isinstance(name, str):
+            raise RequestError(f"model {name!r:.60} must be the name of a served model, as text "
+                               f"({', '.join(models)})")
         if name not in models:
             raise RequestError(f"unknown model {name!r}; this server serves: {', '.join(models)}", 404)
         entry = models[name]
@@ -217,12 +221,15 @@ class Request:
             raise RequestError("target must be a token, as text")
         if not _is_int(seed) or not 0 <= seed < 2**63:
             raise RequestError(f"seed {seed!r} must be an integer >= 0")
+        sample = body.get("sample", False)
+        if not isinstance(sample, bool):
+            raise RequestError(f"sample {sample!r:.60} must be true or false")
         patch_from = body.get("patch_from")
         if patch_from is not None and (not isinstance(patch_from, str) or len(patch_from) > MAX_TEXT):
             raise RequestError(f"patch_from must be an input of at most {MAX_TEXT} characters")
         request = cls(entry, text, tokens, target or None, position, stages,
                       [parse_ablation(a, entry) for a in ablate], float(temperature), top_k, seed,
-                      bool(body.get("sample", False)), patch_from or None)
+                      sample, patch_from or None)
         request.ids()  # the input is checked now: a bad one is the client's mistake
         request.patch_ids()
         return request
@@ -285,6 +292,8 @@ def trace(request: Request) -> dict[str, Any]:
         try:
             found = trace_subject(request.entry.subject, request.text, request.tokens, request.target,
                                   request.position, request.stages)
+        except NonFiniteError as error:  # the model overflows on this input: nothing to serve
+            raise RequestError(str(error), 422) from None
         except ValueError as error:  # a glob matching no stage, a target outside the vocabulary
             raise RequestError(str(error)) from None
     return trace_to_dict(found)
@@ -294,12 +303,12 @@ def last_logits(request: Request, ablated: bool) -> Tensor:
     """The logits (V,) at the input's last position, float64; with or without the request's ablations."""
     model = request.entry.subject.model
     tokens = torch.tensor([request.ids()])
-    with torch.no_grad():
-        if ablated:
-            with request.ablated():
-                logits = model(tokens)
-        else:
-            logits = model(tokens)
+    with torch.no_grad(), request.ablated() if ablated else nullcontext():
+        logits = model(tokens)
+        try:  # an overflowing model (or ablation) serves no NaN: 422 naming where it began
+            refuse_nonfinite_output(model, logits[0, -1], "logits", tokens)
+        except NonFiniteError as error:
+            raise RequestError(str(error), 422) from None
     return logits[0, -1].to(torch.float64)
 
 
@@ -388,6 +397,9 @@ def gradients(request: Request) -> dict[str, Any]:
         try:
             with torch.enable_grad(), request.ablated():
                 (_, loss), cache = model.run_with_cache(tokens, targets=targets, detach=False)
+                if not bool(torch.isfinite(loss)):
+                    raise RequestError(f"the loss is {float(loss)}: the model overflows on this input "
+                                       "(the trace names the first non-finite stage)", 422)
                 names = [n for n in cache if n != "loss" and cache[n].requires_grad]
                 found = torch.autograd.grad(loss, [cache[n] for n in names], retain_graph=True,
                                             allow_unused=True)

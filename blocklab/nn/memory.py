@@ -207,6 +207,18 @@ def check_memory(
     return estimate
 
 
+def check_total_memory(configs: list[ModelConfig], what: str, hint: str) -> None:
+    """InsufficientMemoryError when the models ``configs`` describe, held all at once (inference, one
+    sequence each), need more than is available: checked before any of them is built."""
+    needed = sum(estimate_memory(c, 1, training=False).total for c in configs)
+    available = available_memory()
+    if available is not None and needed > available[0]:
+        raise InsufficientMemoryError(
+            f"not enough memory: {what} need about {format_bytes(needed)} in total but "
+            f"{format_bytes(available[0])} is available ({available[1]}); {hint}"
+        )
+
+
 def check_data_memory(needed: int, what: str, hint: str) -> None:
     """InsufficientMemoryError when ``needed`` bytes of task data (an estimate, before anything is
     generated or read) exceed the available memory; the message names ``what`` and the ``hint``."""

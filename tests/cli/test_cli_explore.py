@@ -43,3 +43,27 @@ def test_no_flag_serves_listops_seed_and_names_stay_unique() -> None:
 def test_bad_model_flags_are_refused_before_serving(flags: list[str], message: str) -> None:
     with pytest.raises((ValueError, UsageError), match=message):
         served(*flags)
+
+
+def test_the_models_are_summed_against_the_memory_before_any_is_built() -> None:
+    """Issue 35, F6: each model was checked against the available memory on its own, so a grid of models
+    that each fit was built one after another until the machine ran out. Here six variants each need
+    between a quarter and a half of what is available (each passes the check alone; with the preset as
+    built, seven): refused before
+    building, naming the total."""
+    from blocklab.inspect.trace.subject import preset_config
+    from blocklab.nn.memory import InsufficientMemoryError, available_memory, estimate_memory
+
+    found = available_memory()
+    if found is None:
+        pytest.skip("this machine does not say how much memory is available")
+    available = found[0]
+    need = lambda d: estimate_memory(preset_config("listops-seed", {"d_model": d, "d_ff": 4 * d}), 1,
+                                     training=False).total
+    d = 64
+    while need(d) < available / 4:
+        d *= 2
+    assert need(d) < available / 2 < 6 * need(d)  # each fits alone; the six do not
+    with pytest.raises(InsufficientMemoryError, match=r"explore's 7 preset models need about .* in total"):
+        served("--d-model", str(d), "--d-ff", str(4 * d), "--vary", "norm_position=pre,post,sandwich",
+               "--vary", "tie_embeddings=true,false")

@@ -218,6 +218,13 @@ BAD = [
     ({"model": "listops-seed", "input": QUERY, "ablate": [{"kind": "head", "block": 9}]}, 400, "block 9"),
     ({"model": "listops-seed", "input": QUERY, "stages": ["nope.*"]}, 400, "nope"),
     ([1, 2], 400, "must be a JSON object"),
+    # issue 35: F11 (a list where a name belongs was a 500 "unhashable type"), L5 (typed strictly)
+    ({"model": ["listops-seed"], "input": QUERY}, 400, "model ['listops-seed'] must be the name of a served"),
+    ({"model": {"a": 1}, "input": QUERY}, 400, "must be the name of a served model, as text"),
+    ({"model": "listops-seed", "input": QUERY, "sample": "false"}, 400, "sample 'false' must be true or"),
+    ({"model": "listops-seed", "input": QUERY, "sample": 0}, 400, "sample 0 must be true or false"),
+    ({"model": "listops-seed", "tokens": "1,,2"}, 400, "tokens '1,,2' has an empty item between commas"),
+    ({"model": "listops-seed", "tokens": "1,2,"}, 400, "has an empty item"),
 ]
 
 
@@ -234,6 +241,9 @@ def test_malformed_oversized_or_non_json_bodies_are_refused(client: TestClient) 
     cases = [
         (client.post("/api/trace", content=b"{bad", headers=json_type), 400, "not JSON"),
         (client.post("/api/trace", content=b'{"model": NaN}', headers=json_type), 400, "not JSON"),
+        (client.post("/api/step", content=b'{"model": "listops-seed", "input": "Max ( 1 , 6 , 2 )", '
+                     b'"sample": true, "sample": false}', headers=json_type), 400,
+         "the key 'sample' appears twice in one object"),  # issue 35, L5: the last one was kept
         (client.post("/api/trace", content=b"x" * (MAX_BODY + 1), headers=json_type), 413, "over"),
         (client.post("/api/trace", content=b"model=listops-seed",
                      headers={"Content-Type": "application/x-www-form-urlencoded"}), 415, "as JSON"),
@@ -327,3 +337,60 @@ def test_gradients_of_heads_first_stages_are_per_position_in_a_qk_norm_res_post_
         assert got["stages"][name] == pytest.approx(by_hand.tolist(), rel=1e-5, abs=1e-9), name
     layout = client.get("/api/models").json()["models"][0]["layout"]
     assert [step["name"] for step in layout["steps"]][:2] == ["attn", "ln1_out"]
+
+
+# ---- issue 35: nothing non-finite served, one line per failed request, no BaseException escaping ------
+
+
+def test_an_overflowing_model_answers_422_naming_the_first_non_finite_stage(capfd) -> None:
+    """F4: finite weights of 3e38 overflow float32: every call answers 422 naming where, never a NaN
+    (null) as a result; the server logs one line per failed request and goes on."""
+    subject = preset_subject("listops-seed", 0, {})
+    with torch.no_grad():
+        subject.model.blocks[0].ffn.w1.weight.fill_(3e38)
+    tokens = torch.tensor([TOKENIZER.encode(QUERY)])
+    with torch.no_grad():
+        assert not torch.isfinite(subject.model(tokens)).all()  # the plain forward overflows
+    client = TestClient(create_app({"big": Explored("big", subject)}))
+    for action in ("trace", "predict", "step", "gradients"):
+        answer = client.post(f"/api/{action}", json={"model": "big", "input": "Max ( 1 , 6 )", "target": "6"})
+        assert answer.status_code == 422, (action, answer.text)
+        assert "blocks.0.ffn" in answer.json()["error"] or "loss is" in answer.json()["error"]
+    logged = capfd.readouterr().err.splitlines()
+    assert [line.split(":")[0] for line in logged] == ["blocklab explore"] * 4, logged
+    assert all(" 422: " in line for line in logged) and "Traceback" not in "\n".join(logged)
+
+
+def test_a_panic_inside_a_request_is_a_500_line_and_the_server_goes_on(monkeypatch, capfd) -> None:
+    """F1: what third-party code raises as a BaseException (pyo3's PanicException from tokenizers) was
+    not caught by the Exception handler: a plain-text 500 and a traceback on the server's stderr."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import Regex, models, pre_tokenizers
+
+    tok = tokenizers.Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("(a|a)+b"), "isolated")
+    panics = lambda request: tok.encode("a" * 40 + "c")  # the library's own panic, raised in the action
+    import blocklab.explore.app as app
+
+    monkeypatch.setitem(app.ACTIONS, "trace", panics)
+    client = TestClient(create_app({"listops-seed": Explored("listops-seed", preset_subject("listops-seed", 0,
+                                                                                              {}))}))
+    answer = client.post("/api/trace", json={"model": "listops-seed", "input": QUERY})
+    assert answer.status_code == 500 and answer.json()["error"].startswith("internal error: PanicException")
+    assert client.post("/api/predict", json={"model": "listops-seed", "input": QUERY}).status_code == 200
+    ours = [line for line in capfd.readouterr().err.splitlines() if line.startswith("blocklab explore: ")]
+    assert len(ours) == 1 and " 500: internal error: PanicException" in ours[0]
+
+
+
+@pytest.mark.parametrize("listen, host, status", [
+    ("127.0.0.1", "evil.example", 400), ("127.0.0.1", "localhost", 200),
+    ("192.168.1.5", "192.168.1.5", 200), ("192.168.1.5", "evil.example", 400),
+    ("0.0.0.0", "evil.example", 200),  # every interface: any Host (issue 35, L3: as docs/explore.md says)
+])
+def test_the_host_header_is_checked_as_the_docs_say(served: dict[str, Explored], listen: str, host: str,
+                                                    status: int) -> None:
+    from blocklab.explore.app import accepted_hosts
+
+    client = TestClient(create_app(served, accepted_hosts(listen)))
+    assert client.get("/api/models", headers={"Host": f"{host}:8000"}).status_code == status

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ...nn.config import PRESET_TASKS
+from ...nn.config import PRESET_TASKS, ModelConfig
 from ...nn.model import Transformer
 from ..nonfinite import refuse_nonfinite_output
 from .collect import collect_trace
@@ -39,18 +39,26 @@ class Subject:
 
 def preset_subject(name: str, seed: int, overrides: dict[str, Any]) -> Subject:
     """A preset's model built with ``torch.manual_seed(seed)``; its task's tokenizer if it has one."""
-    from ...nn.config import preset
     from ...nn.memory import check_memory
     from ...tasks import get_task
 
     task = get_task(PRESET_TASKS[name]) if name in PRESET_TASKS else None
-    config = preset(name, **{**(task.config_overrides() if task else {}), **overrides})
+    config = preset_config(name, overrides)
     check_memory(config, 1, training=False, what=f"tracing preset {name}", force_flag=False)
     torch.manual_seed(seed)
     changed = "".join(f", {k}={v}" for k, v in overrides.items())
     return Subject(
         Transformer(config).eval(), task.tokenizer if task else None, f"preset {name} (seed {seed}{changed})"
     )
+
+
+def preset_config(name: str, overrides: dict[str, Any]) -> ModelConfig:
+    """The config of a preset with its task's fields (a preset shaped for a task) and ``overrides``."""
+    from ...nn.config import preset
+    from ...tasks import get_task
+
+    task = get_task(PRESET_TASKS[name]) if name in PRESET_TASKS else None
+    return preset(name, **{**(task.config_overrides() if task else {}), **overrides})
 
 
 def vocabulary(tokenizer: Any, size: int) -> list[str] | None:
@@ -67,6 +75,8 @@ def parse_token_ids(text: str, flag: str = "--tokens") -> list[int]:
     pieces = text.replace(",", " ").split()
     if not pieces:
         raise ValueError(f"{flag} is empty: give token ids like 1,2,3")
+    if "," in text and any(not piece.strip() for piece in text.split(",")):
+        raise ValueError(f"{flag} {text[:40]!r} has an empty item between commas; give token ids like 1,2,3")
     for piece in pieces:
         if not piece.lstrip("-").isdigit():
             raise ValueError(f"{flag} needs integer ids separated by commas or spaces; {piece!r} is not one")
