@@ -54,7 +54,7 @@ import torch
 from torch import Tensor
 
 from .attention import KVCache
-from .tokens import BatchEncoding, prepends_bos
+from .tokens import BatchEncoding, positions_from_mask, prepends_bos
 
 if TYPE_CHECKING:  # annotations only: the model calls generate (Transformer.generate)
     from .model import Transformer
@@ -216,11 +216,6 @@ def sampling_logits(logits: Tensor, config: GenerationConfig, step: int = 0) -> 
 
 
 # ---- the window the model sees ---------------------------------------------------------------------
-
-
-def positions_from_mask(mask: Tensor) -> Tensor:
-    """(B, T) attention mask -> (B, T) position ids counted from each row's first real token (pads: 0)."""
-    return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
 def new_kv_cache(model: Transformer, batch: int, max_len: int) -> list[KVCache]:

@@ -38,6 +38,7 @@ from .tokens import (
     PrependBos,
     TextTokenizer,
     encode_texts,
+    positions_from_mask,
     to_str_tokens,
     to_string,
 )
@@ -216,6 +217,10 @@ class Transformer(HookedModule, ModelWeights):
         if return_type not in (*RETURN_TYPES, "default"):
             raise ValueError(f"return_type={return_type!r} is not one of: logits, loss, both, None")
         tokens, attention_mask = self._ids(tokens, attention_mask, prepend_bos, padding_side)
+        if position_ids is None and attention_mask is not None and padding_side == "left":
+            # text padded on the left (TransformerLens' padding_side): each row's positions count from its
+            # first real token, as the same row alone has them (learned and sinusoidal tables too)
+            position_ids = positions_from_mask(attention_mask)
         if output_hidden_states or output_attentions:
             if return_type != "default" or loss_per_token:
                 raise ValueError("output_hidden_states / output_attentions return a ModelOutput; "

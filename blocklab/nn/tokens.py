@@ -111,6 +111,11 @@ def prepends_bos(tokenizer: TextTokenizer, prepend_bos: PrependBos) -> bool:
         bos_to_prepend(tokenizer) is not None
 
 
+def positions_from_mask(mask: Tensor) -> Tensor:
+    """(B, T) attention mask -> (B, T) position ids counted from each row's first real token (pads: 0)."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
 def check_padding(padding: str) -> None:
     """ValueError unless ``padding`` is "right" or "left"."""
     if padding not in PADDING_SIDES:

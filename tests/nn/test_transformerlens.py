@@ -501,3 +501,23 @@ def test_text_is_tokenized_as_transformerlens_tokenizes_it_for_each_family(famil
             assert torch.equal(ours.to_tokens(texts, **given), want), (prepend_bos, want)
             assert ours.to_str_tokens("a b", **given) == theirs.to_str_tokens("a b", **given)
         assert ours.to_single_token("b") == theirs.to_single_token("b")
+
+
+def test_left_padded_text_keeps_each_rows_positions_as_transformerlens_does(models):
+    """GPT-2's learned position table: with padding_side="left" the short row's real tokens take positions
+    0, 1, ... as the row alone does (they were shifted by the padding: 10.4 off in the logits), equal to
+    TransformerLens' logits and resid_post at every real position."""
+    ours, theirs, _ = models
+    texts = ["The cat sat on the mat. The dog", "A cat"]
+    with torch.no_grad():
+        want = theirs(texts, padding_side="left")
+        got = ours(texts, padding_side="left")
+        _, their_cache = theirs.run_with_cache(texts, padding_side="left")
+        _, our_cache = ours.run_with_cache(texts, padding_side="left")
+        alone = ours(texts[1])
+    mask = ours.tokenize(texts, prepend_bos=None, padding="left").attention_mask.bool()
+    assert not mask[1].all()  # the short row is padded
+    torch.testing.assert_close(got[mask], want[mask], rtol=0, atol=1e-4)
+    torch.testing.assert_close(got[1][mask[1]], alone[0], rtol=0, atol=1e-4)
+    for name in ("blocks.0.hook_resid_pre", "blocks.1.hook_resid_post"):
+        torch.testing.assert_close(our_cache[name][mask], their_cache[name][mask], rtol=0, atol=1e-4)
