@@ -25,6 +25,7 @@ from ..tasks.vocab import Tokenizer
 
 KIND = "hf_tokenizers"
 SPECIAL_TOKENS = ("pad_token", "eos_token", "bos_token", "unk_token", "cls_token", "sep_token", "mask_token")
+ID_LIMIT = 2**32  # ids the tokenizers library takes (u32); one beyond the vocabulary decodes to ""
 # a quantifier that repeats: +, *, {n,}, {n,m} with m > 1 (Onig's syntax, as Python's)
 _REPEAT = re.compile(r"[+*]|\{(\d*),(\d*)\}|\{(\d+)\}")
 
@@ -192,18 +193,22 @@ class HFTokenizer:
         encodings = _guarded(lambda: self._tok.encode_batch(texts), f"the inputs {texts[0][:40]!r}, ...")
         return pad_batch([e.ids for e in encodings], self.pad_id, padding)
 
+    # An id beyond the tokenizer's vocabulary is text-less, not an error: a model's config.json may count
+    # more rows than its tokenizer has tokens (Pythia's, Qwen's are padded), and transformers decodes such
+    # an id to "". Any id the library can take (u32) is read so.
+
     def tokens(self, ids: Sequence[int] | Tensor) -> list[str]:
-        """Ids -> token strings as the vocabulary spells them (``##ing``, ``Ġcat``)."""
-        return [self._tok.id_to_token(i) for i in id_list(ids, self._vocab_size)]
+        """Ids -> token strings as the vocabulary spells them (``##ing``, ``Ġcat``; "" beyond it)."""
+        return [self._tok.id_to_token(i) or "" for i in id_list(ids, ID_LIMIT)]
 
     def str_tokens(self, ids: Sequence[int] | Tensor) -> list[str]:
-        """Each id decoded on its own, special tokens kept (``Ġcat`` -> ``" cat"``)."""
-        single = [[i] for i in id_list(ids, self._vocab_size)]
+        """Each id decoded on its own, special tokens kept (``Ġcat`` -> ``" cat"``; "" beyond the vocab)."""
+        single = [[i] for i in id_list(ids, ID_LIMIT)]
         return self._tok.decode_batch(single, skip_special_tokens=False)
 
     def decode(self, ids: Sequence[int] | Tensor, skip_special_tokens: bool = True) -> str:
-        """Ids -> text."""
-        return self._tok.decode(id_list(ids, self._vocab_size), skip_special_tokens=skip_special_tokens)
+        """Ids -> text (an id beyond the vocabulary adds nothing, as in transformers)."""
+        return self._tok.decode(id_list(ids, ID_LIMIT), skip_special_tokens=skip_special_tokens)
 
     def to_dict(self) -> dict[str, Any]:
         """The checkpoint spec: ``{"kind": "hf_tokenizers", "json": ..., "special_tokens": ...}``, and

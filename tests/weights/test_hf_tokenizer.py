@@ -122,3 +122,43 @@ def test_a_gpt2_vocab_json_with_two_tokens_sharing_an_id_is_refused(tiny_gpt2_fo
     line = one_error_line(capsys.readouterr().err)
     assert "vocab.json" in line and "'a' and 'Ġzzz' share the id" in line
 
+
+
+def test_ids_beyond_the_tokenizer_decode_as_transformers_does_and_json_keeps_them(tmp_path, capsys):
+    """Issue 35, F5: a config.json vocabulary (320) larger than the tokenizer's (as Pythia and Qwen ship
+    theirs); a model whose every step predicts id 300, which has no token. transformers' generate and
+    decode are the oracle: the ids kept, their text empty."""
+    import torch
+    from tokenizers import ByteLevelBPETokenizer
+
+    transformers = pytest.importorskip("transformers")
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(["The cat sat on the mat."] * 10, vocab_size=280, min_frequency=1,
+                            special_tokens=["<|endoftext|>"])
+    assert bpe.get_vocab_size() < 300
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_text(bpe._tokenizer.to_str())
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=320, n_positions=16, n_embd=16, n_layer=1, n_head=2,
+                                     tie_word_embeddings=False)
+    hf = transformers.GPT2LMHeadModel(config).eval()
+    with torch.no_grad():  # the final norm outputs e_0 everywhere; only row 300 of the head reads it
+        hf.transformer.ln_f.weight.zero_()
+        hf.transformer.ln_f.bias.zero_()
+        hf.transformer.ln_f.bias[0] = 1.0
+        hf.lm_head.weight.zero_()
+        hf.lm_head.weight[300, 0] = 1.0
+    hf.save_pretrained(folder)
+    prompt = bpe.encode("The cat").ids
+    expected = hf.generate(torch.tensor([prompt]), max_new_tokens=3, do_sample=False,
+                           pad_token_id=0)[0].tolist()
+    assert expected[len(prompt):] == [300, 300, 300]
+    oracle = transformers.PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
+    assert main(["generate", "--model", str(folder), "--input", "The cat", "--max-new-tokens", "3",
+                 "--json", "-"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["prompt_ids"] + row["new_ids"] == expected
+    assert row["text"] == oracle.decode(expected) == "The cat"
+    assert main(["generate", "--model", str(folder), "--input", "The cat", "--max-new-tokens", "3"]) == 0
+    assert capsys.readouterr().out == oracle.decode(expected) + "\n"
