@@ -211,8 +211,19 @@ def parse_vary(items: list[str]) -> dict[str, list[Any]]:
             raise ValueError("--vary seed: use --seeds N instead")
         if name in grid:
             raise ValueError(f"--vary {name} given twice")
-        grid[name] = [parse_value(v.strip()) for v in values.split(",")]
+        parse = field_value_parser(name)
+        try:
+            grid[name] = [parse(v.strip()) for v in values.split(",")]
+        except argparse.ArgumentTypeError as error:  # the same words as the field's own flag
+            raise ValueError(f"--vary {name}: {error}") from None
     return grid
+
+
+def field_value_parser(name: str) -> Callable[[str], Any]:
+    """How the flag of config field ``name`` (ModelConfig's or TrainConfig's) reads a value, so that
+    ``--vary residual=add,none`` means what ``--residual none`` means (the text ``none``, not None)."""
+    field = next(f for f in (*public_fields(ModelConfig), *public_fields(TrainConfig)) if f.name == name)
+    return _field_parser(name, field.default, field.type)[0]
 
 
 def literal(text: str) -> str:

@@ -91,10 +91,11 @@ def models_for_args(args: argparse.Namespace) -> dict:
     planned = []  # (label, preset, its fields): every config checked, and their memory summed, first
     for name in presets:
         planned.append((name, name, overrides))
+        base = preset_config(name, overrides)
         for values in itertools.product(*grid.values()):
             changed = dict(zip(grid, values, strict=True))
-            if all(overrides.get(k, PRESETS[name].get(k)) == v for k, v in changed.items()):
-                continue  # the preset as built above
+            if all(getattr(base, k) == v for k, v in changed.items()):
+                continue  # the preset as built above (a field it leaves at ModelConfig's default too)
             label = " ".join(f"{k}={v}" for k, v in changed.items())
             planned.append((f"{name} {label}", name, {**overrides, **changed}))
     check_total_memory([preset_config(name, fields) for _, name, fields in planned],

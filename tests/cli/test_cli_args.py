@@ -4,6 +4,7 @@ import argparse
 
 import pytest
 
+import blocklab as bl
 from blocklab.cli.args import (
     Parser,
     add_config_flags,
@@ -26,6 +27,19 @@ def test_parse_vary_reads_fields_and_values_and_names_what_is_wrong():
                          (["seed=1,2"], "--seeds"), (["lr=1", "lr=2"], "given twice")]:
         with pytest.raises(ValueError, match=message):
             parse_vary(bad)
+
+
+def test_parse_vary_reads_each_value_as_the_fields_own_flag_does():
+    """``none`` is a word for residual and norm (their ``none`` ablations: it was read as Python None and
+    refused), None where a field takes none (n_kv_heads); a value the flag refuses is refused naming it."""
+    vary = parse_vary(["residual=add,none", "norm=standard,none", "n_kv_heads=none,2", "d_ff=4x,64",
+                       "target_accuracy=none,99%"])
+    assert vary == {"residual": ["add", "none"], "norm": ["standard", "none"], "n_kv_heads": [None, 2],
+                    "d_ff": ["4x", 64], "target_accuracy": [None, 0.99]}
+    for value in ("add", "none"):
+        assert bl.preset("listops-seed", residual=value).residual == value  # each value builds a model
+    with pytest.raises(ValueError, match=r"--vary n_layers: .*'two'"):
+        parse_vary(["n_layers=2,two"])
 
 
 def test_parse_token_ids_accepts_commas_or_spaces_and_names_the_flag() -> None:

@@ -30,6 +30,14 @@ def test_vary_serves_each_variant_of_the_preset_with_the_same_seed() -> None:
     assert models["listops-seed norm_position=pre"].subject.model.config.norm_position == "pre"
 
 
+@pytest.mark.parametrize(("vary", "field", "values"), [("residual=add,none", "residual", ["add", "none"]),
+                                                     ("norm=standard,none", "norm", ["standard", "none"])])
+def test_vary_serves_the_none_ablations_beside_the_preset(vary: str, field: str, values: list[str]) -> None:
+    """The docs' with-and-without-the-residual comparison: both values served, not add twice."""
+    models = served("--preset", "listops-seed", "--vary", vary)
+    assert [m.subject.model.config.__getattribute__(field) for m in models.values()] == values
+
+
 def test_no_flag_serves_listops_seed_and_names_stay_unique() -> None:
     assert list(served()) == ["listops-seed"]
     assert list(served("--preset", "tiny-lm", "--preset", "tiny-lm")) == ["tiny-lm", "tiny-lm (2)"]
@@ -48,9 +56,8 @@ def test_bad_model_flags_are_refused_before_serving(flags: list[str], message: s
 def test_the_models_are_summed_against_the_memory_before_any_is_built() -> None:
     """Issue 35, F6: each model was checked against the available memory on its own, so a grid of models
     that each fit was built one after another until the machine ran out. Here six variants each need
-    between a quarter and a half of what is available (each passes the check alone; with the preset as
-    built, seven): refused before
-    building, naming the total."""
+    between a quarter and a half of what is available (each passes the check alone; the preset as built
+    is one of them, post-norm with tied embeddings): refused before building, naming the total."""
     from blocklab.inspect.trace.subject import preset_config
     from blocklab.nn.memory import InsufficientMemoryError, available_memory, estimate_memory
 
@@ -64,6 +71,6 @@ def test_the_models_are_summed_against_the_memory_before_any_is_built() -> None:
     while need(d) < available / 4:
         d *= 2
     assert need(d) < available / 2 < 6 * need(d)  # each fits alone; the six do not
-    with pytest.raises(InsufficientMemoryError, match=r"explore's 7 preset models need about .* in total"):
+    with pytest.raises(InsufficientMemoryError, match=r"explore's 6 preset models need about .* in total"):
         served("--d-model", str(d), "--d-ff", str(4 * d), "--vary", "norm_position=pre,post,sandwich",
                "--vary", "tie_embeddings=true,false")

@@ -22,6 +22,12 @@ def test_grid_cells_and_names():
     assert cell_name(cells[1]) == "n_layers-1__norm_position-pre__lr-0.001"
 
 
+def test_grid_cells_keep_the_none_ablations_as_words():
+    cells = grid_cells(parse_vary(["residual=add,none", "norm=standard,none"]))
+    assert [(c["residual"], c["norm"]) for c in cells] == [("add", "standard"), ("add", "none"),
+                                                           ("none", "standard"), ("none", "none")]
+
+
 def _last_eval(folder):
     rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     return [r for r in rows if "eval_accuracy" in r][-1]
