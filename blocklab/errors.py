@@ -45,11 +45,18 @@ def one_line(text: str) -> str:
     return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
 
 
+def printable(text: str) -> str:
+    """``text`` with each character a terminal would not show as itself (a newline, U+009B, U+2028, a
+    bidirectional override) written as its escape, as ``repr`` writes it: a message stays one line
+    and says what the user typed."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
 def _os_message(error: OSError) -> str:
     reason = error.strerror or one_line(str(error)) or type(error).__name__
     if error.errno == errno.ENOSPC:
         reason += " (free some disk space or choose another --out)"
-    names = [str(n) for n in (error.filename, error.filename2) if n is not None]
+    names = [printable(str(n)) for n in (error.filename, error.filename2) if n is not None]
     return f"{' -> '.join(names)}: {reason}" if names else reason
 
 

@@ -161,7 +161,10 @@ TARGET_RULE = ACCURACY_RULE.removesuffix(", or none")
 
 def parse_target(text: str) -> float:
     """An accuracy a command needs (``--steps-to-accuracy``): ``parse_accuracy`` without ``none``."""
-    value = parse_accuracy(text)
+    try:
+        value = parse_accuracy(text)
+    except argparse.ArgumentTypeError:  # its rule offers none, which this flag refuses
+        raise argparse.ArgumentTypeError(f"{text!r} is not {TARGET_RULE}") from None
     if value is None:
         raise argparse.ArgumentTypeError(f"{text!r}: this flag needs an accuracy, {TARGET_RULE}")
     return value

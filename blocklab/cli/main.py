@@ -22,6 +22,7 @@ from ..errors import (
     BlocklabWarning,
     describe_error,
     one_line,
+    printable,
     split_debug_flag,
 )
 from ..version import __version__
@@ -116,5 +117,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             raise
         message, status = describe_error(error)
-    print(f"blocklab: {'error: ' if status == EXIT_USAGE else ''}{message}", file=sys.stderr)
+    print(f"blocklab: {'error: ' if status == EXIT_USAGE else ''}{printable(message)}", file=sys.stderr)
     return status

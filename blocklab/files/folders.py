@@ -230,9 +230,9 @@ def _resolved(path: str | Path, flag: str, what: str) -> Path:
     text = str(path)
     if not text.strip():
         raise ValueError(f"{flag} is empty: name a {what}")
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in text):
-        raise ValueError(f"{flag} {text!r} holds a control character (a newline, a tab, ...); name the "
-                         f"{what} with printable characters")
+    if not text.isprintable():  # C0 and C1 controls (U+009B), line and paragraph separators (U+2028), ...
+        raise ValueError(f"{flag} {text!r} holds a control character (a newline, a tab, U+2028, ...); name "
+                         f"the {what} with printable characters")
     if text.startswith("~"):
         raise ValueError(f"{flag} {text}: '~' is not expanded here; give the full path")
     return Path(path).resolve()
@@ -340,6 +340,9 @@ def check_output_file(path: str | Path, inputs: Iterable[str | Path] = (), flag:
         if resolved == mine or mine in resolved.parents:
             raise ValueError(f"{flag} {path} is inside {folder}, the folder this command writes; write the "
                              "output elsewhere")
+        if resolved in mine.parents:  # the command makes it a folder: the file would fail after the work
+            raise ValueError(f"{flag} {path} is a folder above {folder}, the folder this command writes; "
+                             "write the output elsewhere")
     above = _marked_ancestor(resolved)
     if above is not None:
         raise ValueError(f"{flag} {path} is inside {above[0]}, {KINDS[above[1].kind]} ({MARKER}); "
@@ -387,6 +390,11 @@ def check_output_files(outputs: dict[str, str | Path | None], inputs: Iterable[s
         resolved = check_output_file(path, inputs, flag, owned)
         if resolved in seen:
             raise ValueError(f"{flag} {path} is also the {seen[resolved]} file; give each output a name")
+        for other, other_flag in seen.items():
+            if other in resolved.parents or resolved in other.parents:
+                inner, outer = (flag, other_flag) if other in resolved.parents else (other_flag, flag)
+                raise ValueError(f"{inner} {outputs[inner]} would be inside the {outer} file "
+                                 f"{outputs[outer]}; give each output a place of its own")
         seen[resolved] = flag
 
 

@@ -125,6 +125,27 @@ def test_issue_30_inputs_are_refused_in_one_line(argv, expected, capsys, tmp_pat
     assert list(tmp_path.iterdir()) == []  # refused before anything was made
 
 
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        # L1: the message offered "or none", which this flag refuses
+        (["ablate", *SMALL_RUN[:-1], "--steps-to-accuracy", "-1"],
+         "--steps-to-accuracy: '-1' is not a fraction in (0, 1] like 0.995, a percentage like 99.5%; see"),
+        # L2: a newline in a name printed a two-line error; C1 controls and separators were accepted
+        (["eval", "--model", "x\ny"], "blocklab: error: x\\ny: no such file"),
+        (["train", *SMALL_RUN, "--out", "run\u009bx"], "--out 'run\\x9bx' holds a control character"),
+        (["train", *SMALL_RUN, "--out", "run\u2028x"], "--out 'run\\u2028x' holds a control character"),
+        (["trace", "--preset", "tiny-lm", "--input", "<BOS>", "-q", "--json", "t\u2029.json"],
+         "--json 't\\u2029.json' holds a control character"),
+    ],
+)
+def test_issue_35_messages_are_one_line_and_say_what_is_allowed(argv, expected, capsys, tmp_path,
+                                                                 monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert expected in one_error(argv, capsys)
+    assert list(tmp_path.iterdir()) == []  # refused before anything was made
+
+
 @pytest.mark.parametrize("json_path", ["notes.txt/out.json", "/proc/blocklab-out.json"])
 def test_an_output_where_no_file_can_be_made_is_refused_before_the_work(tmp_path, monkeypatch, capsys,
                                                                          json_path) -> None:

@@ -417,6 +417,24 @@ def test_every_json_path_inside_the_folder_being_created_is_refused(pristine, tm
            f"--json {path} is inside", monkeypatch, capsys)
 
 
+JSON_ABOVE = [  # an output file that is a folder above the one the command creates, or above another output
+    (["train", *RUN_FLAGS, "--out", "x6.json/run", "--json", "x6.json"], "--json x6.json is a folder above"),
+    ([*ABLATE[:-1], "g.json/grid", "--json", "g.json"], "--json g.json is a folder above"),
+    (["claims", "--quick", "--only", "param-counts", "--out", "c.json/c", "--json", "c.json"],
+     "--json c.json is a folder above"),
+    (["trace", "--preset", "tiny-lm", "--input", "<BOS> I", "-q", "--json", "t", "--html", "t/p.html"],
+     "--html t/p.html would be inside the --json file t"),
+]
+
+
+@pytest.mark.parametrize(("argv", "says"), JSON_ABOVE, ids=[a[0] for a, _ in JSON_ABOVE])
+def test_an_output_path_above_another_output_is_refused_before_any_work(pristine, tmp_path, monkeypatch,
+                                                                        capsys, argv, says) -> None:
+    """Issue 35, F12: train --out x6.json/run --json x6.json trained and saved the run, then failed
+    'x6.json is a folder'."""
+    attack(pristine, tmp_path, argv, lambda inside, outside: None, says, monkeypatch, capsys)
+
+
 # Every file a command reads, replaced by a named pipe nothing writes to. A blocking open would wait
 # forever, so the commands run in a child process that the test waits for (a hang fails the test).
 FIFOS = [
