@@ -44,7 +44,7 @@ from torch import Tensor, nn
 from .circuits import AttentionWeights
 from .hooks import HookPoint
 from .kernels import norm_linear
-from .norm_kinds import LAYER_NORM_VARIANTS
+from .norm_kinds import is_layer_norm, layer_norm_variants
 from .norms import LayerNorm
 from .rotary import Angles
 
@@ -107,9 +107,9 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
             raise ValueError(f"MultiHeadAttention n_kv_heads={n_kv_heads} must divide n_heads={n_heads}")
         if qk_norm not in QK_NORMS:
             raise ValueError(f"MultiHeadAttention qk_norm={qk_norm!r} is not one of: {', '.join(QK_NORMS)}")
-        if qk_norm != "none" and norm not in LAYER_NORM_VARIANTS:
+        if qk_norm != "none" and not is_layer_norm(norm):
             raise ValueError(f"MultiHeadAttention qk_norm={qk_norm!r} needs a LayerNorm variant "
-                             f"({', '.join(LAYER_NORM_VARIANTS)}), not norm={norm!r}")
+                             f"({', '.join(layer_norm_variants())}), not norm={norm!r}")
         factory = {"device": device, "dtype": dtype}
         self.d_model, self.n_heads, self.causal = d_model, n_heads, causal
         self.d_k = d_model // n_heads if d_head is None else d_head

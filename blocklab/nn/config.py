@@ -9,21 +9,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import names
-from .activations import ACTIVATION_NAMES
+from .activations import ACTIVATION_KINDS
 from .attention import QK_NORMS
 from .init_schemes import INIT_SCHEMES
 from .layouts import LAYOUTS
-from .norm_kinds import LAYER_NORM_VARIANTS, NORM_KINDS
+from .norm_kinds import NORM_KINDS, is_layer_norm, layer_norm_variants
 from .rotary import ROTARY_STYLES, check_rope_scaling, rotary_dim
 
 # One list per variant, next to what chooses among them. The norm kinds are their records' table
 # (norm_kinds.NORM_KINDS: the per-position LayerNorm kinds, BatchNorm, no norm).
-NORMS = tuple(NORM_KINDS)
+NORMS = tuple(NORM_KINDS)  # as the package ships it; validation reads the table itself
 _NO_NORM = next(name for name, kind in NORM_KINDS.items() if not kind.normalises)  # for messages
 NORM_POSITIONS = tuple(LAYOUTS)  # the block layouts (layouts.LAYOUTS: where the norms sit, how it is wired)
 RESIDUALS = ("add", "rezero", "deepnorm", "none")
@@ -44,9 +44,9 @@ LEAN_MIN_D_MODEL = 384
 EMBED_SCALES = ("sqrt_d_model", "none")  # the factor on the token embedding (embedding.SCALE_FACTORS)
 
 # The fields that take one of a few names, and those names (validation and the CLI's --help use it).
-CHOICES: dict[str, tuple[str, ...]] = {
-    "activation": ACTIVATION_NAMES,
-    "norm": NORMS,
+CHOICES: dict[str, Collection[str]] = {
+    "activation": ACTIVATION_KINDS.keys(),  # live, as norm
+    "norm": NORM_KINDS.keys(),  # live: a kind added to the table is a choice
     "norm_position": NORM_POSITIONS,
     "residual": RESIDUALS,
     "pos_encoding": POS_ENCODINGS,
@@ -175,7 +175,7 @@ class ModelConfig:
     def uses_lean_path(self) -> bool:
         """Whether each block runs its lean wiring (kernels.py) rather than module by module."""
         wired = (self.norm_position in LEAN_NORM_POSITIONS and self.residual in LEAN_RESIDUALS
-                 and self.norm in LAYER_NORM_VARIANTS and self.dropout == 0)
+                 and is_layer_norm(self.norm) and self.dropout == 0)
         return wired and self.components_fused
 
     @property
@@ -298,8 +298,8 @@ def _attention_violations(c: ModelConfig, need: Callable[[bool, str], None]) -> 
              f"sliding_window={c.sliding_window!r} must be an integer >= 1 (or unset: no window)")
         need(c.causal, f"sliding_window={c.sliding_window!r} limits causal attention, but causal=False")
     if c.qk_norm != "none":
-        need(c.norm in LAYER_NORM_VARIANTS, f"qk_norm={c.qk_norm!r} normalises q and k with the block's norm "
-             f"variant, but norm={c.norm!r} is not one: use {', '.join(LAYER_NORM_VARIANTS)}")
+        need(is_layer_norm(c.norm), f"qk_norm={c.qk_norm!r} normalises q and k with the block's norm "
+             f"variant, but norm={c.norm!r} is not one: use {', '.join(layer_norm_variants())}")
     rotary = c.pos_encoding == "rotary"
     defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
     for name in ("rotary_fraction", "rotary_base", "rotary_style", "rope_scaling"):
@@ -331,7 +331,7 @@ def _why_no_lean_path(c: ModelConfig) -> str:
         return f"norm_position={c.norm_position!r} has no lean wiring (only {', '.join(LEAN_NORM_POSITIONS)})"
     if c.residual not in LEAN_RESIDUALS:
         return f"residual={c.residual!r} has no lean wiring (only {', '.join(LEAN_RESIDUALS)})"
-    if c.norm not in LAYER_NORM_VARIANTS:
+    if not is_layer_norm(c.norm):
         return f"norm={c.norm!r} has no lean wiring (only the LayerNorm variants)"
     if c.dropout:
         return f"dropout={c.dropout!r} has no lean wiring (only dropout 0)"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .activations import is_gated
+from .activations import activation_kind
 from .circuits import FeedForwardWeights
 from .hooks import HookPoint
 from .kernels import act_kernel, act_linear, norm_linear
@@ -49,7 +49,8 @@ class FeedForward(FeedForwardWeights, nn.Module):
         self.act_kernel = act_kernel(activation)  # act(h) (gated: gate(h1) * h3) and its derivative
         self.w1 = nn.Linear(d_model, d_ff, bias=bias, **factory)
         self.w2 = nn.Linear(d_ff, d_model, bias=bias, **factory)
-        self.w3 = nn.Linear(d_model, d_ff, bias=bias, **factory) if is_gated(activation) else None
+        gated = activation_kind(activation).gated
+        self.w3 = nn.Linear(d_model, d_ff, bias=bias, **factory) if gated else None
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.stages = tuple(s for s in self.STAGES if self.w3 is not None or s not in self.GATED_STAGES)
         for stage in self.stages:
@@ -108,5 +109,5 @@ class FeedForward(FeedForwardWeights, nn.Module):
 
 def ffn_parameter_count(d_model: int, d_ff: int, activation: str, bias: bool) -> int:
     """2 d d_ff + d_ff + d for the classic FFN (3 d d_ff + 2 d_ff + d when gated)."""
-    n_in = 2 if is_gated(activation) else 1  # matrices reading d_model: w1 (and w3)
+    n_in = activation_kind(activation).input_matrices  # matrices reading d_model: w1 (and w3)
     return n_in * (d_model * d_ff + (d_ff if bias else 0)) + d_ff * d_model + (d_model if bias else 0)

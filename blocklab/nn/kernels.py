@@ -61,8 +61,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .activations import GELU_SIGMOID_SCALE, get_activation, is_gated
-from .norm_kinds import LAYER_NORM_VARIANTS, NORM_KINDS, NormKind
+from .activations import activation_kind
+from .norm_kinds import NORM_KINDS, NormKind, is_layer_norm, layer_norm_variants
 
 # ---- mixed precision: backward runs as forward ran ------------------------------------------------
 # Under torch.autocast the forward's matmuls run in bfloat16/float16 while the parameters, the
@@ -185,8 +185,8 @@ def norm_kernel(kind: NormKind | str, eps: float) -> NormKernel:
     """The forward/backward pair of a per-position norm kind (a record of norm_kinds.NORM_KINDS, or its
     name); the pair follows from the record: ATen's kernels where one computes it."""
     if isinstance(kind, str):
-        if kind not in NORM_KINDS or not NORM_KINDS[kind].per_position:
-            raise ValueError(f"LayerNorm variant={kind!r} is not one of: {', '.join(LAYER_NORM_VARIANTS)}")
+        if not is_layer_norm(kind):
+            raise ValueError(f"LayerNorm variant={kind!r} is not one of: {', '.join(layer_norm_variants())}")
         kind = NORM_KINDS[kind]
     return NormKernel(kind.name, float(eps), *_NORM_PAIRS[kind.centres, kind.eps_inside_root])
 
@@ -210,24 +210,6 @@ class ActKernel(NamedTuple):
     gate: Callable[[Tensor], Tensor] | None = None  # gated: the gate function of gate(h1) * h3
 
 
-def _gelu_sigmoid_backward(g: Tensor, h: Tensor) -> Tensor:
-    s = torch.sigmoid(GELU_SIGMOID_SCALE * h)  # d/dh h s(c h) = s + c h s (1 - s)
-    return g.mul_(s + GELU_SIGMOID_SCALE * h * s * (1 - s))
-
-
-_aten = torch.ops.aten
-# ATen's kernels (the ones autograd uses for F.relu, F.gelu, F.silu), writing over g
-_ACT_BACKWARD: dict[str, tuple[Callable[[Tensor, Tensor], Tensor], bool]] = {
-    "relu": (lambda g, a: _aten.threshold_backward.grad_input(g, a, 0, grad_input=g), True),  # g * (a > 0)
-    "gelu": (lambda g, h: _aten.gelu_backward.grad_input(g, h, grad_input=g), False),  # g (Phi(h) + h phi(h))
-    "gelu_tanh": (lambda g, h: _aten.gelu_backward.grad_input(g, h, approximate="tanh", grad_input=g), False),
-    "gelu_sigmoid": (_gelu_sigmoid_backward, False),
-    "relu2": (lambda g, h: g.mul_(F.relu(h)).mul_(2), False),  # d/dh relu(h)^2 = 2 relu(h)
-    "swiglu": (lambda g, h: _aten.silu_backward.grad_input(g, h, grad_input=g), False),  # s (1 + h (1 - s))
-    "geglu": (lambda g, h: _aten.gelu_backward.grad_input(g, h, grad_input=g), False),  # gate: exact GELU
-}
-
-
 def _gated(name: str, gate: Callable[[Tensor], Tensor], gate_backward: Callable) -> ActKernel:
     """a = gate(h1) * h3, h1 = w1's output, h3 = w3's."""
 
@@ -239,12 +221,11 @@ def _gated(name: str, gate: Callable[[Tensor], Tensor], gate_backward: Callable)
 
 
 def act_kernel(activation: str) -> ActKernel:
-    """The forward/backward pair of an FFN activation (every name in ACTIVATION_NAMES)."""
-    forward = get_activation(activation)  # raises the usual error for an unknown name
-    backward, saves_output = _ACT_BACKWARD[activation]
-    if is_gated(activation):
-        return _gated(activation, forward, backward)
-    return ActKernel(activation, forward, lambda g, h: (backward(g, h),), saves_output)
+    """The forward/backward pair of an FFN activation, from its record (activations.ACTIVATION_KINDS)."""
+    kind = activation_kind(activation)  # raises the usual error for an unknown name
+    if kind.gated:
+        return _gated(kind.name, kind.function, kind.backward)
+    return ActKernel(kind.name, kind.function, lambda g, h: (kind.backward(g, h),), kind.saves_output)
 
 
 # ---- linear backward shared by the functions ----------------------------------------------------

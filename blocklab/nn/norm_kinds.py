@@ -98,6 +98,12 @@ NORM_KINDS: dict[str, NormKind] = {
             "{span}, under 1 only by eps = {eps}; then gamma * z_hat",
             centres=False, bias=False,
         ),
+        NormKind(  # Gemma's RMSNorm (transformers' GemmaRMSNorm): output * (1 + weight), weight from 0
+            "rms_plus_one", "RMSNorm (1 + w)",
+            "divided each position by sqrt(mean(z^2) + eps), no centring; mean(z_hat^2) = ms/(ms+eps) = "
+            "{span}, under 1 only by eps = {eps}; then (1 + w) * z_hat, w learned from 0 (Gemma)",
+            centres=False, bias=False, scale_offset=1.0,
+        ),
         NormKind(
             "batch", "BatchNorm",
             "each feature normalized with statistics over batch and positions (running estimates in eval), "
@@ -112,5 +118,14 @@ NORM_KINDS: dict[str, NormKind] = {
     )
 }
 
-# The per-position kinds (LayerNorm's variants): what QK-norm and the lean kernels take.
-LAYER_NORM_VARIANTS: tuple[str, ...] = tuple(name for name, kind in NORM_KINDS.items() if kind.per_position)
+
+def layer_norm_variants() -> tuple[str, ...]:
+    """The per-position kinds (LayerNorm's variants), what QK-norm and the lean kernels take; read from the
+    table each time, so that a record added to it is one of them."""
+    return tuple(name for name, kind in NORM_KINDS.items() if kind.per_position)
+
+
+def is_layer_norm(name: object) -> bool:
+    """Whether ``name`` is a per-position norm kind."""
+    kind = NORM_KINDS.get(name) if isinstance(name, str) else None
+    return kind is not None and kind.per_position

@@ -29,9 +29,9 @@ from torch import Tensor, nn
 from .batchnorm import BatchNorm
 from .hooks import HookPoint
 from .kernels import NormKernel, layer_norm, norm_kernel
-from .norm_kinds import LAYER_NORM_VARIANTS, NORM_KINDS, NormKind
+from .norm_kinds import NORM_KINDS, NormKind, layer_norm_variants
 
-NORM_VARIANTS = LAYER_NORM_VARIANTS  # the per-position kinds of the record table
+NORM_VARIANTS = layer_norm_variants()  # the per-position kinds the package ships
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def norm_kind(variant: str | NormKind) -> NormKind:
     """The per-position norm kind a name (or a record) stands for; ValueError naming the known ones."""
     kind = NORM_KINDS.get(variant) if isinstance(variant, str) else variant
     if kind is None or not kind.per_position:
-        raise ValueError(f"LayerNorm variant={variant!r} is not one of: {', '.join(NORM_VARIANTS)}")
+        raise ValueError(f"LayerNorm variant={variant!r} is not one of: {', '.join(layer_norm_variants())}")
     return kind
 
 
@@ -57,7 +57,7 @@ def layer_norm_stats(z: Tensor, eps: float, variant: str | NormKind = "standard"
     # a name that is no per-position kind (BatchNorm's, whose input the diagnostics describe per position)
     # gets the first kind's statistics: the mean and variance of each position
     kind = NORM_KINDS.get(variant) if isinstance(variant, str) else variant
-    kind = kind if kind is not None and kind.per_position else NORM_KINDS[NORM_VARIANTS[0]]
+    kind = kind if kind is not None and kind.per_position else NORM_KINDS[layer_norm_variants()[0]]
     mu = z.mean(-1, keepdim=True) if kind.centres else torch.zeros_like(z[..., :1])
     centred = z - mu if kind.centres else z
     var = centred.pow(2).mean(-1, keepdim=True)  # biased: divide by d, not d-1

@@ -21,6 +21,7 @@ from blocklab.nn.kernels import (
     norm_linear,
     residual_norm_linear,
 )
+from blocklab.nn.norm_kinds import NORM_KINDS
 from blocklab.nn.norms import NORM_VARIANTS, LayerNorm
 
 f64 = torch.float64
@@ -32,7 +33,7 @@ def rand(*shape: int, requires_grad: bool = True) -> torch.Tensor:
 
 def norm_params(variant: str, d: int, bias: bool) -> tuple:
     gamma = (1 + 0.3 * torch.randn(d, dtype=f64)).requires_grad_()
-    beta = rand(d) if bias and variant != "rms" else None
+    beta = rand(d) if bias and NORM_KINDS[variant].bias else None  # RMSNorm's kinds have none
     return gamma, beta
 
 
@@ -105,14 +106,14 @@ def test_layer_norm_backward_formula_equals_aten_kernel() -> None:
 
 
 def autograd_norm(variant: str, x, gamma, beta, eps):
-    """The variant's forward written as plain float64 tensor ops (autograd differentiates it)."""
-    if variant == "rms":
-        z_hat = x / torch.sqrt(x.square().mean(-1, keepdim=True) + eps)
-    else:
-        centred = x - x.mean(-1, keepdim=True)
-        sigma2 = centred.square().mean(-1, keepdim=True)
-        denom = torch.sqrt(sigma2) + eps if variant == "eps_outside_sqrt" else torch.sqrt(sigma2 + eps)
-        z_hat = centred / denom
+    """The variant's forward written as plain float64 tensor ops (autograd differentiates it), as its
+    record says: centred or not (RMSNorm), eps inside or outside the root. The kernels take gamma as
+    given (a kind's offset, Gemma's 1 + w, is the module's)."""
+    kind = NORM_KINDS[variant]
+    centred = x - x.mean(-1, keepdim=True) if kind.centres else x
+    sigma2 = centred.square().mean(-1, keepdim=True)  # the mean square when not centred
+    denom = torch.sqrt(sigma2 + eps) if kind.eps_inside_root else torch.sqrt(sigma2) + eps
+    z_hat = centred / denom
     out = z_hat * gamma
     return out + beta if beta is not None else out
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from ...nn.activations import ACTIVATION_KINDS
 from ...nn.layouts import LAYOUTS
 from ...nn.norm_kinds import NORM_KINDS
 from ...nn.rotary import inverse_frequencies, rotary_dim
@@ -27,15 +28,6 @@ BRANCH_WORDS = {"attn": "attention", "ffn": "FFN"}
 NORM_ROLES = {(layout.name, "ln_f"): "final norm before the head: " for layout in LAYOUTS.values()} | {
     (layout.name, norm): f"{layout.title} norm of the {BRANCH_WORDS[source.split('.')[0]]} output: "
     for layout in LAYOUTS.values() for norm, source in layout.norm_inputs.items() if source.endswith(".out")
-}
-ACTIVATION_WORDS = {
-    "relu": "ReLU max(0, h) set the negative units to 0",
-    "gelu": "GELU h * Phi(h) (exact, erf) kept positives and squashed negatives toward 0 (never below -0.17)",
-    "gelu_tanh": "GELU (tanh approximation) kept positives and squashed negatives toward 0",
-    "gelu_sigmoid": "GELU (sigmoid approximation h * sigmoid(1.702 h)) kept positives, squashed negatives",
-    "relu2": "squared ReLU max(0, h)^2 zeroed the negatives and squared the rest",
-    "swiglu": "SwiGLU: silu(W1 x) * (W3 x), the gate times the linear branch",
-    "geglu": "GEGLU: gelu(W1 x) * (W3 x), the gate times the linear branch",
 }
 
 
@@ -284,7 +276,8 @@ def _ffn_linear(s: Stage, w: Walk) -> str:
 
 def _ffn_act(s: Stage, w: Walk) -> str:
     ffn = _ffn_module(s, w)
-    words = ACTIVATION_WORDS.get(getattr(ffn, "activation", ""), "activation")
+    kind = ACTIVATION_KINDS.get(getattr(ffn, "activation", ""))
+    words = kind.explains if kind is not None else "activation"
     return f"{words}; {100 * float(s.frac_le_zero.mean()):.1f}% of units now <= 0"
 
 
