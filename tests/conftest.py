@@ -6,6 +6,11 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import torch
+from hypothesis import settings
+
+# 20x every property test's examples (fuzzing.examples), by hand: pytest --hypothesis-profile=thorough.
+# Not in CI, where hypothesis loads its own "ci" profile (derandomized: the same cases every run).
+settings.register_profile("thorough", max_examples=2000, deadline=None)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

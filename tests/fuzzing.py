@@ -17,7 +17,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hypothesis import settings
 from hypothesis import strategies as st
+
+
+def examples(n: int) -> int:
+    """A property test's ``n`` examples, times the loaded profile's multiple of hypothesis' default 100:
+    ``pytest --hypothesis-profile=thorough`` (tests/conftest.py) draws 20 times as many, a check of the
+    contracts run by hand, not in CI."""
+    return n * max(1, settings.default.max_examples // 100)
+
 
 SCALARS = (
     st.none()
@@ -86,6 +95,28 @@ def one_line_or_result(action: Callable[[], Any]) -> Any:
         message = str(error)
         assert message.strip() and "\n" not in message, repr(message)
         return None
+
+
+WARNING = "blocklab: warning: "
+
+
+def assert_cli_outcome(status: int, err: str, context: object = None) -> None:
+    """The command line's contract, for every case a fuzzer can draw: exit 0, 2 (a mistake) or 1 (a run
+    that diverged, its own report); never a traceback or an internal error. A failure's stderr is
+    blocklab's own lines only: any number of one-line warnings (a warmup longer than the run, ...), then
+    exactly one error line, the last (``training stopped at step ...`` for status 1)."""
+    shown = (context, status, err)
+    assert "Traceback" not in err and "internal error" not in err, shown
+    assert status in (0, 1, 2), shown
+    lines = err.splitlines()
+    errors = [line for line in lines if line.startswith("blocklab: error: ")]
+    if status == 0:
+        assert errors == [], shown
+        return
+    assert len(errors) == 1 and lines[-1] == errors[0], shown
+    assert all(line.startswith(WARNING) for line in lines[:-1]), shown
+    if status == 1:
+        assert errors[0].startswith("blocklab: error: training stopped at step"), shown
 
 
 class Sandbox:

@@ -77,15 +77,15 @@ def build_parser(commands: bool = True) -> Parser:
     return parser
 
 
-def _show_warning(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
-    """blocklab's own warnings as one line ``blocklab: warning: ...``; others as Python shows them."""
-    if issubclass(category, BlocklabWarning):
-        print(f"blocklab: warning: {one_line(str(message))}", file=sys.stderr, flush=True)
-    else:
-        _python_show_warning(message, category, *args, **kwargs)
-
-
-_python_show_warning = warnings.showwarning
+def _show_warning(message: Any, category: type[Warning], filename: str, lineno: int, *args: Any,
+                  **kwargs: Any) -> None:
+    """Every warning as one line ``blocklab: warning: ...``: blocklab's own as they are, another
+    library's (matplotlib's, torch's) with its kind and where it was raised, never Python's two lines
+    with the source line."""
+    text = printable(one_line(str(message)))
+    if not issubclass(category, BlocklabWarning):
+        text += f" ({category.__name__} at {os.path.basename(filename)}:{lineno})"
+    print(f"blocklab: warning: {text}", file=sys.stderr, flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

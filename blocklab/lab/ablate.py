@@ -267,7 +267,8 @@ def _curve_figure(results: dict[str, dict[str, Any]], cells: list[str]) -> Figur
                 acc_ax.plot(*zip(*pts, strict=True), "o-", ms=2, color=color, lw=1, label=label)
     loss_ax.set(title="training loss", xlabel="step", yscale="log")
     acc_ax.set(title="held-out accuracy", xlabel="step", ylim=(0, 1.02))
-    acc_ax.legend(fontsize="x-small")
+    if acc_ax.get_legend_handles_labels()[0]:  # no eval rows, nothing drawn: no empty legend (its warning)
+        acc_ax.legend(fontsize="x-small")
     return fig
 
 
@@ -283,7 +284,8 @@ def _flow_figure(results: dict[str, dict[str, Any]], cells: list[str]) -> Figure
         for row in [rows[0], rows[len(rows) // 2], rows[-1]] if rows else []:
             ax.plot(row["grad_resid"], "o-", ms=3, label=f"step {row['step']}")
         ax.set(title=name, xlabel="layer (last: top)", yscale="log")
-        ax.legend(fontsize="x-small")
+        if rows:
+            ax.legend(fontsize="x-small")
     axes[0].set_ylabel("|dL/dx_l| (residual stream)")
     return fig
 

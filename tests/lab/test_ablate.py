@@ -120,3 +120,22 @@ def test_ctrl_c_on_ablate_with_two_jobs_while_the_workers_start_is_one_line_and_
     """Issue 35, F8: a worker interrupted while importing torch printed a KeyboardInterrupt traceback."""
     command = ["ablate", *TINY, "--vary", "n_layers=1,2", "--jobs", "2"]
     assert_interrupted_cleanly(ctrl_c_at(command, tmp_path / "g", "workers importing torch"))
+
+
+def test_a_curve_without_eval_rows_draws_its_report_without_a_warning(finished_grid, tmp_path):
+    """Issue 35, L6: matplotlib's two-line 'No artists with labels found to put in legend' leaked."""
+    import shutil
+
+    args, out = finished_grid
+    copy = tmp_path / "g"
+    shutil.copytree(out, copy)
+    path = copy / "base" / "seed-0" / "result.json"
+    result = json.loads(path.read_text())
+    result["curve"] = [{k: v for k, v in row.items() if k in ("step", "loss")} for row in result["curve"]]
+    path.write_text(json.dumps(result))
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "blocklab", *args[:-1], str(copy)], capture_output=True,
+                          text=True, timeout=300, check=False)  # a process: pytest records warnings itself
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert "<img" in (copy / "report.html").read_text()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -58,7 +59,7 @@ def scored(targets: torch.Tensor) -> list[int]:
 WORDS = ["<PAD>", "a", "b", "Max", "(", ")", ","]
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.lists(st.integers(0, len(WORDS) - 1), min_size=1, max_size=20))
 def test_word_tokenizer_encode_inverts_decode(ids: list[int]) -> None:
     tok = Tokenizer(WORDS)
@@ -66,7 +67,7 @@ def test_word_tokenizer_encode_inverts_decode(ids: list[int]) -> None:
     assert tok.tokens(ids) == [WORDS[i] for i in ids]
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.text(alphabet="ab \n\t", min_size=1, max_size=30))
 def test_char_tokenizer_decode_inverts_encode(text: str) -> None:
     tok = Tokenizer(["<PAD>", "\t", "\n", " ", "a", "b"], level="char")

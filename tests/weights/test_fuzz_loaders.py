@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from fuzzing import Sandbox, damaged, file_texts, json_values, one_line_or_result
+from fuzzing import Sandbox, damaged, examples, file_texts, json_values, one_line_or_result
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors import safe_open
@@ -26,7 +26,7 @@ from blocklab.training.runfiles import read_metrics, read_run_config, truncate_m
 from blocklab.training.state import read_train_state
 from blocklab.weights import read_pretrained, save_pretrained
 
-FUZZ = settings(max_examples=40, deadline=None, database=None,
+FUZZ = settings(max_examples=examples(40), deadline=None, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 TASK = get_task("tiny-lm")
 CONFIG = bl.preset("tiny-lm", **TASK.config_overrides())
