@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from blocklab import ModelConfig, Transformer, count_parameters
 from blocklab.cli import main
 from blocklab.nn.activations import ACTIVATION_NAMES
-from blocklab.nn.config import FIELDS, NORM_POSITIONS, NORMS, POS_ENCODINGS, PRESETS, RESIDUALS
+from blocklab.nn.config import FIELDS, NORM_POSITIONS, NORMS, POS_ENCODINGS, RESIDUALS
+from blocklab.nn.presets import PRESETS
 
 # ---- random ModelConfigs ------------------------------------------------------------------------
 

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..device import DEVICE_CHOICES, DTYPE_CHOICES
 from ..errors import UsageError
-from ..nn.config import CHOICES, FIELDS, LEAN_MIN_D_MODEL, PRESETS, ModelConfig, preset
+from ..nn.config import CHOICES, FIELDS, LEAN_MIN_D_MODEL, ModelConfig
 from ..nn.layouts import LAYOUTS
+from ..nn.presets import PRESETS, preset
 from ..tasks import DEFAULT_TASK, TASKS, Task, get_task
 from ..training.train_config import TRAIN_FIELDS, TrainConfig
 

@@ -13,7 +13,8 @@ import warnings
 from pathlib import Path
 
 from ..errors import BlocklabWarning, UsageError
-from ..nn.config import FIELDS, PRESETS
+from ..nn.config import FIELDS
+from ..nn.presets import PRESETS
 from .args import (
     add_command,
     add_config_flags,

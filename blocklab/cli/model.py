@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from ..nn.config import PRESET_NOTES, PUBLISHED_TOTALS, ModelConfig, preset
+from ..nn.config import ModelConfig
 from ..nn.layouts import LAYOUTS
 from ..nn.norm_kinds import NORM_KINDS
+from ..nn.presets import PRESET_NOTES, PUBLISHED_TOTALS, preset
 from .args import add_command, add_config_flags, add_json_flag, config_from_args, emit_json, say_written
 
 

@@ -1,6 +1,6 @@
 """``blocklab trace``: pick the model and the input, collect, then print / write JSON / write HTML.
 
-The model is a preset built with a fixed seed (a preset shaped for a task, ``config.PRESET_TASKS``,
+The model is a preset built with a fixed seed (a preset shaped for a task, ``presets.PRESET_TASKS``,
 brings the task's tokenizer) or ``--model`` (anything ``blocklab.load`` reads: a run, a checkpoint, a
 Hugging Face folder or an installed model package), which brings its own tokenizer when it has one.
 """

@@ -14,7 +14,8 @@ from ..device import resolve_compute
 from ..errors import UsageError
 from ..files.folders import CHECKPOINTS, CONFIG, inspect_folder
 from ..inspect.nonfinite import refuse_nonfinite_output
-from ..nn.config import FIELDS, PRESETS, ModelConfig
+from ..nn.config import FIELDS, ModelConfig
+from ..nn.presets import PRESETS
 from ..tasks import DEFAULT_TASK, Task, task_from_dict
 from ..training.loop import (
     TrainingDiverged,

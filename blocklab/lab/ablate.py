@@ -31,7 +31,8 @@ from matplotlib.figure import Figure
 from ..files.atomic import atomic_write_bytes, refuse_links_below
 from ..files.folders import REPORT, RESULT, SUMMARY, claim_folder, new_marker, write_marker
 from ..files.jsonfiles import read_json, write_json
-from ..nn.config import FIELDS, preset
+from ..nn.config import FIELDS
+from ..nn.presets import preset
 from ..tasks import task_from_dict
 from ..training.loop import TRAIN_FIELDS, TrainConfig
 from .executors import Executor

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from ..inspect.diagnostics import DiagnosticsLogger, diagnose
-from ..nn.config import preset
+from ..nn.presets import preset
 from ..tasks import task_from_dict
 from ..training.loop import TrainConfig, TrainingDiverged, resolve_threads, share_cores, train
 

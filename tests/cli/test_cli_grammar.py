@@ -11,7 +11,8 @@ import pytest
 
 from blocklab.cli import build_parser
 from blocklab.cli.args import FIELD_HELP, _field_parser, parse_bool, parse_bool_or_auto, parse_optional_bool
-from blocklab.nn.config import CHOICES, FIELDS, NORMS, PRESETS
+from blocklab.nn.config import CHOICES, FIELDS, NORMS
+from blocklab.nn.presets import PRESETS
 from blocklab.tasks import TASKS
 from blocklab.training.train_config import TRAIN_FIELDS
 

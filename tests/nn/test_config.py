@@ -3,7 +3,8 @@
 import pytest
 
 from blocklab import ModelConfig, preset
-from blocklab.nn.config import FIELDS, PRESETS, from_dict, resolve_d_ff
+from blocklab.nn.config import FIELDS, from_dict, resolve_d_ff
+from blocklab.nn.presets import PRESETS
 
 
 def test_defaults_are_the_listops_seed_preset() -> None:

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 import blocklab as bl
-from blocklab.nn.config import EMBEDDING_CHOICES, PRESETS, from_saved_dict
+from blocklab.nn.config import from_saved_dict
 from blocklab.nn.embedding import sinusoidal_table
+from blocklab.nn.presets import EMBEDDING_CHOICES, PRESETS
 
 
 def test_sinusoidal_table_follows_spec_formula() -> None:

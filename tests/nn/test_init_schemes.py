@@ -9,8 +9,9 @@ import torch
 from torch import nn
 
 from blocklab import Transformer
-from blocklab.nn.config import from_saved_dict, preset
+from blocklab.nn.config import from_saved_dict
 from blocklab.nn.init_schemes import INIT_SCHEMES
+from blocklab.nn.presets import preset
 
 # the std each scheme's formula gives a weight of shape (fan_out, fan_in)
 FORMULA = {

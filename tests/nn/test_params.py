@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from blocklab import ModelConfig, Transformer, count_parameters, preset
-from blocklab.nn.config import NORM_POSITIONS, PRESETS, PUBLISHED_TOTALS
+from blocklab.nn.config import NORM_POSITIONS
+from blocklab.nn.presets import PRESETS, PUBLISHED_TOTALS
 
 
 def built(config: ModelConfig) -> int:

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from blocklab.nn.config import preset
 from blocklab.nn.model import Transformer
+from blocklab.nn.presets import preset
 from blocklab.tasks import IGNORE_INDEX, PaddedListOpsTask, get_task
 from blocklab.training.loop import TrainConfig, batch_indices, evaluate, train
 

@@ -297,7 +297,7 @@ def test_export_refuses_a_layout_whose_config_json_would_read_back_as_another_mo
 def test_each_presets_total_equals_transformers_model_of_its_config_and_the_published_figure(name):
     """The preset's count from the shapes, the transformers model its exported config.json builds (on
     the meta device: no memory), and the released checkpoint's published total agree."""
-    from blocklab.nn.config import PUBLISHED_TOTALS, preset
+    from blocklab.nn.presets import PUBLISHED_TOTALS, preset
     from blocklab.weights.hf_folder import export_family
 
     config = preset(name)

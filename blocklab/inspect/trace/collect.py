@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
-from dataclasses import asdict
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 
 import torch
 from torch import Tensor, nn
@@ -201,7 +201,42 @@ def collect_trace(
             f"--position {position} is outside the input's {T} positions (0..{T - 1}, or -1 for the last)")
     positions = list(range(T)) if position is None else [position % T]
     config: ModelConfig = model.config
-    device = model_device(model)  # the forward runs where the model is (in the caller's autocast)
+    # a norm's scale is shown with the norm (its denominator), not as a stage of its own
+    shown = select_names([n for n in model.hook_names() if not n.endswith(SCALE_SUFFIX)], names)
+    reads = sources(config, shown)  # what the hover's formulas read (operands.py)
+    cache, embed_inputs, model = _run(model, ids, target, _needed(model, shown, reads))
+    with torch.autocast("cpu", enabled=False):  # the numbers are read in float32/64, not the forward's dtype
+        input_of = norm_input_stages(config)
+        norm_inputs = {**{n: cache[src] for n, src in input_of.items() if n in shown}, **embed_inputs}
+        reading = _Reading(cache, dict(model.named_modules()), norm_inputs,
+                           {NORM_MODULE_STAGE.get(path, path): path for path in norm_inputs}, reads, vocab)
+        trace = Trace(source=source, config=config, ids=ids, tokens=tokens, positions=positions, text=text)
+        if target is not None:
+            trace.target = {"position": T - 1, "id": int(target), "token": target_token or str(target)}
+        trace.stages = [_stage(name, value, [T - 1] if _kind(name) == "loss" else positions, config, reading)
+                        for name, value in cache.items() if name in shown]
+        trace.predictions, trace.lens = _predictions(model, cache, positions, vocab, target)
+        explain_all(trace, model)
+    return trace
+
+
+def _needed(model: nn.Module, shown: list[str], reads: dict) -> list[str]:
+    """The stages to cache: those shown, the inputs of the norms shown, the embed stage's parts, the
+    logits and the stream (predictions, logit lens) and what the hover's formulas read."""
+    input_of = norm_input_stages(model.config)
+    needed = shown + [input_of[n] for n in shown if n in input_of and input_of[n] not in shown]
+    # the embed stage's parts are read even when only `embed` is asked for
+    needed += [p for p in EMBED_PARTS if "embed" in shown and p not in needed and p in model.hook_names()]
+    needed += [n for n in ("logits", *stream_stages(model)) if n not in needed]
+    return needed + [n for n in dict.fromkeys(reads.values()) if n not in needed]
+
+
+def _run(model: nn.Module, ids: list[int], target: int | None, needed: list[str]
+         ) -> tuple[Mapping[str, Tensor], dict[str, Tensor], nn.Module]:
+    """The forward (eval, no grad, where the model is, in the caller's autocast): the cache of ``needed``,
+    the embedding norm's inputs by module path, and the model to read parameters from (a CPU copy when
+    it ran elsewhere: the numbers are read on the CPU)."""
+    device = model_device(model)
     tokens_t = torch.tensor([ids], device=device)
     targets = None
     if target is not None:
@@ -210,15 +245,6 @@ def collect_trace(
     was_training = model.training
     model.eval()
     embed_inputs, handles = _capture_embed_norm_input(model)
-    # a norm's scale is shown with the norm (its denominator), not as a stage of its own
-    shown = select_names([n for n in model.hook_names() if not n.endswith(SCALE_SUFFIX)], names)
-    input_of = norm_input_stages(config)
-    needed = shown + [input_of[n] for n in shown if n in input_of and input_of[n] not in shown]
-    # the embed stage's parts are read even when only `embed` is asked for
-    needed += [p for p in EMBED_PARTS if "embed" in shown and p not in needed and p in model.hook_names()]
-    needed += [n for n in ("logits", *stream_stages(model)) if n not in needed]  # predictions, logit lens
-    reads = sources(config, shown)  # what the hover's formulas read (operands.py)
-    needed += [n for n in dict.fromkeys(reads.values()) if n not in needed]
     try:
         with torch.no_grad():
             _, cache = model.run_with_cache(tokens_t, names=needed, targets=targets)
@@ -226,47 +252,52 @@ def collect_trace(
         for handle in handles:
             handle.remove()
         model.train(was_training)
-    if device.type != "cpu":  # the numbers are read on the CPU: the cache, and a CPU copy of the model
+    if device.type != "cpu":
         cache = {name: value.cpu() for name, value in cache.items()}
         embed_inputs = {path: value.cpu() for path, value in embed_inputs.items()}
         model = copy.deepcopy(model).cpu()
-    with torch.autocast("cpu", enabled=False):  # the numbers are read in float32/64, not the forward's dtype
-        modules = dict(model.named_modules())
-        norm_inputs = {**{n: cache[src] for n, src in input_of.items() if n in shown}, **embed_inputs}
-        norm_for_stage = {NORM_MODULE_STAGE.get(path, path): path for path in norm_inputs}
-        trace = Trace(source=source, config=config, ids=ids, tokens=tokens, positions=positions, text=text)
-        if target is not None:
-            trace.target = {"position": T - 1, "id": int(target), "token": target_token or str(target)}
-        for name, value in cache.items():
-            if name not in shown:
-                continue
-            kind = _kind(name)
-            stage_positions = [T - 1] if kind == "loss" else positions
-            rows, heads = _rows(name, value, stage_positions)
-            stats, masked = row_stats(rows)
-            parts = name.split(".")
-            stage = Stage(
-                name=name, kind=kind, block=int(parts[1]) if parts[0] == "blocks" else None,
-                shape=tuple(value.shape), positions=stage_positions, rows=rows, stats=stats, heads=heads,
-                masked=masked if bool(masked.any()) else None,
-                columns=list(vocab) if vocab is not None and kind in ("logits", "probs") else None,
-            )
-            module_path = norm_for_stage.get(name)
-            if kind == "norm" or module_path is not None:
-                module = modules.get(module_path or name)
-                stage.norm_module = _norm_label(module)
-                if isinstance(module, LayerNorm) and module_path in norm_inputs:
-                    stage.norm = _norm_numbers(module, norm_inputs[module_path], stage_positions)
-            if kind in ("ffn.hidden", "ffn.act"):
-                stage.frac_le_zero = (rows <= 0).to(torch.float64).mean(-1)
-            if name == "embed" and "tok" in cache:
-                pos = cache["pos"][0, stage_positions] if "pos" in cache else None
-                stage.parts = embedding_parts(cache["tok"][0, stage_positions], pos)
-            stage.operands = stage_operands(stage, config, modules, cache, reads)
-            trace.stages.append(stage)
-        trace.predictions, trace.lens = _predictions(model, cache, positions, vocab, target)
-        explain_all(trace, model)
-    return trace
+    return cache, embed_inputs, model
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """What every stage is read against: the cache, the modules by path, each norm's input by module
+    path, the norm module behind each norm stage, what the hover's formulas read, the vocabulary."""
+
+    cache: Mapping[str, Tensor]  # the ActivationCache (a dict of CPU copies when the model ran elsewhere)
+    modules: dict[str, nn.Module]
+    norm_inputs: dict[str, Tensor]
+    norm_for_stage: dict[str, str]
+    reads: dict
+    vocab: Sequence[str] | None
+
+
+def _stage(name: str, value: Tensor, positions: list[int], config: ModelConfig, r: _Reading) -> Stage:
+    """One stage's numbers at ``positions``: its rows and statistics, and what its kind adds (a norm's
+    statistics, the FFN's fraction at or below zero, the embedding's parts, the hover's operands)."""
+    kind = _kind(name)
+    rows, heads = _rows(name, value, positions)
+    stats, masked = row_stats(rows)
+    parts = name.split(".")
+    stage = Stage(
+        name=name, kind=kind, block=int(parts[1]) if parts[0] == "blocks" else None,
+        shape=tuple(value.shape), positions=positions, rows=rows, stats=stats, heads=heads,
+        masked=masked if bool(masked.any()) else None,
+        columns=list(r.vocab) if r.vocab is not None and kind in ("logits", "probs") else None,
+    )
+    module_path = r.norm_for_stage.get(name)
+    if kind == "norm" or module_path is not None:
+        module = r.modules.get(module_path or name)
+        stage.norm_module = _norm_label(module)
+        if isinstance(module, LayerNorm) and module_path in r.norm_inputs:
+            stage.norm = _norm_numbers(module, r.norm_inputs[module_path], positions)
+    if kind in ("ffn.hidden", "ffn.act"):
+        stage.frac_le_zero = (rows <= 0).to(torch.float64).mean(-1)
+    if name == "embed" and "tok" in r.cache:
+        pos = r.cache["pos"][0, positions] if "pos" in r.cache else None
+        stage.parts = embedding_parts(r.cache["tok"][0, positions], pos)
+    stage.operands = stage_operands(stage, config, r.modules, r.cache, r.reads)
+    return stage
 
 
 # ---- JSON (schema: blocklab/inspect/trace/schema.json) -----------------------------------------------

@@ -14,8 +14,9 @@ from typing import Any
 
 import torch
 
-from ...nn.config import PRESET_TASKS, ModelConfig
+from ...nn.config import ModelConfig
 from ...nn.model import Transformer
+from ...nn.presets import PRESET_TASKS
 from ..nonfinite import refuse_nonfinite_output
 from .collect import collect_trace
 from .record import Trace
@@ -54,7 +55,7 @@ def preset_subject(name: str, seed: int, overrides: dict[str, Any]) -> Subject:
 
 def preset_config(name: str, overrides: dict[str, Any]) -> ModelConfig:
     """The config of a preset with its task's fields (a preset shaped for a task) and ``overrides``."""
-    from ...nn.config import preset
+    from ...nn.presets import preset
     from ...tasks import get_task
 
     task = get_task(PRESET_TASKS[name]) if name in PRESET_TASKS else None

@@ -14,8 +14,8 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from ...nn.config import preset
 from ...nn.params import count_parameters
+from ...nn.presets import preset
 from ...tasks import get_task
 from ..grid import RunSpec
 from .base import Claim, Numbers, Results, Setup, Source, Verdict, from_checks, seed_count

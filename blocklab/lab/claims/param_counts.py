@@ -14,11 +14,11 @@ from matplotlib.figure import Figure
 from torch import nn
 
 from ...nn.attention import MultiHeadAttention, attention_parameter_count
-from ...nn.config import preset
 from ...nn.feedforward import FeedForward, ffn_parameter_count
 from ...nn.model import Transformer
 from ...nn.norms import LayerNorm, norm_parameter_count
 from ...nn.params import count_parameters
+from ...nn.presets import preset
 from .base import Claim, Numbers, Results, Setup, Source, Verdict, from_checks
 
 

@@ -16,8 +16,9 @@ from torch import Tensor
 
 from ...inspect import diagnostics
 from ...inspect.diagnostics import Diagnostics
-from ...nn.config import SAVED_BEFORE, preset
+from ...nn.config import SAVED_BEFORE
 from ...nn.model import Transformer
+from ...nn.presets import preset
 from ...tasks import Task, get_task
 from ..grid import RunSpec, steps_to_target
 from .base import Results, Setup

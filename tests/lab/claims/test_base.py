@@ -10,8 +10,9 @@ from blocklab.lab.claims import CLAIMS, Setup, Source, combine, from_checks
 from blocklab.lab.claims import relu_sparsity as a_training_claim
 from blocklab.lab.claims.base import seed_count
 from blocklab.lab.claims.shared import fresh_model, run_spec
-from blocklab.nn.config import ModelConfig, preset
+from blocklab.nn.config import ModelConfig
 from blocklab.nn.model import Transformer
+from blocklab.nn.presets import preset
 
 
 def test_verdict_from_checks_and_its_reason():

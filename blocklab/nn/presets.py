@@ -1,0 +1,141 @@
+"""The named presets: the toy models blocklab trains and the published architectures it reproduces
+(their shapes, published parameter totals and how each sizes its input embedding).
+
+``preset(name, **overrides)`` is a ``ModelConfig``: a preset is a dict of ModelConfig fields, validated
+when it is built.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .config import ModelConfig, changed_from, from_dict
+
+
+def _gpt(n_layers: int, d_model: int, n_heads: int, n_ctx: int) -> dict[str, Any]:
+    """GPT-2/GPT-3 shapes: pre-norm, tanh GELU, learned positions, tied head, causal."""
+    return dict(
+        vocab_size=50257, max_seq_len=n_ctx, d_model=d_model, n_heads=n_heads, n_layers=n_layers,
+        d_ff=4 * d_model, activation="gelu_tanh", norm_position="pre", pos_encoding="learned",
+        tie_embeddings=True, causal=True, eps=1e-5,
+        embed_scale="none", embed_std=0.02, pos_std=0.01,  # openai/gpt-2 src/model.py: wte 0.02, wpe 0.01
+        init="default",  # openai/gpt-2 src/model.py: every weight N(0, 0.02)
+    )
+
+
+# Published architectures. GPT-3 shapes are from Brown et al. 2020, Table 2.1 (n_ctx 2048).
+# Two rows of that table are inconsistent (n_heads * d_head != d_model). We keep d_model,
+# which fixes the parameter count, and pick a head count that divides it:
+#   gpt3-xl:  d_model 2048, listed 24 heads of d_head 128 -> 16 heads of 128.
+#   gpt3-13b: d_model 5140, listed 40 heads of d_head 128 -> 20 heads of 257.
+# The head count does not change the parameter total (attention is 4 d^2 + 4 d either way).
+PRESET_NOTES: dict[str, str] = {
+    "gpt3-xl": "paper lists 24 heads of 128 for d_model 2048 (inconsistent); 16 heads of 128 used",
+    "gpt3-13b": "paper lists 40 heads of 128 for d_model 5140 (inconsistent); 20 heads of 257 used",
+    "bert-base": "published 109,482,240 includes BERT's pooler (768*768 + 768 = 590,592), "
+                 "which blocklab does not build",
+}
+
+# Published totals, where exact figures exist (GPT-2: the released checkpoints; BERT-base: BertModel; the
+# modern families: the released checkpoint's parameter count on its Hugging Face model page; Pythia's also
+# Biderman et al. 2023, Table 1).
+PUBLISHED_TOTALS: dict[str, int] = {
+    "gpt2": 124_439_808,
+    "gpt2-medium": 354_823_168,
+    "gpt2-large": 774_030_080,
+    "gpt2-xl": 1_557_611_200,
+    "bert-base": 109_482_240,
+    "llama-3.2-1b": 1_235_814_400,
+    "smollm2-135m": 134_515_008,
+    "qwen2.5-0.5b": 494_032_768,
+    "pythia-160m": 162_322_944,
+    "mistral-7b": 7_241_732_096,
+}
+
+
+def _llama(vocab: int, n_ctx: int, d_model: int, d_ff: int, n_layers: int, n_heads: int, n_kv_heads: int,
+           eps: float, theta: float, **more: Any) -> dict[str, Any]:
+    """The Llama block (Llama, SmolLM, Mistral, Qwen2): pre-norm RMSNorm, SwiGLU, rotary positions,
+    grouped-query attention, no biases, causal; every weight N(0, 0.02^2) (initializer_range)."""
+    return dict(
+        vocab_size=vocab, max_seq_len=n_ctx, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads,
+        n_layers=n_layers, d_ff=d_ff, activation="swiglu", norm="rms", norm_position="pre", bias=False,
+        causal=True, pos_encoding="rotary", rotary_base=theta, eps=eps, embed_scale="none", embed_std=0.02,
+        init="default", **more,
+    )
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "listops-seed": dict(
+        vocab_size=18, max_seq_len=8, d_model=64, n_heads=4, n_layers=2, d_ff=256,
+        activation="relu", norm_position="post", embed_scale="sqrt_d_model", embed_std=1.0,
+    ),
+    "tiny-lm": dict(
+        vocab_size=6, max_seq_len=4, d_model=16, n_heads=2, n_layers=2, d_ff=64,
+        activation="relu", norm_position="post", causal=True, embed_scale="sqrt_d_model", embed_std=1.0,
+    ),
+    "gpt2": _gpt(12, 768, 12, 1024),
+    "gpt2-medium": _gpt(24, 1024, 16, 1024),
+    "gpt2-large": _gpt(36, 1280, 20, 1024),
+    "gpt2-xl": _gpt(48, 1600, 25, 1024),
+    "gpt3-small": _gpt(12, 768, 12, 2048),
+    "gpt3-medium": _gpt(24, 1024, 16, 2048),
+    "gpt3-large": _gpt(24, 1536, 16, 2048),
+    "gpt3-xl": _gpt(24, 2048, 16, 2048),
+    "gpt3-2.7b": _gpt(32, 2560, 32, 2048),
+    "gpt3-6.7b": _gpt(32, 4096, 32, 2048),
+    "gpt3-13b": _gpt(40, 5140, 20, 2048),
+    "gpt3-175b": _gpt(96, 12288, 96, 2048),
+    "bert-base": dict(
+        vocab_size=30522, max_seq_len=512, d_model=768, n_heads=12, n_layers=12, d_ff=3072,
+        activation="gelu", norm_position="post", eps=1e-12, pos_encoding="learned",
+        tie_embeddings=True, type_vocab_size=2, embed_norm=True,
+        embed_scale="none", embed_std=0.02, init="default",  # BERT's initializer_range 0.02 everywhere
+    ),
+    # The modern block at the listops seed's size: what `blocklab train --preset llama-seed` trains.
+    "llama-seed": _llama(18, 8, 64, 176, 2, 4, 2, 1e-5, 10000.0),
+    # Released models' shapes (their config.json on the Hugging Face hub)
+    "llama-3.2-1b": _llama(128256, 131072, 2048, 8192, 16, 32, 8, 1e-5, 500000.0, tie_embeddings=True,
+                           rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
+    "smollm2-135m": _llama(49152, 8192, 576, 1536, 30, 9, 3, 1e-5, 100000.0, tie_embeddings=True),
+    "qwen2.5-0.5b": _llama(151936, 32768, 896, 4864, 24, 14, 2, 1e-6, 1000000.0, tie_embeddings=True,
+                           qkv_bias=True),
+    "mistral-7b": _llama(32000, 32768, 4096, 14336, 32, 32, 8, 1e-5, 10000.0, sliding_window=4096),
+    "pythia-160m": dict(
+        vocab_size=50304, max_seq_len=2048, d_model=768, n_heads=12, n_layers=12, d_ff=3072,
+        activation="gelu", norm_position="parallel", causal=True, pos_encoding="rotary",
+        rotary_fraction=0.25, eps=1e-5, embed_scale="none", embed_std=0.02, init="default",
+    ),
+}
+
+# The task each toy preset is shaped for (its vocabulary and length): its tokenizer comes with it.
+PRESET_TASKS: dict[str, str] = {"listops-seed": "listops", "tiny-lm": "tiny-lm", "llama-seed": "listops"}
+
+# How each preset sizes its input embedding (ModelConfig embed_scale, embed_std, pos_std; the
+# reasons are in blocklab/nn/embedding.py). `blocklab params --preset NAME` prints the line.
+EMBEDDING_CHOICES: dict[str, str] = {
+    **{name: "Vaswani et al. 2017 (section 3.4; tensor2tensor's init): tok = sqrt(d_model) E[t], "
+             "E ~ N(0, 1/d_model), so token entries start at std 1 beside the sinusoidal code's 1/sqrt(2)"
+       for name in ("listops-seed", "tiny-lm")},
+    **{name: "GPT-2's released code (openai/gpt-2 src/model.py): x0 = wte[t] + wpe[p], no factor, "
+             "wte ~ N(0, 0.02^2), wpe ~ N(0, 0.01^2)"
+       for name in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")},
+    **{name: "as GPT-2 (Brown et al. 2020 use GPT-2's model): no factor, token table N(0, 0.02^2), "
+             "positions N(0, 0.01^2)"
+       for name in ("gpt3-small", "gpt3-medium", "gpt3-large", "gpt3-xl", "gpt3-2.7b", "gpt3-6.7b",
+                    "gpt3-13b", "gpt3-175b")},
+    "bert-base": "BERT's layout: x0 = LayerNorm(word + position + token type), no factor, every table "
+                 "N(0, 0.02^2) (BERT's code: a truncated normal of std 0.02)",
+    **{name: "the Llama layout (transformers' initializer_range): x0 = E[t], no factor, E ~ N(0, 0.02^2); "
+             "positions are rotary, inside attention, so x0 has no position part"
+       for name in ("llama-seed", "llama-3.2-1b", "smollm2-135m", "qwen2.5-0.5b", "mistral-7b")},
+    "pythia-160m": "GPT-NeoX's layout: x0 = E[t], no factor, E ~ N(0, 0.02^2); rotary positions on 25% of "
+                   "each head, inside attention",
+}
+
+
+def preset(name: str, **overrides: Any) -> ModelConfig:
+    """The named preset's config, with any fields overridden."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; presets are: {', '.join(PRESETS)}")
+    return from_dict(changed_from(PRESETS[name], overrides))
