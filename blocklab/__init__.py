@@ -50,7 +50,7 @@ _EXPORTS = {
     "run_with_cache": ".nn.cache",
     "Transformer": ".nn.model",
     "TransformerBlock": ".nn.block",
-    "TRANSFORMERLENS_ALIASES": ".nn.hooks",
+    "TRANSFORMERLENS_ALIASES": ".nn.hook_names",
 }
 
 __all__ = [

@@ -13,7 +13,8 @@ from torch import Tensor
 
 import blocklab as bl
 from blocklab.nn.cache import ActivationCache, run_with_cache
-from blocklab.nn.hooks import SHORT_ALIASES, TRANSFORMERLENS_ALIASES, blocklab_name, hook_points
+from blocklab.nn.hook_names import SHORT_ALIASES, TRANSFORMERLENS_ALIASES, blocklab_name
+from blocklab.nn.hooks import hook_points
 from blocklab.nn.layouts import LAYOUTS
 
 TOL = dict(rtol=0, atol=1e-10)  # float64 sums of a handful of O(1) vectors

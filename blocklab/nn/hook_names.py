@@ -1,0 +1,193 @@
+"""The names of hook points: blocklab's stage names (a hook point's module path without ``hook_``) and
+TransformerLens's names for the same tensors, ``TRANSFORMERLENS_ALIASES``, the one table of them
+(docs/tracer.md shows it), with the translations both ways and the layout TransformerLens gives q, k and v
+under its names. hooks.py selects and attaches by these names; the cache reads by them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from torch import Tensor
+
+if TYPE_CHECKING:  # annotations only (hooks.py imports this module)
+    from .hooks import HookFn
+
+
+def stage_name(module_path: str) -> str:
+    """``blocks.0.attn.hook_q`` -> ``blocks.0.attn.q``."""
+    parts = module_path.split(".")
+    parts[-1] = parts[-1].removeprefix("hook_")
+    return ".".join(parts)
+
+
+
+# ---- TransformerLens's names ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Alias:
+    """A TransformerLens hook name and the blocklab stage holding the same tensor (``{i}``: a layer)."""
+
+    transformerlens: str  # "blocks.{i}.attn.hook_pattern"
+    blocklab: str | None  # "blocks.{i}.attn.weights"; None: blocklab has no such stage
+    note: str = ""  # where the two differ (shape, meaning), or why there is no stage
+    # TransformerLens lays the tensor out (B, T, h, d_head), blocklab's stage (B, h, T, d_k): under this
+    # name the cache gives, and a hook receives and returns, TransformerLens' layout
+    positions_first: bool = False
+
+
+_HEADS_FIRST = ("(B, T, h, d_head) under this name, as TransformerLens; blocklab's own name gives "
+                "(B, h, T, d_k), heads before positions")
+_LN_BEFORE_AFFINE = ("TransformerLens: before gamma and beta (the same tensor when it folds them into the "
+                     "next weights, fold_ln=True); blocklab: the norm's output, after them")
+_LN_SCALE = "the norm's denominator per position, (B, T, 1) in both (LayerNorm and RMSNorm)"
+# TransformerLens 3 runs QK-norm on rows it reshapes by variant ((B T h, d_head) per head, (B, T, h d_head)
+# over all heads) and hooks it before gamma: refused rather than given in another shape or scale
+_QK_NORM_TL3 = ("TransformerLens 3's {q}_norm hooks its scale and its output before gamma on rows reshaped "
+                "by variant; blocklab gives the normalised {q} after gamma as "
+                "blocks.{{i}}.attn.hook_{q}_normed and its denominator as blocks.{{i}}.attn.{q}_norm.scale")
+_COPY = "a copy that feeds {what} alone (TransformerLens's {flag}); blocklab has one {stage} (replace {alt})"
+
+TRANSFORMERLENS_ALIASES: tuple[Alias, ...] = (
+    Alias("hook_tokens", None, "the input ids: no stage"),
+    Alias("hook_embed", "tok", "the token part of x0 (blocklab's cache['embed'] is x0 itself)"),
+    Alias("hook_pos_embed", "pos", "the position part of x0"),
+    Alias("embed.hook_embed", "tok", "HookedEncoder (BERT)"),
+    Alias("embed.hook_pos_embed", "pos", "HookedEncoder (BERT)"),
+    Alias("embed.hook_token_type_embed", None, "BERT's segment part of x0: no stage of its own"),
+    Alias("hook_full_embed", "embed", "HookedEncoder (BERT): x0 after the embedding LayerNorm"),
+    Alias("blocks.{i}.hook_resid_pre", "blocks.{i}.resid_pre"),
+    Alias("blocks.{i}.hook_attn_in", None, _COPY.format(what="attention", flag="use_attn_in, one per head",
+                                                        stage="resid_pre", alt="ln1 in pre-norm")),
+    Alias("blocks.{i}.hook_q_input", None, "a copy of resid_pre per head for q alone (use_split_qkv_input)"),
+    Alias("blocks.{i}.hook_k_input", None, "a copy of resid_pre per head for k alone (use_split_qkv_input)"),
+    Alias("blocks.{i}.hook_v_input", None, "a copy of resid_pre per head for v alone (use_split_qkv_input)"),
+    Alias("blocks.{i}.ln1.hook_scale", "blocks.{i}.ln1.scale", _LN_SCALE),
+    Alias("blocks.{i}.ln1.hook_normalized", "blocks.{i}.ln1", _LN_BEFORE_AFFINE),
+    Alias("blocks.{i}.attn.hook_q", "blocks.{i}.attn.q", _HEADS_FIRST, positions_first=True),
+    Alias("blocks.{i}.attn.hook_k", "blocks.{i}.attn.k", _HEADS_FIRST, positions_first=True),
+    Alias("blocks.{i}.attn.hook_v", "blocks.{i}.attn.v", _HEADS_FIRST, positions_first=True),
+    Alias("blocks.{i}.attn.hook_q_normed", "blocks.{i}.attn.q_norm", "QK-norm only; " + _HEADS_FIRST,
+          positions_first=True),
+    Alias("blocks.{i}.attn.hook_k_normed", "blocks.{i}.attn.k_norm", "QK-norm only; " + _HEADS_FIRST,
+          positions_first=True),
+    Alias("blocks.{i}.attn.q_norm.hook_normalized", None, _QK_NORM_TL3.format(q="q")),
+    Alias("blocks.{i}.attn.k_norm.hook_normalized", None, _QK_NORM_TL3.format(q="k")),
+    Alias("blocks.{i}.attn.q_norm.hook_scale", None, _QK_NORM_TL3.format(q="q")),
+    Alias("blocks.{i}.attn.k_norm.hook_scale", None, _QK_NORM_TL3.format(q="k")),
+    Alias("blocks.{i}.attn.hook_rot_q", "blocks.{i}.attn.rot_q", "rotary positions only; " + _HEADS_FIRST,
+          positions_first=True),
+    Alias("blocks.{i}.attn.hook_rot_k", "blocks.{i}.attn.rot_k", "rotary positions only; " + _HEADS_FIRST,
+          positions_first=True),
+    Alias("blocks.{i}.attn.hook_attn_scores", "blocks.{i}.attn.scores",
+          "(B, h, T, T), -inf where masked, in both"),
+    Alias("blocks.{i}.attn.hook_pattern", "blocks.{i}.attn.weights", "(B, h, T, T) in both"),
+    Alias("blocks.{i}.attn.hook_z", "blocks.{i}.attn.z", "(B, T, h, d_head) in both"),
+    Alias("blocks.{i}.attn.hook_result", "blocks.{i}.attn.result",
+          "(B, T, h, d_model) in both, without Wo's bias"),
+    Alias("blocks.{i}.hook_attn_out", "blocks.{i}.attn.out"),
+    Alias("blocks.{i}.ln1_post.hook_normalized", "blocks.{i}.ln1_out", "sandwich norm; " + _LN_BEFORE_AFFINE),
+    Alias("blocks.{i}.hook_resid_mid", "blocks.{i}.resid_mid"),
+    Alias("blocks.{i}.hook_mlp_in", None,
+          _COPY.format(what="the MLP", flag="use_hook_mlp_in", stage="resid_mid", alt="ln2 in pre-norm")),
+    Alias("blocks.{i}.ln2.hook_scale", "blocks.{i}.ln2.scale", _LN_SCALE),
+    Alias("blocks.{i}.ln2.hook_normalized", "blocks.{i}.ln2", _LN_BEFORE_AFFINE),
+    Alias("blocks.{i}.mlp.hook_pre", "blocks.{i}.ffn.hidden", "gated: the gate's pre-activation in both"),
+    Alias("blocks.{i}.mlp.hook_pre_linear", "blocks.{i}.ffn.linear", "gated: the linear branch, x W3 + b3"),
+    Alias("blocks.{i}.mlp.hook_mid", None, "SoLU's LayerNorm input: blocklab has no SoLU"),
+    Alias("blocks.{i}.mlp.hook_post", "blocks.{i}.ffn.act"),
+    Alias("blocks.{i}.hook_mlp_out", "blocks.{i}.ffn.out"),
+    Alias("blocks.{i}.ln2_post.hook_normalized", "blocks.{i}.ln2_out", "sandwich norm; " + _LN_BEFORE_AFFINE),
+    Alias("blocks.{i}.hook_resid_post", "blocks.{i}.resid_post"),
+    Alias("blocks.{i}.hook_normalized_resid_post", "blocks.{i}.ln2",
+          "HookedEncoder (post-norm): the block output"),
+    Alias("ln_final.hook_scale", "ln_f.scale", _LN_SCALE),
+    Alias("ln_final.hook_normalized", "ln_f", _LN_BEFORE_AFFINE),
+    Alias("unembed.hook_in", "ln_f", "what the head reads: the final hidden state"),
+    Alias("unembed.hook_out", "logits", "the head's output"),
+)
+
+
+def _alias_pattern(template: str) -> re.Pattern[str]:
+    """``blocks.{i}.hook_resid_pre`` -> a regex matching it with any layer (a number or a glob)."""
+    return re.compile(re.escape(template).replace(re.escape("{i}"), r"(?P<i>[^.]+)") + "$")
+
+
+_ALIASES = [(_alias_pattern(a.transformerlens), a) for a in TRANSFORMERLENS_ALIASES]
+# TransformerLens's short names for cache[name, layer] (utils.get_act_name): the hook's own name
+# ("pattern", "attn_out", "mlp_out", "pre", "post", ...), where it names one stage of a block
+SHORT_ALIASES: dict[str, str] = {
+    short: a.blocklab.removeprefix("blocks.{i}.")
+    for a in TRANSFORMERLENS_ALIASES if a.blocklab and a.transformerlens.startswith("blocks.{i}.")
+    for short in [a.transformerlens.rsplit(".", 1)[1].removeprefix("hook_")]
+    if sum(b.transformerlens.endswith(f".hook_{short}") for b in TRANSFORMERLENS_ALIASES) == 1
+}
+
+
+# blocklab stage (with {i}) -> TransformerLens' name for it: the first alias naming that stage
+_TL_NAMES = {a.blocklab: a.transformerlens for a in reversed(TRANSFORMERLENS_ALIASES) if a.blocklab}
+# blocklab stages (with {i}) whose TransformerLens name lays them out positions first
+_POSITIONS_FIRST = {a.blocklab for a in TRANSFORMERLENS_ALIASES if a.positions_first}
+
+
+def _template(name: str) -> str:
+    """``blocks.3.attn.q`` -> ``blocks.{i}.attn.q``; a stage outside the blocks unchanged."""
+    parts = name.split(".")
+    if len(parts) > 2 and parts[0] == "blocks" and parts[1].isdigit():
+        return ".".join(["blocks", "{i}", *parts[2:]])
+    return name
+
+
+def swapped_for_transformerlens(stage: str) -> bool:
+    """Whether TransformerLens' name for blocklab's ``stage`` lays it out (B, T, h, d_head) where blocklab's
+    is (B, h, T, d_k): q, k, v, their normed and rotated forms. Asked by that name (or a glob written
+    as TransformerLens writes names), the cache and the hooks swap the two axes."""
+    return _template(stage) in _POSITIONS_FIRST
+
+
+def heads_swapped(tensor: Tensor) -> Tensor:
+    """(..., h, T, d) <-> (..., T, h, d): a view, so an in-place edit lands in the stage itself."""
+    return tensor.transpose(-3, -2)
+
+
+def in_transformerlens_layout(fn: HookFn) -> HookFn:
+    """``fn`` as TransformerLens would call it on a positions-first stage: it receives the stage
+    (B, T, h, d_head), and what it returns is swapped back into blocklab's (B, h, T, d_k)."""
+
+    def swapped(x: Tensor, hook: str) -> Tensor | None:
+        out = fn(heads_swapped(x), hook)
+        return None if out is None else heads_swapped(out)
+
+    return swapped
+
+
+def transformerlens_name(name: str) -> str:
+    """TransformerLens' name for a blocklab stage (``blocks.0.attn.weights`` ->
+    ``blocks.0.attn.hook_pattern``), or the name itself where TransformerLens has none."""
+    template = _TL_NAMES.get(_template(name))
+    if template is None:
+        return name
+    return template.format(i=name.split(".")[1]) if "{i}" in template else template
+
+
+def blocklab_name(name: str) -> str:
+    """A stage name (or glob) written as TransformerLens or as a hook point's module path, in
+    blocklab's words: ``blocks.0.attn.hook_pattern`` -> ``blocks.0.attn.weights``,
+    ``blocks.*.hook_resid_pre`` -> ``blocks.*.resid_pre``, ``blocks.0.ffn.hook_out`` ->
+    ``blocks.0.ffn.out``. A blocklab name comes back unchanged (none has a ``hook_`` part).
+
+    A TransformerLens name that has no blocklab stage is a ValueError saying why.
+    """
+    if "hook_" not in name:
+        return name
+    for pattern, alias in _ALIASES:
+        match = pattern.match(name)
+        if match is None:
+            continue
+        if alias.blocklab is None:
+            raise ValueError(f"{name!r} (TransformerLens) has no blocklab stage: {alias.note}")
+        return alias.blocklab.format(i=match.groupdict().get("i", ""))
+    return stage_name(name)
