@@ -36,7 +36,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ..device import Compute, model_device, resolve_compute, same_rng
+from ..device import model_device, resolve_compute, same_rng
 from ..errors import BlocklabWarning
 from ..inspect.nonfinite import NonFiniteError, check_parameters, watch_step
 from ..nn.config import ModelConfig
@@ -353,7 +353,8 @@ def train(
     threads = torch.get_num_threads()
     torch.set_num_threads(resolve_threads(train_config.threads))
     try:
-        with _Run(model_config, train_config, task, out_dir, list(callbacks), procs, compute) as run:
+        session = Session(model_config, train_config, task, out_dir, procs, compute)
+        with _Run(session, list(callbacks)) as run:
             run.detect_nonfinite = detect_nonfinite
             run.setup(resume, overwrite)
             problem = schedule_warning(train_config)
@@ -368,30 +369,22 @@ def train(
 
 
 class _Run:
-    """One training session's step loop; ``train`` is its interface. The run folder, checkpoints and
-    what survives a session (``Progress``) are its ``session``'s (session.py)."""
+    """One training session's step loop; ``train`` is its interface. What the run is (configs, task,
+    processes, device), its folder, checkpoints and what survives a session (``Progress``) are its
+    ``session``'s (session.py); the loop reads them there."""
 
-    def __init__(
-        self,
-        mc: ModelConfig,
-        tc: TrainConfig,
-        task: Task,
-        out_dir: str | Path | None,
-        callbacks: list[Callback],
-        procs: Processes,
-        compute: Compute,
-    ) -> None:
+    def __init__(self, session: Session, callbacks: list[Callback]) -> None:
+        tc, procs = session.tc, session.procs
         if tc.batch_size % procs.world_size:
             raise ValueError(
                 f"TrainConfig.batch_size={tc.batch_size} must be divisible by the "
                 f"{procs.world_size} processes"
             )
-        self.mc, self.tc, self.task, self.callbacks, self.procs = mc, tc, task, callbacks, procs
-        self.out_dir = out_dir
-        self.compute, self.device = compute, compute.device
-        self.scaler = compute.grad_scaler()  # float16 only; otherwise it passes everything through
-        self.train_data, self.test_data = task.split("train"), task.split("test")
-        self.session: Session | None = None
+        self.session, self.callbacks = session, callbacks
+        self.mc, self.tc, self.task, self.procs = session.mc, tc, session.task, procs
+        self.compute, self.device = session.compute, session.device
+        self.scaler = self.compute.grad_scaler()  # float16 only; otherwise it passes everything through
+        self.train_data, self.test_data = self.task.split("train"), self.task.split("test")
         self.detect_nonfinite = False
 
     def __enter__(self) -> _Run:
@@ -401,8 +394,7 @@ class _Run:
         # DDP's reducer holds the process group: dropped before Processes.close destroys the group
         # (its docstring says why its reference must be the last)
         vars(self).pop("ddp", None)
-        if self.session is not None:
-            self.session.close()
+        self.session.close()
 
     def setup(self, resume: bool, overwrite: bool) -> None:
         """Build model and optimizer; open the session (claim the folder, restore the newest checkpoint
@@ -411,10 +403,8 @@ class _Run:
         self.model = Transformer(self.mc).to(self.device)  # initialised on the CPU: the same weights anywhere
         self.model.tokenizer = self.task.tokenizer  # the trained model speaks its task's vocabulary
         self.optimizer = make_optimizer(self.model, self.tc)
-        self.session = Session(self.mc, self.tc, self.task, self.out_dir, self.procs, self.compute,
-                               self.model, self.optimizer, self.scaler)
         self.progress = self.session.progress
-        self.session.open(resume, overwrite)
+        self.session.open(self.model, self.optimizer, self.scaler, resume, overwrite)
         self.ddp: nn.Module = self.model
         if self.procs.world_size > 1:
             gpu = [self.device] if self.device.type == "cuda" else None

@@ -110,8 +110,9 @@ class Progress:
 
 
 class Session:
-    """The run folder and checkpoints of one training session of ``model`` (rank 0 writes; every rank
-    restores its own RNG state)."""
+    """The run folder and checkpoints of one training session (rank 0 writes; every rank restores its own
+    RNG state): what a run is (its configs, task, processes and device) and the life of its folder. The
+    step loop (loop._Run) reads the run from here; it hands over the model it trains in ``open``."""
 
     def __init__(
         self,
@@ -121,22 +122,21 @@ class Session:
         out_dir: str | Path | None,
         procs: Processes,
         compute: Compute,
-        model: Transformer,
-        optimizer: torch.optim.Optimizer,
-        scaler: Any,
     ) -> None:
         self.mc, self.tc, self.task, self.procs = mc, tc, task, procs
-        self.device = compute.device
-        self.model, self.optimizer, self.scaler = model, optimizer, scaler
+        self.compute, self.device = compute, compute.device
         self.folder = Path(out_dir) if out_dir is not None and procs.main else None
         self.lock: RunLock | None = None
         self.metrics_file: Any = None
         self.extended: dict[str, Any] | None = None  # config.json recording an extension, to be written
         self.progress = Progress()
 
-    def open(self, resume: bool, overwrite: bool) -> None:
-        """Claim the folder (rank 0), restore the newest checkpoint if resuming (every rank), open the
+    def open(self, model: Transformer, optimizer: torch.optim.Optimizer, scaler: Any, resume: bool,
+             overwrite: bool) -> None:
+        """Take the model trained, its optimizer and gradient scaler (what a checkpoint saves and restores);
+        claim the folder (rank 0), restore the newest checkpoint if resuming (every rank), open the
         metrics log."""
+        self.model, self.optimizer, self.scaler = model, optimizer, scaler
         failure, found = None, None
         if self.folder is not None:
             try:
