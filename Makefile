@@ -8,10 +8,16 @@ DOCS_PAGES ?=
 
 .PHONY: train test lint bench docs docs-check results clean
 
-$(VENV)/.installed: pyproject.toml
-	@echo "make: creating $(VENV) and installing blocklab with its test extra (pip, from pyproject.toml)"
+# blocklab alone (what `make train` needs), then the test extra on top for the targets that test or lint.
+$(VENV)/.base-installed: pyproject.toml
+	@echo "make: creating $(VENV) and installing blocklab (pip, from pyproject.toml)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.base-installed pyproject.toml
+	@echo "make: installing the test extra into $(VENV) (transformers, TransformerLens, ray, playwright, ...)"
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $@
 
@@ -22,7 +28,7 @@ $(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml
 
 # The main job: train the default model (listops-seed) on listops and write its report
 # (--overwrite: running it again replaces the previous run in $(RUN)).
-train: $(VENV)/.installed
+train: $(VENV)/.base-installed
 	$(VENV)/bin/blocklab train --out $(RUN) --overwrite
 
 # The whole test suite (also what .ci/run runs). The HTML tests need a browser:
