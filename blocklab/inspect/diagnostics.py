@@ -241,7 +241,11 @@ def _diagnose(
     keep_tensors: bool = False,
 ) -> tuple[Diagnostics, list[dict[str, dict[str, Tensor]]]]:
     c = model.config
-    buffers = {name: b.clone() for name, b in model.named_buffers()}
+    # the buffers a training-mode forward changes (BatchNorm's running statistics) are put back after;
+    # the fixed tables (sinusoidal positions, rotary frequencies: non-persistent) are not copied, a long
+    # sinusoidal table would otherwise double the run's memory (issue 35, F13)
+    persistent = set(model.state_dict(keep_vars=True))
+    buffers = {name: b.clone() for name, b in model.named_buffers() if name in persistent}
     with torch.random.fork_rng(devices=[]), torch.enable_grad():
         (_, loss), cache = model.run_with_cache(
             tokens, targets=targets, attention_mask=attention_mask, names=_stage_names(model), detach=False
@@ -268,7 +272,8 @@ def _diagnose(
                 kept.append({kind: {k: t.detach() for k, t in p.items()} for kind, p in paths.items()})
     with torch.no_grad():
         for name, b in model.named_buffers():
-            b.copy_(buffers[name])
+            if name in buffers:
+                b.copy_(buffers[name])
     last = f"blocks.{c.n_layers - 1}.{LAYOUTS[c.norm_position].output}"
     valid = _valid_positions(tokens, attention_mask)
     diagnostics = Diagnostics(
