@@ -5,7 +5,7 @@ on any device, in float32 or mixed precision (``TrainConfig.device``, ``dtype``:
     result = train(model_config, TrainConfig(steps=600), get_task("listops"), "runs/listops")
 
 Deterministic: model init comes from ``torch.manual_seed(seed)`` and the data order is a pure
-function of (seed, step) (``batch_indices``), so the same seed gives the same losses bit for bit,
+function of (seed, step) (``batches.batch_indices``), so the same seed gives the same losses bit for bit,
 and a resumed run (weights, AdamW moments, RNG state restored) continues exactly where the
 interrupted one was. Under ``torchrun`` every process builds the same data and takes its slice
 of each global batch; gradients are averaged by ``DistributedDataParallel``.
@@ -18,7 +18,6 @@ gradient scaler (a step whose gradients overflow is skipped and logged ``"skippe
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import signal
@@ -28,7 +27,6 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +34,16 @@ import torch
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ..device import model_device, resolve_compute, same_rng
+from ..device import resolve_compute, same_rng
 from ..errors import BlocklabWarning
 from ..inspect.nonfinite import NonFiniteError, check_parameters, watch_step
 from ..nn.config import ModelConfig
 from ..nn.memory import check_memory
 from ..nn.model import Transformer
-from ..tasks import ACCURACY_METRICS, IGNORE_INDEX, Task, TaskData, exact_match, get_task
+from ..tasks import IGNORE_INDEX, Task, get_task
+from .batches import batch_indices
 from .distributed import Processes
+from .evaluation import describe_eval, evaluate  # noqa: F401 - describe_eval re-exported, as evaluate
 from .resume import EXTENSIBLE  # noqa: F401 - re-exported: blocklab.training.loop is where users look
 from .session import Session, TrainingInterrupted  # noqa: F401 - TrainingInterrupted re-exported
 from .state import (
@@ -60,81 +60,6 @@ from .train_config import (  # noqa: F401 - re-exported: blocklab.training.loop 
 )
 
 METRIC_SHORT = {"exact_match": "acc", "token_accuracy": "tok acc"}  # the progress line's labels
-
-
-@lru_cache(maxsize=8)
-def epoch_order(seed: int, epoch: int, n: int) -> Tensor:
-    """The permutation of the ``n`` training examples used in ``epoch``."""
-    # torch's CPU generator keeps 32 bits of its seed, so (seed, epoch) is hashed down to 32 bits
-    mixed = int.from_bytes(hashlib.sha256(f"{seed}/{epoch}".encode()).digest()[:4], "little")
-    return torch.randperm(n, generator=torch.Generator().manual_seed(mixed))
-
-
-def batch_indices(step: int, n: int, batch_size: int, seed: int) -> Tensor:
-    """Training-example indices of global batch ``step`` (1-based): the next ``batch_size`` items of
-    the endless sequence epoch 0's permutation, epoch 1's, ... A pure function of its arguments."""
-    flat = torch.arange((step - 1) * batch_size, step * batch_size)
-    epochs, offsets = flat // n, flat % n
-    out = torch.empty(batch_size, dtype=torch.long)
-    for epoch in epochs.unique().tolist():
-        where = epochs == epoch
-        out[where] = epoch_order(seed, epoch, n)[offsets[where]]
-    return out
-
-
-@torch.no_grad()
-def evaluate(model: nn.Module, data: TaskData, batch_size: int = 1024, metric: str = "exact_match",
-             char_level: bool = False) -> dict[str, float]:
-    """Held-out ``loss`` (mean cross-entropy over scored tokens, nats), ``exact_match`` (the fraction of
-    examples right at every scored token), ``token_accuracy`` (the fraction of scored tokens right),
-    ``perplexity`` (exp(loss)), with ``char_level`` ``bits_per_char`` (loss / ln 2: one token is one
-    character), and ``accuracy``: the one of the two the task judges by (``metric``, ACCURACY_METRICS).
-
-    A split that carries an attention mask (a task that pads) is evaluated with it. Each batch moves
-    to the model's device; the forward runs in the caller's precision (inside ``Compute.autocast()``
-    for mixed precision).
-    """
-    if metric not in ACCURACY_METRICS:
-        raise ValueError(f"metric={metric!r} is not one of: {', '.join(ACCURACY_METRICS)}")
-    was_training = model.training
-    model.eval()
-    device = model_device(model)
-    loss_sum, scored, correct, tokens_right = 0.0, 0, 0, 0
-    try:
-        for start in range(0, len(data), batch_size):
-            rows = slice(start, start + batch_size)
-            x, y = data.inputs[rows].to(device), data.targets[rows].to(device)
-            mask = data.attention_mask
-            logits = model(x) if mask is None else model(x, attention_mask=mask[rows].to(device))
-            n = int((y != IGNORE_INDEX).sum())
-            if n:
-                flat = torch.nn.functional.cross_entropy(
-                    logits.flatten(0, 1).float(), y.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
-                )
-                loss_sum += float(flat)
-                scored += n
-            correct += int(exact_match(logits, y).sum())
-            tokens_right += int(((logits.argmax(-1) == y) & (y != IGNORE_INDEX)).sum())
-    finally:
-        model.train(was_training)
-    loss = loss_sum / max(scored, 1)
-    numbers = {"loss": loss, "exact_match": correct / max(len(data), 1),
-               "token_accuracy": tokens_right / max(scored, 1),
-               "perplexity": math.exp(loss) if loss < 700 else math.inf}  # exp overflows a float past ~709
-    if char_level:
-        numbers["bits_per_char"] = loss / math.log(2)
-    return {**numbers, "accuracy": numbers[metric]}
-
-
-def describe_eval(numbers: dict[str, float], metric: str) -> str:
-    """``evaluate``'s numbers in words, the task's metric first: ``token accuracy 93.10% (loss 0.2134,
-    perplexity 1.24, 0.308 bits per character)`` or ``exact match 99.75% (loss 0.0123)``."""
-    more = [f"loss {numbers['loss']:.4f}"]
-    if metric == "token_accuracy":
-        more.append(f"perplexity {numbers['perplexity']:.4g}")
-    if "bits_per_char" in numbers:
-        more.append(f"{numbers['bits_per_char']:.4g} bits per character")
-    return f"{ACCURACY_METRICS[metric]} {numbers['accuracy']:.2%} ({', '.join(more)})"
 
 
 # ---- per-layer gradient norms, recorded at log steps ----------------------------------------------
