@@ -146,7 +146,8 @@ class ModelConfig:
             value = getattr(self, name)
             if isinstance(value, int) and not isinstance(value, bool):
                 set_(name, float(value))
-        if self.final_norm is None and self.norm_position in LAYOUTS:  # post-norm's last block ends in a norm
+        known = isinstance(self.norm_position, str) and self.norm_position in LAYOUTS
+        if self.final_norm is None and known:  # post-norm's last block ends in a norm
             set_("final_norm", LAYOUTS[self.norm_position].final_norm and _normalises(self.norm))
             set_("_derived", frozenset({"final_norm"}))
         for error in _violations(self):
@@ -237,7 +238,8 @@ def _violations(c: ModelConfig) -> list[str]:
         return errors
     for name, allowed in CHOICES.items():
         value = getattr(c, name)
-        need(value in allowed, f"{name}={value!r} is not one of: {', '.join(allowed)}")
+        need(isinstance(value, str) and value in allowed,  # (a list is no key of a table: TypeError)
+             f"{name}={value!r} is not one of: {', '.join(allowed)}")
     need(isinstance(c.eps, float) and math.isfinite(c.eps) and c.eps > 0,
          f"eps={c.eps!r} must be a finite number > 0")
     need(_is_positive_number(c.embed_std), f"embed_std={c.embed_std!r} must be a finite number > 0")
