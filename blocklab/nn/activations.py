@@ -78,6 +78,8 @@ class ActivationKind:
     backward: Backward  # dL/dh of ``function``, over g (ATen's kernel where autograd uses one)
     saves_output: bool = False  # backward needs a = act(h), not h (ReLU: a > 0 exactly where h > 0)
     gated: bool = False  # gate(w1 x) * (w3 x): a third matrix
+    # TransformerLens' act_fn (the gate's, with gated_mlp); None: TransformerLens has none like it
+    transformerlens: str | None = None
 
     @property
     def input_matrices(self) -> int:
@@ -90,17 +92,19 @@ ACTIVATION_KINDS: dict[str, ActivationKind] = {
         ActivationKind(
             "relu", "ReLU", "ReLU max(0, h) set the negative units to 0", relu,
             lambda g, a: _aten.threshold_backward.grad_input(g, a, 0, grad_input=g),  # g * (a > 0)
-            saves_output=True,
+            saves_output=True, transformerlens="relu",
         ),
         ActivationKind(
             "gelu", "GELU",
             "GELU h * Phi(h) (exact, erf) kept positives and squashed negatives toward 0 (never below -0.17)",
             gelu, lambda g, h: _aten.gelu_backward.grad_input(g, h, grad_input=g),  # g (Phi(h) + h phi(h))
+            transformerlens="gelu",
         ),
         ActivationKind(
             "gelu_tanh", "GELU (tanh)", "GELU (tanh approximation) kept positives and squashed negatives "
             "toward 0", gelu_tanh,
             lambda g, h: _aten.gelu_backward.grad_input(g, h, approximate="tanh", grad_input=g),
+            transformerlens="gelu_new",
         ),
         ActivationKind(
             "gelu_sigmoid", "GELU (sigmoid)", "GELU (sigmoid approximation h * sigmoid(1.702 h)) kept "
@@ -113,12 +117,12 @@ ACTIVATION_KINDS: dict[str, ActivationKind] = {
         ActivationKind(
             "swiglu", "SwiGLU", "SwiGLU: silu(W1 x) * (W3 x), the gate times the linear branch", silu,
             lambda g, h: _aten.silu_backward.grad_input(g, h, grad_input=g),  # s (1 + h (1 - s))
-            gated=True,
+            gated=True, transformerlens="silu",
         ),
         ActivationKind(
             "geglu", "GEGLU", "GEGLU: gelu(W1 x) * (W3 x), the gate times the linear branch", gelu,
             lambda g, h: _aten.gelu_backward.grad_input(g, h, grad_input=g),  # gate: exact GELU
-            gated=True,
+            gated=True, transformerlens="gelu",
         ),
     )
 }

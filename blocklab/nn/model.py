@@ -32,11 +32,13 @@ from .hooks import HookPoint, name_hook_points
 from .init_schemes import INIT_SCHEMES
 from .norms import NoNorm, build_norm
 from .rotary import Rotary
+from .tl_config import TransformerLensConfig
 from .tokens import (
     AS_TOKENIZED,
     BatchEncoding,
     PrependBos,
     TextTokenizer,
+    bos_to_prepend,
     encode_texts,
     positions_from_mask,
     to_str_tokens,
@@ -80,6 +82,17 @@ class Transformer(HookedModule, ModelWeights):
 
     tokenizer: TextTokenizer | None
     STAGES = ("tok", "pos", "embed", "blocks", "ln_f", "logits", "probs", "loss")
+
+    @property
+    def cfg(self) -> TransformerLensConfig:
+        """TransformerLens' ``model.cfg``: its config fields for this model (``nn/tl_config.py``), read by
+        TransformerLens code such as its ``patching`` module."""
+        tokenizer = self.tokenizer
+        return TransformerLensConfig(
+            self.config, self.head.weight.device, self.head.weight.dtype,
+            getattr(tokenizer, "default_prepend_bos", True),
+            None if tokenizer is None or getattr(tokenizer, "bos_id", None) is None
+            else bos_to_prepend(tokenizer) is None, "fold_ln" in getattr(self, "weights_processed", ()))
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()

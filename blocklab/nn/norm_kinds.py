@@ -42,6 +42,9 @@ class NormKind:
     scale: bool = True  # a learned gamma (OLMo's non-parametric LayerNorm has none)
     scale_offset: float = 0.0  # gamma = scale_offset + weight (Gemma: 1 + w, the weight initialised 0)
     bias: bool = True  # a beta when ModelConfig.bias is true (RMSNorm never has one)
+    # TransformerLens' normalization_type for this kind ("LN", "RMS"; None: no norm), where it has one
+    transformerlens: str | None = None
+    in_transformerlens: bool = False  # whether TransformerLens has the kind at all
 
     @property
     def normalises(self) -> bool:
@@ -85,6 +88,7 @@ NORM_KINDS: dict[str, NormKind] = {
             "subtracted each position's mean mu and divided by sqrt(var + eps); z_hat has mean 0 and "
             "variance var/(var+eps) = {span}, under 1 only because eps = {eps} is added to var (var divides "
             "by d, not d-1); then gamma * z_hat + beta",
+            transformerlens="LN", in_transformerlens=True,
         ),
         NormKind(
             "eps_outside_sqrt", "LayerNorm (eps outside the root)",
@@ -96,7 +100,7 @@ NORM_KINDS: dict[str, NormKind] = {
             "rms", "RMSNorm",
             "divided each position by sqrt(mean(z^2) + eps), no centring; mean(z_hat^2) = ms/(ms+eps) = "
             "{span}, under 1 only by eps = {eps}; then gamma * z_hat",
-            centres=False, bias=False,
+            centres=False, bias=False, transformerlens="RMS", in_transformerlens=True,
         ),
         NormKind(  # Gemma's RMSNorm (transformers' GemmaRMSNorm): output * (1 + weight), weight from 0
             "rms_plus_one", "RMSNorm (1 + w)",
@@ -113,7 +117,7 @@ NORM_KINDS: dict[str, NormKind] = {
         NormKind(
             "none", "no norm",
             "no norm here (norm='none'): the values pass through unchanged",
-            statistics=None, scale=False, bias=False,
+            statistics=None, scale=False, bias=False, in_transformerlens=True,
         ),
     )
 }

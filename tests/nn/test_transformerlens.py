@@ -521,3 +521,54 @@ def test_left_padded_text_keeps_each_rows_positions_as_transformerlens_does(mode
     torch.testing.assert_close(got[1][mask[1]], alone[0], rtol=0, atol=1e-4)
     for name in ("blocks.0.hook_resid_pre", "blocks.1.hook_resid_post"):
         torch.testing.assert_close(our_cache[name][mask], their_cache[name][mask], rtol=0, atol=1e-4)
+
+
+# ---- model.cfg: TransformerLens' config fields, and TransformerLens' own patching module on blocklab -----
+
+CFG_FIELDS = ("n_layers", "d_model", "n_heads", "d_head", "n_key_value_heads", "d_mlp", "d_vocab", "n_ctx",
+              "act_fn", "normalization_type", "positional_embedding_type", "gated_mlp", "eps",
+              "default_prepend_bos", "parallel_attn_mlp", "attn_only", "use_attn_result")
+
+
+def test_model_cfg_holds_what_hooked_transformers_cfg_holds(models, llama):
+    # the llama fixture's two HookedTransformers share one cfg, which fold_ln changed: the processed pair
+    (gpt2, their_gpt2, _), (_, (folded_llama, their_llama)) = models, llama
+    assert their_llama.cfg.normalization_type == "RMSPre" and gpt2.cfg.normalization_type == "LN"
+    for ours, theirs in ((gpt2, their_gpt2), (folded_llama, their_llama)):
+        for name in CFG_FIELDS:
+            assert getattr(ours.cfg, name) == getattr(theirs.cfg, name), name
+        assert ours.cfg.device.type == "cpu" and ours.cfg.dtype == torch.float32
+    assert folded_llama.cfg.rotary_dim == their_llama.cfg.rotary_dim
+    sinusoidal = bl.Transformer(bl.preset("listops-seed", activation="gelu_sigmoid"))
+    with pytest.raises(ValueError, match="pos_encoding='sinusoidal' has no TransformerLens"):
+        _ = sinusoidal.cfg.positional_embedding_type
+    with pytest.raises(ValueError, match="activation='gelu_sigmoid'"):
+        _ = sinusoidal.cfg.act_fn
+    with pytest.raises(AttributeError, match="has no 'n_params'"):
+        _ = sinusoidal.cfg.n_params
+    with pytest.raises(AttributeError, match="read-only"):
+        sinusoidal.cfg.n_layers = 3
+
+
+@pytest.mark.parametrize("patch", ["get_act_patch_resid_pre", "get_act_patch_attn_head_out_all_pos",
+                                   "get_act_patch_attn_head_v_all_pos"])
+def test_transformerlens_patching_module_gives_its_numbers_on_blocklab(models, patch):
+    """TransformerLens' own activation patching (it reads model.cfg, the cache under its names and
+    patches v per head in its layout) run on both models: the same patching map."""
+    from transformer_lens import patching
+
+    ours, theirs, _ = models
+    clean = theirs.to_tokens("The cat sat on the mat")
+    corrupted = theirs.to_tokens("The dog sat on the log")
+    answer = int(clean[0, -1])
+
+    def metric(logits):
+        return logits[0, -2, answer] - logits[0, -2].mean()
+
+    maps = []
+    for model in (theirs, ours):
+        with torch.no_grad():
+            _, clean_cache = model.run_with_cache(clean)
+            maps.append(getattr(patching, patch)(model, corrupted, clean_cache, metric))
+    assert maps[0].shape == maps[1].shape and maps[0].abs().max() > 0.01
+    torch.testing.assert_close(maps[1], maps[0], rtol=0, atol=2e-4)

@@ -1,0 +1,88 @@
+"""``model.cfg``: the fields of TransformerLens' ``HookedTransformerConfig`` that TransformerLens code reads
+(its own ``patching`` module, notebooks' ``model.cfg.n_layers``), computed from a blocklab model.
+
+Each value is what TransformerLens' config would hold for the same model. Where TransformerLens has no
+such thing (an activation or a norm it does not implement, sinusoidal positions), reading the field is a
+ValueError naming blocklab's setting: never a near value. A field TransformerLens has and this view does
+not is an AttributeError that says so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .activations import activation_kind
+from .config import ModelConfig
+from .layouts import LAYOUTS
+from .norm_kinds import NORM_KINDS
+
+# blocklab's pos_encoding -> TransformerLens' positional_embedding_type, where it has the kind
+POSITIONS = {"learned": "standard", "rotary": "rotary"}
+
+
+class TransformerLensConfig:
+    """A read-only view of a model as TransformerLens' ``HookedTransformerConfig`` (``model.cfg``)."""
+
+    def __init__(self, config: ModelConfig, device: torch.device, dtype: torch.dtype,
+                 default_prepend_bos: bool, tokenizer_prepends_bos: bool | None,
+                 folded_ln: bool = False) -> None:
+        c = config
+        act = activation_kind(c.activation)
+        norm = NORM_KINDS[c.norm]
+        grouped = c.kv_heads != c.n_heads
+        # attention and the FFN added by one sum (GPT-NeoX, GPT-J)
+        parallel = any(connection.others for connection in LAYOUTS[c.norm_position].connections.values())
+        values: dict[str, Any] = {
+            "n_layers": c.n_layers, "d_model": c.d_model, "n_heads": c.n_heads, "d_head": c.d_head,
+            "n_key_value_heads": c.kv_heads if grouped else None, "d_mlp": c.d_ff, "d_vocab": c.vocab_size,
+            "d_vocab_out": c.vocab_size, "n_ctx": c.max_seq_len, "eps": c.eps, "gated_mlp": act.gated,
+            "attn_only": False, "parallel_attn_mlp": parallel,
+            "original_architecture": None, "model_name": "blocklab", "device": device, "dtype": dtype,
+            "default_prepend_bos": default_prepend_bos, "tokenizer_prepends_bos": tokenizer_prepends_bos,
+            "use_attn_result": False, "use_split_qkv_input": False, "use_hook_mlp_in": False,
+            "use_attn_in": False, "use_attn_scale": True, "use_local_attn": c.sliding_window is not None,
+            "window_size": c.sliding_window, "final_rms": bool(c.final_norm) and not norm.centres,
+            "use_qk_norm": c.qk_norm != "none", "rotary_base": c.rotary_base,
+            "rotary_dim": round(c.rotary_fraction * c.d_head) if c.pos_encoding == "rotary" else None,
+            "rotary_adjacent_pairs": c.rotary_style != "half",
+        }
+        refused: dict[str, str] = {}
+        if act.transformerlens is None:
+            refused["act_fn"] = f"activation={c.activation!r} ({act.label}) has no TransformerLens act_fn"
+        else:
+            values["act_fn"] = act.transformerlens
+        if norm.in_transformerlens:  # after fold_ln TransformerLens says "LNPre" / "RMSPre": gamma is folded
+            folded = folded_ln and norm.transformerlens is not None
+            values["normalization_type"] = f"{norm.transformerlens}Pre" if folded else norm.transformerlens
+        else:
+            refused["normalization_type"] = f"norm={c.norm!r} ({norm.label}) has no TransformerLens " \
+                                            "normalization_type"
+        if c.pos_encoding in POSITIONS:
+            values["positional_embedding_type"] = POSITIONS[c.pos_encoding]
+        else:
+            refused["positional_embedding_type"] = \
+                f"pos_encoding={c.pos_encoding!r} has no TransformerLens positional_embedding_type"
+        object.__setattr__(self, "_values", values)
+        object.__setattr__(self, "_refused", refused)
+
+    def __getattr__(self, name: str) -> Any:
+        values, refused = self.__dict__["_values"], self.__dict__["_refused"]
+        if name in values:
+            return values[name]
+        if name in refused:
+            raise ValueError(f"model.cfg.{name}: {refused[name]}, so blocklab gives none rather than another")
+        raise AttributeError(f"model.cfg has no {name!r}: blocklab's view of TransformerLens' config holds "
+                             f"{', '.join(sorted([*values, *refused]))}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"model.cfg is read-only (a view of model.config): set {name} there instead")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields TransformerLens has for this model, as a dict (the refused ones left out)."""
+        return dict(self.__dict__["_values"])
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.__dict__["_values"].items())
+        return f"TransformerLensConfig({shown})"
