@@ -10,10 +10,14 @@ import argparse
 import itertools
 import sys
 import warnings
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 from ..errors import BlocklabWarning, UsageError
-from ..nn.config import FIELDS
+from ..inspect.trace.subject import preset_config
+from ..nn.config import FIELDS, ModelConfig
 from ..nn.presets import PRESETS
 from .args import (
     add_command,
@@ -65,48 +69,65 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def models_for_args(args: argparse.Namespace) -> dict:
-    """The served models by name, built once: each --preset (with the config flags), each --model."""
+    """The served models by name, built once: each --preset (with the config flags), each --model. Their
+    memory is summed from their configs (a --model's from its header or config.json) before any is built."""
     from ..explore.session import Explored
-    from ..inspect.trace.subject import preset_config, preset_subject
+    from ..inspect.trace.subject import preset_subject
     from ..nn.memory import check_total_memory
+    from ..weights.load import config_of, locate
     from .trace import model_subject
 
+    # (label, config, whether its weights are read from a file, how it is built)
+    planned: list[tuple[str, ModelConfig, bool, Callable[[], Subject]]] = []
+
+    def plan(name: str, config: ModelConfig, from_file: bool, build: Callable[[], Subject]) -> None:
+        taken = {label for label, *_ in planned}
+        unique, n = name, 2
+        while unique in taken:
+            unique, n = f"{name} ({n})", n + 1
+        planned.append((unique, config, from_file, build))
+
+    for label, name, fields in preset_variants(args):
+        plan(label, preset_config(name, fields), False, partial(preset_subject, name, args.seed, fields))
+    for path in args.models:  # located and sized from the header or config.json: no weight read yet
+        plan(Path(path).name or path, config_of(locate(path)), True,
+             partial(model_subject, path, args.allow_nonfinite))
+    counts = [(sum(not f for _, _, f, _ in planned), "preset"), (len(args.models), "--model")]
+    what = " and ".join(f"{n} {kind} model{'s' * (n != 1)}" for n, kind in counts if n)
+    check_total_memory([(label, config, from_file) for label, config, from_file, _ in planned],
+                       f"explore's {what}",
+                       "serve fewer (--preset, --vary, --model) or smaller ones")
+    served: dict[str, Explored] = {}
+    for label, _, _, build in planned:
+        subject = build()
+        served[label] = Explored(label, subject, example(subject))
+    return served
+
+
+def preset_variants(args: argparse.Namespace) -> list[tuple[str, str, dict[str, Any]]]:
+    """(label, preset, its fields) for each --preset and each --vary combination of it (the preset as
+    built once when a combination leaves it unchanged); UsageError for flags that name no preset field."""
     overrides = set_fields(args, FIELDS)
     presets = args.presets or ([] if args.models else ["listops-seed"])
     if overrides and not presets:
         raise UsageError(f"config flags ({', '.join(overrides)}) apply to --preset, not to --model")
-    served: dict[str, Explored] = {}
-
-    def add(name: str, subject: Subject) -> None:
-        unique, n = name, 2
-        while unique in served:
-            unique, n = f"{name} ({n})", n + 1
-        served[unique] = Explored(unique, subject, example(subject))
-
     grid = parse_vary(args.vary)
     unknown = [f for f in grid if f not in FIELDS]
     if unknown:
         raise UsageError(f"--vary {unknown[0]}: explore varies ModelConfig fields only ({', '.join(FIELDS)})")
     if grid and not presets:
         raise UsageError("--vary builds variants of a --preset; name one")
-    planned = []  # (label, preset, its fields): every config checked, and their memory summed, first
+    variants = []
     for name in presets:
-        planned.append((name, name, overrides))
+        variants.append((name, name, overrides))
         base = preset_config(name, overrides)
         for values in itertools.product(*grid.values()):
             changed = dict(zip(grid, values, strict=True))
             if all(getattr(base, k) == v for k, v in changed.items()):
                 continue  # the preset as built above (a field it leaves at ModelConfig's default too)
             label = " ".join(f"{k}={v}" for k, v in changed.items())
-            planned.append((f"{name} {label}", name, {**overrides, **changed}))
-    check_total_memory([preset_config(name, fields) for _, name, fields in planned],
-                       f"explore's {len(planned)} preset models",
-                       "serve fewer (--preset, --vary) or smaller ones")
-    for label, name, fields in planned:
-        add(label, preset_subject(name, args.seed, fields))
-    for path in args.models:
-        add(Path(path).name or path, model_subject(path, args.allow_nonfinite))
-    return served
+            variants.append((f"{name} {label}", name, {**overrides, **changed}))
+    return variants
 
 
 def example(subject: Subject) -> str:

@@ -207,16 +207,28 @@ def check_memory(
     return estimate
 
 
-def check_total_memory(configs: list[ModelConfig], what: str, hint: str) -> None:
-    """InsufficientMemoryError when the models ``configs`` describe, held all at once (inference, one
-    sequence each), need more than is available: checked before any of them is built."""
-    needed = sum(estimate_memory(c, 1, training=False).total for c in configs)
+def check_total_memory(models: list[tuple[str, ModelConfig, bool]], what: str, hint: str) -> None:
+    """InsufficientMemoryError when the models, held all at once (inference, one sequence each), need
+    more than is available: checked before any of them is built or read. Each entry is (its label, its
+    config, whether its weights are read from a file); the message names the total, each model's share
+    and what is available, in one line."""
+    shares = {label: estimate_memory(c, 1, training=False).total for label, c, _ in models}
+    # The models are read one at a time: a file's second copy of the weights (estimate_memory's loading
+    # term) is held only while that model is read, so the peak is all the models plus the largest copy.
+    copies = {label: estimate_memory(c, 1, training=False, loading=True).total - shares[label]
+              for label, c, from_file in models if from_file}
+    largest = max(copies, key=copies.__getitem__, default=None)
+    needed = sum(shares.values()) + (copies[largest] if largest is not None else 0)
     available = available_memory()
-    if available is not None and needed > available[0]:
-        raise InsufficientMemoryError(
-            f"not enough memory: {what} need about {format_bytes(needed)} in total but "
-            f"{format_bytes(available[0])} is available ({available[1]}); {hint}"
-        )
+    if available is None or needed <= available[0]:
+        return
+    each = ", ".join(f"{label} {format_bytes(share)}" for label, share in shares.items())
+    if largest is not None:
+        each += f"; reading {largest}'s weights holds a second copy, {format_bytes(copies[largest])}"
+    raise InsufficientMemoryError(
+        f"not enough memory: {what} need about {format_bytes(needed)} in total ({each}) but "
+        f"{format_bytes(available[0])} is available ({available[1]}); {hint}"
+    )
 
 
 def check_data_memory(needed: int, what: str, hint: str) -> None:

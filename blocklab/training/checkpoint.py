@@ -290,11 +290,8 @@ def refuse_nonfinite(model: Transformer, path: str | Path, allow: bool) -> None:
                                   "inspect it anyway: --allow-nonfinite, in Python allow_nonfinite=True)")
 
 
-def load_checkpoint(path: str | Path, map_location: str = "cpu", allow_nonfinite: bool = False) -> Checkpoint:
-    """Rebuild the model from a checkpoint, validating every key, shape and dtype (from the header, before
-    anything is allocated), the digest, and that every weight is finite (unless ``allow_nonfinite``)."""
-    path = Path(path)
-    metadata, declared = read_safetensors_header(path)
+def _header_config(path: Path, metadata: dict[str, str]) -> ModelConfig:
+    """The config a checkpoint's header metadata declares (CheckpointError naming the file)."""
     if metadata.get("format") != FORMAT:
         raise _fail(path, "is a safetensors file but not a blocklab checkpoint "
                           f"(format={metadata.get('format')!r})")
@@ -302,12 +299,26 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu", allow_nonfinite
         raise _fail(path, f"checkpoint version {metadata.get('version')!r} is not supported "
                           f"(expected {VERSION})")
     config_dict = _metadata_json(path, metadata, "config", None, (dict,))
-    tokenizer = _metadata_json(path, metadata, "tokenizer", "null", (dict, type(None)))
-    meta = _metadata_json(path, metadata, "meta", "{}", (dict,))
     try:
-        config = from_saved_dict(config_dict)
+        return from_saved_dict(config_dict)
     except (ValueError, TypeError) as error:
         raise _fail(path, f"invalid config: {error}") from None
+
+
+def checkpoint_config(path: str | Path) -> ModelConfig:
+    """The config of the checkpoint file at ``path``, read from its header: no weight read, nothing built."""
+    path = Path(path)
+    return _header_config(path, read_safetensors_header(path)[0])
+
+
+def load_checkpoint(path: str | Path, map_location: str = "cpu", allow_nonfinite: bool = False) -> Checkpoint:
+    """Rebuild the model from a checkpoint, validating every key, shape and dtype (from the header, before
+    anything is allocated), the digest, and that every weight is finite (unless ``allow_nonfinite``)."""
+    path = Path(path)
+    metadata, declared = read_safetensors_header(path)
+    config = _header_config(path, metadata)
+    tokenizer = _metadata_json(path, metadata, "tokenizer", "null", (dict, type(None)))
+    meta = _metadata_json(path, metadata, "meta", "{}", (dict,))
     # a header can claim any config: refuse one that cannot fit before building it
     check_memory(config, 1, training=False, what=f"loading {path}", force_flag=False, loading=True)
     model = Transformer(config)

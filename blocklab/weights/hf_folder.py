@@ -248,17 +248,27 @@ def family_of(hf_config: dict[str, Any], source: Path) -> Family:
     return FAMILIES[model_type]
 
 
+def _folder_config(folder: Path) -> tuple[Family, ModelConfig]:
+    """The family and the ModelConfig a folder's config.json describes (PretrainedError naming the file)."""
+    hf_config = read_config(folder)
+    family = family_of(hf_config, folder / "config.json")
+    try:
+        return family, family.config_from_hf(hf_config)
+    except ValueError as error:
+        problem = str(error).removeprefix("config.json ")
+        raise PretrainedError(f"{folder / 'config.json'}: {problem}") from None
+
+
+def pretrained_config(path: str | Path) -> ModelConfig:
+    """The ModelConfig of a Hugging Face folder (or installed package), from its config.json alone."""
+    return _folder_config(resolve_model_dir(path))[1]
+
+
 def read_pretrained(path: str | Path, allow_nonfinite: bool = False) -> Pretrained:
     """The model (eval mode, float32), tokenizer and provenance of a Hugging Face model folder; a NaN or
     Inf weight is refused naming it unless ``allow_nonfinite``."""
     folder = resolve_model_dir(path)
-    hf_config = read_config(folder)
-    family = family_of(hf_config, folder / "config.json")
-    try:
-        config = family.config_from_hf(hf_config)
-    except ValueError as error:
-        problem = str(error).removeprefix("config.json ")
-        raise PretrainedError(f"{folder / 'config.json'}: {problem}") from None
+    family, config = _folder_config(folder)
     # config.json can describe any size: refuse what cannot fit before reading or building anything
     check_memory(config, 1, training=False, what=f"loading {folder}", force_flag=False, loading=True)
     weights = read_weights(folder)

@@ -23,18 +23,20 @@ from typing import Any
 from ..files.atomic import kind_of
 from ..files.folders import CHECKPOINTS, CONFIG, MODEL_FILE, check_output_file
 from ..files.jsonfiles import read_json_object
+from ..nn.config import ModelConfig
 from ..nn.layouts import LAYOUTS
 from ..nn.model import Transformer
 from ..tasks import Task, task_from_dict
 from ..training.checkpoint import (
     FORMAT,
     CheckpointError,
+    checkpoint_config,
     load_checkpoint,
     read_checkpoint_header,
     save_checkpoint,
 )
 from ..training.runfiles import latest_checkpoint
-from .hf_folder import family_names, read_pretrained, resolve_model_dir
+from .hf_folder import family_names, pretrained_config, read_pretrained, resolve_model_dir
 from .hf_tokenizer import tokenizer_from_spec
 
 ACCEPTED = (
@@ -192,6 +194,14 @@ def locate(path: str | Path) -> ModelSource:
     except FileNotFoundError:
         raise FileNotFoundError(2, "no such file, folder or installed model package", given) from None
     return ModelSource("package", folder, given)
+
+
+def config_of(source: ModelSource) -> ModelConfig:
+    """The config of the model ``source`` names, from the checkpoint's header or the folder's config.json:
+    no weight read, nothing built (to size several models before loading any)."""
+    if source.kind in ("run", "checkpoint"):
+        return checkpoint_config(source.path)
+    return pretrained_config(source.path)
 
 
 def read(source: ModelSource, map_location: str = "cpu", allow_nonfinite: bool = False) -> Loaded:

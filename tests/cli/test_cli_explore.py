@@ -74,3 +74,76 @@ def test_the_models_are_summed_against_the_memory_before_any_is_built() -> None:
     with pytest.raises(InsufficientMemoryError, match=r"explore's 6 preset models need about .* in total"):
         served("--d-model", str(d), "--d-ff", str(4 * d), "--vary", "norm_position=pre,post,sandwich",
                "--vary", "tie_embeddings=true,false")
+
+
+@pytest.fixture
+def two_files(tmp_path):
+    """A blocklab checkpoint (tiny-lm at d_model 64) and a Hugging Face GPT-2 folder written by
+    transformers, with the configs they hold (the checkpoint's from the model written, GPT-2's by hand)."""
+    import transformers
+
+    from blocklab.training.checkpoint import save_checkpoint
+
+    torch.manual_seed(0)
+    ours = bl.Transformer(bl.preset("tiny-lm", d_model=64, d_ff=256))
+    save_checkpoint(tmp_path / "tiny.safetensors", ours)
+    hf = transformers.GPT2Config(vocab_size=320, n_positions=64, n_embd=32, n_layer=2, n_head=2)
+    transformers.GPT2LMHeadModel(hf).save_pretrained(str(tmp_path / "gpt2-small"))
+    gpt2 = bl.ModelConfig(vocab_size=320, max_seq_len=64, d_model=32, n_layers=2, n_heads=2, d_ff=128,
+                          activation="gelu_tanh", norm_position="pre", pos_encoding="learned",
+                          tie_embeddings=True, causal=True)
+    return tmp_path, {"tiny.safetensors": ours.config, "gpt2-small": gpt2}, ours
+
+
+def test_models_given_by_path_are_summed_from_their_headers_before_any_weight_is_read(two_files,
+                                                                                         monkeypatch) -> None:
+    """Issue 35, F6 for --model: each file was checked alone as it was loaded. Their configs are read
+    from the checkpoint's header and the folder's config.json; with a budget that each fits alone but not
+    the two with the preset, the one-line refusal names the total, each model's share (inference, one
+    sequence) and the second copy of the larger file's weights while it is read, before any is read."""
+    from blocklab.inspect.trace.subject import preset_config
+    from blocklab.nn.memory import InsufficientMemoryError, estimate_memory, format_bytes
+
+    folder, configs, written = two_files
+    configs = {"listops-seed": preset_config("listops-seed", {}), **configs}
+    held = {name: estimate_memory(c, 1, training=False).total for name, c in configs.items()}
+    # the copy read from a file: its float32 parameters once more (P counted from the weights transformers
+    # wrote for GPT-2, tied head counted once; ours from the model written)
+    gpt2_params = sum(p.numel() for p in transformers_gpt2(folder / "gpt2-small").parameters())
+    assert estimate_memory(configs["gpt2-small"], 1, training=False, loading=True).total \
+        - held["gpt2-small"] == 4 * gpt2_params
+    copies = {"tiny.safetensors": 4 * bl.count_parameters(configs["tiny.safetensors"]).total,
+              "gpt2-small": 4 * gpt2_params}
+    larger = max(copies, key=copies.__getitem__)
+    total = sum(held.values()) + copies[larger]
+    budget = total - 1
+    assert max(held[n] + copies.get(n, 0) for n in held) < budget  # each alone passes its own check
+    monkeypatch.setattr("blocklab.nn.memory.available_memory", lambda: (budget, "a test limit"))
+    monkeypatch.setattr("blocklab.weights.load.read", lambda *a, **k: pytest.fail("weights read"))
+    flags = ["--preset", "listops-seed", "--model", str(folder / "tiny.safetensors"),
+             "--model", str(folder / "gpt2-small")]
+    with pytest.raises(InsufficientMemoryError) as refused:
+        served(*flags)
+    shares = ", ".join(f"{name} {format_bytes(held[name])}" for name in configs)
+    copy = format_bytes(copies[larger])
+    assert str(refused.value) == (
+        f"not enough memory: explore's 1 preset model and 2 --model models need about {format_bytes(total)} "
+        f"in total ({shares}; reading {larger}'s weights holds a second copy, {copy}) "
+        f"but {format_bytes(budget)} is available (a test limit); serve fewer (--preset, --vary, --model) or "
+        "smaller ones")
+    monkeypatch.undo()
+    monkeypatch.setattr("blocklab.nn.memory.available_memory", lambda: (total, "a test limit"))
+    models = served(*flags)  # exactly enough: all three served, the files' weights as written
+    assert list(models) == list(configs)
+    loaded = models["tiny.safetensors"].subject.model.state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in written.state_dict().items())
+    with torch.no_grad():
+        tokens = torch.tensor([[1, 2, 3]])
+        expected = transformers_gpt2(folder / "gpt2-small")(tokens).logits
+        assert torch.allclose(models["gpt2-small"].subject.model(tokens), expected, atol=1e-5)
+
+
+def transformers_gpt2(folder):
+    import transformers
+
+    return transformers.GPT2LMHeadModel.from_pretrained(str(folder)).eval()
