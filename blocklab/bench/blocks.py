@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..nn.activations import is_gated
+from ..nn.activation_kinds import is_gated
 from ..nn.block import TransformerBlock
 from ..nn.config import ModelConfig
 from .footprint import clear_grads

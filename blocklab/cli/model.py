@@ -64,11 +64,11 @@ def cmd_params(args: argparse.Namespace) -> int:
 
 def _formulas(c: ModelConfig) -> dict[str, str]:
     """One-line 'how it is counted' for each component of the table."""
-    from ..nn.activations import activation_kind
+    from ..nn.activation_kinds import activation_kind
 
     d, L = c.d_model, c.n_layers
     b = " + 4d" if c.bias else ""
-    n_in = str(activation_kind(c.activation).input_matrices + 1)  # and w2
+    n_in = str(activation_kind(c.activation).ffn_kind.input_matrices + 1)  # and w2
     ln = NORM_KINDS[c.norm].parameters_in_words(c.bias)
     d_q, d_kv = c.n_heads * c.d_head, c.kv_heads * c.d_head  # q's and o's width (d unless head_dim); k's, v's
     q_part = "2d^2" if d_q == d else f"2d x {d_q}"

@@ -1,28 +1,25 @@
-"""The FFN's nonlinearities as records (docs/concepts.md#feed-forward-network): the one table that names
-an activation.
+"""The FFN's nonlinearities in torch: each function an activation's record (activation_kinds.py) names,
+its derivative, and the lookup from a record to the pair (``implementation``).
 
-Each ``ActivationKind`` holds everything a consumer asks of it: its function, its derivative (ATen's own
-backward kernel where autograd has one, else written out), whether it is gated (a gated FFN multiplies
-``function(w1 x)``, the gate, by the linear branch ``w3 x``: a third matrix, so two of them read d_model),
-its label and the tracer's sentence. The FFN module and its lean kernel (kernels.act_kernel), the
-parameter and memory counts, the config's choices, the CLI's formula column and the tracer read this
-table; a new activation is one entry.
-
-The records hold torch functions, so unlike norm_kinds.py this table imports torch (config does too).
+The records themselves are torch-free and live in activation_kinds.py; their names are importable from
+here too (``ACTIVATION_KINDS``, ``ActivationKind``, ``ACTIVATION_NAMES``, ``activation_kind``, ``is_gated``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .activation_kinds import ACTIVATION_KINDS, ACTIVATION_NAMES, ActivationKind, activation_kind, is_gated
+
+__all__ = ["ACTIVATION_KINDS", "ACTIVATION_NAMES", "ActivationKind", "activation_kind", "get_activation",
+           "implementation", "is_gated"]
+
 Activation = Callable[[Tensor], Tensor]
-# backward(g, saved) -> dL/dh given g = dL/da, written over g (a temporary of the backward pass: one
-# (N, d_ff) tensor less where a block's backward peaks); ``saved`` is h, or a when ``saves_output``
+# backward(g, saved) -> dL/dh given g = dL/da, written over g; ``saved`` is h, or a when ``saves_output``
 Backward = Callable[[Tensor, Tensor], Tensor]
 
 
@@ -62,87 +59,51 @@ def silu(x: Tensor) -> Tensor:
 _aten = torch.ops.aten
 
 
-def _gelu_sigmoid_backward(g: Tensor, h: Tensor) -> Tensor:
-    s = torch.sigmoid(GELU_SIGMOID_SCALE * h)  # d/dh h s(c h) = s + c h s (1 - s)
+def relu_backward(g: Tensor, a: Tensor) -> Tensor:
+    """g * (a > 0), from the output a (ATen's kernel)."""
+    return _aten.threshold_backward.grad_input(g, a, 0, grad_input=g)
+
+
+def gelu_backward(g: Tensor, h: Tensor) -> Tensor:
+    """g (Phi(h) + h phi(h)) (ATen's kernel)."""
+    return _aten.gelu_backward.grad_input(g, h, grad_input=g)
+
+
+def gelu_tanh_backward(g: Tensor, h: Tensor) -> Tensor:
+    """The tanh approximation's derivative (ATen's kernel)."""
+    return _aten.gelu_backward.grad_input(g, h, approximate="tanh", grad_input=g)
+
+
+def gelu_sigmoid_backward(g: Tensor, h: Tensor) -> Tensor:
+    """d/dh h s(c h) = s + c h s (1 - s), s = sigmoid(c h)."""
+    s = torch.sigmoid(GELU_SIGMOID_SCALE * h)
     return g.mul_(s + GELU_SIGMOID_SCALE * h * s * (1 - s))
 
 
-@dataclass(frozen=True)
-class ActivationKind:
-    """One ``ModelConfig.activation`` value and everything its consumers ask of it."""
-
-    name: str  # the ModelConfig.activation value
-    label: str  # its name in words
-    explains: str  # the tracer's sentence on the ffn.act stage (the formula in words)
-    function: Activation  # act(h); gated: the gate function of gate(h1) * h3
-    backward: Backward  # dL/dh of ``function``, over g (ATen's kernel where autograd uses one)
-    saves_output: bool = False  # backward needs a = act(h), not h (ReLU: a > 0 exactly where h > 0)
-    gated: bool = False  # gate(w1 x) * (w3 x): a third matrix
-    # TransformerLens' act_fn (the gate's, with gated_mlp); None: TransformerLens has none like it
-    transformerlens: str | None = None
-
-    @property
-    def input_matrices(self) -> int:
-        """The width rule: matrices reading d_model, each d_ff wide (w1, and w3 when gated)."""
-        return 2 if self.gated else 1
+def relu2_backward(g: Tensor, h: Tensor) -> Tensor:
+    """d/dh relu(h)^2 = 2 relu(h)."""
+    return g.mul_(F.relu(h)).mul_(2)
 
 
-ACTIVATION_KINDS: dict[str, ActivationKind] = {
-    kind.name: kind for kind in (
-        ActivationKind(
-            "relu", "ReLU", "ReLU max(0, h) set the negative units to 0", relu,
-            lambda g, a: _aten.threshold_backward.grad_input(g, a, 0, grad_input=g),  # g * (a > 0)
-            saves_output=True, transformerlens="relu",
-        ),
-        ActivationKind(
-            "gelu", "GELU",
-            "GELU h * Phi(h) (exact, erf) kept positives and squashed negatives toward 0 (never below -0.17)",
-            gelu, lambda g, h: _aten.gelu_backward.grad_input(g, h, grad_input=g),  # g (Phi(h) + h phi(h))
-            transformerlens="gelu",
-        ),
-        ActivationKind(
-            "gelu_tanh", "GELU (tanh)", "GELU (tanh approximation) kept positives and squashed negatives "
-            "toward 0", gelu_tanh,
-            lambda g, h: _aten.gelu_backward.grad_input(g, h, approximate="tanh", grad_input=g),
-            transformerlens="gelu_new",
-        ),
-        ActivationKind(
-            "gelu_sigmoid", "GELU (sigmoid)", "GELU (sigmoid approximation h * sigmoid(1.702 h)) kept "
-            "positives, squashed negatives", gelu_sigmoid, _gelu_sigmoid_backward,
-        ),
-        ActivationKind(
-            "relu2", "squared ReLU", "squared ReLU max(0, h)^2 zeroed the negatives and squared the rest",
-            relu2, lambda g, h: g.mul_(F.relu(h)).mul_(2),  # d/dh relu(h)^2 = 2 relu(h)
-        ),
-        ActivationKind(
-            "swiglu", "SwiGLU", "SwiGLU: silu(W1 x) * (W3 x), the gate times the linear branch", silu,
-            lambda g, h: _aten.silu_backward.grad_input(g, h, grad_input=g),  # s (1 + h (1 - s))
-            gated=True, transformerlens="silu",
-        ),
-        ActivationKind(
-            "geglu", "GEGLU", "GEGLU: gelu(W1 x) * (W3 x), the gate times the linear branch", gelu,
-            lambda g, h: _aten.gelu_backward.grad_input(g, h, grad_input=g),  # gate: exact GELU
-            gated=True, transformerlens="gelu",
-        ),
-    )
-}
-
-ACTIVATION_NAMES: tuple[str, ...] = tuple(ACTIVATION_KINDS)  # as the package ships them
+def silu_backward(g: Tensor, h: Tensor) -> Tensor:
+    """s (1 + h (1 - s)), s = sigmoid(h) (ATen's kernel)."""
+    return _aten.silu_backward.grad_input(g, h, grad_input=g)
 
 
-def activation_kind(name: str) -> ActivationKind:
-    """The record of an activation name; ValueError naming the known ones."""
-    if name not in ACTIVATION_KINDS:
-        raise ValueError(f"activation={name!r} is not one of: {', '.join(ACTIVATION_KINDS)}")
-    return ACTIVATION_KINDS[name]
+def _resolved(ref: Callable | str, kind: ActivationKind, field: str) -> Callable:
+    if callable(ref):
+        return ref
+    found = globals().get(ref)
+    if not callable(found):
+        raise ValueError(f"activation {kind.name!r}: its {field} {ref!r} is no function in {__name__}")
+    return found
 
 
-def is_gated(name: str) -> bool:
-    """True for activations that need a third matrix (w3)."""
-    kind = ACTIVATION_KINDS.get(name)
-    return kind is not None and kind.gated
+def implementation(kind: ActivationKind) -> tuple[Activation, Backward]:
+    """(act, its backward) of a record: the functions it holds, or those it names in this module."""
+    return _resolved(kind.function, kind, "function"), _resolved(kind.backward, kind, "backward")
 
 
 def get_activation(name: str) -> Activation:
     """The function for an activation name (the gate function for gated variants)."""
-    return activation_kind(name).function
+    return implementation(activation_kind(name))[0]

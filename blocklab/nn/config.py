@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import names
-from .activations import ACTIVATION_KINDS
+from .activation_kinds import ACTIVATION_KINDS
 from .attention import QK_NORMS
 from .init_schemes import INIT_SCHEMES
 from .layouts import LAYOUTS

@@ -2,7 +2,7 @@
 
     FFN(x) = act(x @ W1.T + b1) @ W2.T + b2        W1: (d_ff, d), W2: (d, d_ff)
 
-Gated variants (swiglu, geglu) add W3: (d_ff, d) and compute
+An activation whose FFN kind is gated (ffn_kinds.py; swiglu, geglu) adds W3: (d_ff, d) and computes
 ``gate(x @ W1.T + b1) * (x @ W3.T + b3) @ W2.T + b2``. The same weights apply to every
 position independently.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .activations import activation_kind
+from .activation_kinds import activation_kind
 from .circuits import FeedForwardWeights
 from .hooks import HookPoint
 from .kernels import act_kernel, act_linear, norm_linear
@@ -27,8 +27,6 @@ class FeedForward(FeedForwardWeights, nn.Module):
     ``act`` (what enters W2), ``out``.
     """
 
-    STAGES = ("hidden", "linear", "act", "out")  # every stage a FFN can have
-    GATED_STAGES = ("linear",)
 
     def __init__(
         self,
@@ -47,12 +45,12 @@ class FeedForward(FeedForwardWeights, nn.Module):
         factory = {"device": device, "dtype": dtype}
         self.d_model, self.d_ff, self.activation = d_model, d_ff, activation
         self.act_kernel = act_kernel(activation)  # act(h) (gated: gate(h1) * h3) and its derivative
+        kind = activation_kind(activation).ffn_kind  # its matrices and stages (ffn_kinds.py)
         self.w1 = nn.Linear(d_model, d_ff, bias=bias, **factory)
         self.w2 = nn.Linear(d_ff, d_model, bias=bias, **factory)
-        gated = activation_kind(activation).gated
-        self.w3 = nn.Linear(d_model, d_ff, bias=bias, **factory) if gated else None
+        self.w3 = nn.Linear(d_model, d_ff, bias=bias, **factory) if kind.gated else None
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
-        self.stages = tuple(s for s in self.STAGES if self.w3 is not None or s not in self.GATED_STAGES)
+        self.stages = kind.stages
         for stage in self.stages:
             setattr(self, f"hook_{stage}", HookPoint())
         self.fused = fused  # the lean path keeps h only, not act(h) (blocklab/nn/kernels.py)
@@ -108,6 +106,5 @@ class FeedForward(FeedForwardWeights, nn.Module):
 
 
 def ffn_parameter_count(d_model: int, d_ff: int, activation: str, bias: bool) -> int:
-    """2 d d_ff + d_ff + d for the classic FFN (3 d d_ff + 2 d_ff + d when gated)."""
-    n_in = activation_kind(activation).input_matrices  # matrices reading d_model: w1 (and w3)
-    return n_in * (d_model * d_ff + (d_ff if bias else 0)) + d_ff * d_model + (d_model if bias else 0)
+    """2 d d_ff + d_ff + d for the dense FFN (3 d d_ff + 2 d_ff + d when gated): its FFN kind's count."""
+    return activation_kind(activation).ffn_kind.parameters(d_model, d_ff, bias)

@@ -61,7 +61,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .activations import activation_kind
+from .activations import activation_kind, implementation
 from .norm_kinds import NORM_KINDS, NormKind, is_layer_norm, layer_norm_variants
 
 # ---- mixed precision: backward runs as forward ran ------------------------------------------------
@@ -221,11 +221,13 @@ def _gated(name: str, gate: Callable[[Tensor], Tensor], gate_backward: Callable)
 
 
 def act_kernel(activation: str) -> ActKernel:
-    """The forward/backward pair of an FFN activation, from its record (activations.ACTIVATION_KINDS)."""
+    """The forward/backward pair of an FFN activation, from its record (activation_kinds.ACTIVATION_KINDS)
+    and its FFN kind's (ffn_kinds.FFN_KINDS: act(h), or gate(h1) * h3)."""
     kind = activation_kind(activation)  # raises the usual error for an unknown name
-    if kind.gated:
-        return _gated(kind.name, kind.function, kind.backward)
-    return ActKernel(kind.name, kind.function, lambda g, h: (kind.backward(g, h),), kind.saves_output)
+    function, derivative = implementation(kind)
+    if kind.ffn_kind.gated:
+        return _gated(kind.name, function, derivative)
+    return ActKernel(kind.name, function, lambda g, h: (derivative(g, h),), kind.saves_output)
 
 
 # ---- linear backward shared by the functions ----------------------------------------------------

@@ -39,7 +39,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .activations import activation_kind
+from .activation_kinds import activation_kind
 from .config import ModelConfig
 from .params import count_parameters
 from .rotary import rotary_dim
@@ -92,7 +92,7 @@ def activation_values_per_token(config: ModelConfig, seq_len: int, explicit_atte
     heads), grouped-query heads the keys and values repeated for their query heads (2 d). Heads wider
     or narrower than d / h (``head_dim``) make q and the heads' output h d_k wide: d_q in place of d."""
     c = config
-    ffn = activation_kind(c.activation).input_matrices * c.d_ff
+    ffn = activation_kind(c.activation).ffn_kind.input_matrices * c.d_ff
     d_q, d_kv = c.n_heads * c.d_head, c.kv_heads * c.d_head  # q's width (d unless head_dim), k's and v's
     attention = c.n_heads + (2 * c.n_heads * seq_len if explicit_attention else 0) + 2 * (d_q - c.d_model)
     if c.pos_encoding == "rotary":

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .activations import activation_kind
+from .activation_kinds import activation_kind
 from .config import ModelConfig
 from .layouts import LAYOUTS
 from .norm_kinds import NORM_KINDS
@@ -37,8 +37,8 @@ class TransformerLensConfig:
         values: dict[str, Any] = {
             "n_layers": c.n_layers, "d_model": c.d_model, "n_heads": c.n_heads, "d_head": c.d_head,
             "n_key_value_heads": c.kv_heads if grouped else None, "d_mlp": c.d_ff, "d_vocab": c.vocab_size,
-            "d_vocab_out": c.vocab_size, "n_ctx": c.max_seq_len, "eps": c.eps, "gated_mlp": act.gated,
-            "attn_only": False, "parallel_attn_mlp": parallel,
+            "d_vocab_out": c.vocab_size, "n_ctx": c.max_seq_len, "eps": c.eps,
+            "gated_mlp": act.ffn_kind.gated, "attn_only": False, "parallel_attn_mlp": parallel,
             "original_architecture": None, "model_name": "blocklab", "device": device, "dtype": dtype,
             "default_prepend_bos": default_prepend_bos, "tokenizer_prepends_bos": tokenizer_prepends_bos,
             "use_attn_result": False, "use_split_qkv_input": False, "use_hook_mlp_in": False,

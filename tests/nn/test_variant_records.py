@@ -1,11 +1,11 @@
-"""Variants as records (nn/norm_kinds.py, nn/activations.py): a norm kind or an activation is one entry of
-its table, and everything else follows.
+"""Variants as records (nn/norm_kinds.py, nn/activation_kinds.py, nn/ffn_kinds.py): a norm kind, an
+activation or an FFN kind is one entry of its table, and everything else follows.
 
 Shown three ways: Gemma's RMSNorm (gamma = 1 + w), a shipped entry, against transformers' GemmaRMSNorm and a
 float64 hand forward, in a model that is counted, hooked, traced, folded and trained; test-only records
-(a norm and two activations the package does not have), added to the tables alone, through the module,
-gradcheck in float64, the parameter count, the tracer's sentence and run_with_cache; and a scan of the
-library: no file but the records compares a variant's name.
+(a norm, two activations and an FFN kind the package does not have), added to the tables alone, through
+the module, gradcheck in float64, the parameter count, the tracer's sentence and run_with_cache; and a scan
+of the library: no file but the records compares a variant's name.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from blocklab.inspect.trace.collect import collect_trace
 from blocklab.nn.activations import ACTIVATION_KINDS, ActivationKind
 from blocklab.nn.cache import run_with_cache
 from blocklab.nn.feedforward import FeedForward
+from blocklab.nn.ffn_kinds import FFN_KINDS, FFNKind
 from blocklab.nn.norm_kinds import NORM_KINDS, NormKind
 from blocklab.nn.norms import LayerNorm
 from blocklab.nn.params import count_parameters
@@ -170,7 +171,7 @@ TEST_ACTIVATIONS = [
     ActivationKind("test_softplus", "Softplus", "softplus log(1 + e^h) smoothed the kink of ReLU", F.softplus,
                    _softplus_backward),
     ActivationKind("test_softplus_glu", "SoftplusGLU", "softplus(W1 x) * (W3 x), a test gate", F.softplus,
-                   _softplus_backward, gated=True),
+                   _softplus_backward, ffn="gated"),
 ]
 
 
@@ -205,19 +206,58 @@ def test_an_activation_added_as_a_record_alone_works_everywhere(monkeypatch: pyt
     assert stage.explanation.startswith(kind.explains + ";")
 
 
+TEST_FFN = FFNKind("test_glu", "test GLU", "(x W1^T + b1) * (x W3^T + b3) W2^T + b2", ("w1", "w3"),
+                   ("hidden", "linear", "act", "out"), operands="gated",
+                   hidden_words=" (a test's words: the bilinear left factor)")
+# Shazeer's bilinear GLU (identity gate, GLU Variants Improve Transformer, 2020) in the test-only FFN kind
+TEST_BILINEAR = ActivationKind("test_bilinear", "Bilinear", "bilinear (W1 x) * (W3 x), no nonlinearity",
+                               lambda h: h, lambda g, h: g, ffn="test_glu")
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_an_ffn_kind_added_as_a_record_alone_works_everywhere(monkeypatch: pytest.MonkeyPatch,
+                                                              fused: bool) -> None:
+    """A test-only FFN kind (the gated form under its own name and words) and an activation running in
+    it: the module builds its matrices and stages, the counts and the tracer read the kind's record."""
+    monkeypatch.setitem(FFN_KINDS, TEST_FFN.name, TEST_FFN)
+    monkeypatch.setitem(ACTIVATION_KINDS, TEST_BILINEAR.name, TEST_BILINEAR)
+    torch.manual_seed(0)
+    ffn = FeedForward(5, 7, TEST_BILINEAR.name, fused=fused).double()
+    assert ffn.stages == ("hidden", "linear", "act", "out")
+    x = torch.randn(2, 3, 5, dtype=f64, requires_grad=True)
+    W = {k: v.detach() for k, v in ffn.state_dict().items()}
+    bilinear = (x @ W["w1.weight"].T + W["w1.bias"]) * (x @ W["w3.weight"].T + W["w3.bias"])
+    torch.testing.assert_close(ffn(x), bilinear @ W["w2.weight"].T + W["w2.bias"], rtol=0, atol=1e-12)
+    weights = {k: v.detach().clone().requires_grad_() for k, v in ffn.named_parameters()}
+    assert gradcheck(lambda x, *ws: functional_call(ffn, dict(zip(weights, ws, strict=True)), (x,)),
+                     (x, *weights.values()))
+    config = bl.ModelConfig(**SMALL, activation=TEST_BILINEAR.name, fused=fused)
+    assert count_parameters(config).per_layer["ffn"] == 3 * 8 * 12 + 2 * 12 + 8  # w1, w3, w2 and biases
+    torch.manual_seed(0)
+    model = perturbed(bl.Transformer(config)).double().eval()
+    assert count_parameters(config).total == sum(p.numel() for p in model.parameters())
+    _, cache = run_with_cache(model, torch.tensor([IDS]))
+    hidden, linear = cache["blocks.0.ffn.hidden"], cache["blocks.0.ffn.linear"]
+    torch.testing.assert_close(cache["blocks.0.ffn.act"], hidden * linear, rtol=0, atol=0)
+    trace = collect_trace(model, IDS)
+    assert "with W1 (x W1^T + b1) (a test's words: the bilinear left factor);" in \
+        trace.stage("blocks.0.ffn.hidden").explanation
+    assert trace.stage("blocks.0.ffn.act").explanation.startswith(TEST_BILINEAR.explains + ";")
+
+
 # ---- no library file but the records compares a variant's name --------------------------------------
 
 PACKAGE = Path(bl.__file__).parent
-RECORDS = {"nn/norm_kinds.py", "nn/activations.py"}
+RECORDS = {"nn/norm_kinds.py", "nn/activation_kinds.py", "nn/ffn_kinds.py"}
 # what chooses variants by value rather than testing one: the claims' arms (tables keyed by the variants
 # they compare) and the Hugging Face maps from their names to ours
 SETTERS = ("lab/claims/", "weights/hf_")
-FIELDS = {"norm", "activation", "variant"}
+FIELDS = {"norm", "activation", "variant", "ffn"}
 
 
 def _names_tested(tree: ast.AST) -> list[tuple[int, str]]:
     """(line, name) of every variant name compared with a norm/activation/variant value or keying a table."""
-    names = set(NORM_KINDS) | set(ACTIVATION_KINDS)
+    names = set(NORM_KINDS) | set(ACTIVATION_KINDS) | set(FFN_KINDS)
     found = []
 
     def mentions_field(node: ast.AST) -> bool:
@@ -247,5 +287,6 @@ def test_no_library_file_but_the_records_tests_a_variant_name() -> None:
 
 
 def test_the_scan_finds_a_planted_name_test() -> None:
-    planted = 'def f(c):\n    return 2 if c.norm != "rms" else 1\nT = {"relu": 1, "gelu": 2}\n'
-    assert sorted(_names_tested(ast.parse(planted))) == [(2, "rms"), (3, "gelu"), (3, "relu")]
+    planted = ('def f(c):\n    return 2 if c.norm != "rms" else 1\nT = {"relu": 1, "gelu": 2}\n'
+               'g = kind.ffn == "gated"\n')
+    assert sorted(_names_tested(ast.parse(planted))) == [(2, "rms"), (3, "gelu"), (3, "relu"), (4, "gated")]

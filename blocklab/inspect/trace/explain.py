@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from ...nn.activations import ACTIVATION_KINDS
+from ...nn.activation_kinds import ACTIVATION_KINDS
 from ...nn.layouts import LAYOUTS
 from ...nn.norm_kinds import NORM_KINDS
 from ...nn.rotary import inverse_frequencies, rotary_dim
@@ -262,7 +262,8 @@ def _ffn_module(s: Stage, w: Walk) -> nn.Module | None:
 
 def _ffn_hidden(s: Stage, w: Walk) -> str:
     ffn = _ffn_module(s, w)
-    gate = " (the gate branch; W3 x is the linear branch)" if getattr(ffn, "w3", None) is not None else ""
+    kind = ACTIVATION_KINDS.get(getattr(ffn, "activation", ""))
+    gate = kind.ffn_kind.hidden_words if kind is not None else ""
     pct = 100 * float(s.frac_le_zero.mean())
     return (f"FFN expand: d_model {ffn.d_model} -> d_ff {ffn.d_ff} with W1 (x W1^T + b1){gate}; "
             f"{pct:.1f}% of hidden units are <= 0")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ...nn.activation_kinds import activation_kind
 from ...nn.config import ModelConfig
 from ...nn.layouts import LAYOUTS
 from .record import MAX_COLUMNS, Operands, Stage
@@ -105,9 +106,10 @@ def stage_operands(stage: Stage, config: ModelConfig, modules: dict[str, nn.Modu
     if stage.kind == "ffn.act":
         ffn = modules[prefix + "ffn"]
         hidden = reads[stage.name]
-        if ffn.w3 is None:
-            return Operands("act", [hidden], function=ffn.activation)
+        kind = activation_kind(ffn.activation).ffn_kind  # act(hidden), or gate(hidden) * linear
+        if not kind.gated:
+            return Operands(kind.operands, [hidden], function=ffn.activation)
         with torch.no_grad():
             gate = ffn.gate(cache[hidden][0, positions].to(torch.float64))
-        return Operands("gated", [hidden, prefix + "ffn.linear"], function=ffn.gate_name, gate=gate)
+        return Operands(kind.operands, [hidden, prefix + "ffn.linear"], function=ffn.gate_name, gate=gate)
     return None
