@@ -20,18 +20,16 @@ from __future__ import annotations
 
 import math
 import os
-import signal
-import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ..device import resolve_compute, same_rng
@@ -42,8 +40,10 @@ from ..nn.memory import check_memory
 from ..nn.model import Transformer
 from ..tasks import IGNORE_INDEX, Task, get_task
 from .batches import batch_indices
+from .callbacks import Callback, StepContext, layer_grad_norms, layer_groups  # noqa: F401 - re-exported
 from .distributed import Processes
 from .evaluation import describe_eval, evaluate  # noqa: F401 - describe_eval re-exported, as evaluate
+from .resources import deferred_interrupt, resolve_threads, share_cores  # noqa: F401 - share_cores re-exported
 from .resume import EXTENSIBLE  # noqa: F401 - re-exported: blocklab.training.loop is where users look
 from .session import Session, TrainingInterrupted  # noqa: F401 - TrainingInterrupted re-exported
 from .state import (
@@ -60,62 +60,6 @@ from .train_config import (  # noqa: F401 - re-exported: blocklab.training.loop 
 )
 
 METRIC_SHORT = {"exact_match": "acc", "token_accuracy": "tok acc"}  # the progress line's labels
-
-
-# ---- per-layer gradient norms, recorded at log steps ----------------------------------------------
-
-
-def layer_groups(model: Transformer) -> dict[str, list[nn.Parameter]]:
-    """Parameters by layer: ``embed`` (embeddings, positions), ``blocks.{i}``, ``head`` (ln_f, head)."""
-    groups: dict[str, list[nn.Parameter]] = {}
-    for name, p in model.named_parameters():
-        parts = name.split(".")
-        key = (
-            ".".join(parts[:2])
-            if parts[0] == "blocks"
-            else ("head" if parts[0] in ("ln_f", "head") else "embed")
-        )
-        groups.setdefault(key, []).append(p)
-    return groups
-
-
-def layer_grad_norms(model: Transformer) -> dict[str, float]:
-    """L2 norm of each layer's gradient (before clipping): ``grad_norm/blocks.0`` ..."""
-    norms = {}
-    for key, params in layer_groups(model).items():
-        grads = [p.grad.detach().float().norm() for p in params if p.grad is not None]
-        if grads:
-            norms[f"grad_norm/{key}"] = float(torch.stack(grads).norm())
-    return norms
-
-
-# ---- callbacks -------------------------------------------------------------------------------------
-
-
-@dataclass
-class StepContext:
-    """What a callback sees, after backward and before clipping and the optimizer step.
-
-    ``model.parameters()`` carry this step's gradients in ``.grad`` (averaged over processes
-    under DDP). A callback may run its own forward passes (the trainer restores the RNG state
-    and train/eval mode afterwards) but must not change parameters or ``.grad``: use
-    ``torch.autograd.grad`` for extra gradients, never ``.backward()``.
-    """
-
-    step: int  # the update about to be applied, 1-based
-    model: Transformer  # the plain model (not the DDP wrapper)
-    inputs: Tensor  # this process's batch (b, T)
-    targets: Tensor  # (b, T), -100 where not scored
-    loss: float  # the global batch's loss
-    lr: float
-    config: TrainConfig
-    task: Task
-    logged: bool  # whether this step writes a metrics line anyway (step % log_every == 0)
-    attention_mask: Tensor | None = None  # (b, T), 0 at padding, for a task that pads
-
-
-Callback = Callable[[StepContext], "dict[str, Any] | None"]
-"""Called on rank 0 every step; a returned dict is merged into that step's metrics.jsonl line."""
 
 
 @dataclass
@@ -142,30 +86,6 @@ class TrainResult:
 
 class TrainingDiverged(RuntimeError):
     """The loss or the gradient became NaN/Inf; nothing was saved for that step."""
-
-
-@contextmanager
-def deferred_interrupt(enabled: bool = True) -> Iterator[list[bool]]:
-    """While active, a first Ctrl-C (SIGINT) only sets ``flag[0]``, so the step in progress finishes
-    and can be checkpointed; a second one interrupts at once. Only in the main thread, and only
-    when SIGINT has Python's default handler (a worker that ignores it keeps ignoring it)."""
-    flag = [False]
-    usable = enabled and threading.current_thread() is threading.main_thread() and (
-        signal.getsignal(signal.SIGINT) is signal.default_int_handler)
-    if not usable:
-        yield flag
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        if flag[0]:
-            raise KeyboardInterrupt
-        flag[0] = True
-
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield flag
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def check_task_fits(config: ModelConfig, task: Task) -> None:
@@ -200,30 +120,24 @@ def make_optimizer(model: nn.Module, c: TrainConfig) -> torch.optim.AdamW:
         return torch.optim.AdamW(groups, lr=c.lr, betas=(c.beta1, c.beta2), foreach=True)
 
 
-# Processes one parent runs side by side on this machine (lab.grid's worker pool), set in each
-# worker by ``share_cores``. Without it every worker's "auto" would take all the cores: 2 workers x 2
-# threads on 2 cores oversubscribe OpenMP, whose spinning threads then run a small model ~10x slower.
-_side_by_side = 1
-
-
-def share_cores(processes: int) -> None:
-    """Declare this process one of ``processes`` that share the machine's cores (a pool's workers):
-    "auto" threads (``resolve_threads(0)``) then divide the cores among them, as under torchrun."""
-    if processes < 1:
-        raise ValueError(f"processes={processes}: at least one process runs")
-    global _side_by_side
-    _side_by_side = processes
-
-
-def resolve_threads(threads: int) -> int:
-    """torch intra-op threads for this process: ``threads``, or for 0 ("auto") the cores this
-    process may run on, divided among the processes torchrun started on this machine (or the
-    worker processes sharing it, ``share_cores``)."""
-    if threads:
-        return threads
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    sharing = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))) * _side_by_side
-    return max(1, cores // sharing)
+def check_can_run(model_config: ModelConfig, train_config: TrainConfig, task: Task, device: torch.device,
+                  detect_nonfinite: bool, force: bool) -> None:
+    """Refuse, before anything is built, a run that cannot work: a config that does not fit the task, a
+    run whose memory estimate exceeds what is available (unless ``force``), --detect-nonfinite under
+    several processes."""
+    check_task_fits(model_config, task)
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))  # before joining the process group
+    if device.type == "cpu":  # the estimate is of host memory; a GPU reports its own out-of-memory
+        check_memory(
+            model_config,
+            max(1, train_config.batch_size // world_size),
+            task.seq_len,
+            force=force,
+            what=f"training on {task.name}",
+            eval_batch_size=train_config.eval_batch_size,
+        )
+    if detect_nonfinite and world_size > 1:
+        raise ValueError("--detect-nonfinite needs a single process (a stop on one would hang the others)")
 
 
 def train(
@@ -260,20 +174,8 @@ def train(
                          "folder, --overwrite replaces it; pass one of them")
     task = task if task is not None else get_task()
     train_config = train_config if train_config is not None else task_train_config(task.name)
-    check_task_fits(model_config, task)
     compute = resolve_compute(train_config.device, train_config.dtype)  # DeviceError when unavailable
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))  # before joining the process group
-    if compute.device.type == "cpu":  # the estimate is of host memory; a GPU reports its own out-of-memory
-        check_memory(
-            model_config,
-            max(1, train_config.batch_size // world_size),
-            task.seq_len,
-            force=force,
-            what=f"training on {task.name}",
-            eval_batch_size=train_config.eval_batch_size,
-        )
-    if detect_nonfinite and world_size > 1:
-        raise ValueError("--detect-nonfinite needs a single process (a stop on one would hang the others)")
+    check_can_run(model_config, train_config, task, compute.device, detect_nonfinite, force)
     procs = Processes.from_env(compute.device)
     threads = torch.get_num_threads()
     torch.set_num_threads(resolve_threads(train_config.threads))

@@ -246,21 +246,13 @@ def _fmt(v: Any) -> str:
     return "null" if v is None else str(v)
 
 
-def write_report(folder: str | Path, model: Transformer | None = None, task: Task | None = None) -> Path:
-    """Write ``folder/report.html`` from config.json, metrics.jsonl and the model (default: newest one)."""
-    folder = Path(folder)
-    config = read_json(folder / CONFIG)
-    rows = read_metrics(folder)
-    task = task if task is not None else task_from_dict(config["task"])
-    if model is None:
-        newest = latest_checkpoint(folder)
-        if newest is None:
-            raise ValueError(f"{folder} holds no checkpoint yet, so there is no model to report on")
-        model = load_checkpoint(newest / MODEL_FILE).model
+def _summary(folder: Path, config: dict[str, Any], rows: list[dict[str, Any]],
+             task: Task) -> list[tuple[str, Any]]:
+    """The report's first table: task, steps, the last held-out numbers, loss, time, rate, processes."""
     evals = [r for r in rows if "eval_accuracy" in r]
     last = rows[-1] if rows else {}
     final = evals[-1] if evals else {}
-    summary = [
+    return [
         ("task", task.name),
         ("steps", last.get("step", 0)),
         (f"held-out {ACCURACY_METRICS[task.metric]}",
@@ -275,12 +267,11 @@ def write_report(folder: str | Path, model: Transformer | None = None, task: Tas
         ("tokens/s (training)", _training_rate(folder)),
         ("processes", config.get("world_size", 1)),
     ]
-    parts = [
-        f"<h1>blocklab run: {html.escape(folder.name)}</h1>",
-        _table(summary),
-        "<h2>Loss and accuracy</h2>",
-        png(curves_figure(rows, task.metric)),
-    ]
+
+
+def _figures(rows: list[dict[str, Any]], model: Transformer, task: Task) -> list[str]:
+    """The report's figures, each under its heading (a note where nothing was recorded)."""
+    parts = ["<h2>Loss and accuracy</h2>", png(curves_figure(rows, task.metric))]
     grad = grad_norm_figure(rows)
     parts += ["<h2>Gradient norm per layer</h2>", png(grad) if grad else "<p class=note>not recorded</p>"]
     flow = gradient_flow_figure(rows)
@@ -301,10 +292,31 @@ def write_report(folder: str | Path, model: Transformer | None = None, task: Tas
         + "".join("<tr>" + "".join(f"<td>{html.escape(a[k])}</td>" for k in a) + "</tr>" for a in answers)
         + "</table>",
     ]
-    parts.append("<h2>Final config</h2><div class=configs>")
+    return parts
+
+
+def _configs(config: dict[str, Any]) -> list[str]:
+    """The final config's three tables, side by side."""
+    parts = ["<h2>Final config</h2><div class=configs>"]
     for part in ("model", "train", "task"):
         parts.append(f"<div><h3>{part}</h3>{_table(list(config.get(part, {}).items()))}</div>")
-    parts.append("</div>")
+    return [*parts, "</div>"]
+
+
+def write_report(folder: str | Path, model: Transformer | None = None, task: Task | None = None) -> Path:
+    """Write ``folder/report.html`` from config.json, metrics.jsonl and the model (default: newest one)."""
+    folder = Path(folder)
+    config = read_json(folder / CONFIG)
+    rows = read_metrics(folder)
+    task = task if task is not None else task_from_dict(config["task"])
+    if model is None:
+        newest = latest_checkpoint(folder)
+        if newest is None:
+            raise ValueError(f"{folder} holds no checkpoint yet, so there is no model to report on")
+        model = load_checkpoint(newest / MODEL_FILE).model
+    title = f"<h1>blocklab run: {html.escape(folder.name)}</h1>"
+    summary = _table(_summary(folder, config, rows, task))
+    parts = [title, summary, *_figures(rows, model, task), *_configs(config)]
     page = (
         f"<!doctype html><html><head><meta charset=utf-8><title>blocklab report: {html.escape(folder.name)}"
         f"</title><style>{_CSS}</style></head><body>{''.join(parts)}</body></html>\n"
