@@ -361,6 +361,16 @@ def generate(
     check_inputs(model, tokens, mask, config)
     was_training = model.training
     model.eval()
+    try:
+        return _decode(model, tokens, mask, config, on_token)
+    finally:
+        model.train(was_training)
+
+
+def _decode(model: Transformer, tokens: Tensor, mask: Tensor, config: GenerationConfig,
+            on_token: OnToken | None) -> Tensor:
+    """The decoding loop over checked ids (B, T) and their mask: one token a step for each row until
+    ``max_new_tokens`` or every row has stopped (a stopped row is filled with the pad id)."""
     generator = None
     if config.sampling:
         generator = torch.Generator(device=tokens.device)
@@ -373,24 +383,21 @@ def generate(
     done = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
     out, prompt_len = tokens.long(), tokens.shape[1]
     window = Window(model, config, mask)
-    try:
-        for step in range(config.max_new_tokens):
-            new = next_token(window.logits(out, mask), config, seen, generator, step)  # (B,)
-            active = ~done
-            if filler is not None:
-                new = new.masked_fill(done, filler)
-            out = torch.cat([out, new[:, None]], dim=1)
-            mask = torch.cat([mask, torch.ones_like(new)[:, None]], dim=1)
-            if seen is not None:
-                seen[torch.arange(len(new)), new] |= active
-            if filler is not None:
-                done |= active & _stopped(model, config, out[:, prompt_len:], active, stop_ids.to(new.device))
-            if on_token is not None:
-                on_token(new, active)
-            if bool(done.all()):
-                break
-    finally:
-        model.train(was_training)
+    for step in range(config.max_new_tokens):
+        new = next_token(window.logits(out, mask), config, seen, generator, step)  # (B,)
+        active = ~done
+        if filler is not None:
+            new = new.masked_fill(done, filler)
+        out = torch.cat([out, new[:, None]], dim=1)
+        mask = torch.cat([mask, torch.ones_like(new)[:, None]], dim=1)
+        if seen is not None:
+            seen[torch.arange(len(new)), new] |= active
+        if filler is not None:
+            done |= active & _stopped(model, config, out[:, prompt_len:], active, stop_ids.to(new.device))
+        if on_token is not None:
+            on_token(new, active)
+        if bool(done.all()):
+            break
     return out
 
 
