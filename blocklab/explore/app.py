@@ -64,7 +64,6 @@ def create_app(models: dict[str, Explored], hosts: list[str] | None = None) -> A
     from starlette.exceptions import HTTPException
     from starlette.middleware import Middleware
     from starlette.middleware.trustedhost import TrustedHostMiddleware
-    from starlette.requests import ClientDisconnect
     from starlette.requests import Request as HttpRequest
     from starlette.responses import HTMLResponse, JSONResponse, Response
     from starlette.routing import Route
@@ -93,27 +92,8 @@ def create_app(models: dict[str, Explored], hosts: list[str] | None = None) -> A
         if action is None:
             return error(404, f"no API call {request.path_params['action']!r}; "
                               f"there are: {', '.join(ACTIONS)}", request)
-        kind = request.headers.get("content-type", "").split(";")[0].strip()
-        if kind != "application/json":
-            return error(415, "send the request as JSON (Content-Type: application/json), "
-                              f"not {kind or 'nothing'}", request)
-        declared = request.headers.get("content-length", "0")
-        if not declared.isdigit() or int(declared) > MAX_BODY:
-            return error(413, f"the request body is over {MAX_BODY} bytes", request)
-        body = b""
         try:
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > MAX_BODY:
-                    return error(413, f"the request body is over {MAX_BODY} bytes", request)
-        except ClientDisconnect:  # nobody to answer
-            return error(400, "the client went away before its request was read", request)
-        try:
-            parsed = json.loads(body, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
-        except (ValueError, RecursionError) as e:
-            return error(400, f"the request body is not JSON blocklab reads: {e}", request)
-        try:
-            what = Request.parse(parsed, models)
+            what = Request.parse(await _request_json(request), models)
             result = await run_in_threadpool(action, what)
         except RequestError as e:
             return error(e.status, str(e), request)
@@ -135,6 +115,32 @@ def create_app(models: dict[str, Explored], hosts: list[str] | None = None) -> A
     allowed = hosts or ["127.0.0.1", "localhost", "[::1]", "testserver"]
     return Starlette(routes=routes, middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=allowed)],
                      exception_handlers={HTTPException: http_error, Exception: internal})
+
+
+async def _request_json(request: Any) -> Any:
+    """The JSON body of an API request (a Starlette request); RequestError (415 not JSON, 413 over
+    ``MAX_BODY`` bytes, 400 unreadable) naming what is wrong."""
+    from starlette.requests import ClientDisconnect
+
+    kind = request.headers.get("content-type", "").split(";")[0].strip()
+    if kind != "application/json":
+        raise RequestError("send the request as JSON (Content-Type: application/json), "
+                           f"not {kind or 'nothing'}", 415)
+    declared = request.headers.get("content-length", "0")
+    if not declared.isdigit() or int(declared) > MAX_BODY:
+        raise RequestError(f"the request body is over {MAX_BODY} bytes", 413)
+    body = b""
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_BODY:
+                raise RequestError(f"the request body is over {MAX_BODY} bytes", 413)
+    except ClientDisconnect:  # nobody to answer
+        raise RequestError("the client went away before its request was read") from None
+    try:
+        return json.loads(body, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+    except (ValueError, RecursionError) as e:
+        raise RequestError(f"the request body is not JSON blocklab reads: {e}") from None
 
 
 def _no_constant(name: str) -> float:
