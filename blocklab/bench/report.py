@@ -139,31 +139,12 @@ def _at_floor(v: dict[str, Any], confidence: float) -> str:
 def print_report(report: dict[str, Any]) -> None:
     """The report as terminal tables."""
     from rich.console import Console
-    from rich.table import Table
 
     console = Console(width=max(100, Console().width))
     stats = report["statistics"]
     for key, how in (("compare", "eager"), ("compile", "torch.compile")):
-        if key not in report:
-            continue
-        result = report[key]
-        console.print(_blocks_table(result, how))
-        for name, row in result["blocks"].items():
-            console.print(f"  {name}: {row['note']}", style="dim")
-        console.print(_ratios_table(result, stats["confidence"]))
-        console.print("  a ratio: the block's step time over the variant's in the same round (> 1: the "
-                      "variant is faster); causal blocks against the variant's causal twin", style="dim")
-        s = result["shape"]
-        skipped = "; ".join(f"{k}: {v}" for k, v in result["skipped"].items())
-        console.print(f"matmul rate {result['matmul_gflops']:.1f} GFLOP/s in its best round: "
-                      f"({s['batch'] * s['seq']} x {s['d_model']}) @ ({s['d_model']} x {s['d_ff']}), in the "
-                      "same rounds"
-                      + (f"; skipped {skipped}" if skipped else ""))
-        console.print(_noise(result))
-        console.print("floor: a block's linear-layer FLOPs (and what it recomputes) at the round's matmul "
-                      "rate, plus SDPA alone timed in the same round; norms, activations, residual adds, "
-                      "allocation and Python cost nothing in it. \"over floor\": the median over rounds of "
-                      "step / floor", style="dim")
+        if key in report:
+            _print_comparison(console, report[key], how, stats["confidence"])
     console.print(f"ratios: the median over rounds of the within-round ratio; intervals: percentile "
                   f"bootstrap of that median ({100 * stats['confidence']:.0f}%, {stats['resamples']:,} "
                   f"resamples of the rounds, seed {stats['seed']}); a speed verdict needs >= "
@@ -173,6 +154,41 @@ def print_report(report: dict[str, Any]) -> None:
                       f"`blocklab bench`)", style="bold")
     for v in report["verdicts"]:
         console.print(verdict_line(v, stats["confidence"]))
+    for table in _memory_and_sweep_tables(report):
+        console.print(table)
+    m = report["machine"]
+    console.print(f"torch {m['torch']}, {m['threads']} threads on {m['cpus']} CPUs; load average "
+                  f"{m['load_average_at_start']:.1f} at the start, {m['load_average_at_end']:.1f} at the end")
+    if "plot" in report:
+        console.print(f"plot: {report['plot']}")
+
+
+def _print_comparison(console: Any, result: dict[str, Any], how: str, confidence: float) -> None:
+    """One side-by-side comparison (eager or compiled): the blocks, the ratios, the matmul rate, the noise."""
+    console.print(_blocks_table(result, how))
+    for name, row in result["blocks"].items():
+        console.print(f"  {name}: {row['note']}", style="dim")
+    console.print(_ratios_table(result, confidence))
+    console.print("  a ratio: the block's step time over the variant's in the same round (> 1: the "
+                  "variant is faster); causal blocks against the variant's causal twin", style="dim")
+    s = result["shape"]
+    skipped = "; ".join(f"{k}: {v}" for k, v in result["skipped"].items())
+    console.print(f"matmul rate {result['matmul_gflops']:.1f} GFLOP/s in its best round: "
+                  f"({s['batch'] * s['seq']} x {s['d_model']}) @ ({s['d_model']} x {s['d_ff']}), in the "
+                  "same rounds"
+                  + (f"; skipped {skipped}" if skipped else ""))
+    console.print(_noise(result))
+    console.print("floor: a block's linear-layer FLOPs (and what it recomputes) at the round's matmul "
+                  "rate, plus SDPA alone timed in the same round; norms, activations, residual adds, "
+                  "allocation and Python cost nothing in it. \"over floor\": the median over rounds of "
+                  "step / floor", style="dim")
+
+
+def _memory_and_sweep_tables(report: dict[str, Any]) -> list[Any]:
+    """What each variant keeps for backward, the depth stack's memory, and the two sweeps (rich Tables)."""
+    from rich.table import Table
+
+    tables = []
     for variant, rows in report["accounting"].items():
         table = Table(title=f"what {variant} keeps for backward, one row per storage")
         for col in ("shape", "dtype", "floats/token", "saved by (autograd nodes)"):
@@ -181,7 +197,7 @@ def print_report(report: dict[str, Any]) -> None:
             table.add_row("x".join(map(str, row["shape"])), row["dtype"], f"{row['floats_per_token']:.0f}",
                           ", ".join(name.removesuffix("Backward") for name in row["saved_by"]))
         table.add_row("total", "", f"{sum(r['floats_per_token'] for r in rows):.0f}", "")
-        console.print(table)
+        tables.append(table)
     depth_shape = report["plan"]["depth_shape"]
     table = Table(title=f"a stack of pre-norm blocks, d_model {depth_shape['d_model']}, seq "
                         f"{depth_shape['seq']}, batch {depth_shape['batch']}: MB after forward / peak")
@@ -190,7 +206,7 @@ def print_report(report: dict[str, Any]) -> None:
     for row in report["depth"]:
         table.add_row(str(row["depth"]), f"{_mb(row['plain_held_bytes'])} / {_mb(row['plain_peak_bytes'])}",
                       f"{_mb(row['checkpointed_held_bytes'])} / {_mb(row['checkpointed_peak_bytes'])}")
-    console.print(table)
+    tables.append(table)
     for key, label in (("sweep_seq", "seq"), ("sweep_d_model", "d_model")):
         table = Table(title=f"microseconds per token, forward + backward, best round, against {label}")
         for col in (label, "batch", "blocklab", "torch-pre", "SDPA alone", "attention share of FLOPs"):
@@ -199,9 +215,5 @@ def print_report(report: dict[str, Any]) -> None:
             table.add_row(str(row[label]), str(row["batch"]), f"{row['blocklab_us_per_token']:.1f}",
                           f"{row['torch-pre_us_per_token']:.1f}", f"{row['attention_us_per_token']:.1f}",
                           f"{100 * row['attention_flop_share']:.0f}%")
-        console.print(table)
-    m = report["machine"]
-    console.print(f"torch {m['torch']}, {m['threads']} threads on {m['cpus']} CPUs; load average "
-                  f"{m['load_average_at_start']:.1f} at the start, {m['load_average_at_end']:.1f} at the end")
-    if "plot" in report:
-        console.print(f"plot: {report['plot']}")
+        tables.append(table)
+    return tables

@@ -80,6 +80,16 @@ ATTENTION_PROBES = {False: "attention", True: "attention-causal"}  # SDPA alone,
 # ---- the comparison at one shape ---------------------------------------------------------------
 
 
+def _memory_row(c: Candidate, x: torch.Tensor, shape: Shape) -> dict[str, float]:
+    """What a block keeps for backward (per token, and per token and d_model in floats), and the bytes
+    held after forward and at the peak of a step, on input ``x`` (batch, seq, d_model)."""
+    saved, _ = saved_activations(c.module, c.run, x)
+    held, peak = step_memory(c.module, c.run, x)
+    return {"saved_bytes_per_token": saved.nbytes / shape.tokens,
+            "saved_floats_per_token_per_d": saved.nbytes / shape.tokens / x.element_size() / shape.d_model,
+            "held_bytes": held, "peak_bytes": peak}
+
+
 def compare(
     shape: Shape, rounds: int = 5, min_seconds: float = 0.0, peers: Sequence[str] = tuple(PEERS),
     compile: bool = False, memory: bool = True, variants: Sequence[Variant] = VARIANTS,
@@ -97,13 +107,7 @@ def compare(
         c.name: {"kind": c.kind, "note": c.note, "causal": c.causal} for c in candidates
     }
     for c in candidates if memory else ():
-        saved, _ = saved_activations(c.module, c.run, x)
-        held, peak = step_memory(c.module, c.run, x)
-        rows[c.name].update(
-            saved_bytes_per_token=saved.nbytes / shape.tokens,
-            saved_floats_per_token_per_d=saved.nbytes / shape.tokens / x.element_size() / shape.d_model,
-            held_bytes=held, peak_bytes=peak,
-        )
+        rows[c.name].update(_memory_row(c, x, shape))
     for c in candidates if compile else ():
         c.run = torch.compile(c.run)
         t0 = time.perf_counter()
