@@ -1,7 +1,8 @@
 """The ``blocklab`` command-line interface: ``main`` is the console script's entry point.
 
 cli/main.py      the parser, the command table, error handling
-cli/args.py      every flag builder and argument parser
+cli/args.py      every flag builder, and the parsers that know the configs
+cli/values.py    the plain value parsers (booleans, bounded numbers, accuracies, paths, names)
 cli/<group>.py   one module per command group (model, weights, lab, trace, training, bench)
 
 May import: any.

@@ -1,4 +1,5 @@
-"""Every flag builder and argument parser of the ``blocklab`` command, in one place.
+"""Every flag builder of the ``blocklab`` command, in one place, and the parsers that know the configs
+(the plain value parsers are values.py's; every name stays importable from here).
 
 Library modules take typed values; turning the command line's text into them happens here. The
 grammar every command follows:
@@ -42,160 +43,30 @@ from .parser import (  # noqa: F401  (re-exported: the command modules take them
     dashed,
     did_you_mean,
 )
+from .values import (  # noqa: F401  (re-exported: the command modules take them from here)
+    ACCURACY_RULE,
+    TARGET_RULE,
+    at_least,
+    parse_accuracy,
+    parse_bool,
+    parse_bool_or_auto,
+    parse_float,
+    parse_float_or_none,
+    parse_int,
+    parse_int_or_none,
+    parse_int_or_ratio,
+    parse_json_object_or_none,
+    parse_json_target,
+    parse_name,
+    parse_names,
+    parse_optional_bool,
+    parse_path,
+    parse_seed,
+    parse_target,
+    parse_value,
+)
 
-# ---- value parsers -------------------------------------------------------------------------------
-
-
-def parse_bool(text: str) -> bool:
-    """'true'/'false' (also yes/no, 1/0, on/off) -> bool."""
-    value = text.strip().lower()
-    if value in ("true", "yes", "1", "on"):
-        return True
-    if value in ("false", "no", "0", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
-
-
-def parse_optional_bool(text: str) -> bool | None:
-    """'auto' -> None, else ``parse_bool``."""
-    return None if text.strip().lower() == "auto" else parse_bool(text)
-
-
-def parse_bool_or_auto(text: str) -> bool | str:
-    """'auto' -> 'auto', else ``parse_bool`` (``fused``)."""
-    return "auto" if text.strip().lower() == "auto" else parse_bool(text)
-
-
-def parse_int(text: str) -> int:
-    """An integer written in decimal ('1.5' and '1e3' are refused: a count is never rounded)."""
-    try:
-        return int(text.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-
-
-def parse_float(text: str) -> float:
-    """A number (``1e-3``, ``0.5``, ``nan`` and ``inf`` too: the configs say which they allow)."""
-    try:
-        return float(text.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-
-
-def parse_float_or_none(text: str) -> float | None:
-    """'none' -> None (the field's own default rule), else ``parse_float``."""
-    return None if text.strip().lower() == "none" else parse_float(text)
-
-
-def parse_int_or_none(text: str) -> int | None:
-    """'none' -> None (the field's own default rule), else ``parse_int``."""
-    return None if text.strip().lower() == "none" else parse_int(text)
-
-
-def parse_json_object_or_none(text: str) -> dict[str, Any] | None:
-    """'none' -> None, else a JSON object (``rope_scaling``: the config says what it may hold)."""
-    if text.strip().lower() == "none":
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not JSON (an object: '{{\"a\": 1}}')") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a JSON object")
-    return value
-
-
-def at_least(minimum: int, most: int | None = None) -> Callable[[str], int]:
-    """A parser of integers >= ``minimum`` (and <= ``most``), for numbers no config validates."""
-
-    def parse(text: str) -> int:
-        value = parse_int(text)
-        if value < minimum or (most is not None and value > most):
-            rule = f"between {minimum} and {most}" if most is not None else f">= {minimum}"
-            raise argparse.ArgumentTypeError(f"{text!r} must be an integer {rule}")
-        return value
-
-    parse.__name__ = f"integer >= {minimum}"
-    return parse
-
-
-parse_seed = at_least(0, 2**64 - 1)  # every --seed: torch seeds take 64 bits
-
-
-def parse_int_or_ratio(text: str) -> int | str:
-    """``--d-ff``: '256' -> 256; '4x', '8/3x', '4.0' stay text for ``resolve_d_ff``."""
-    return int(text) if text.strip().isdigit() else text
-
-
-def parse_value(text: str) -> Any:
-    """A value written on the command line as int, float, None/true/false, or the text itself."""
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return {"none": None, "true": True, "false": False}.get(text.lower(), text)
-
-
-ACCURACY_RULE = "a fraction in (0, 1] like 0.995, a percentage like 99.5%, or none"
-
-
-def parse_accuracy(text: str) -> float | None:
-    """An accuracy: a fraction in (0, 1] (``0.995``) or a percentage with its sign (``99.5%``);
-    ``none``, ``off`` or ``0``: no target. ``1.5`` is refused: 1.5% or 150%, it is not a fraction."""
-    value = text.strip().lower()
-    if value in ("none", "off", "0"):
-        return None
-    percent = value.endswith("%")
-    try:
-        number = float(value.removesuffix("%"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not {ACCURACY_RULE}") from None
-    fraction = number / 100 if percent else number
-    if not 0 < fraction <= 1:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"{text!r} is not {ACCURACY_RULE}")
-    return fraction
-
-
-TARGET_RULE = ACCURACY_RULE.removesuffix(", or none")
-
-
-def parse_target(text: str) -> float:
-    """An accuracy a command needs (``--steps-to-accuracy``): ``parse_accuracy`` without ``none``."""
-    try:
-        value = parse_accuracy(text)
-    except argparse.ArgumentTypeError:  # its rule offers none, which this flag refuses
-        raise argparse.ArgumentTypeError(f"{text!r} is not {TARGET_RULE}") from None
-    if value is None:
-        raise argparse.ArgumentTypeError(f"{text!r}: this flag needs an accuracy, {TARGET_RULE}")
-    return value
-
-
-def parse_path(text: str) -> str:
-    """A path from a flag: ``~`` expanded, an empty path refused."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("an empty path; name a file or folder")
-    return str(Path(text).expanduser())
-
-
-def parse_json_target(text: str) -> str:
-    """``--json``'s value: ``-`` (stdout) or a file path."""
-    return text if text == "-" else parse_path(text)
-
-
-def parse_name(text: str) -> str:
-    """A name (task, preset, claim): not empty, surrounding spaces dropped."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("an empty name")
-    return text.strip()
-
-
-def parse_names(text: str) -> list[str]:
-    """``"a,b"`` -> ["a", "b"]; a list that names nothing (``","``) is refused."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError(f"{text!r} names nothing; give comma-separated names like a,b")
-    return names
+# ---- config-aware value parsers (the plain ones: values.py) -----------------------------------
 
 
 def parse_vary(items: list[str]) -> dict[str, list[Any]]:

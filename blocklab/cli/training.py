@@ -20,6 +20,7 @@ from ..tasks import DEFAULT_TASK, Task, task_from_dict
 from ..training.loop import (
     TrainingDiverged,
     TrainingInterrupted,
+    TrainResult,
     check_task_fits,
     describe_eval,
     evaluate,
@@ -51,6 +52,13 @@ from .args import (
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``train``, ``eval`` and ``predict``."""
+    _add_train(sub)
+    _add_eval(sub)
+    _add_predict(sub)
+
+
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    """Register ``train``."""
     p = add_command(
         sub, "train",
         "Train a model (a preset plus any ModelConfig flag) on a built-in task. The run folder holds "
@@ -91,6 +99,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_json_flag(p, "the outcome (step, accuracy, loss, seconds, tokens/s)")
     p.set_defaults(func=train_command, owns=train_out)
 
+
+def _add_eval(sub: argparse._SubParsersAction) -> None:
+    """Register ``eval``."""
     p = add_command(
         sub, "eval",
         "Score a model on a split of its task: the loss and the accuracy as the task counts it: exact "
@@ -107,6 +118,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_json_flag(p, "the scores")
     p.set_defaults(func=eval_command)
 
+
+def _add_predict(sub: argparse._SubParsersAction) -> None:
+    """Register ``predict``."""
     p = add_command(
         sub, "predict",
         "A model's answer to each --input, with its probability: the task's answer when the checkpoint "
@@ -213,6 +227,12 @@ def train_command(args: argparse.Namespace) -> int:
         raise TrainingInterrupted(message, stop.step, stop.checkpoint, stop.out_dir) from None
     if not _main_process():
         return 0
+    return _print_outcome(args, out, result, train_config, task)
+
+
+def _print_outcome(args: argparse.Namespace, out: Path, result: TrainResult, train_config: TrainConfig,
+                   task: Task) -> int:
+    """The outcome of ``train``: its JSON (--json) and its two lines (how it ended, where it was written)."""
     summary = {
         "out": str(out),
         "step": result.step,

@@ -30,17 +30,27 @@ if TYPE_CHECKING:
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``import``, ``embed`` and ``generate``."""
-    from ..weights.load import ACCEPTED
+    _add_import(sub)
+    _add_embed(sub)
+    _add_generate(sub)
 
+
+def _add_import(sub: argparse._SubParsersAction) -> None:
+    """Register ``import``."""
     p = add_command(
         sub, "import",
         "Read a model and write it as one blocklab checkpoint file (.safetensors) with its tokenizer and "
         "where it came from; the file loads anywhere --model is accepted.",
     )
+    from ..weights.load import ACCEPTED
+
     p.add_argument("path", type=parse_path, metavar="MODEL", help=f"the model to read: {ACCEPTED}")
     add_out_flag(p, "the checkpoint file to write (.safetensors)", required=True)
     p.set_defaults(func=cmd_import)
 
+
+def _add_embed(sub: argparse._SubParsersAction) -> None:
+    """Register ``embed``."""
     p = add_command(
         sub, "embed",
         "Sentence embeddings: the last layer's vectors averaged over each input's tokens and scaled to "
@@ -54,6 +64,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_json_flag(p, "the inputs, embeddings and cosine similarities")
     p.set_defaults(func=cmd_embed)
 
+
+def _add_generate(sub: argparse._SubParsersAction) -> None:
+    """Register ``generate``."""
     p = add_command(
         sub, "generate",
         "Continue prompts with a causal model. Greedy unless a sampling flag (--sample, --temperature, "
