@@ -35,6 +35,7 @@ from ..inspect.trace.subject import Subject, input_ids, target_id, trace_subject
 from ..nn.attention import HEADS_FIRST
 from ..nn.generate import GenerationConfig, next_token, sampling_logits
 from ..nn.layouts import LAYOUTS, Norm, Sublayer, Sum
+from ..nn.norms import LayerNorm
 
 MAX_TOKENS = 256  # the longest input a request may trace (also capped by the model's max_seq_len)
 MAX_TEXT = 4096  # characters of input text
@@ -76,6 +77,7 @@ class Explored:
                                                             self.subject.model.hook_names()
                                                             if n.startswith("blocks.0.")],
             "stages": self.subject.model.hook_names(),
+            "norm_own_stages": list(LayerNorm.STAGES),  # a norm's inner stages: its numbers show them
         }
 
 

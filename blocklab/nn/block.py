@@ -201,7 +201,7 @@ def _pre_lean(block: TransformerBlock, x: Tensor, mask: Tensor | None, angles: A
     keep_residual) for backward."""
     attn, ffn, ln1, ln2 = block.attn, block.ffn, block.ln1, block.ln2
     x = block.hook_resid_pre(x)
-    ln1.hook_scale.observe(lambda: ln1.stats(x).denom)
+    ln1.observe_stages(x)
     block.hook_ln1.observe(lambda: ln1.normalize(x))
     q, k, v = norm_linear(x, ln1.kernel, ln1.gamma, ln1.bias, attn.qkv_weights(), attn.qkv_bias())
     c = attn.context(*attn.split_heads(q, k, v, angles), mask)[0]  # (B, T, d): heads concatenated, before o
@@ -211,7 +211,7 @@ def _pre_lean(block: TransformerBlock, x: Tensor, mask: Tensor | None, angles: A
         ffn.in_weights(), ffn.in_bias(), keep_sum=block.keep_residual,
     )  # y = x + o(c): resid_mid; z = LN2(y); h = W1 z + b1: ffn.hidden
     block.hook_resid_mid.see(y.detach())
-    ln2.hook_scale.observe(lambda: ln2.stats(y).denom)
+    ln2.observe_stages(y)
     block.hook_ln2.see(z.detach())
     return block.hook_resid_post(block.res2(y, ffn.from_hidden(*h)))
 
@@ -230,7 +230,7 @@ def _post_lean(block: TransformerBlock, x: Tensor, mask: Tensor | None, angles: 
         ffn.in_weights(), ffn.in_bias(), keep_sum=block.keep_residual,
     )  # s = alpha x + o(c): resid_mid; y = LN1(s); h = W1 y + b1
     block.hook_resid_mid.see(s.detach())
-    ln1.hook_scale.observe(lambda: ln1.stats(s).denom)
+    ln1.observe_stages(s)
     block.hook_ln1.see(y.detach())
     out = block.hook_resid_post(block.res2(y, ffn.from_hidden(*h)))
     return block.hook_ln2(block.ln2(out))  # LN2 keeps its input, mean and rstd: d + 2 more

@@ -37,12 +37,15 @@ class Alias:
     # TransformerLens lays the tensor out (B, T, h, d_head), blocklab's stage (B, h, T, d_k): under this
     # name the cache gives, and a hook receives and returns, TransformerLens' layout
     positions_first: bool = False
+    # whether this is TransformerLens' name for the stage in every layout (a hook's ``.name``); False: the
+    # name reads the stage only where TransformerLens has it (a HookedEncoder's post-norm block output)
+    names_stage: bool = True
 
 
 _HEADS_FIRST = ("(B, T, h, d_head) under this name, as TransformerLens; blocklab's own name gives "
                 "(B, h, T, d_k), heads before positions")
-_LN_BEFORE_AFFINE = ("TransformerLens: before gamma and beta (the same tensor when it folds them into the "
-                     "next weights, fold_ln=True); blocklab: the norm's output, after them")
+_LN_BEFORE_AFFINE = ("the normalised vector before gamma and beta, (B, T, d) in both (the norm's output after "
+                     "them is blocklab's stage without .normalized)")
 _LN_SCALE = "the norm's denominator per position, (B, T, 1) in both (LayerNorm and RMSNorm)"
 # TransformerLens 3 runs QK-norm on rows it reshapes by variant ((B T h, d_head) per head, (B, T, h d_head)
 # over all heads) and hooks it before gamma: refused rather than given in another shape or scale
@@ -66,7 +69,7 @@ TRANSFORMERLENS_ALIASES: tuple[Alias, ...] = (
     Alias("blocks.{i}.hook_k_input", None, "a copy of resid_pre per head for k alone (use_split_qkv_input)"),
     Alias("blocks.{i}.hook_v_input", None, "a copy of resid_pre per head for v alone (use_split_qkv_input)"),
     Alias("blocks.{i}.ln1.hook_scale", "blocks.{i}.ln1.scale", _LN_SCALE),
-    Alias("blocks.{i}.ln1.hook_normalized", "blocks.{i}.ln1", _LN_BEFORE_AFFINE),
+    Alias("blocks.{i}.ln1.hook_normalized", "blocks.{i}.ln1.normalized", _LN_BEFORE_AFFINE),
     Alias("blocks.{i}.attn.hook_q", "blocks.{i}.attn.q", _HEADS_FIRST, positions_first=True),
     Alias("blocks.{i}.attn.hook_k", "blocks.{i}.attn.k", _HEADS_FIRST, positions_first=True),
     Alias("blocks.{i}.attn.hook_v", "blocks.{i}.attn.v", _HEADS_FIRST, positions_first=True),
@@ -89,23 +92,27 @@ TRANSFORMERLENS_ALIASES: tuple[Alias, ...] = (
     Alias("blocks.{i}.attn.hook_result", "blocks.{i}.attn.result",
           "(B, T, h, d_model) in both, without Wo's bias"),
     Alias("blocks.{i}.hook_attn_out", "blocks.{i}.attn.out"),
-    Alias("blocks.{i}.ln1_post.hook_normalized", "blocks.{i}.ln1_out", "sandwich norm; " + _LN_BEFORE_AFFINE),
+    Alias("blocks.{i}.ln1_post.hook_scale", "blocks.{i}.ln1_out.scale", "sandwich norm; " + _LN_SCALE),
+    Alias("blocks.{i}.ln1_post.hook_normalized", "blocks.{i}.ln1_out.normalized",
+          "sandwich norm; " + _LN_BEFORE_AFFINE),
     Alias("blocks.{i}.hook_resid_mid", "blocks.{i}.resid_mid"),
     Alias("blocks.{i}.hook_mlp_in", None,
           _COPY.format(what="the MLP", flag="use_hook_mlp_in", stage="resid_mid", alt="ln2 in pre-norm")),
     Alias("blocks.{i}.ln2.hook_scale", "blocks.{i}.ln2.scale", _LN_SCALE),
-    Alias("blocks.{i}.ln2.hook_normalized", "blocks.{i}.ln2", _LN_BEFORE_AFFINE),
+    Alias("blocks.{i}.ln2.hook_normalized", "blocks.{i}.ln2.normalized", _LN_BEFORE_AFFINE),
     Alias("blocks.{i}.mlp.hook_pre", "blocks.{i}.ffn.hidden", "gated: the gate's pre-activation in both"),
     Alias("blocks.{i}.mlp.hook_pre_linear", "blocks.{i}.ffn.linear", "gated: the linear branch, x W3 + b3"),
     Alias("blocks.{i}.mlp.hook_mid", None, "SoLU's LayerNorm input: blocklab has no SoLU"),
     Alias("blocks.{i}.mlp.hook_post", "blocks.{i}.ffn.act"),
     Alias("blocks.{i}.hook_mlp_out", "blocks.{i}.ffn.out"),
-    Alias("blocks.{i}.ln2_post.hook_normalized", "blocks.{i}.ln2_out", "sandwich norm; " + _LN_BEFORE_AFFINE),
+    Alias("blocks.{i}.ln2_post.hook_scale", "blocks.{i}.ln2_out.scale", "sandwich norm; " + _LN_SCALE),
+    Alias("blocks.{i}.ln2_post.hook_normalized", "blocks.{i}.ln2_out.normalized",
+          "sandwich norm; " + _LN_BEFORE_AFFINE),
     Alias("blocks.{i}.hook_resid_post", "blocks.{i}.resid_post"),
     Alias("blocks.{i}.hook_normalized_resid_post", "blocks.{i}.ln2",
-          "HookedEncoder (post-norm): the block output"),
+          "HookedEncoder (post-norm): the block output", names_stage=False),
     Alias("ln_final.hook_scale", "ln_f.scale", _LN_SCALE),
-    Alias("ln_final.hook_normalized", "ln_f", _LN_BEFORE_AFFINE),
+    Alias("ln_final.hook_normalized", "ln_f.normalized", _LN_BEFORE_AFFINE),
     Alias("unembed.hook_in", "ln_f", "what the head reads: the final hidden state"),
     Alias("unembed.hook_out", "logits", "the head's output"),
 )
@@ -128,7 +135,8 @@ SHORT_ALIASES: dict[str, str] = {
 
 
 # blocklab stage (with {i}) -> TransformerLens' name for it: the first alias naming that stage
-_TL_NAMES = {a.blocklab: a.transformerlens for a in reversed(TRANSFORMERLENS_ALIASES) if a.blocklab}
+_TL_NAMES = {a.blocklab: a.transformerlens for a in reversed(TRANSFORMERLENS_ALIASES)
+             if a.blocklab and a.names_stage}
 # blocklab stages (with {i}) whose TransformerLens name lays them out positions first
 _POSITIONS_FIRST = {a.blocklab for a in TRANSFORMERLENS_ALIASES if a.positions_first}
 

@@ -100,11 +100,13 @@ class LayerNorm(nn.Module):
 
     ``variant``: a per-position kind of norm_kinds.NORM_KINDS, by name or record (RMSNorm: gamma only,
     never a bias). ``bias=False`` gives the bias-free LayerNorm (gamma only). Stage ``scale`` (..., 1): the
-    denominator each position was divided by (TransformerLens' ``hook_scale``); an intervention on it
-    replaces the denominator (freezing a norm's scale), the norm then computed explicitly.
+    denominator each position was divided by (TransformerLens' ``hook_scale``); stage ``normalized``
+    (..., d): the normalised vector before gamma and beta (TransformerLens' ``hook_normalized``). An
+    intervention on either replaces it (freezing a norm's scale, patching the normalised vector), the norm
+    then computed explicitly.
     """
 
-    STAGES = ("scale",)
+    STAGES = ("scale", "normalized")
 
     def __init__(
         self,
@@ -129,6 +131,7 @@ class LayerNorm(nn.Module):
         self.kernel = norm_kernel(kind, self.eps)  # forward + backward pair of the fused paths
         self._fn = _module_path(kind, fused, self.kernel)
         self.hook_scale = HookPoint()
+        self.hook_normalized = HookPoint()
 
     @property
     def gamma(self) -> Tensor | None:
@@ -147,13 +150,20 @@ class LayerNorm(nn.Module):
 
     def forward(self, x: Tensor, padding_mask: Tensor | None = None) -> Tensor:  # (..., d_model)
         """``padding_mask`` is accepted and unused: each position is normalised on its own."""
-        if self.hook_scale.intervened:  # the denominator replaced: (x - mu) / scale, then gamma, beta
+        if self.hook_scale.intervened or self.hook_normalized.intervened:
+            # computed explicitly, each stage through its hook: (x - mu) / scale, then gamma, beta
             stats = self.stats(x)
-            out = (x - stats.mu) / self.hook_scale(stats.denom)
+            out = self.hook_normalized((x - stats.mu) / self.hook_scale(stats.denom))  # (..., d)
             out = out * self.gamma if self.weight is not None else out
             return out + self.bias if self.bias is not None else out
-        self.hook_scale.observe(lambda: self.stats(x).denom)
+        self.observe_stages(x)
         return self.normalize(x)
+
+    def observe_stages(self, x: Tensor) -> None:
+        """Show the observers of ``scale`` and ``normalized`` what this norm computes for input ``x``, for a
+        path that runs the norm inside a fused kernel."""
+        self.hook_scale.observe(lambda: self.stats(x).denom)
+        self.hook_normalized.observe(lambda: self.stats(x).z_hat)
 
     def normalize(self, x: Tensor) -> Tensor:
         """The norm's output, without its hook point (for a path that shows the scale itself)."""

@@ -39,7 +39,8 @@ def test_a_stage_is_found_by_name_by_layer_and_by_its_transformerlens_names() ->
     assert cache["resid_post", 0] is cache["blocks.0.resid_post"] is cache["blocks.0.hook_resid_post"]
     assert cache["mlp_out", 0] is cache["blocks.0.ffn.out"]
     assert cache["attn_out", 0] is cache["blocks.0.attn.out"]
-    assert cache["ln_final.hook_normalized"] is cache["ln_f"]
+    assert cache["ln_final.hook_normalized"] is cache["ln_f.normalized"]  # before gamma and beta, as TL
+    assert cache["unembed.hook_in"] is cache["ln_f"]
     assert isinstance(cache, ActivationCache) and dict(cache).keys() == set(cache)  # a Mapping
 
 
@@ -103,7 +104,7 @@ def test_the_stages_are_listed_in_the_order_a_forward_pass_fills_the_cache(posit
     assert sorted(model.hook_names()) == sorted(hook_points(model))
     block = model.blocks[0]
     inner = {"attn": block.attn.stages, "ffn": block.ffn.stages,
-             **{norm: ("scale",) for norm in block.layout.norms}}
+             **{norm: ("scale", "normalized") for norm in block.layout.norms}}  # TL: hook_scale, hook_normalized
     assert block.hook_names() == LAYOUTS[position].stages(inner)
     tokens = torch.randint(0, 11, (2, 5))
     order: list[str] = []

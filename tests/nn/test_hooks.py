@@ -55,6 +55,7 @@ def oracle(model: bl.Transformer, tokens: Tensor, targets: Tensor | None = None,
             denom = var.sqrt() + c.eps if c.norm == "eps_outside_sqrt" else torch.sqrt(var + c.eps)
             z_hat = (z - mu) / denom
         S[f"{key}.scale"] = denom  # TransformerLens' hook_scale: the denominator, before the norm's output
+        S[f"{key}.normalized"] = z_hat  # TransformerLens' hook_normalized: before gamma and beta
         out = z_hat * W[f"{key}.weight"]
         return out + W[f"{key}.bias"] if f"{key}.bias" in W else out
 

@@ -136,6 +136,60 @@ def test_the_cache_at_every_transformerlens_hook_name_equals_hooked_transformers
         torch.testing.assert_close(got[finite], want[finite], rtol=0, atol=2e-4, msg=name)
 
 
+def _assert_every_transformerlens_name_equal(ours, theirs, tokens) -> None:
+    """Every name in TransformerLens' cache gives blocklab's value at it, in TransformerLens' layout."""
+    with torch.no_grad():
+        _, their_cache = theirs.run_with_cache(tokens)
+        _, our_cache = ours.run_with_cache(tokens)
+    for name, want in their_cache.items():
+        got = our_cache[name]
+        if name.endswith(("hook_k", "hook_v", "hook_rot_k")) and got.shape != want.shape:  # (B, T, h_kv, d)
+            got = got.repeat_interleave(want.shape[2] // got.shape[2], dim=2)
+        finite = torch.isfinite(want)
+        assert torch.equal(finite, torch.isfinite(got)), name
+        torch.testing.assert_close(got[finite], want[finite], rtol=0, atol=2e-4, msg=name)
+
+
+def test_the_norms_hooks_before_gamma_and_beta_equal_transformerlens_unfolded(models, llama):
+    """Issue 37: under TransformerLens' names, ln1/ln2/ln_final.hook_normalized are the normalised vector
+    before gamma and beta, as TransformerLens hooks it; blocklab gave the norm's output after them, which is
+    the same tensor only once fold_ln has moved gamma and beta into the next weights. Both models unfolded
+    here (gamma and beta spread from 1 and 0), LayerNorm and RMSNorm."""
+    ours, theirs, _ = models
+    tokens = theirs.to_tokens(TEXT[:50])
+    _assert_every_transformerlens_name_equal(ours, theirs, tokens)
+    (plain_ours, plain_theirs), _ = llama
+    _assert_every_transformerlens_name_equal(
+        plain_ours, plain_theirs, torch.randint(0, 100, (2, 12), generator=torch.Generator().manual_seed(2)))
+    with torch.no_grad():
+        _, cache = ours.run_with_cache(tokens)
+    ln1 = ours.blocks[0].ln1
+    torch.testing.assert_close(cache["blocks.0.ln1.hook_normalized"] * ln1.weight + ln1.bias, cache["blocks.0.ln1"],
+                               rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["blocks.0.ln1.hook_normalized", "blocks.1.ln2.hook_normalized",
+                                  "ln_final.hook_normalized", "blocks.0.ln1.hook_scale"])
+def test_a_hook_on_a_norms_stage_patches_what_transformerlens_patches(models, name):
+    """Written for TransformerLens: double feature 3 of the normalised vector (or every scale) before gamma
+    and beta; blocklab computes the norm explicitly through the hook and gives TransformerLens' logits."""
+    ours, theirs, _ = models
+    tokens = theirs.to_tokens(TEXT[:40])
+
+    def double_feature_3(value, hook):
+        value = value.clone()
+        if value.shape[-1] == 1:
+            return value * 2
+        value[..., 3] *= 2
+        return value
+
+    with torch.no_grad():
+        want = theirs.run_with_hooks(tokens, fwd_hooks=[(name, double_feature_3)])
+        got = ours.run_with_hooks(tokens, fwd_hooks=[(name, double_feature_3)])
+        assert (want - theirs(tokens)).abs().max() > 1e-2  # the patch matters
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
+
+
 def transformerlens_script(model):
     """Written for TransformerLens: text in, a hook reading hook.name and hook.layer(), a head ablated
     with run_with_hooks, names_filter, cache[name, layer], remove_batch_dim, greedy generation."""

@@ -69,7 +69,8 @@
     return out;
   }
   function groupStages(group) {
-    var names = state.model.stages.filter(function (n) { return !/\.scale$/.test(n); });
+    var own = state.model.norm_own_stages;  // a norm's inner stages: the norm's own numbers show them
+    var names = state.model.stages.filter(function (n) { return own.indexOf(n.split(".").pop()) < 0; });
     if (group === "input") { return names.filter(function (n) { return n.indexOf("blocks.") !== 0 && ["ln_f", "logits", "probs", "loss"].indexOf(n) < 0; }); }
     if (group === "after") { return names.filter(function (n) { return ["ln_f", "logits", "probs", "loss"].indexOf(n) >= 0; }); }
     var prefix = "blocks." + group.split("-")[1] + ".";

@@ -35,7 +35,9 @@ from .record import STAT_NAMES, NormNumbers, Operands, Stage, TopK, Trace
 NORM_STAGES = {norm for layout in LAYOUTS.values() for norm in layout.norms} | {"ln_f"}  # kind "norm"
 # A norm module's numbers belong to the stage of the same name; the embedding norm feeds `embed`.
 NORM_MODULE_STAGE = {"embed_ln": "embed"}
-SCALE_SUFFIX = ".scale"  # a norm's denominator stage (nn/norms.py): the norm's own numbers show it
+# A norm's own stages (its denominator, its vector before gamma and beta: nn/norms.py), which the norm's own
+# numbers show beside its output
+NORM_OWN_SUFFIXES = tuple(f".{stage}" for stage in LayerNorm.STAGES)
 EMBED_PARTS = ("tok", "pos")  # the stages x0 is the sum of; the `embed` stage reports their norms and share
 TOP_K = 10  # the model's most likely next tokens listed per shown position
 LENS_K = 5  # the logit lens' tokens per stream stage
@@ -202,7 +204,7 @@ def collect_trace(
     positions = list(range(T)) if position is None else [position % T]
     config: ModelConfig = model.config
     # a norm's scale is shown with the norm (its denominator), not as a stage of its own
-    shown = select_names([n for n in model.hook_names() if not n.endswith(SCALE_SUFFIX)], names)
+    shown = select_names([n for n in model.hook_names() if not n.endswith(NORM_OWN_SUFFIXES)], names)
     reads = sources(config, shown)  # what the hover's formulas read (operands.py)
     cache, embed_inputs, model = _run(model, ids, target, _needed(model, shown, reads))
     with torch.autocast("cpu", enabled=False):  # the numbers are read in float32/64, not the forward's dtype
