@@ -44,8 +44,8 @@ class Alias:
 
 _HEADS_FIRST = ("(B, T, h, d_head) under this name, as TransformerLens; blocklab's own name gives "
                 "(B, h, T, d_k), heads before positions")
-_LN_BEFORE_AFFINE = ("the normalised vector before gamma and beta, (B, T, d) in both (the norm's output after "
-                     "them is blocklab's stage without .normalized)")
+_LN_BEFORE_AFFINE = ("the normalised vector before gamma and beta, (B, T, d) in both (the norm's output "
+                     "after them is blocklab's stage without .normalized)")
 _LN_SCALE = "the norm's denominator per position, (B, T, 1) in both (LayerNorm and RMSNorm)"
 # TransformerLens 3 runs QK-norm on rows it reshapes by variant ((B T h, d_head) per head, (B, T, h d_head)
 # over all heads) and hooks it before gamma: refused rather than given in another shape or scale

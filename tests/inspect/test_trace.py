@@ -250,7 +250,8 @@ def test_json_validates_and_has_one_record_per_stage(variant: str) -> None:
     VALIDATOR.validate(doc)
     _, cache = model.run_with_cache(torch.tensor([ids]), targets=torch.tensor([[-100] * 4 + [5]]))
     # every stage, but a norm's scale: shown with the norm's own numbers (its denominator)
-    assert [s["name"] for s in doc["stages"]] == [n for n in cache if not n.endswith((".scale", ".normalized"))]
+    norms_own = (".scale", ".normalized")  # a norm's inner stages: its own numbers show them
+    assert [s["name"] for s in doc["stages"]] == [n for n in cache if not n.endswith(norms_own)]
     for record in doc["stages"]:
         x = cache[record["name"]]
         assert record["shape"] == list(x.shape)

@@ -104,7 +104,8 @@ def test_the_stages_are_listed_in_the_order_a_forward_pass_fills_the_cache(posit
     assert sorted(model.hook_names()) == sorted(hook_points(model))
     block = model.blocks[0]
     inner = {"attn": block.attn.stages, "ffn": block.ffn.stages,
-             **{norm: ("scale", "normalized") for norm in block.layout.norms}}  # TL: hook_scale, hook_normalized
+             # a norm's own stages: TransformerLens' hook_scale and hook_normalized
+             **{norm: ("scale", "normalized") for norm in block.layout.norms}}
     assert block.hook_names() == LAYOUTS[position].stages(inner)
     tokens = torch.randint(0, 11, (2, 5))
     order: list[str] = []

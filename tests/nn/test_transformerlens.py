@@ -164,8 +164,8 @@ def test_the_norms_hooks_before_gamma_and_beta_equal_transformerlens_unfolded(mo
     with torch.no_grad():
         _, cache = ours.run_with_cache(tokens)
     ln1 = ours.blocks[0].ln1
-    torch.testing.assert_close(cache["blocks.0.ln1.hook_normalized"] * ln1.weight + ln1.bias, cache["blocks.0.ln1"],
-                               rtol=0, atol=1e-5)
+    after_affine = cache["blocks.0.ln1.hook_normalized"] * ln1.weight + ln1.bias
+    torch.testing.assert_close(after_affine, cache["blocks.0.ln1"], rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["blocks.0.ln1.hook_normalized", "blocks.1.ln2.hook_normalized",
