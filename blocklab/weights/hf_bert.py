@@ -6,10 +6,11 @@
     intermediate.dense, output.dense, output.LayerNorm           -> ffn.w1, ffn.w2, ln2
 
 No final norm; the LM head is tied to the word embeddings (``forward``'s logits are then
-hidden @ E^T; ``encode`` gives the hidden states BertModel returns). BERT's pooler and its
-pre-training heads (``cls.*``) have no blocklab counterpart: import skips them, export omits
-them (``transformers`` then initialises the pooler at random, which ``last_hidden_state`` does
-not use).
+hidden @ E^T; ``encode`` gives the hidden states BertModel returns). BERT's pooler has no blocklab
+counterpart: import skips it, export omits it (``transformers`` then initialises the pooler at random,
+which ``last_hidden_state`` does not use). Its pre-training heads (``cls.*``: BertForMaskedLM's MLM head,
+BertForPreTraining's next-sentence head) are refused, naming them: blocklab's tied head is not the MLM
+head (dense, GELU, LayerNorm, then the decoder), so loading without it would give other logits.
 """
 
 from __future__ import annotations
@@ -31,7 +32,17 @@ from .hf_tokenizer import HFTokenizer
 MODEL_TYPE = "bert"
 name = "BERT"  # for messages and the lists of families
 default_prepend_bos = True  # as TransformerLens: text gets the BOS token first (where it has one)
-IGNORED = (r"embeddings\.position_ids", r"pooler\..*", r"cls\..*")
+IGNORED = (r"embeddings\.position_ids", r"pooler\..*")
+_ENCODER_ONLY = ("blocklab loads BERT encoders (BertModel): save the encoder alone with transformers "
+                 "(AutoModel.from_pretrained(folder).save_pretrained(out)) and load that, whose logits are "
+                 "the tied head's hidden @ E^T")
+REFUSED = {
+    r"cls\.predictions\..*": "BertForMaskedLM's MLM head (dense, GELU, LayerNorm, then the decoder) is "
+                             "not blocklab's tied head, so model(ids) would not give its logits; "
+                             + _ENCODER_ONLY,
+    r"cls\.seq_relationship\..*": "BertForPreTraining's next-sentence head has no blocklab counterpart; "
+                                  + _ENCODER_ONLY,
+}
 
 # transformers' BertConfig defaults, for fields a config.json leaves out.
 DEFAULTS: dict[str, Any] = {

@@ -41,7 +41,7 @@ from ..training.checkpoint import (
 from ..training.runfiles import OWNED
 from . import hf_bert, hf_gpt2, hf_gpt_neox
 from .hf_llama import LLAMA, MISTRAL, OLMO2, QWEN2, QWEN3
-from .hf_map import Family, PretrainedError, from_hf, is_ignored, to_hf
+from .hf_map import Family, PretrainedError, from_hf, is_ignored, refused_part, to_hf
 from .hf_tokenizer import HFTokenizer, load_folder_tokenizer
 
 # By config.json's model_type. Export tries them in this order and takes the first whose layout the
@@ -214,6 +214,9 @@ def check_weights(
         raise PretrainedError(f"{source}: missing weight {_listed(missing)} "
                               f"(the config needs {tuple(expected[missing[0]].shape)} for {missing[0]})")
     surplus = sorted(set(found) - set(expected))
+    refused = refused_part(surplus, family)
+    if refused:
+        raise PretrainedError(f"{source}: {refused[0]}: {refused[1]}")
     extra = [k for k in surplus if not is_ignored(k, family.IGNORED)]
     if extra:
         raise PretrainedError(f"{source}: unexpected weight {_listed(extra)}: not part of a "

@@ -83,6 +83,9 @@ class Family(Protocol):
     name: str  # in words: "GPT-2", "OLMo 2"
     default_prepend_bos: bool  # TransformerLens' default for the family: text gets the BOS token first
     IGNORED: tuple[str, ...]  # regexes of Hugging Face keys blocklab does not use (pooler, buffers)
+    # (optional) regex -> why: keys of a part blocklab does not implement and whose absence would change what
+    # the model computes (a head): the folder is refused, naming it, rather than loaded without it
+    REFUSED: dict[str, str]
 
     def config_from_hf(self, hf: dict[str, Any]) -> ModelConfig: ...
     def hf_config(self, config: ModelConfig) -> dict[str, Any]: ...
@@ -94,6 +97,15 @@ class Family(Protocol):
 def is_ignored(key: str, patterns: tuple[str, ...]) -> bool:
     """Whether a Hugging Face key matches one of a family's ignored patterns."""
     return any(re.fullmatch(p, key) for p in patterns)
+
+
+def refused_part(keys: list[str], family: Family) -> tuple[str, str] | None:
+    """The first key of a part the family refuses (``Family.REFUSED``) and why, or None."""
+    for pattern, why in getattr(family, "REFUSED", {}).items():
+        key = next((k for k in keys if re.fullmatch(pattern, k)), None)
+        if key is not None:
+            return key, why
+    return None
 
 
 def _type_rule(default: Any) -> tuple[Callable[[Any], bool], str] | None:

@@ -514,3 +514,27 @@ def test_a_bert_folder_without_token_types_is_refused_naming_the_field(tmp_path,
     err = capsys.readouterr().err
     assert err.startswith("blocklab: error: ") and len(err.strip().splitlines()) == 1
     assert "type_vocab_size=0 must be an integer >= 1" in err and "config.json" in err
+
+
+@pytest.mark.parametrize("architecture, part", [("BertForMaskedLM", "cls.predictions"),
+                                                ("BertForPreTraining", "cls.predictions"),
+                                                ("BertForNextSentencePrediction", "cls.seq_relationship")])
+def test_a_bert_folder_with_a_pretraining_head_is_refused_naming_it(tmp_path, capsys, architecture, part):
+    """Issue 37, item 7: a BertForMaskedLM folder loaded without a word while its MLM head was skipped, and
+    model(ids) then gave the tied head's logits, 1.11 away from the checkpoint's MLM head. The head is named
+    and the way to load the encoder alone said; the encoder saved alone loads and matches BertModel."""
+    config = transformers.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
+                                     num_attention_heads=2, intermediate_size=32, max_position_embeddings=16)
+    torch.manual_seed(0)
+    hf = getattr(transformers, architecture)(config).eval()
+    hf.save_pretrained(str(tmp_path / "head"))
+    with pytest.raises(PretrainedError, match=rf"{part}\.[\w.]+: .*head.*save the encoder alone"):
+        load_pretrained(tmp_path / "head")
+    assert main(["import", str(tmp_path / "head"), "--out", str(tmp_path / "h.safetensors")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("blocklab: error: ") and part in err and len(err.strip().splitlines()) == 1
+    hf.bert.save_pretrained(str(tmp_path / "encoder"))  # the way out the message gives
+    ours, _ = load_pretrained(tmp_path / "encoder")
+    ids = torch.tensor([[2, 7, 9, 11, 3]])
+    with torch.no_grad():
+        torch.testing.assert_close(ours.encode(ids), hf.bert(ids).last_hidden_state, rtol=0, atol=1e-5)
