@@ -8,6 +8,8 @@ order ``transformers``' ``generate`` uses, so that the same settings give the sa
     greedy               argmax l  (unless do_sample, or with do_sample=None, temperature / top_k / top_p)
     sampling             (l - max l) / temperature (a constant, or with temperature_end a linear schedule from
                          temperature at the first new token to temperature_end at the last);
+                         minus frequency_penalty x how often each token is in the row (TransformerLens'
+                         freq_penalty, after the temperature as there);
                          top-k keeps l >= the k-th largest; top-p drops the least
                          likely tokens while their summed probability stays <= 1 - p (the most
                          likely one always stays); then one draw of torch.multinomial(softmax(l))
@@ -60,7 +62,7 @@ if TYPE_CHECKING:  # annotations only: the model calls generate (Transformer.gen
     from .model import Transformer
 
 OnToken = Callable[[Tensor, Tensor], None]  # (new tokens (B,), active rows (B,) bool)
-SAMPLING_ONLY = ("temperature", "temperature_end", "top_k", "top_p", "seed")
+SAMPLING_ONLY = ("temperature", "temperature_end", "top_k", "top_p", "seed", "frequency_penalty")
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,7 @@ class GenerationConfig:
     top_p: float | None = None  # sampling: only the most likely tokens that hold probability p
     seed: int | None = None  # sampling: seeds the draws (None: a fresh random seed)
     repetition_penalty: float | None = None  # > 1 discourages tokens already in the row
+    frequency_penalty: float | None = None  # sampling: minus this x each token's count in the row
     stop_ids: tuple[int, ...] = ()  # a row finishes when it produces one of these
     stop_strings: tuple[str, ...] = ()  # ... or when its generated text contains one (needs a tokenizer)
     pad_id: int | None = None  # fills finished rows (default: the tokenizer's pad id, else the first stop id)
@@ -143,6 +146,8 @@ def _violations(c: GenerationConfig) -> list[str]:
          f"seed={c.seed!r} must be an integer in [0, 2**64) (torch seeds take 64 bits)")
     need(c.repetition_penalty is None or (_is_number(c.repetition_penalty) and c.repetition_penalty > 0),
          f"repetition_penalty={c.repetition_penalty!r} must be > 0")
+    need(c.frequency_penalty is None or (_is_number(c.frequency_penalty) and c.frequency_penalty >= 0),
+         f"frequency_penalty={c.frequency_penalty!r} must be >= 0")
     need(all(_is_int(i) and i >= 0 for i in c.stop_ids), f"stop_ids={c.stop_ids!r} must be token ids >= 0")
     need(all(isinstance(s, str) and s for s in c.stop_strings),
          f"stop_strings={c.stop_strings!r} must be non-empty strings")
@@ -151,7 +156,8 @@ def _violations(c: GenerationConfig) -> list[str]:
     need(_is_int(c.window_shift) and c.window_shift >= 1,
          f"window_shift={c.window_shift!r} must be an integer >= 1")
     if not errors and not c.sampling:
-        defaults = {"temperature": 1.0, "temperature_end": None, "top_k": None, "top_p": None, "seed": None}
+        defaults = {"temperature": 1.0, "temperature_end": None, "top_k": None, "top_p": None, "seed": None,
+                    "frequency_penalty": None}
         why = (", but do_sample=False" if c.do_sample is False
                else ": set do_sample=True (or a temperature, top_k, top_p)")
         for name in SAMPLING_ONLY:
@@ -164,9 +170,10 @@ def _violations(c: GenerationConfig) -> list[str]:
 
 
 def penalize_repetition(logits: Tensor, seen: Tensor, penalty: float) -> Tensor:
-    """(B, V) logits with each seen token's logit divided by ``penalty`` if positive, else multiplied."""
+    """(B, V) logits with each seen token's logit (``seen`` (B, V): its count in the row) divided by
+    ``penalty`` if positive, else multiplied."""
     penalized = torch.where(logits > 0, logits / penalty, logits * penalty)
-    return torch.where(seen, penalized, logits)
+    return torch.where(seen > 0, penalized, logits)
 
 
 def top_k_filter(logits: Tensor, k: int) -> Tensor:
@@ -190,24 +197,31 @@ def next_token(
     generator: torch.Generator | None,
     step: int = 0,
 ) -> Tensor:
-    """(B, V) float32 logits of the step-th new token -> (B,) token ids, as the module docstring says."""
+    """(B, V) float32 logits of the step-th new token -> (B,) token ids, as the module docstring says
+    (``seen`` (B, V): how often each token is in each row, for the penalties)."""
     if config.repetition_penalty is not None and seen is not None:
         logits = penalize_repetition(logits, seen, config.repetition_penalty)
     if not config.sampling:
         return logits.argmax(-1)
-    logits = sampling_logits(logits, config, step)
+    logits = sampling_logits(logits, config, step, seen)
     return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(1)
 
 
-def sampling_logits(logits: Tensor, config: GenerationConfig, step: int = 0) -> Tensor:
+def sampling_logits(logits: Tensor, config: GenerationConfig, step: int = 0, seen: Tensor | None = None
+                    ) -> Tensor:
     """(B, V) logits -> the (B, V) logits a sampled step draws from, softmax of them its distribution:
-    shifted, divided by the step's temperature, top-k and top-p filtered (explore shows the same)."""
+    shifted, divided by the step's temperature, less the frequency penalty (``seen`` (B, V): each token's
+    count in the row), top-k and top-p filtered (explore shows the same)."""
     # softmax(l / T) is softmax((l - max l) / T): the shift keeps a tiny T (1e-40) from making l / T
     # infinite, where softmax would give NaN; every scaled logit is then <= 0, the limit T -> 0 is argmax.
     # A T below the float's smallest normal number would round to 0; below it only the maxima remain
     # anyway, so it is that number.
     temperature = max(config.temperature_at(step), torch.finfo(logits.dtype).tiny)
     logits = (logits - logits.amax(-1, keepdim=True)) / temperature
+    if config.frequency_penalty is not None:
+        if seen is None:
+            raise ValueError("frequency_penalty needs each row's token counts (generate keeps them)")
+        logits = logits - config.frequency_penalty * seen
     if config.top_k is not None:
         logits = top_k_filter(logits, config.top_k)
     if config.top_p is not None and config.top_p < 1:
@@ -376,9 +390,10 @@ def _decode(model: Transformer, tokens: Tensor, mask: Tensor, config: Generation
         generator = torch.Generator(device=tokens.device)
         generator.manual_seed(config.seed if config.seed is not None else torch.seed())
     seen = None
-    if config.repetition_penalty is not None:  # (B, V): which tokens each row holds (real ones only)
-        seen = torch.zeros(tokens.shape[0], model.config.vocab_size, dtype=torch.bool, device=tokens.device)
-        seen.scatter_(1, tokens.long(), mask.bool())
+    if config.repetition_penalty is not None or config.frequency_penalty is not None:
+        # (B, V): how often each row holds each token (real ones only, not padding)
+        seen = torch.zeros(tokens.shape[0], model.config.vocab_size, device=tokens.device)  # float32
+        seen.scatter_add_(1, tokens.long(), mask.float())
     filler, stop_ids = _filler(model, config), torch.tensor(config.stop_ids, dtype=torch.long)
     done = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
     out, prompt_len = tokens.long(), tokens.shape[1]
@@ -391,7 +406,7 @@ def _decode(model: Transformer, tokens: Tensor, mask: Tensor, config: Generation
         out = torch.cat([out, new[:, None]], dim=1)
         mask = torch.cat([mask, torch.ones_like(new)[:, None]], dim=1)
         if seen is not None:
-            seen[torch.arange(len(new)), new] |= active
+            seen[torch.arange(len(new)), new] += active.float()
         if filler is not None:
             done |= active & _stopped(model, config, out[:, prompt_len:], active, stop_ids.to(new.device))
         if on_token is not None:

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import generate as generation
+from . import tl_generate
 from .attention import KVCache
 from .block import TransformerBlock, deepnorm_beta
 from .circuits import ModelWeights
@@ -339,8 +339,10 @@ class Transformer(HookedModule, ModelWeights):
     def generate(self, input: Tensor | str | list[str], max_new_tokens: int | None = None, **settings: object
                  ) -> Tensor | str | list[str]:
         """TransformerLens' ``model.generate``: ``blocklab.nn.generate.generate(self, input, ...)`` (text in,
-        text out; ids in, ids out; ``settings`` are GenerationConfig's fields and ``attention_mask``)."""
-        return generation.generate(self, input, max_new_tokens, **settings)
+        text out; ids in, ids out; ``settings`` are GenerationConfig's fields, ``attention_mask``, and
+        TransformerLens' keywords with its meaning: stop_at_eos, eos_token_id, use_past_kv_cache,
+        freq_penalty, temperature=0.0, return_type, verbose, padding_side; ``nn.tl_generate``)."""
+        return tl_generate.generate(self, input, max_new_tokens, settings)
 
     def to_string(self, ids: Sequence[int] | Tensor, attention_mask: Tensor | None = None) -> str | list[str]:
         """Ids -> text: 1-D -> str, (B, T) -> a str per row (positions where attention_mask is 0 left out)."""

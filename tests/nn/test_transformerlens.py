@@ -626,3 +626,67 @@ def test_transformerlens_patching_module_gives_its_numbers_on_blocklab(models, p
             maps.append(getattr(patching, patch)(model, corrupted, clean_cache, metric))
     assert maps[0].shape == maps[1].shape and maps[0].abs().max() > 0.01
     torch.testing.assert_close(maps[1], maps[0], rtol=0, atol=2e-4)
+
+
+# ---- generate as TransformerLens users call it (issue 37 item 5) ------------------------------------
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"do_sample": False},
+    {"temperature": 0.0},  # TL: greedy
+    {"do_sample": False, "use_past_kv_cache": False},
+    {"do_sample": False, "return_type": "tokens"},
+    {"do_sample": False, "stop_at_eos": False},
+])
+def test_generate_with_transformerlens_keywords_gives_transformerlens_output(models, kwargs):
+    ours, theirs, _ = models
+    for given in (PROMPT, theirs.to_tokens(PROMPT)):
+        want = theirs.generate(given, max_new_tokens=8, verbose=False, **kwargs)
+        got = ours.generate(given, max_new_tokens=8, verbose=False, **kwargs)
+        if isinstance(want, torch.Tensor):
+            assert torch.equal(got, want), kwargs
+        else:
+            assert got == want, kwargs
+
+
+def test_generate_stops_at_eos_and_fills_finished_rows_as_transformerlens(models):
+    """TL's stop_at_eos (its default): a row stops at the EOS id and later columns hold it. The EOS id here
+    is the token greedy decoding gives second, so one row stops early and the other goes on."""
+    ours, theirs, _ = models
+    prompts = [PROMPT, TEXT[:30]]
+    free = theirs.generate(prompts, max_new_tokens=8, do_sample=False, stop_at_eos=False, verbose=False,
+                           return_type="tokens")
+    eos = int(free[0, -7])  # the first row's second new token
+    want = theirs.generate(prompts, max_new_tokens=8, do_sample=False, eos_token_id=eos, verbose=False,
+                           return_type="tokens")
+    got = ours.generate(prompts, max_new_tokens=8, do_sample=False, eos_token_id=eos, verbose=False,
+                        return_type="tokens")
+    assert torch.equal(got, want) and (want == eos).any()
+    assert ours.generate(prompts, max_new_tokens=8, do_sample=False, eos_token_id=eos, verbose=False) == \
+        theirs.generate(prompts, max_new_tokens=8, do_sample=False, eos_token_id=eos, verbose=False)
+
+
+def test_generate_refuses_what_it_cannot_do_as_transformerlens_would_by_name(models):
+    ours, _, _ = models
+    with pytest.raises(ValueError, match="padding_side='right'"):
+        ours.generate(PROMPT, 4, padding_side="right")
+    with pytest.raises(ValueError, match="return_type='embeds'"):
+        ours.generate(PROMPT, 4, return_type="embeds")
+    with pytest.raises(ValueError, match="frequency_penalty=0.5 only applies to sampling"):
+        ours.generate(PROMPT, 4, do_sample=False, freq_penalty=0.5)
+    with pytest.raises(ValueError, match="no field"):
+        ours.generate(PROMPT, 4, top_q=0.5)
+
+
+def test_freq_penalty_is_transformerlens_after_the_temperature():
+    """TL's sample_logits: logits / T - freq_penalty * bincount(tokens); blocklab's sampling logits are the
+    same up to the shift by the maximum, so the distributions are equal."""
+    from blocklab.nn.generate import GenerationConfig, sampling_logits
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 11, generator=g)
+    tokens = torch.tensor([[1, 1, 4, 7], [3, 3, 3, 9]])
+    counts = torch.stack([torch.bincount(row, minlength=11).float() for row in tokens])
+    want = torch.softmax(logits / 0.7 - 0.3 * counts, -1)
+    config = GenerationConfig(temperature=0.7, frequency_penalty=0.3)
+    torch.testing.assert_close(torch.softmax(sampling_logits(logits, config, 0, counts), -1), want)
