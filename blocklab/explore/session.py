@@ -398,7 +398,8 @@ def gradients(request: Request) -> dict[str, Any]:
         model.eval()
         try:
             with torch.enable_grad(), request.ablated():
-                (_, loss), cache = model.run_with_cache(tokens, targets=targets, detach=False)
+                (_, loss), cache = model.run_with_cache(tokens, targets=targets, detach=False,
+                                                        names="*")  # every stage, under blocklab's names
                 if not bool(torch.isfinite(loss)):
                     raise RequestError(f"the loss is {float(loss)}: the model overflows on this input "
                                        "(the trace names the first non-finite stage)", 422)

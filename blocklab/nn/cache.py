@@ -41,7 +41,13 @@ import torch
 from torch import Tensor, nn
 
 from .decompose import StreamDecomposition
-from .hook_names import SHORT_ALIASES, blocklab_name, heads_swapped, swapped_for_transformerlens
+from .hook_names import (
+    SHORT_ALIASES,
+    blocklab_name,
+    heads_swapped,
+    swapped_for_transformerlens,
+    transformerlens_names,
+)
 from .hooks import HookFn, NameFilter, hook_points, hooks, select_names
 
 Key = str | tuple[str, int]
@@ -60,13 +66,20 @@ class ActivationCache(StreamDecomposition, Mapping[str, Tensor]):
     Asked in TransformerLens' words (its hook name, or its short name with a layer: ``("v", 0)``), q, k,
     v and their normed and rotated forms come in TransformerLens' layout (B, T, h, d_head), a view of
     blocklab's (B, h, T, d_k), which blocklab's own names give.
+
+    The keys it iterates (``keys()``, ``items()``, ``list(cache)``) are spelled as the stages were asked
+    for: blocklab's names, or with ``transformerlens_keys`` TransformerLens' names where it has one
+    (``blocks.0.attn.hook_pattern``; a stage it has no name for keeps blocklab's), each with the tensor
+    that name gives. Either spelling indexes it.
     """
 
     def __init__(self, stages: Mapping[str, Tensor], model: nn.Module,
-                 grads: Mapping[str, Tensor] | None = None) -> None:
+                 grads: Mapping[str, Tensor] | None = None, transformerlens_keys: bool = False) -> None:
         self._stages = dict(stages)
         self.model = model
-        self.grads = ActivationCache(grads, model) if grads is not None else None
+        self.transformerlens_keys = transformerlens_keys
+        self._tl_keys: list[str] | None = None
+        self.grads = ActivationCache(grads, model, None, transformerlens_keys) if grads is not None else None
 
     # -- the Mapping --------------------------------------------------------------------------------
 
@@ -78,14 +91,24 @@ class ActivationCache(StreamDecomposition, Mapping[str, Tensor]):
         return heads_swapped(tensor) if spelled_tl and swapped_for_transformerlens(name) else tensor
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._stages)
+        return iter(self._keys())
 
     def __len__(self) -> int:
-        return len(self._stages)
+        return len(self._keys())
+
+    def _keys(self) -> list[str] | dict[str, Tensor]:
+        """The keys it iterates: the stages' names, or their TransformerLens names (spelled once: the
+        stages' names never change)."""
+        if not self.transformerlens_keys:
+            return self._stages
+        if self._tl_keys is None:
+            config = getattr(self.model, "config", None)
+            self._tl_keys = _transformerlens_keys(self._stages, getattr(config, "causal", True))
+        return self._tl_keys
 
     def __repr__(self) -> str:
-        names = list(self._stages)
-        shown = ", ".join(names[:4]) + (f", ... ({len(names)} stages)" if len(names) > 4 else "")
+        names = list(self)  # as it iterates them; a stage may have two TransformerLens names: counted once
+        shown = ", ".join(names[:4]) + (f", ... ({len(self._stages)} stages)" if len(names) > 4 else "")
         return f"ActivationCache({shown}{', with grads' if self.grads is not None else ''})"
 
     def remove_batch_dim(self) -> ActivationCache:
@@ -104,7 +127,14 @@ class ActivationCache(StreamDecomposition, Mapping[str, Tensor]):
         """The same cache with every tensor (and gradient) moved to ``device`` / cast to ``dtype``."""
         move = lambda t: t.to(device=device, dtype=dtype if t.is_floating_point() else None)
         grads = {n: move(g) for n, g in self.grads.items()} if self.grads is not None else None
-        return ActivationCache({n: move(t) for n, t in self._stages.items()}, self.model, grads)
+        return ActivationCache({n: move(t) for n, t in self._stages.items()}, self.model, grads,
+                               self.transformerlens_keys)
+
+    def with_transformerlens_keys(self, on: bool = True) -> ActivationCache:
+        """The same stages (the same tensors, and gradients) iterated under TransformerLens' names (or, with
+        ``on=False``, blocklab's)."""
+        grads = dict(self.grads._stages) if self.grads is not None else None
+        return ActivationCache(self._stages, self.model, grads, on)
 
     def name_of(self, key: Key) -> str:
         """The stage name ``key`` means (see the class docstring); a KeyError says why there is none."""
@@ -176,6 +206,16 @@ class ActivationCache(StreamDecomposition, Mapping[str, Tensor]):
         blocks = self._blocks("hidden_states")
         outputs = [self[f"blocks.{i}.{block.layout.output}"] for i, block in enumerate(blocks[:-1])]
         return [self["embed"], *outputs, self["ln_f"]]
+
+
+def _transformerlens_keys(stages: Mapping[str, Tensor], causal: bool) -> list[str]:
+    """The stages' keys under TransformerLens' names, in the stages' order: every name TransformerLens'
+    model of this kind has for a stage (``ln_f`` is ``ln_final.hook_normalized`` and ``unembed.hook_in``),
+    blocklab's where it has none."""
+    keys: list[str] = []
+    for name in stages:
+        keys += transformerlens_names(name, causal) or [name]
+    return keys
 
 
 # ---- running with a cache --------------------------------------------------------------------------

@@ -40,6 +40,8 @@ class Alias:
     # whether this is TransformerLens' name for the stage in every layout (a hook's ``.name``); False: the
     # name reads the stage only where TransformerLens has it (a HookedEncoder's post-norm block output)
     names_stage: bool = True
+    # the TransformerLens model class that alone has this hook (ENCODER: BERT's; DECODER); None: both
+    only_in: str | None = None
 
 
 _HEADS_FIRST = ("(B, T, h, d_head) under this name, as TransformerLens; blocklab's own name gives "
@@ -54,14 +56,17 @@ _QK_NORM_TL3 = ("TransformerLens 3's {q}_norm hooks its scale and its output bef
                 "blocks.{{i}}.attn.hook_{q}_normed and its denominator as blocks.{{i}}.attn.{q}_norm.scale")
 _COPY = "a copy that feeds {what} alone (TransformerLens's {flag}); blocklab has one {stage} (replace {alt})"
 
+ENCODER, DECODER = "HookedEncoder", "HookedTransformer"  # TransformerLens' BERT, and its causal models
 TRANSFORMERLENS_ALIASES: tuple[Alias, ...] = (
     Alias("hook_tokens", None, "the input ids: no stage"),
-    Alias("hook_embed", "tok", "the token part of x0 (blocklab's cache['embed'] is x0 itself)"),
-    Alias("hook_pos_embed", "pos", "the position part of x0"),
-    Alias("embed.hook_embed", "tok", "HookedEncoder (BERT)"),
-    Alias("embed.hook_pos_embed", "pos", "HookedEncoder (BERT)"),
+    Alias("hook_embed", "tok", "the token part of x0 (blocklab's cache['embed'] is x0 itself)",
+          only_in=DECODER),
+    Alias("hook_pos_embed", "pos", "the position part of x0", only_in=DECODER),
+    Alias("embed.hook_embed", "tok", "HookedEncoder (BERT)", only_in=ENCODER),
+    Alias("embed.hook_pos_embed", "pos", "HookedEncoder (BERT)", only_in=ENCODER),
     Alias("embed.hook_token_type_embed", None, "BERT's segment part of x0: no stage of its own"),
-    Alias("hook_full_embed", "embed", "HookedEncoder (BERT): x0 after the embedding LayerNorm"),
+    Alias("hook_full_embed", "embed", "HookedEncoder (BERT): x0 after the embedding LayerNorm",
+          only_in=ENCODER),
     Alias("blocks.{i}.hook_resid_pre", "blocks.{i}.resid_pre"),
     Alias("blocks.{i}.hook_attn_in", None, _COPY.format(what="attention", flag="use_attn_in, one per head",
                                                         stage="resid_pre", alt="ln1 in pre-norm")),
@@ -110,7 +115,7 @@ TRANSFORMERLENS_ALIASES: tuple[Alias, ...] = (
           "sandwich norm; " + _LN_BEFORE_AFFINE),
     Alias("blocks.{i}.hook_resid_post", "blocks.{i}.resid_post"),
     Alias("blocks.{i}.hook_normalized_resid_post", "blocks.{i}.ln2",
-          "HookedEncoder (post-norm): the block output", names_stage=False),
+          "HookedEncoder (post-norm): the block output", names_stage=False, only_in=ENCODER),
     Alias("ln_final.hook_scale", "ln_f.scale", _LN_SCALE),
     Alias("ln_final.hook_normalized", "ln_f.normalized", _LN_BEFORE_AFFINE),
     Alias("unembed.hook_in", "ln_f", "what the head reads: the final hidden state"),
@@ -170,6 +175,16 @@ def in_transformerlens_layout(fn: HookFn) -> HookFn:
         return None if out is None else heads_swapped(out)
 
     return swapped
+
+
+def transformerlens_names(name: str, causal: bool) -> list[str]:
+    """Every TransformerLens name of a blocklab stage, in the table's order, as TransformerLens' model of
+    its kind has them (a causal model: HookedTransformer; else HookedEncoder): ``ln_f`` ->
+    ``ln_final.hook_normalized``, ``unembed.hook_in``; none for a stage it has no name for."""
+    template, kind = _template(name), DECODER if causal else ENCODER
+    layer = name.split(".")[1] if template != name else ""
+    return [a.transformerlens.format(i=layer) for a in TRANSFORMERLENS_ALIASES
+            if a.blocklab == template and a.only_in in (None, kind)]
 
 
 def transformerlens_name(name: str) -> str:

@@ -353,7 +353,7 @@ def test_the_module_path_computes_the_lean_paths_forward_values(position, activa
     every stage's forward value is the lean path's bit for bit; gradients agree to rounding."""
     model, tokens, mask = _stack(position, activation, True, dtype)
     assert all(block.uses_lean_path for block in model.blocks)
-    _, lean = model.run_with_cache(tokens, attention_mask=mask)  # observed: the lean path
+    _, lean = model.run_with_cache(tokens, attention_mask=mask, names="*")  # observed: the lean path
     lean_grads = _loss_and_grads(model, tokens, mask)
     module: dict[str, torch.Tensor] = {}
 

@@ -260,7 +260,7 @@ def tokens_and_targets() -> tuple[Tensor, Tensor]:
 def test_cache_equals_float64_recomputation_from_the_weights(variant: str) -> None:
     model = small_model(**VARIANTS[variant])
     tokens, targets = tokens_and_targets()
-    (_, loss), cache = model.run_with_cache(tokens, targets=targets)
+    (_, loss), cache = model.run_with_cache(tokens, targets=targets, names="*")  # blocklab's names
     expected = oracle(model, tokens, targets)
     assert list(cache) == list(expected)  # every stage, in the order the forward pass reaches it
     for name, want in expected.items():
@@ -362,7 +362,7 @@ def test_name_filters_select_exactly_the_matching_stages() -> None:
     assert list(cache) == ["embed", *attn]
     _, cache = model.run_with_cache(tokens, names=lambda n: n.endswith("resid_post"))
     assert list(cache) == ["blocks.0.resid_post", "blocks.1.resid_post"]
-    _, cache = model.run_with_cache(tokens)
+    _, cache = model.run_with_cache(tokens, names="*")
     assert len(cache) == len(model.hook_names()) - 1  # every stage but the loss (no targets)
 
 

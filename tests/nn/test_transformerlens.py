@@ -190,6 +190,45 @@ def test_a_hook_on_a_norms_stage_patches_what_transformerlens_patches(models, na
     torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
 
 
+def test_the_cache_iterates_under_the_names_it_was_asked_for(processed):
+    """Issue 37, S4: the cache's keys were blocklab's names, so TransformerLens' idiom
+    ``[v for k, v in cache.items() if k.endswith("hook_pattern")]`` found nothing. Asked as TransformerLens
+    asks (no filter, or names_filter), its keys are TransformerLens' own, each with TransformerLens' tensor;
+    asked with names=, blocklab's; either spelling indexes it."""
+    ours, theirs = processed
+    tokens = theirs.to_tokens(TEXT[:50])
+    with torch.no_grad():
+        _, their_cache = theirs.run_with_cache(tokens)
+        _, our_cache = ours.run_with_cache(tokens)
+    ours_by_key = dict(our_cache.items())
+    # every key TransformerLens has, and beyond them only stages it does not hook by default
+    assert set(their_cache.keys()) <= set(ours_by_key)
+    assert set(ours_by_key) - set(their_cache.keys()) == {  # x0, each head's result, the norms' outputs
+        "embed", "probs", *(f"blocks.{i}.{s}" for i in (0, 1) for s in ("attn.hook_result", "ln1", "ln2"))}
+    for name, want in their_cache.items():
+        torch.testing.assert_close(ours_by_key[name], want, rtol=0, atol=2e-4, msg=name)
+    patterns = [v for k, v in our_cache.items() if k.endswith("hook_pattern")]
+    want = [v for k, v in their_cache.items() if k.endswith("hook_pattern")]
+    assert len(patterns) == len(want) == 2
+    for got, expected in zip(patterns, want, strict=True):
+        torch.testing.assert_close(got, expected, rtol=0, atol=2e-4)
+
+    chosen = lambda name: name.endswith(("hook_v", "hook_pattern", "hook_resid_post"))
+    with torch.no_grad():
+        _, their_some = theirs.run_with_cache(tokens, names_filter=chosen)
+        _, our_some = ours.run_with_cache(tokens, names_filter=chosen)
+    assert list(our_some.keys()) == list(their_some.keys())  # the same keys in the same (forward) order
+    for (key, got), want in zip(our_some.items(), their_some.values(), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=2e-4, msg=key)  # v as (B, T, h, d_head)
+
+    _, blocklab_style = ours.run_with_cache(tokens, names=["blocks.*.attn.v", "blocks.*.attn.weights"])
+    assert list(blocklab_style) == ["blocks.0.attn.v", "blocks.0.attn.weights", "blocks.1.attn.v",
+                                    "blocks.1.attn.weights"]
+    assert blocklab_style["blocks.0.attn.v"].shape == (1, 4, tokens.shape[1], 8)  # blocklab's (B, h, T, d_k)
+    assert torch.equal(blocklab_style["blocks.0.attn.hook_v"], our_some["blocks.0.attn.hook_v"])
+    assert torch.equal(our_some["blocks.0.attn.v"], blocklab_style["blocks.0.attn.v"])  # blocklab's name
+
+
 def transformerlens_script(model):
     """Written for TransformerLens: text in, a hook reading hook.name and hook.layer(), a head ablated
     with run_with_hooks, names_filter, cache[name, layer], remove_batch_dim, greedy generation."""
