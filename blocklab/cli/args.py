@@ -226,8 +226,8 @@ FIELD_HELP = {
     "keep_checkpoints": "newest checkpoints kept on disk",
     "seed": "seed of the model's init, the data order and dropout",
     "target_accuracy": "stop at the first evaluation reaching this held-out accuracy",
-    "threads": "torch threads; 0: auto, the cores this process may use (split under torchrun and among "
-               "a grid's workers)",
+    "threads": "torch threads; 0: auto, the cores this process may use (its CPU affinity and cgroup quota; "
+               "at most OMP_NUM_THREADS when set; split under torchrun and among a grid's workers)",
     "device": "where the model runs: auto, cpu, cuda, cuda:N or mps",
     "dtype": "float32, or bfloat16/float16: the matmuls under autocast, weights kept in float32",
 }

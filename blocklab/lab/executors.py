@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..training.loop import share_cores
+from ..training.resources import available_cores
 from .grid import RunSpec, default_jobs, run_many, run_one
 
 EXECUTORS = ("local", "ray")
@@ -86,7 +87,7 @@ def _ray() -> Any:
 
 def _on_ray_worker(spec: RunSpec, target: float) -> dict[str, Any]:
     """A Ray task: ``run_one`` with each task one core's share ("auto" threads resolve to 1)."""
-    share_cores(max(1, os.cpu_count() or 1))
+    share_cores(available_cores())
     return run_one(spec, target)
 
 

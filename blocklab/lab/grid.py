@@ -33,6 +33,7 @@ from ..inspect.diagnostics import DiagnosticsLogger, diagnose
 from ..nn.presets import preset
 from ..tasks import task_from_dict
 from ..training.loop import TrainConfig, TrainingDiverged, resolve_threads, share_cores, train
+from ..training.resources import available_cores
 
 
 @dataclass(frozen=True)
@@ -284,5 +285,5 @@ def run_many(
 
 
 def default_jobs() -> int:
-    """Worker processes to use by default: the machine's cores."""
-    return max(1, os.cpu_count() or 1)
+    """Worker processes to use by default: the cores this process may use (affinity, cgroup quota)."""
+    return available_cores()

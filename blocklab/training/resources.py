@@ -1,15 +1,50 @@
-"""How a training process shares the machine and its signals: the processes side by side (``share_cores``),
-torch's intra-op threads (``resolve_threads``), and a first Ctrl-C deferred to the end of the step in
-progress (``deferred_interrupt``), so that the step can be checkpointed.
+"""How a training process shares the machine and its signals: the cores it may use (``available_cores``),
+the processes side by side (``share_cores``), torch's intra-op threads (``resolve_threads``), and a first
+Ctrl-C deferred to the end of the step in progress (``deferred_interrupt``), so that the step can be
+checkpointed.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+
+CGROUP = Path("/sys/fs/cgroup")  # where this process's CPU quota is read (cgroup v2, else v1)
+
+
+def cgroup_cpus(root: Path = CGROUP) -> float | None:
+    """The CPUs this process's cgroup quota allows (quota / period), or None without a quota: cgroup v2's
+    ``cpu.max`` ("max 100000" is none), else v1's ``cpu/cpu.cfs_quota_us`` (-1 is none)."""
+    try:
+        quota, period = (root / "cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        quota = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        period = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+        return None if quota <= 0 or period <= 0 else quota / period
+    except (OSError, ValueError):
+        return None
+
+
+def available_cores(root: Path = CGROUP) -> int:
+    """The cores this process may use: those its CPU affinity allows, fewer under a cgroup quota (rounded
+    up: a quota of 1.5 CPUs still runs 2 threads part of the time), and at least 1."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    quota = cgroup_cpus(root)
+    return max(1, min(cores, math.ceil(quota)) if quota is not None else cores)
+
+
+def omp_threads() -> int | None:
+    """OMP_NUM_THREADS when it holds a positive integer (the user's thread count), else None."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
 
 
 @contextmanager
@@ -52,11 +87,13 @@ def share_cores(processes: int) -> None:
 
 
 def resolve_threads(threads: int) -> int:
-    """torch intra-op threads for this process: ``threads``, or for 0 ("auto") the cores this
-    process may run on, divided among the processes torchrun started on this machine (or the
-    worker processes sharing it, ``share_cores``)."""
+    """torch intra-op threads for this process: ``threads``, or for 0 ("auto") the cores this process may
+    use (``available_cores``: affinity and cgroup quota), divided among the processes torchrun started on
+    this machine (or the worker processes sharing it, ``share_cores``), and never more than
+    OMP_NUM_THREADS when the user set it."""
     if threads:
         return threads
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     sharing = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))) * _side_by_side
-    return max(1, cores // sharing)
+    auto = max(1, available_cores() // sharing)
+    user = omp_threads()
+    return min(auto, user) if user is not None else auto

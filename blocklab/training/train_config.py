@@ -41,7 +41,7 @@ class TrainConfig:
     dtype: str = "float32"  # the matmuls' dtype: bfloat16 / float16 run them under autocast (weights float32)
     seed: int = 0  # model init, data order, dropout
     target_accuracy: float | None = 0.995  # stop at the first evaluation reaching it; None: never
-    threads: int = 0  # torch intra-op threads; 0 = auto: the cores (under torchrun: cores / local processes)
+    threads: int = 0  # torch intra-op threads; 0 = auto (resources.resolve_threads: affinity, quota, OMP)
 
     def __post_init__(self) -> None:
         for error in _violations(self):
