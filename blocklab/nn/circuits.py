@@ -215,10 +215,15 @@ class ModelWeights:
     b_V = _stacked("b_V", lambda b: b.attn)
     b_O = _stacked("b_O", lambda b: b.attn)
     W_in = _stacked("W_in", lambda b: b.ffn)
-    W_gate = _stacked("W_gate", lambda b: b.ffn)
     b_in = _stacked("b_in", lambda b: b.ffn)
     W_out = _stacked("W_out", lambda b: b.ffn)
     b_out = _stacked("b_out", lambda b: b.ffn)
+
+    @property
+    def W_gate(self) -> Tensor | None:
+        """Every block's FFN gate (w1), stacked: (n_layers, d, d_ff); None where the FFN is not gated
+        (TransformerLens' ``model.W_gate``; a block's own ``ffn.W_gate`` is an AttributeError there)."""
+        return torch.stack([b.ffn.W_gate for b in self.blocks]) if self.blocks[0].ffn.w3 is not None else None
 
     @property
     def W_E(self) -> Tensor:

@@ -130,17 +130,20 @@ class HookedModule(nn.Module):
 
     def run_with_cache(
         self, *args: object, names: NameFilter = None, names_filter: NameFilter = None, detach: bool = True,
-        backward: Backward = False, remove_batch_dim: bool = False, **kwargs: object,
-    ) -> tuple[object, ActivationCache]:
+        backward: Backward = False, remove_batch_dim: bool = False, return_cache_object: bool = True,
+        **kwargs: object,
+    ) -> tuple[object, ActivationCache | dict[str, Tensor]]:
         """``output, cache = module.run_with_cache(inputs)``: every (or the named) stage's tensor.
         ``names_filter`` is TransformerLens' name for ``names``; ``remove_batch_dim`` drops a batch of one.
         The cache's keys follow how the stages were asked for: TransformerLens' names with ``names_filter``
         or no filter (as TransformerLens code iterates them: ``k.endswith("hook_pattern")``), blocklab's
-        with ``names``; either spelling indexes it."""
+        with ``names``; either spelling indexes it. ``return_cache_object=False``: a plain dict of those keys
+        and tensors instead (TransformerLens')."""
         if names is not None and names_filter is not None:
             raise ValueError("run_with_cache takes names or names_filter (the same thing), not both")
         out, cache = run_with_cache(self, *args, names=names if names is not None else names_filter,
                                     detach=detach, backward=backward, **kwargs)
         cache = cache.with_transformerlens_keys(names is None)
-        return out, cache.remove_batch_dim() if remove_batch_dim else cache
+        cache = cache.remove_batch_dim() if remove_batch_dim else cache
+        return out, cache if return_cache_object else dict(cache.items())
 

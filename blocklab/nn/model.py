@@ -181,8 +181,11 @@ class Transformer(HookedModule, ModelWeights):
         token_type_ids: Tensor | None = None,
         kv_cache: list[KVCache] | None = None,
         position_ids: Tensor | None = None,
+        stop_at_layer: int | None = None,
     ) -> Tensor:
-        """Last hidden states (B, T, d_model), after the final norm where there is one.
+        """Last hidden states (B, T, d_model), after the final norm where there is one; with
+        ``stop_at_layer`` k, the residual stream entering block k (blocks[:k] run, as a Python slice:
+        -1 runs all but the last; TransformerLens' ``stop_at_layer``), no final norm.
 
         attention_mask: (B, T), 1 for real tokens and 0 for padding (Hugging Face convention).
         kv_cache: one KVCache per block (generation): tokens are the positions after the cached ones.
@@ -200,8 +203,10 @@ class Transformer(HookedModule, ModelWeights):
                 torch.arange(past, past + tokens.shape[1], device=tokens.device)
             angles = self.rotary.angles(positions, x.dtype)
         caches = kv_cache if kv_cache is not None else [None] * len(self.blocks)
-        for block, cache in zip(self.blocks, caches, strict=True):
+        for block, cache in list(zip(self.blocks, caches, strict=True))[:stop_at_layer]:
             x = block(x, key_padding_mask, cache, angles)
+        if stop_at_layer is not None:
+            return x  # (B, T, d_model): the stream entering block stop_at_layer
         return self.hook_ln_f(self.ln_f(x, pad))
 
     def forward(
@@ -218,6 +223,7 @@ class Transformer(HookedModule, ModelWeights):
         padding_side: str = "right",
         output_hidden_states: bool = False,
         output_attentions: bool = False,
+        stop_at_layer: int | None = None,
     ) -> Tensor | tuple[Tensor, Tensor] | ModelOutput | None:
         """Logits (B, T, vocab); with targets (B, T), also the mean cross-entropy over targets != -100.
 
@@ -226,14 +232,15 @@ class Transformer(HookedModule, ModelWeights):
         (with no targets, each token predicting the next: mean over scored positions, or per token
         (B, T - 1) with ``loss_per_token``), "both" (logits, loss), None (nothing). With
         ``output_hidden_states`` or ``output_attentions``, a ``ModelOutput`` as ``transformers`` returns.
+        ``stop_at_layer`` k: TransformerLens' early stop, the residual stream entering block k (B, T, d).
         """
         if return_type not in (*RETURN_TYPES, "default"):
             raise ValueError(f"return_type={return_type!r} is not one of: logits, loss, both, None")
         tokens, attention_mask = self._ids(tokens, attention_mask, prepend_bos, padding_side)
-        if position_ids is None and attention_mask is not None and padding_side == "left":
-            # text padded on the left (TransformerLens' padding_side): each row's positions count from its
-            # first real token, as the same row alone has them (learned and sinusoidal tables too)
-            position_ids = positions_from_mask(attention_mask)
+        position_ids = self._positions(attention_mask, position_ids, padding_side)
+        if stop_at_layer is not None:
+            return self._stopped(tokens, targets, attention_mask, token_type_ids, position_ids, stop_at_layer,
+                                 return_type, loss_per_token or output_hidden_states or output_attentions)
         if output_hidden_states or output_attentions:
             if return_type != "default" or loss_per_token:
                 raise ValueError("output_hidden_states / output_attentions return a ModelOutput; "
@@ -262,6 +269,20 @@ class Transformer(HookedModule, ModelWeights):
             return loss
         return logits, loss
 
+    def _stopped(
+        self, tokens: Tensor, targets: Tensor | None, attention_mask: Tensor | None,
+        token_type_ids: Tensor | None, position_ids: Tensor | None, stop_at_layer: int,
+        return_type: str | None, other_outputs: bool,
+    ) -> Tensor:
+        """``forward(..., stop_at_layer=k)``: the stream entering block k (B, T, d), as TransformerLens
+        returns it; what asks for more than that stream (a loss, targets, other outputs) is refused."""
+        if targets is not None or return_type in ("loss", "both") or other_outputs:
+            raise ValueError(f"stop_at_layer={stop_at_layer} returns the residual stream entering block "
+                             f"{stop_at_layer}: there are no logits, loss or hidden states to return (drop "
+                             "targets, return_type, loss_per_token, output_hidden_states, output_attentions)")
+        return self.encode(tokens, attention_mask, token_type_ids, position_ids=position_ids,
+                           stop_at_layer=stop_at_layer)
+
     def _model_output(
         self, tokens: Tensor, targets: Tensor | None, attention_mask: Tensor | None,
         token_type_ids: Tensor | None, position_ids: Tensor | None, hidden_states: bool, attentions: bool,
@@ -276,6 +297,15 @@ class Transformer(HookedModule, ModelWeights):
         return ModelOutput(
             logits, loss, tuple(cache.hidden_states) if hidden_states else None,
             tuple(cache[f"blocks.{i}.attn.weights"] for i in range(len(self.blocks))) if attentions else None)
+
+    @staticmethod
+    def _positions(attention_mask: Tensor | None, position_ids: Tensor | None, padding_side: str
+                   ) -> Tensor | None:
+        """Text padded on the left (TransformerLens' padding_side): each row's positions count from its
+        first real token, as the same row alone has them (learned and sinusoidal tables too)."""
+        if position_ids is None and attention_mask is not None and padding_side == "left":
+            return positions_from_mask(attention_mask)
+        return position_ids
 
     def _ids(self, tokens: Input, attention_mask: Tensor | None, prepend_bos: bool | None, padding_side: str
              ) -> tuple[Tensor, Tensor | None]:

@@ -729,3 +729,42 @@ def test_freq_penalty_is_transformerlens_after_the_temperature():
     want = torch.softmax(logits / 0.7 - 0.3 * counts, -1)
     config = GenerationConfig(temperature=0.7, frequency_penalty=0.3)
     torch.testing.assert_close(torch.softmax(sampling_logits(logits, config, 0, counts), -1), want)
+
+
+def test_stop_at_layer_gives_the_stream_transformerlens_gives(models, llama):
+    """model(x, stop_at_layer=k): the residual stream entering block k, as TransformerLens returns it (a
+    negative k as a slice of the blocks); a loss cannot come from a stopped run and is refused by name."""
+    (gpt2, their_gpt2, _), ((plain_llama, their_llama), _) = models, llama
+    tokens = their_gpt2.to_tokens([TEXT[:40], TEXT[10:50]]) % 100  # the Llama's vocabulary is 100
+    for ours, theirs in ((gpt2, their_gpt2), (plain_llama, their_llama)):
+        with torch.no_grad():
+            for k in (0, 1, 2, -1):
+                stream = ours(tokens, stop_at_layer=k)
+                assert stream.shape == (2, tokens.shape[1], 32)
+                torch.testing.assert_close(stream, theirs(tokens, stop_at_layer=k), rtol=0, atol=1e-5)
+            _, cache = ours.run_with_cache(tokens, stop_at_layer=1)
+            _, their_cache = theirs.run_with_cache(tokens, stop_at_layer=1)
+        assert set(their_cache) - {"hook_tokens"} <= set(cache)  # beyond it: x0, the per-head results
+        assert not any(k.startswith(("blocks.1.", "ln_final", "unembed")) for k in cache)
+        for name in set(their_cache) - {"hook_tokens"}:
+            torch.testing.assert_close(cache[name], their_cache[name], rtol=0, atol=1e-5, msg=name)
+    with pytest.raises(ValueError, match="stop_at_layer=1 returns the residual stream entering block 1"):
+        gpt2(tokens, stop_at_layer=1, return_type="loss")
+
+
+def test_run_with_cache_returns_a_plain_dict_as_transformerlens_without_the_cache_object(models):
+    ours, theirs, _ = models
+    tokens = theirs.to_tokens(PROMPT)
+    _, ours_dict = ours.run_with_cache(tokens, return_cache_object=False, remove_batch_dim=True)
+    _, their_dict = theirs.run_with_cache(tokens, return_cache_object=False, remove_batch_dim=True)
+    assert type(ours_dict) is dict and type(their_dict) is dict
+    for name, tensor in their_dict.items():
+        if name != "hook_tokens":
+            torch.testing.assert_close(ours_dict[name], tensor, rtol=0, atol=1e-4, msg=name)
+
+
+def test_w_gate_is_none_on_an_ungated_model_as_in_transformerlens(models, llama):
+    (gpt2, their_gpt2, _), ((plain_llama, their_llama), _) = models, llama
+    assert gpt2.W_gate is None and their_gpt2.W_gate is None
+    torch.testing.assert_close(plain_llama.W_gate, their_llama.W_gate, rtol=0, atol=1e-6)
+    assert plain_llama.W_gate.shape == (2, 32, 64)
