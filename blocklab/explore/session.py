@@ -33,9 +33,12 @@ from ..inspect.nonfinite import NonFiniteError, refuse_nonfinite_output
 from ..inspect.trace.collect import trace_to_dict
 from ..inspect.trace.subject import Subject, input_ids, target_id, trace_subject
 from ..nn.attention import HEADS_FIRST
+from ..nn.config import ModelConfig
 from ..nn.generate import GenerationConfig, next_token, sampling_logits
 from ..nn.layouts import LAYOUTS, Norm, Sublayer, Sum
+from ..nn.norm_kinds import NORM_KINDS
 from ..nn.norms import LayerNorm
+from ..nn.residual_kinds import RESIDUAL_KINDS
 
 MAX_TOKENS = 256  # the longest input a request may trace (also capped by the model's max_seq_len)
 MAX_TEXT = 4096  # characters of input text
@@ -72,7 +75,7 @@ class Explored:
         c = self.subject.model.config
         return {
             "name": self.name, "source": self.subject.source, "config": c.to_dict(), "example": self.example,
-            "layout": layout_to_dict(c.norm_position), "tokenizer": self.subject.tokenizer is not None,
+            "layout": layout_to_dict(c), "tokenizer": self.subject.tokenizer is not None,
             "max_tokens": self.max_tokens, "block_stages": [n.split(".", 2)[2] for n in
                                                             self.subject.model.hook_names()
                                                             if n.startswith("blocks.0.")],
@@ -81,22 +84,34 @@ class Explored:
         }
 
 
-def layout_to_dict(norm_position: str) -> dict[str, Any]:
-    """A layout of ``nn.layouts.LAYOUTS`` as JSON: its steps in forward order (what the diagram draws)."""
-    layout = LAYOUTS[norm_position]
+def layout_to_dict(config: ModelConfig) -> dict[str, Any]:
+    """The model's block as JSON, as the diagram draws it: its layout's steps in forward order, with its
+    residual kind (no residual: a sum does not read the stream; its node's symbol) and its norm kind (no
+    norm: no norm steps, whatever read one reads what the norm read), its title and formula."""
+    layout, residual = LAYOUTS[config.norm_position], RESIDUAL_KINDS[config.residual]
+    drawn_norms = NORM_KINDS[config.norm].normalises
+    through = {s.name: s.reads for s in layout.steps if isinstance(s, Norm) and not drawn_norms}  # skipped
+
+    def read(name: str) -> str:  # a stage as drawn: a skipped norm is what it reads
+        return read(through[name]) if name in through else name
+
     steps = []
     for step in layout.steps:
-        if isinstance(step, Norm):
-            steps.append({"type": "norm", "name": step.name, "reads": [step.reads], "out": step.name})
+        if isinstance(step, Norm) and drawn_norms:
+            steps.append({"type": "norm", "name": step.name, "reads": [read(step.reads)], "out": step.name})
         elif isinstance(step, Sublayer):
-            steps.append({"type": "sublayer", "name": step.name, "reads": [step.reads], "out": step.out})
+            steps.append({"type": "sublayer", "name": step.name, "reads": [read(step.reads)],
+                          "out": step.out})
         elif isinstance(step, Sum):
-            steps.append({"type": "sum", "name": step.name, "reads": [step.x, *step.branches], "x": step.x,
-                          "branches": list(step.branches), "residual": step.residual, "out": step.name})
-    connections = {kind: {"x": c.x, "branch": c.branch, "out": c.out, "residual": c.residual}
+            x, branches = read(step.x), [read(b) for b in step.branches]
+            steps.append({"type": "sum", "name": step.name, "out": step.name, "x": x, "branches": branches,
+                          "reads": [x, *branches] if residual.identity_path else branches,
+                          "residual": step.residual, "symbol": residual.node})
+    connections = {kind: {"x": read(c.x), "branch": read(c.branch), "out": c.out, "residual": c.residual}
                    for kind, c in layout.connections.items()}
-    return {"name": layout.name, "title": layout.title, "formula": layout.formula, "steps": steps,
-            "output": layout.output, "final_norm": layout.final_norm, "connections": connections}
+    return {"name": layout.name, "title": config.block_title, "formula": config.block_formula, "steps": steps,
+            "output": read(layout.output), "final_norm": layout.final_norm, "connections": connections,
+            "identity_path": residual.identity_path}
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,9 @@ from ..errors import names
 from .activation_kinds import ACTIVATION_KINDS
 from .attention import QK_NORMS
 from .init_schemes import INIT_SCHEMES
-from .layouts import LAYOUTS
-from .norm_kinds import NORM_KINDS, is_layer_norm, layer_norm_variants
+from .layouts import LAYOUTS, Layout, block_formula, block_title
+from .norm_kinds import NORM_KINDS, NormKind, is_layer_norm, layer_norm_variants
+from .residual_kinds import RESIDUAL_KINDS, ResidualKind
 from .rotary import ROTARY_STYLES, check_rope_scaling, rotary_dim
 
 # One list per variant, next to what chooses among them. The norm kinds are their records' table
@@ -26,7 +27,7 @@ from .rotary import ROTARY_STYLES, check_rope_scaling, rotary_dim
 NORMS = tuple(NORM_KINDS)  # as the package ships it; validation reads the table itself
 _NO_NORM = next(name for name, kind in NORM_KINDS.items() if not kind.normalises)  # for messages
 NORM_POSITIONS = tuple(LAYOUTS)  # the block layouts (layouts.LAYOUTS: where the norms sit, how it is wired)
-RESIDUALS = ("add", "rezero", "deepnorm", "none")
+RESIDUALS = tuple(RESIDUAL_KINDS)  # residual_kinds.py: one record each
 POS_ENCODINGS = ("sinusoidal", "learned", "rotary", "none")  # rotary: rotary.py, inside attention
 FUSED_CHOICES = (True, False, "auto")
 DEFAULT_EPS = 1e-5
@@ -171,6 +172,20 @@ class ModelConfig:
     def has_qkv_bias(self) -> bool:
         """Whether q, k and v have biases: ``qkv_bias``, or as ``bias`` when unset."""
         return self.bias if self.qkv_bias is None else self.qkv_bias
+
+    @property
+    def _block_kinds(self) -> tuple[Layout, ResidualKind, NormKind]:
+        return LAYOUTS[self.norm_position], RESIDUAL_KINDS[self.residual], NORM_KINDS[self.norm]
+
+    @property
+    def block_title(self) -> str:
+        """The block in words, from its layout, residual kind and norm kind ("pre-norm, ReZero")."""
+        return block_title(*self._block_kinds)
+
+    @property
+    def block_formula(self) -> str:
+        """The block as math, headed by its title: ``post-norm, no residual: y = LN1(MHA(x)), ...``."""
+        return f"{self.block_title}: {block_formula(*self._block_kinds)}"
 
     @property
     def uses_lean_path(self) -> bool:

@@ -25,6 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .norm_kinds import NORM_KINDS, NormKind
+from .residual_kinds import RESIDUAL_KINDS, ResidualKind
+
 SUBLAYERS = ("attn", "ffn")
 
 
@@ -81,7 +84,7 @@ class Layout:
 
     name: str  # the ModelConfig.norm_position value
     summary: str  # one line for --help: where the norms sit
-    formula: str  # the block as math, for the tracer's headings and the docs
+    title: str  # the layout in words, the head of its formula ("pre-norm", "parallel, one norm")
     steps: tuple[Step, ...]
     final_norm: bool  # a stack of these blocks ends with a norm before the head by default
     lean: bool = False  # block.py registers a lean wiring for it (kernels.py), taken where the config allows
@@ -103,9 +106,10 @@ class Layout:
         return {s.x for s in self.steps if isinstance(s, Sum)} | {self.output}
 
     @property
-    def title(self) -> str:
-        """The layout's name in words: the formula's head ("pre-norm", "parallel, one norm")."""
-        return self.formula.split(":")[0]
+    def formula(self) -> str:
+        """The block as math with a plain residual sum and LayerNorm, headed by the title
+        (``post-norm: y = LN1(x + MHA(x)), z = LN2(y + FFN(y))``); ``block_formula`` for other kinds."""
+        return f"{self.title}: {block_formula(self, RESIDUAL_KINDS['add'], NORM_KINDS['standard'])}"
 
     @property
     def output(self) -> str:
@@ -174,7 +178,7 @@ LAYOUTS: dict[str, Layout] = {
     layout.name: layout for layout in (
         Layout(
             "post", "post: a norm after each residual add (the original Transformer, BERT)",
-            "post-norm: y = LN1(x + MHA(x)), z = LN2(y + FFN(y))",
+            "post-norm",
             (Sublayer("attn", "resid_pre"),
              Sum("resid_mid", "resid_pre", ("attn.out",), "res1"),
              Norm("ln1", "resid_mid"),
@@ -185,7 +189,7 @@ LAYOUTS: dict[str, Layout] = {
         ),
         Layout(
             "pre", "pre: a norm before each sublayer, the residual stream left alone (GPT-2, Llama)",
-            "pre-norm: y = x + MHA(LN1(x)), z = y + FFN(LN2(y))",
+            "pre-norm",
             (Norm("ln1", "resid_pre"),
              Sublayer("attn", "ln1"),
              Sum("resid_mid", "resid_pre", ("attn.out",), "res1"),
@@ -196,7 +200,7 @@ LAYOUTS: dict[str, Layout] = {
         ),
         Layout(
             "sandwich", "sandwich: pre-norm plus a norm on each sublayer's output (CogView, NormFormer)",
-            "sandwich: y = x + LN1_out(MHA(LN1(x))), z = y + LN2_out(FFN(LN2(y)))",
+            "sandwich",
             (Norm("ln1", "resid_pre"),
              Sublayer("attn", "ln1"),
              Norm("ln1_out", "attn.out"),
@@ -210,7 +214,7 @@ LAYOUTS: dict[str, Layout] = {
         Layout(
             "res_post", "res_post: a norm on each sublayer's output before its residual add, none on the "
                         "way in (OLMo 2; Swin v2's res-post-norm)",
-            "res-post: y = x + LN1_out(MHA(x)), z = y + LN2_out(FFN(y))",
+            "res-post",
             (Sublayer("attn", "resid_pre"),
              Norm("ln1_out", "attn.out"),
              Sum("resid_mid", "resid_pre", ("ln1_out",), "res1"),
@@ -222,7 +226,7 @@ LAYOUTS: dict[str, Layout] = {
         Layout(
             "parallel", "parallel: attention and the FFN side by side on one x, each after its own norm "
                         "(GPT-NeoX, Pythia)",
-            "parallel: z = x + MHA(LN1(x)) + FFN(LN2(x))",
+            "parallel",
             (Norm("ln1", "resid_pre"),
              Sublayer("attn", "ln1"),
              Norm("ln2", "resid_pre"),
@@ -233,7 +237,7 @@ LAYOUTS: dict[str, Layout] = {
         Layout(
             "parallel_shared", "parallel_shared: attention and the FFN side by side after one shared norm "
                                "(GPT-J, PaLM)",
-            "parallel, one norm: z = x + MHA(LN1(x)) + FFN(LN1(x))",
+            "parallel, one norm",
             (Norm("ln1", "resid_pre"),
              Sublayer("attn", "ln1"),
              Sublayer("ffn", "ln1"),
@@ -242,3 +246,40 @@ LAYOUTS: dict[str, Layout] = {
         ),
     )
 }
+
+
+# ---- the block as it is: the layout with its residual kind and norm kind --------------------------
+
+SUBLAYER_SYMBOLS = {"attn": "MHA", "ffn": "FFN"}
+STREAM_NAMES = "yuvw"  # the stream stages inside the block, in turn (x enters it, z leaves it)
+
+
+def block_formula(layout: Layout, residual: ResidualKind, norm: NormKind) -> str:
+    """The block as math, from its layout's steps with its residual kind's sum and its norm kind's
+    symbol: ``y = LN1(x + MHA(x)), z = LN2(y + FFN(y))`` for post-norm; ``y = MHA(x), z = FFN(y)`` without
+    a residual or a norm. Each stream stage (the input of a sum, or the block's output) is named in turn."""
+    streams = layout._stream_inputs()  # the stages the stream passes through, the output included
+    expr, names, lines = {"resid_pre": "x"}, iter(STREAM_NAMES), []
+    for step in layout.steps:
+        if isinstance(step, Sublayer):
+            expr[step.out] = f"{SUBLAYER_SYMBOLS[step.name]}({expr[step.reads]})"
+            continue
+        if isinstance(step, Norm):
+            symbol = norm.symbol and f"{norm.symbol}{step.name.removeprefix('ln')}"
+            value = f"{symbol}({expr[step.reads]})" if symbol else expr[step.reads]
+        else:
+            value = residual.sum.format(x=expr[step.x], f=" + ".join(expr[b] for b in step.branches))
+        if step.name in streams:
+            name = "z" if step.name == layout.output else next(names)
+            lines.append(f"{name} = {value}")
+            value = name
+        expr[step.name] = value
+    return ", ".join(lines)
+
+
+def block_title(layout: Layout, residual: ResidualKind, norm: NormKind) -> str:
+    """The block in a few words: the layout's title, with the residual kind and the norm kind where they
+    are not the layout's plain sum and LayerNorm ("post-norm", "pre-norm, ReZero, RMSNorm", "no norm")."""
+    parts = [layout.title if norm.normalises else "no norm", residual.label,
+             norm.label if norm.normalises and norm.symbol != "LN" else ""]
+    return ", ".join(p for p in parts if p)

@@ -33,6 +33,7 @@ class NormKind:
 
     name: str  # the ModelConfig.norm value
     label: str  # the norm's name in words: the tracer's labels and sentences ("RMSNorm")
+    symbol: str  # the norm in a block's formula ("LN1(x)", "RMS1(x)"); "" for no norm (the identity)
     # the tracer's sentence after "{label}: ", with {span} (the range of var / denom^2 over positions)
     # and {eps}; for a kind without per-position numbers ({statistics} not "position"), the whole sentence
     explains: str
@@ -84,38 +85,38 @@ class NormKind:
 NORM_KINDS: dict[str, NormKind] = {
     kind.name: kind for kind in (
         NormKind(
-            "standard", "LayerNorm",
+            "standard", "LayerNorm", "LN",
             "subtracted each position's mean mu and divided by sqrt(var + eps); z_hat has mean 0 and "
             "variance var/(var+eps) = {span}, under 1 only because eps = {eps} is added to var (var divides "
             "by d, not d-1); then gamma * z_hat + beta",
             transformerlens="LN", in_transformerlens=True,
         ),
         NormKind(
-            "eps_outside_sqrt", "LayerNorm (eps outside the root)",
+            "eps_outside_sqrt", "LayerNorm (eps outside the root)", "LN",
             "(z - mu) / (sqrt(var) + eps); z_hat has mean 0 and variance var/(sqrt(var)+eps)^2 = {span}, "
             "under 1 only because of eps = {eps}; then gamma * z_hat + beta",
             eps_inside_root=False,
         ),
         NormKind(
-            "rms", "RMSNorm",
+            "rms", "RMSNorm", "RMS",
             "divided each position by sqrt(mean(z^2) + eps), no centring; mean(z_hat^2) = ms/(ms+eps) = "
             "{span}, under 1 only by eps = {eps}; then gamma * z_hat",
             centres=False, bias=False, transformerlens="RMS", in_transformerlens=True,
         ),
         NormKind(  # Gemma's RMSNorm (transformers' GemmaRMSNorm): output * (1 + weight), weight from 0
-            "rms_plus_one", "RMSNorm (1 + w)",
+            "rms_plus_one", "RMSNorm (1 + w)", "RMS",
             "divided each position by sqrt(mean(z^2) + eps), no centring; mean(z_hat^2) = ms/(ms+eps) = "
             "{span}, under 1 only by eps = {eps}; then (1 + w) * z_hat, w learned from 0 (Gemma)",
             centres=False, bias=False, scale_offset=1.0,
         ),
         NormKind(
-            "batch", "BatchNorm",
+            "batch", "BatchNorm", "BN",
             "each feature normalized with statistics over batch and positions (running estimates in eval), "
             "not per position, so rows need not have mean 0, variance 1",
             statistics="batch",
         ),
         NormKind(
-            "none", "no norm",
+            "none", "no norm", "",
             "no norm here (norm='none'): the values pass through unchanged",
             statistics=None, scale=False, bias=False, in_transformerlens=True,
         ),

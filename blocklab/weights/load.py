@@ -24,7 +24,6 @@ from ..files.atomic import kind_of
 from ..files.folders import CHECKPOINTS, CONFIG, MODEL_FILE, check_output_file
 from ..files.jsonfiles import read_json_object
 from ..nn.config import ModelConfig
-from ..nn.layouts import LAYOUTS
 from ..nn.model import Transformer
 from ..tasks import Task, task_from_dict
 from ..training.checkpoint import (
@@ -107,7 +106,7 @@ class Loaded:
                 else self.source.describe())
         lines = [
             f"imported {what}: {c.n_layers} layers, d_model {c.d_model}, {c.n_heads} heads, "
-            f"d_ff {c.d_ff}, vocab {c.vocab_size}, {c.activation}, {LAYOUTS[c.norm_position].title}",
+            f"d_ff {c.d_ff}, vocab {c.vocab_size}, {c.activation}, {c.block_title}",
             f"parameters: {n_params:,}",
         ]
         if self.meta.get("ignored_keys"):

@@ -67,9 +67,30 @@ def test_the_models_listing_carries_the_layout_table(client: TestClient) -> None
     assert [s["name"] for s in pre["steps"]] == ["ln1", "attn", "resid_mid", "ln2", "ffn", "resid_post"]
     assert pre["steps"][2] == {"type": "sum", "name": "resid_mid", "reads": ["resid_pre", "attn.out"],
                                "x": "resid_pre", "branches": ["attn.out"], "residual": "res1",
-                               "out": "resid_mid"}
+                               "out": "resid_mid", "symbol": "+"}
+    assert pre["formula"] == "pre-norm: y = x + MHA(LN1(x)), z = y + FFN(LN2(y))"
     assert models["listops-seed"]["layout"]["steps"][0]["type"] == "sublayer"  # post-norm: attention first
     assert models["tiny-lm"]["max_tokens"] == 4 and models["listops-seed"]["tokenizer"] is True
+
+
+def test_the_drawn_block_is_the_models_residual_and_norm_kinds() -> None:
+    """Issue 40: a no-residual block was drawn with the identity path and the + nodes of a residual one, a
+    norm-free one with its norm boxes. Without a residual a sum reads only its branches; without a norm the
+    norm steps are gone and what read them reads the stream; ReZero's and DeepNorm's nodes say their alpha."""
+    from blocklab.explore.session import layout_to_dict
+
+    plain = layout_to_dict(bl.ModelConfig(norm_position="post", residual="none"))
+    sums = [s for s in plain["steps"] if s["type"] == "sum"]
+    assert [s["reads"] for s in sums] == [["attn.out"], ["ffn.out"]] and {s["symbol"] for s in sums} == {"="}
+    assert plain["identity_path"] is False and plain["title"] == "post-norm, no residual"
+    bare = layout_to_dict(bl.ModelConfig(norm_position="pre", norm="none", residual="rezero"))
+    assert [s["type"] for s in bare["steps"]] == ["sublayer", "sum", "sublayer", "sum"]
+    assert [s["reads"] for s in bare["steps"]] == [["resid_pre"], ["resid_pre", "attn.out"], ["resid_mid"],
+                                                   ["resid_mid", "ffn.out"]]
+    assert bare["steps"][1]["symbol"] == "+α" and bare["formula"].startswith("no norm, ReZero: y = x + α·(")
+    post_bare = layout_to_dict(bl.ModelConfig(norm_position="post", norm="none"))
+    assert post_bare["output"] == "resid_post" and post_bare["steps"][2]["reads"] == ["resid_mid"]
+    assert layout_to_dict(bl.ModelConfig(norm_position="post", residual="deepnorm"))["steps"][1]["symbol"] == "α+"
 
 
 def last_probs(logits: torch.Tensor, temperature: float = 1.0, k: int | None = None) -> torch.Tensor:

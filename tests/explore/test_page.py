@@ -391,3 +391,39 @@ def test_the_static_page_and_the_explorer_draw_with_one_script_and_explain_alike
         theirs = hover(static, static_canvas(stage, nth), row, column)
         assert mine == theirs and "\n= " in mine, (mine, theirs)
     assert explorer.errors == [] and static.errors == []
+
+
+# ---- each block drawn as it is (issue 40 item 3) ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def kinds_server() -> Iterator[str]:
+    """``blocklab explore`` over the listops model without norms, without residuals and with ReZero."""
+    with serving("--preset", "listops-seed", "--norm", "none", "--vary", "residual=none,rezero") as url:
+        yield url
+
+
+def test_a_no_residual_and_a_rezero_diagram_have_the_paths_they_should(kinds_server: str) -> None:
+    """A no-residual block was drawn with the identity path and the + of a residual one, a norm-free one with
+    norm boxes. Without a residual no edge carries the stream around a sublayer and the sums say "="; ReZero
+    keeps both identity paths and says its alpha; no norm boxes; the formula says the block's kinds."""
+    with browsing(kinds_server) as tabs:
+        page = tabs[0]
+        drawn = {}
+        for model in ("listops-seed residual=none", "listops-seed residual=rezero"):
+            page.select_option("#model", model)
+            page.wait_for_function(f"({RENDERED}) && document.getElementById('source').textContent"
+                                   f".includes('{model.split('=')[1]}')", timeout=60_000)
+            drawn[model] = {
+                "identity": page.eval_on_selector_all("svg#diagram path.edge.identity", "els => els.length"),
+                "sums": page.eval_on_selector_all("svg#diagram .node.sum text:first-of-type",
+                                                  "els => els.map(e => e.textContent)"),
+                "formula": page.text_content("#formula"),
+                "norms": page.eval_on_selector_all("svg#diagram .node.norm", "els => els.length"),
+            }
+        assert page.errors == []
+    none, rezero = drawn["listops-seed residual=none"], drawn["listops-seed residual=rezero"]
+    assert none["identity"] == 0 and none["sums"] == ["=", "="] and none["norms"] == rezero["norms"] == 0
+    assert none["formula"] == "no norm, no residual: y = MHA(x), z = FFN(y)"
+    assert rezero["identity"] == 2 and rezero["sums"] == ["+α", "+α"]
+    assert rezero["formula"] == "no norm, ReZero: y = x + α·(MHA(x)), z = y + α·(FFN(y))"

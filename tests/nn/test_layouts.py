@@ -79,3 +79,35 @@ def test_a_copied_block_runs_its_own_modules(name: str) -> None:
         for p in twin.blocks.parameters():
             p.mul_(1.5)
         assert not torch.allclose(twin(tokens), model(tokens).double(), atol=1e-3)
+
+
+# ---- the block as it is: layout, residual kind and norm kind (issue 40 item 3) --------------------------
+
+# The formulas the docs and the tutorials write by hand, typed here: what the steps must give back
+WRITTEN = {
+    "post": "post-norm: y = LN1(x + MHA(x)), z = LN2(y + FFN(y))",
+    "pre": "pre-norm: y = x + MHA(LN1(x)), z = y + FFN(LN2(y))",
+    "sandwich": "sandwich: y = x + LN1_out(MHA(LN1(x))), z = y + LN2_out(FFN(LN2(y)))",
+    "res_post": "res-post: y = x + LN1_out(MHA(x)), z = y + LN2_out(FFN(y))",
+    "parallel": "parallel: z = x + MHA(LN1(x)) + FFN(LN2(x))",
+    "parallel_shared": "parallel, one norm: z = x + MHA(LN1(x)) + FFN(LN1(x))",
+}
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_each_layouts_formula_is_built_from_its_steps(name):
+    assert LAYOUTS[name].formula == WRITTEN[name] == ModelConfig(norm_position=name).block_formula
+
+
+@pytest.mark.parametrize(("fields", "formula"), [
+    ({"norm_position": "post", "residual": "none"}, "post-norm, no residual: y = LN1(MHA(x)), z = LN2(FFN(y))"),
+    ({"norm_position": "pre", "residual": "rezero", "norm": "none"},
+     "no norm, ReZero: y = x + α·(MHA(x)), z = y + α·(FFN(y))"),
+    ({"norm_position": "post", "residual": "deepnorm"},
+     "post-norm, DeepNorm: y = LN1(α·x + MHA(x)), z = LN2(α·y + FFN(y))"),
+    ({"norm_position": "pre", "norm": "rms"}, "pre-norm, RMSNorm: y = x + MHA(RMS1(x)), z = y + FFN(RMS2(y))"),
+    ({"norm_position": "parallel", "residual": "none"}, "parallel, no residual: z = MHA(LN1(x)) + FFN(LN2(x))"),
+])
+def test_a_blocks_title_and_formula_say_its_residual_and_norm_kinds(fields, formula):
+    """Issue 40: trace --residual none printed the post-norm formula with its sums, as if x were added."""
+    assert ModelConfig(**fields).block_formula == formula

@@ -152,7 +152,7 @@
       var label = n.type === "sublayer" ? (n.name === "attn" ? "attention" : "FFN") : n.out;
       if (n.type === "sum") {
         svg("circle", { cx: p.x, cy: p.y, r: 13 }, g);
-        svg("text", { x: p.x, y: p.y + 4, "text-anchor": "middle" }, g).textContent = "+";
+        svg("text", { x: p.x, y: p.y + 4, "text-anchor": "middle" }, g).textContent = n.symbol;  // the residual kind's
         svg("text", { x: p.x + 18, y: p.y + 4 }, g).textContent = n.out + (n.residual ? "" : "");
       } else {
         var w = Math.max(64, 8 * label.length + 12);

@@ -241,7 +241,7 @@ def render_html(trace: Trace, decimals: int = 4) -> str:
     for stage in trace.stages:
         if stage.block != block:
             block = stage.block
-            title, anchor = ((f"Block {block} · {LAYOUTS[c.norm_position].formula}", f"block-{block}")
+            title, anchor = ((f"Block {block} · {c.block_formula}", f"block-{block}")
                              if block is not None else
                              (("Input", "input") if not body else ("After the blocks", "after-the-blocks")))
             body.append(f'<h2 class="block" id="{anchor}">{_e(title)}</h2>')

@@ -18,7 +18,6 @@ from rich.text import Text
 from torch import Tensor
 
 from ...nn.embedding import EmbeddingParts
-from ...nn.layouts import LAYOUTS
 from ...nn.norm_kinds import NORM_KINDS
 from .record import PER_HEAD_KINDS, STAT_NAMES, NormNumbers, Stage, TopK, Trace
 
@@ -270,7 +269,7 @@ def render_stage(trace: Trace, stage: Stage, decimals: int, max_features: int, w
 def header(trace: Trace) -> Group:
     """What was traced: the model and the input."""
     c = trace.config
-    model = (f"{c.n_layers} {LAYOUTS[c.norm_position].title} blocks, d_model {c.d_model}, {c.n_heads} heads, "
+    model = (f"{c.n_layers} {c.block_title} blocks, d_model {c.d_model}, {c.n_heads} heads, "
              f"d_ff {c.d_ff}, {c.activation}, norm {c.norm}, residual {c.residual}, vocab {c.vocab_size}")
     lines = [
         Text.assemble(("blocklab trace", "bold"), f"  {trace.source}"),
@@ -298,7 +297,7 @@ def render_text(
         if stage.block != block:
             block = stage.block
             if block is not None:
-                title = f"block {block}  ·  {LAYOUTS[trace.config.norm_position].formula}"
+                title = f"block {block}  ·  {trace.config.block_formula}"
                 console.print(Rule(title, style="blue"))
             else:
                 console.print(Rule("after the blocks", style="blue"))
