@@ -90,7 +90,8 @@ def test_the_drawn_block_is_the_models_residual_and_norm_kinds() -> None:
     assert bare["steps"][1]["symbol"] == "+α" and bare["formula"].startswith("no norm, ReZero: y = x + α·(")
     post_bare = layout_to_dict(bl.ModelConfig(norm_position="post", norm="none"))
     assert post_bare["output"] == "resid_post" and post_bare["steps"][2]["reads"] == ["resid_mid"]
-    assert layout_to_dict(bl.ModelConfig(norm_position="post", residual="deepnorm"))["steps"][1]["symbol"] == "α+"
+    deepnorm = layout_to_dict(bl.ModelConfig(norm_position="post", residual="deepnorm"))
+    assert deepnorm["steps"][1]["symbol"] == "α+"
 
 
 def last_probs(logits: torch.Tensor, temperature: float = 1.0, k: int | None = None) -> torch.Tensor:

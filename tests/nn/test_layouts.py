@@ -100,13 +100,16 @@ def test_each_layouts_formula_is_built_from_its_steps(name):
 
 
 @pytest.mark.parametrize(("fields", "formula"), [
-    ({"norm_position": "post", "residual": "none"}, "post-norm, no residual: y = LN1(MHA(x)), z = LN2(FFN(y))"),
+    ({"norm_position": "post", "residual": "none"},
+     "post-norm, no residual: y = LN1(MHA(x)), z = LN2(FFN(y))"),
     ({"norm_position": "pre", "residual": "rezero", "norm": "none"},
      "no norm, ReZero: y = x + α·(MHA(x)), z = y + α·(FFN(y))"),
     ({"norm_position": "post", "residual": "deepnorm"},
      "post-norm, DeepNorm: y = LN1(α·x + MHA(x)), z = LN2(α·y + FFN(y))"),
-    ({"norm_position": "pre", "norm": "rms"}, "pre-norm, RMSNorm: y = x + MHA(RMS1(x)), z = y + FFN(RMS2(y))"),
-    ({"norm_position": "parallel", "residual": "none"}, "parallel, no residual: z = MHA(LN1(x)) + FFN(LN2(x))"),
+    ({"norm_position": "pre", "norm": "rms"},
+     "pre-norm, RMSNorm: y = x + MHA(RMS1(x)), z = y + FFN(RMS2(y))"),
+    ({"norm_position": "parallel", "residual": "none"},
+     "parallel, no residual: z = MHA(LN1(x)) + FFN(LN2(x))"),
 ])
 def test_a_blocks_title_and_formula_say_its_residual_and_norm_kinds(fields, formula):
     """Issue 40: trace --residual none printed the post-norm formula with its sums, as if x were added."""
