@@ -123,7 +123,8 @@ def test_a_gemma_norm_model_is_counted_hooked_traced_folded_and_trained(fused: b
 # ---- test-only records: a norm and activations the package does not have ----------------------------
 
 TEST_NORM = NormKind(
-    "test_uncentred_outside", "TestNorm", "z / (sqrt(mean(z^2)) + eps) = {span}, eps = {eps}; then (0.5 + w)",
+    "test_uncentred_outside", "TestNorm", "TN",
+    "z / (sqrt(mean(z^2)) + eps) = {span}, eps = {eps}; then (0.5 + w)",
     centres=False, eps_inside_root=False, scale_offset=0.5, bias=True,
 )
 
