@@ -120,6 +120,11 @@ class TransformerBlock(HookedModule):
         name_hook_points(self)
         self._points = list(hook_points(self).values())
 
+    @property
+    def mlp(self) -> FeedForward:
+        """TransformerLens' name for the FFN (``ffn``)."""
+        return self.ffn
+
     def hook_names(self) -> list[str]:
         """Every stage name, in the order a forward pass reaches them (the layout's order)."""
         inner = {"attn": self.attn.stages, "ffn": self.ffn.stages}

@@ -24,20 +24,10 @@ from contextlib import contextmanager
 from torch import Tensor, nn
 
 from .cache import ActivationCache, Backward, run_with_cache
-from .hooks import Handle, HookFn, HookName, NameFilter, attach, detach, hook_points
+from .hooks import Handle, HookFn, NameFilter, attach, detach, hook_points, on_backward
 
 HookPlan = Sequence[tuple[NameFilter, HookFn]]
 DIRECTIONS = ("fwd", "bwd")
-
-
-def _on_backward(fn: HookFn) -> HookFn:
-    """A forward intervention that registers ``fn`` on the stage's gradient (TransformerLens' bwd hook)."""
-
-    def register(x: Tensor, hook: HookName) -> None:
-        if x.requires_grad:
-            x.register_hook(lambda grad: fn(grad, hook))
-
-    return register
 
 
 class HookedModule(nn.Module):
@@ -67,7 +57,7 @@ class HookedModule(nn.Module):
         # a list given as the first argument is TransformerLens' fwd_hooks: [(name or filter, fn)]
         forward = list(fns.items()) if isinstance(fns, Mapping) else [*(fns or ()), *fwd_hooks]
         handles = {"fwd": attach(self, forward, observe),
-                   "bwd": attach(self, bwd_hooks, wrap=_on_backward)}
+                   "bwd": attach(self, bwd_hooks, wrap=on_backward)}
         try:
             yield self
         finally:
@@ -96,7 +86,7 @@ class HookedModule(nn.Module):
         ``add_hook``; ``dir`` "fwd" or "bwd"; a permanent hook survives ``reset_hooks()``)."""
         if dir not in DIRECTIONS:
             raise ValueError(f"dir={dir!r} is not one of: {', '.join(DIRECTIONS)}")
-        handles = attach(self, [(name, hook)], wrap=None if dir == "fwd" else _on_backward)
+        handles = attach(self, [(name, hook)], wrap=None if dir == "fwd" else on_backward)
         if prepend:  # run before the hooks already there
             for where, fn in handles:
                 where.remove(fn)
@@ -117,13 +107,15 @@ class HookedModule(nn.Module):
 
         detach(h for h, d, permanent in added if goes(d, permanent))
         self._added = [(h, d, permanent) for h, d, permanent in added if not goes(d, permanent)]
+        for point in hook_points(self).values():  # and what a hook point's own add_hook attached
+            point.remove_hooks(direction, including_permanent)
         if clear_contexts:
             self.clear_contexts()
 
     def clear_contexts(self) -> None:
         """Empty every stage's ``hook.ctx`` (TransformerLens' per-hook scratch dict)."""
         for point in hook_points(self).values():
-            point.name.ctx.clear()
+            point.clear_context()
 
     def _remember(self, handles: Iterable[Handle], direction: str, permanent: bool) -> None:
         self._added = [*getattr(self, "_added", []), *((h, direction, permanent) for h in handles)]

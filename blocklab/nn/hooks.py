@@ -142,16 +142,67 @@ class HookPoint(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.name = HookName("")
+        self.stage = HookName("")  # blocklab's stage name, as hook functions receive it
         self.fns = _HookFns()
         self.observers = _HookFns()
+        self._added: list[tuple[HookFn, str, bool]] = []  # add_hook's: (fn in fns, direction, permanent)
 
     def __setattr__(self, name: str, value: object) -> None:
         if name in ("fns", "observers") and not isinstance(value, _HookFns):  # a plain list: count it too
             value = _HookFns(value)  # type: ignore[arg-type]
-        if name == "name" and not isinstance(value, HookName):
+        if name == "stage" and not isinstance(value, HookName):
             value = HookName(value)
         super().__setattr__(name, value)
+
+    @property
+    def name(self) -> str:
+        """TransformerLens' name for the stage (``blocks.0.attn.hook_z``), blocklab's where it has none;
+        ``stage`` is blocklab's (``blocks.0.attn.z``)."""
+        return self.stage.name
+
+    @property
+    def ctx(self) -> dict:
+        """TransformerLens' per-hook scratch dict (``HookName.ctx``)."""
+        return self.stage.ctx
+
+    def clear_context(self) -> None:
+        """Empty ``ctx`` (TransformerLens' ``HookPoint.clear_context``)."""
+        self.stage.ctx.clear()
+
+    def layer(self) -> int:
+        """The block the stage is in (``HookName.layer``)."""
+        return self.stage.layer()
+
+    def add_hook(self, hook: HookFn, dir: str = "fwd", is_permanent: bool = False, level: None = None,
+                 prepend: bool = False) -> None:
+        """TransformerLens' ``HookPoint.add_hook``: ``hook(tensor, hook)`` on this stage until
+        ``remove_hooks``, receiving (and returning) the tensor in TransformerLens' layout (q, k, v as
+        (B, T, h, d_head)); ``dir="bwd"``: on the stage's gradient. TransformerLens' hook ``level``s (its
+        nested ``hooks()`` contexts) are refused: blocklab's ``model.hooks(...)`` with-block scopes hooks."""
+        _no_level(level)
+        if dir not in ("fwd", "bwd"):
+            raise ValueError(f"dir={dir!r} is not one of: fwd, bwd")
+        _not_another_stage(self.stage)
+        fn = in_transformerlens_layout(hook) if swapped_for_transformerlens(self.stage) else hook
+        fn = on_backward(fn) if dir == "bwd" else fn
+        if prepend:
+            self.fns.insert(0, fn)
+        else:
+            self.fns.append(fn)
+        self._added.append((fn, dir, is_permanent))
+
+    def remove_hooks(self, dir: str = "fwd", including_permanent: bool = False, level: None = None) -> None:
+        """Remove what ``add_hook`` attached in ``dir`` ("fwd", "bwd" or "both"; permanent ones only with
+        ``including_permanent``), as TransformerLens' ``HookPoint.remove_hooks``."""
+        _no_level(level)
+        if dir not in ("fwd", "bwd", "both"):
+            raise ValueError(f"dir={dir!r} is not one of: fwd, bwd, both")
+        going = [(fn, d, permanent) for fn, d, permanent in self._added
+                 if dir in ("both", d) and (including_permanent or not permanent)]
+        for fn, _, _ in going:
+            if fn in self.fns:
+                self.fns.remove(fn)
+        self._added = [entry for entry in self._added if entry not in going]
 
     @property
     def active(self) -> bool:
@@ -167,7 +218,7 @@ class HookPoint(nn.Module):
         if not self.fns and not self.observers:
             return x
         for fn in self.fns:
-            out = fn(x, self.name)
+            out = fn(x, self.stage)
             if out is not None:
                 x = out
         self._tell_observers(x)
@@ -177,7 +228,7 @@ class HookPoint(nn.Module):
         """Show the observers a stage the running (lean) path materialises but would not let an
         intervention replace; interventions send the caller down its module path instead."""
         if self.fns:
-            raise RuntimeError(f"{self.name}: an intervention is attached, so this path must not run")
+            raise RuntimeError(f"{self.stage}: an intervention is attached, so this path must not run")
         self._tell_observers(x)
 
     def observe(self, compute: Callable[[], Tensor]) -> None:
@@ -189,9 +240,9 @@ class HookPoint(nn.Module):
 
     def _tell_observers(self, x: Tensor) -> None:
         for fn in self.observers:
-            if fn(x, self.name) is not None:
+            if fn(x, self.stage) is not None:
                 raise ValueError(
-                    f"an observer of {self.name or 'a hook point'} returned a value; observers only read "
+                    f"an observer of {self.stage or 'a hook point'} returned a value; observers only read "
                     "(attach it with hooks(...) to replace the stage's value)"
                 )
 
@@ -199,7 +250,35 @@ class HookPoint(nn.Module):
         return self(x)
 
     def extra_repr(self) -> str:
-        return f"name={self.name!r}"
+        return f"stage={str(self.stage)!r}"
+
+
+def on_backward(fn: HookFn) -> HookFn:
+    """A forward intervention that registers ``fn`` on the stage's gradient (TransformerLens' bwd hook)."""
+
+    def register(x: Tensor, hook: HookName) -> None:
+        if x.requires_grad:
+            x.register_hook(lambda grad: fn(grad, hook))
+
+    return register
+
+
+def _not_another_stage(stage: str) -> None:
+    """Refuse TransformerLens' ``add_hook`` on a hook point whose attribute is TransformerLens' name for
+    another stage (``model.hook_embed`` is blocklab's x0; TransformerLens' ``hook_embed``, the token part)."""
+    *outer, last = stage.split(".")
+    path = ".".join([*outer, f"hook_{last}"])  # where the hook point sits, as an attribute
+    if stage and blocklab_name(path) != stage:
+        raise ValueError(f"{path} is blocklab's stage {stage!r}; TransformerLens' {path} is blocklab's "
+                         f"{blocklab_name(path)!r}: add TransformerLens' hook through "
+                         f"model.hook_dict[{path!r}] (or to this stage with model.add_hook({stage!r}, fn))")
+
+
+def _no_level(level: object) -> None:
+    if level is not None:
+        raise ValueError(f"level={level!r}: TransformerLens' hook levels (its nested hooks() contexts) have "
+                         "no blocklab counterpart; scope hooks with model.hooks(...) or reset them with "
+                         "remove_hooks / model.reset_hooks")
 
 
 def any_attached(points: Iterable[HookPoint]) -> bool:
@@ -224,7 +303,7 @@ def name_hook_points(root: nn.Module) -> None:
     for path, module in root.named_modules():
         for child_name, child in module.named_children():
             if isinstance(child, HookPoint):
-                child.name = stage_name(f"{path}.{child_name}" if path else child_name)
+                child.stage = stage_name(f"{path}.{child_name}" if path else child_name)
                 module.__dict__[child_name] = child
 
 
@@ -292,7 +371,7 @@ def attach(root: nn.Module, plan: Iterable[tuple[NameFilter, HookFn]], observe: 
             chosen.append((points[name], name, wrap(seen) if wrap else seen))
     handles: list[Handle] = []
     for point, name, fn in chosen:
-        point.name = point.name or name  # a standalone component was never named by a model
+        point.stage = point.stage or name  # a standalone component was never named by a model
         where = point.observers if observe else point.fns
         where.append(fn)
         handles.append((where, fn))

@@ -33,6 +33,7 @@ from .init_schemes import INIT_SCHEMES
 from .norms import NoNorm, build_norm
 from .rotary import Rotary
 from .tl_config import TransformerLensConfig
+from .tl_model import TransformerLensModel
 from .tokens import (
     AS_TOKENIZED,
     BatchEncoding,
@@ -69,7 +70,7 @@ class ModelOutput:
         return getattr(self, key) if isinstance(key, str) else self.to_tuple()[key]
 
 
-class Transformer(HookedModule, ModelWeights):
+class Transformer(HookedModule, ModelWeights, TransformerLensModel):
     """Keys: ``embed.weight``, ``pos.weight`` (learned), ``token_type.weight``, ``embed_ln.*``,
     ``blocks.{i}.*``, ``ln_f.*`` (when final_norm), ``head.weight`` (absent from the parameters
     when tied to ``embed``). Stages, in forward order (``STAGES``; ``blocks``: each block's, in its
@@ -78,6 +79,9 @@ class Transformer(HookedModule, ModelWeights):
 
     ``tokenizer``: the model's tokenizer (``blocklab.nn.tokens.TextTokenizer``) or None; the loaders
     set it, ``to_tokens`` / ``to_str_tokens`` / ``to_string`` use it.
+
+    TransformerLens' object model beside blocklab's (``nn/tl_model.py``): ``hook_dict``, ``mod_dict``,
+    ``unembed`` (``head``), ``ln_final`` (``ln_f``), ``pos_embed`` (``pos``), the ``set_use_*`` switches.
     """
 
     tokenizer: TextTokenizer | None
@@ -92,7 +96,8 @@ class Transformer(HookedModule, ModelWeights):
             self.config, self.head.weight.device, self.head.weight.dtype,
             getattr(tokenizer, "default_prepend_bos", True),
             None if tokenizer is None or getattr(tokenizer, "bos_id", None) is None
-            else bos_to_prepend(tokenizer) is None, "fold_ln" in getattr(self, "weights_processed", ()))
+            else bos_to_prepend(tokenizer) is None, "fold_ln" in getattr(self, "weights_processed", ()),
+            self.use_attn_result)
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()

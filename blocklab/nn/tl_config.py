@@ -27,7 +27,7 @@ class TransformerLensConfig:
 
     def __init__(self, config: ModelConfig, device: torch.device, dtype: torch.dtype,
                  default_prepend_bos: bool, tokenizer_prepends_bos: bool | None,
-                 folded_ln: bool = False) -> None:
+                 folded_ln: bool = False, use_attn_result: bool = False) -> None:
         c = config
         act = activation_kind(c.activation)
         norm = NORM_KINDS[c.norm]
@@ -41,7 +41,7 @@ class TransformerLensConfig:
             "gated_mlp": act.ffn_kind.gated, "attn_only": False, "parallel_attn_mlp": parallel,
             "original_architecture": None, "model_name": "blocklab", "device": device, "dtype": dtype,
             "default_prepend_bos": default_prepend_bos, "tokenizer_prepends_bos": tokenizer_prepends_bos,
-            "use_attn_result": False, "use_split_qkv_input": False, "use_hook_mlp_in": False,
+            "use_attn_result": use_attn_result, "use_split_qkv_input": False, "use_hook_mlp_in": False,
             "use_attn_in": False, "use_attn_scale": True, "use_local_attn": c.sliding_window is not None,
             "window_size": c.sliding_window, "final_rms": bool(c.final_norm) and not norm.centres,
             "use_qk_norm": c.qk_norm != "none", "rotary_base": c.rotary_base,

@@ -389,7 +389,7 @@ def test_a_standalone_component_caches_under_its_own_names() -> None:
 def test_hook_points_are_plain_attributes_until_replaced() -> None:
     block = bl.TransformerBlock(bl.ModelConfig(**SMALL))
     point = block._modules["hook_resid_mid"]
-    assert block.__dict__["hook_resid_mid"] is point and point.name == "resid_mid"
+    assert block.__dict__["hook_resid_mid"] is point and point.stage == "resid_mid"
     replacement = bl.HookPoint()
     block.hook_resid_mid = replacement  # nn.Module.__setattr__ drops the shortcut
     assert block.hook_resid_mid is replacement and "hook_resid_mid" not in block.__dict__

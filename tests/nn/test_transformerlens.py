@@ -768,3 +768,81 @@ def test_w_gate_is_none_on_an_ungated_model_as_in_transformerlens(models, llama)
     assert gpt2.W_gate is None and their_gpt2.W_gate is None
     torch.testing.assert_close(plain_llama.W_gate, their_llama.W_gate, rtol=0, atol=1e-6)
     assert plain_llama.W_gate.shape == (2, 32, 64)
+
+
+# TransformerLens' hook points for copies of the stream blocklab does not make (set_use_* refuses them)
+COPIES = {"hook_attn_in", "hook_q_input", "hook_k_input", "hook_v_input", "hook_mlp_in"}
+
+
+def test_hook_dict_and_mod_dict_hold_transformerlens_names(models, llama):
+    """hook_dict: every name HookedTransformer's has (beyond it: the per-head copies set_use_* refuses, and
+    hook_tokens), each a hook point whose .name is that name; mod_dict: its modules under its names."""
+    (gpt2, their_gpt2, _), ((plain_llama, their_llama), _) = models, llama
+    for ours, theirs in ((gpt2, their_gpt2), (plain_llama, their_llama)):
+        missing = set(theirs.hook_dict) - set(ours.hook_dict)
+        assert {name.rsplit(".", 1)[-1] for name in missing} - {"hook_tokens"} == COPIES, missing
+        for name in set(theirs.hook_dict) - missing:
+            if "ln_final.hook_normalized" != name != "unembed.hook_in":  # one stage, two names
+                assert ours.hook_dict[name].name == name
+        their_modules = {k for k in theirs.mod_dict if k not in theirs.hook_dict}
+        assert their_modules <= set(ours.mod_dict)
+        assert ours.mod_dict["unembed"] is ours.unembed is ours.head and ours.ln_final is ours.ln_f
+        assert ours.mod_dict["blocks.1.mlp"] is ours.blocks[1].mlp is ours.blocks[1].ffn
+        assert ours.mod_dict["blocks.0.attn.hook_z"] is ours.blocks[0].attn.hook_z
+    assert gpt2.pos_embed is gpt2.pos and gpt2.blocks[0].attn.hook_z.name == "blocks.0.attn.hook_z"
+    assert not hasattr(plain_llama, "pos_embed") and not hasattr(their_llama, "pos_embed")  # rotary
+
+
+def hook_point_script(model, tokens):
+    """TransformerLens' hook point objects: add_hook on hook_dict's and a block's hook point (v edited per
+    head in TransformerLens' layout), a permanent one surviving remove_hooks, then reset_hooks."""
+    seen = []
+    model.blocks[0].attn.hook_z.add_hook(lambda z, hook: seen.append((hook.name, tuple(z.shape))))
+    model.hook_dict["blocks.1.attn.hook_v"].add_hook(lambda v, hook: v * torch.arange(1, 5.0)[:, None])
+    model.hook_dict["blocks.0.hook_resid_post"].add_hook(lambda x, hook: x + torch.arange(32.0) / 8,
+                                                       is_permanent=True)  # not constant: LN centres
+    with torch.no_grad():
+        hooked = model(tokens)
+        model.hook_dict["blocks.1.attn.hook_v"].remove_hooks()
+        permanent = model(tokens)
+        model.reset_hooks(including_permanent=True)
+        plain = model(tokens)
+    return seen, hooked, permanent, plain
+
+
+def test_hook_points_add_and_remove_hooks_as_transformerlens(models):
+    ours, theirs, _ = models
+    tokens = theirs.to_tokens(PROMPT)
+    mine, their = hook_point_script(ours, tokens), hook_point_script(theirs, tokens)
+    assert mine[0] == their[0] == [("blocks.0.attn.hook_z", (1, tokens.shape[1], 4, 8))] * 2  # gone at reset
+    for a, b in zip(mine[1:], their[1:], strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-4)
+    assert (mine[1] - mine[3]).abs().max() > 0.1 and (mine[2] - mine[3]).abs().max() > 0.1
+    with pytest.raises(ValueError, match="level=1: TransformerLens' hook levels"):
+        ours.blocks[0].attn.hook_z.add_hook(lambda z, hook: z, level=1)
+    # blocklab's model.hook_embed is x0; TransformerLens' hook_embed is the token part, which hook_dict has
+    with pytest.raises(ValueError, match=r"hook_embed is blocklab's stage 'embed'.*hook_dict\['hook_"):
+        ours.hook_embed.add_hook(lambda x, hook: x)
+    assert ours.hook_dict["hook_embed"] is ours.hook_tok
+
+
+def test_set_use_switches_give_hook_result_or_are_refused_by_name(models):
+    ours, theirs, _ = models
+    tokens = theirs.to_tokens(PROMPT)
+    ours.set_use_attn_result(True)
+    theirs.set_use_attn_result(True)
+    try:
+        assert ours.cfg.use_attn_result is True
+        _, cache = ours.run_with_cache(tokens)
+        _, their_cache = theirs.run_with_cache(tokens)
+        name = "blocks.1.attn.hook_result"
+        torch.testing.assert_close(cache[name], their_cache[name], rtol=0, atol=1e-5)
+    finally:
+        ours.set_use_attn_result(False)
+        theirs.set_use_attn_result(False)
+    for switch, instead in (("set_use_split_qkv_input", "blocks.{i}.attn.hook_q"),
+                            ("set_use_attn_in", "blocks.{i}.attn.hook_q"),
+                            ("set_use_hook_mlp_in", "blocks.{i}.ln2.hook_normalized")):
+        getattr(ours, switch)(False)  # what blocklab does
+        with pytest.raises(ValueError, match=rf"{switch}\(True\): TransformerLens then hooks .*{instead}"):
+            getattr(ours, switch)(True)
