@@ -68,6 +68,9 @@ __all__ = ["MACHINE_DEPENDENT", "api_reference", "cli_reference", "emit", "explo
            "results_json", "run", "setup", "sh"]
 
 MODE = os.environ.get("DOCGEN_MODE", "write")  # "write", "check" or "record"; set by main()
+# write --keep-measured: where a block's fresh output differs from the shown one only in machine-dependent
+# numbers, keep the shown one (as check does): a page written on a busy machine keeps its measured numbers
+KEEP_MEASURED = os.environ.get("DOCGEN_KEEP_MEASURED") == "1"
 _work: Path | None = None
 _outputs: dict[tuple[str, int], str] = {}
 _running: list[subprocess.Popen] = []  # the command under way, stopped with its group if docgen is stopped
@@ -270,7 +273,7 @@ def emit(text: str, exact: bool = False) -> None:
     machine-dependent numbers keeps the shown one, so the page stays as measured on its stated machine."""
     cog = _cog()
     previous = getattr(cog, "previous", "")
-    if MODE == "check" and not exact and previous and _masked(previous) == _masked(text):
+    if (MODE == "check" or KEEP_MEASURED) and not exact and previous and _masked(previous) == _masked(text):
         text = previous
     cog.out(text)
 
@@ -722,11 +725,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="docgen", description=__doc__.splitlines()[0])
     parser.add_argument("mode", choices=["write", "check", "record"])
     parser.add_argument("names", nargs="*", help="pages (write, check) or records (record); default: all")
+    parser.add_argument("--keep-measured", action="store_true",
+                        help="write: keep the shown machine-dependent numbers of every block whose output "
+                             "changed in nothing else (for a page written on a busy machine)")
     parser.add_argument("--jobs", type=int, default=None,
                         help="pages generated in parallel, each group in its own session (default: 2 for "
                              "check; 1 for write, so measured times see no docs job beside them)")
     args = parser.parse_intermixed_args(argv)
     signal.signal(signal.SIGTERM, _stop)  # a stopped run stops its command and removes its scratch folder
+    if args.keep_measured:
+        global KEEP_MEASURED
+        KEEP_MEASURED = True
+        os.environ["DOCGEN_KEEP_MEASURED"] = "1"  # the parallel jobs' children read it
     os.chdir(ROOT)
     if args.mode == "record":
         MODE = "record"

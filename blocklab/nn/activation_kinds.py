@@ -82,6 +82,9 @@ ACTIVATION_KINDS: dict[str, ActivationKind] = {
                        "silu", "silu_backward", ffn="gated", transformerlens="silu"),
         ActivationKind("geglu", "GEGLU", "GEGLU: gelu(W1 x) * (W3 x), the gate times the linear branch",
                        "gelu", "gelu_backward", ffn="gated", transformerlens="gelu"),
+        ActivationKind("geglu_tanh", "GEGLU (tanh)", "GEGLU with GELU's tanh approximation: "
+                       "gelu_tanh(W1 x) * (W3 x), the gate times the linear branch (Gemma)", "gelu_tanh",
+                       "gelu_tanh_backward", ffn="gated", transformerlens="gelu_pytorch_tanh"),
     )
 }
 

@@ -11,6 +11,8 @@ grouped-query attention.
     model.norm, lm_head                                -> ln_f, head          (lm_head: tied or not)
 
 The families differ in their config only: Mistral adds a sliding window, Qwen2 biases on q, k and v,
+Gemma its RMSNorm's scale 1 + w (``rms_plus_one``), GEGLU with GELU's tanh form (``geglu_tanh``), token
+embeddings times sqrt(hidden_size) and heads 256 wide,
 Qwen3 QK-norm per head, and a head width of its own (``head_dim``, 128 whatever hidden_size:
 Qwen3-0.6B's 16 heads of 128 on a width of 1024; Llama and Mistral may set one too). OLMo 2 normalises each
 sublayer's output instead of its input (layout ``res_post``: post_attention_layernorm -> ln1_out,
@@ -45,9 +47,10 @@ LLAMA_DEFAULTS: dict[str, Any] = {
 # The config fields the architecture fixes (import sets them, export checks them); a family may fix
 # some otherwise (``LlamaFamily.fixes``: Qwen3's QK-norm, OLMo 2's layout).
 ARCHITECTURE = dict(
-    norm_position="pre", norm="rms", residual="add", bias=False, causal=True, activation="swiglu",
+    norm_position="pre", norm="rms", residual="add", bias=False, causal=True,
     pos_encoding="rotary", rotary_fraction=1.0, rotary_style="half", embed_norm=False, final_norm=True,
     type_vocab_size=0, embed_scale="none", qk_norm="none")  # x0 = embed_tokens[t]: no factor, no positions
+# (the activation is each family's hidden_act's: LlamaFamily.activations)
 QK_NORMS = {"self_attn.q_norm": "attn.q_norm", "self_attn.k_norm": "attn.k_norm"}
 # OLMo 2's block: a norm after each sublayer, before its residual add (layout res_post), and QK-norm
 OLMO2_LAYER = {
@@ -71,11 +74,12 @@ class LlamaFamily:
     layer: dict[str, str] = field(default_factory=lambda: dict(LAYER))  # its layer's modules -> blocklab's
     IGNORED: tuple[str, ...] = (r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq", r"lm_head\.weight")
     default_prepend_bos: bool = True  # as TransformerLens (the tokenizers add their own BOS)
+    activations: dict[str, str] = field(default_factory=lambda: {"silu": "swiglu"})  # hidden_act -> blocklab
 
     def config_from_hf(self, hf: dict[str, Any]) -> ModelConfig:
         """ModelConfig from a config.json of this family; every field blocklab cannot honour refused."""
         get = lambda name: hf_value(hf, self.defaults, name)
-        require(hf, self.defaults, "hidden_act", ("silu",))
+        activation = self.activations.get(require(hf, self.defaults, "hidden_act", tuple(self.activations)))
         require(hf, self.defaults, "attention_dropout", (0, 0.0))
         for name in ("attention_bias", "mlp_bias"):
             if name in self.defaults:
@@ -93,12 +97,13 @@ class LlamaFamily:
             d_ff=get("intermediate_size"), eps=float(get("rms_norm_eps")),
             tie_embeddings=get("tie_word_embeddings"), rotary_base=float(get("rope_theta")),
             rope_scaling=_rope_scaling(hf.get("rope_scaling")), sliding_window=self._window(hf),
-            qkv_bias=True if self.qkv_bias else None, **self.architecture_fields, **INIT,
+            qkv_bias=True if self.qkv_bias else None, activation=activation, **self.architecture_fields,
+            **INIT,
         )
 
     @property
     def architecture_fields(self) -> dict[str, Any]:
-        """The config fields this family's architecture fixes."""
+        """The config fields this family's architecture fixes (the activation is its hidden_act's)."""
         return {**ARCHITECTURE, **self.fixes}
 
     def _window(self, hf: dict[str, Any]) -> int | None:
@@ -114,6 +119,9 @@ class LlamaFamily:
     def hf_config(self, config: ModelConfig, tokenizer: HFTokenizer | None = None) -> dict[str, Any]:
         """config.json for ``transformers``' class of this family."""
         needed = {**self.architecture_fields, "qkv_bias": True if self.qkv_bias else None}
+        hidden_act = {ours: theirs for theirs, ours in self.activations.items()}
+        if config.activation not in hidden_act:  # named as the family's first activation
+            check_exportable(config, self.name, {**needed, "activation": next(iter(hidden_act))})
         if not self.window:
             needed["sliding_window"] = None
         check_exportable(config, self.name, needed)
@@ -122,7 +130,8 @@ class LlamaFamily:
             "architectures": [self.architecture], "model_type": self.MODEL_TYPE,
             "vocab_size": c.vocab_size, "hidden_size": c.d_model, "intermediate_size": c.d_ff,
             "num_hidden_layers": c.n_layers, "num_attention_heads": c.n_heads,
-            "num_key_value_heads": c.kv_heads, "hidden_act": "silu", "max_position_embeddings": c.max_seq_len,
+            "num_key_value_heads": c.kv_heads, "hidden_act": hidden_act[c.activation],
+            "max_position_embeddings": c.max_seq_len,
             "rms_norm_eps": c.eps, "tie_word_embeddings": c.tie_embeddings, "rope_theta": c.rotary_base,
             "rope_scaling": c.rope_scaling, "attention_dropout": 0.0, "initializer_range": 0.02,
             "bos_token_id": tokenizer.bos_id if tokenizer else None,
@@ -181,6 +190,13 @@ QWEN2 = LlamaFamily("qwen2", "Qwen2", "Qwen2ForCausalLM", {
 QWEN3 = LlamaFamily("qwen3", "Qwen3", "Qwen3ForCausalLM", {
     **QWEN2.defaults, "intermediate_size": 22016, "head_dim": 128,
     "attention_bias": False}, fixes={"qk_norm": "head"}, layer={**LAYER, **QK_NORMS})
+GEMMA = LlamaFamily("gemma", "Gemma", "GemmaForCausalLM", {
+    **{k: v for k, v in LLAMA_DEFAULTS.items() if k not in ("mlp_bias", "pretraining_tp")},
+    "vocab_size": 256000, "hidden_size": 3072, "intermediate_size": 24576, "num_hidden_layers": 28,
+    "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256, "hidden_act": "gelu_pytorch_tanh",
+    "max_position_embeddings": 8192, "tie_word_embeddings": True},
+    fixes={"norm": "rms_plus_one", "embed_scale": "sqrt_d_model"},
+    activations={"gelu_pytorch_tanh": "geglu_tanh", "gelu": "geglu"})
 OLMO2 = LlamaFamily("olmo2", "OLMo 2", "Olmo2ForCausalLM", {
     **{k: v for k, v in LLAMA_DEFAULTS.items() if k not in ("mlp_bias", "pretraining_tp", "head_dim")},
     "vocab_size": 50304, "rms_norm_eps": 1e-5}, fixes={"qk_norm": "all_heads", "norm_position": "res_post"},

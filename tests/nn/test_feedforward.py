@@ -18,6 +18,7 @@ ORACLE = {  # independent formulas, not blocklab's table
     "relu2": lambda h: torch.clamp(h, min=0) ** 2,
     "swiglu": lambda h: h / (1 + torch.exp(-h)),
     "geglu": lambda h: 0.5 * h * (1 + torch.erf(h / math.sqrt(2))),
+    "geglu_tanh": lambda h: 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h**3))),
 }
 
 
@@ -103,5 +104,5 @@ def test_gate_is_the_gated_activations_factor_and_refused_otherwise(activation) 
         with pytest.raises(ValueError, match=f"activation='{activation}' is not gated"):
             ffn.gate(h)
     else:  # act = gate(h1) * h3: the gate alone is the act with h3 = 1
-        assert ffn.gate_name == {"swiglu": "silu", "geglu": "gelu"}[activation]
+        assert ffn.gate_name == {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_tanh"}[activation]
         torch.testing.assert_close(ffn.gate(h), ORACLE[activation](h), rtol=1e-12, atol=1e-12)

@@ -27,8 +27,9 @@ ACTIVATIONS = {
     "relu2": lambda h: h.clamp(min=0) ** 2,
     "swiglu": lambda h: h / (1 + torch.exp(-h)),
     "geglu": lambda h: 0.5 * h * (1 + torch.erf(h / math.sqrt(2))),
+    "geglu_tanh": lambda h: 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h**3))),
 }
-GATED = ("swiglu", "geglu")
+GATED = ("swiglu", "geglu", "geglu_tanh")
 
 
 def oracle(model: bl.Transformer, tokens: Tensor, targets: Tensor | None = None,

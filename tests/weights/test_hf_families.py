@@ -49,6 +49,11 @@ CASES = {
     "olmo2-res-post-qk-norm-tied": (transformers.Olmo2ForCausalLM, transformers.Olmo2Config(
         **SHAPE, tie_word_embeddings=True)),
     "olmo2-gqa": (transformers.Olmo2ForCausalLM, transformers.Olmo2Config(**SHAPE, num_key_value_heads=1)),
+    # Gemma's shape in small: RMSNorm (1 + w), GEGLU (tanh), embeddings x sqrt(d), heads wider than d / h
+    "gemma-wide-heads-mqa": (transformers.GemmaForCausalLM, transformers.GemmaConfig(
+        **SHAPE, num_key_value_heads=1, head_dim=16)),
+    "gemma-exact-gelu-untied": (transformers.GemmaForCausalLM, transformers.GemmaConfig(
+        **SHAPE, num_key_value_heads=2, head_dim=8, hidden_act="gelu", tie_word_embeddings=False)),
     "pythia-parallel-quarter": (transformers.GPTNeoXForCausalLM, transformers.GPTNeoXConfig(
         **SHAPE, rotary_pct=0.25, use_parallel_residual=True)),
     "neox-sequential-half": (transformers.GPTNeoXForCausalLM, transformers.GPTNeoXConfig(
@@ -121,6 +126,11 @@ def _rms_norm_in_the_inputs_dtype(self, hidden_states):
     return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
 
 
+def _gemma_rms_norm_in_the_inputs_dtype(self, x):
+    """transformers' Gemma RMSNorm ((1 + w) x / rms), without its cast to float32."""
+    return (1.0 + self.weight) * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
 def test_logits_equal_transformers_float64(case, monkeypatch):
     """transformers computes the rotary angles in float32 in every model (blocklab too, rotary.py) and
     the Llama family's RMSNorm in float32 even in a float64 model; with that norm run in float64, the
@@ -132,6 +142,8 @@ def test_logits_equal_transformers_float64(case, monkeypatch):
                    transformers.models.qwen3.modeling_qwen3.Qwen3RMSNorm,
                    transformers.models.olmo2.modeling_olmo2.Olmo2RMSNorm):
         monkeypatch.setattr(module, "forward", _rms_norm_in_the_inputs_dtype)
+    monkeypatch.setattr(transformers.models.gemma.modeling_gemma.GemmaRMSNorm, "forward",
+                        _gemma_rms_norm_in_the_inputs_dtype)
     model = read_pretrained(folder).model.double()
     hf64 = type(hf)(hf.config).double().eval()
     hf64.load_state_dict(hf.state_dict())
@@ -233,13 +245,16 @@ def test_blocklab_load_and_every_model_command_take_the_folder(case, capsys):
     ("qwen3", {"use_sliding_window": True}, "use_sliding_window"),
     ("olmo2", {"attention_bias": True}, "attention_bias"),
     ("olmo2", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_scaling"),
+    ("gemma", {"hidden_act": "silu"}, "hidden_act"),  # a SwiGLU Gemma: refused, not run as GEGLU
+    ("gemma", {"attention_bias": True}, "attention_bias"),
     ("gpt_neox", {"attention_bias": False}, "attention_bias"),
     ("gpt_neox", {"hidden_dropout": 0.1}, "hidden_dropout"),
 ])
 def test_a_config_field_the_import_cannot_honour_is_refused_by_name(tmp_path, family, changes, field):
     cls, config = {"llama": CASES["llama-mha-untied"], "qwen2": CASES["qwen2-qkv-bias-tied"],
                    "qwen3": CASES["qwen3-qk-norm-gqa"], "olmo2": CASES["olmo2-gqa"],
-                   "gpt_neox": CASES["pythia-parallel-quarter"]}[family]
+                   "gpt_neox": CASES["pythia-parallel-quarter"],
+                   "gemma": CASES["gemma-wide-heads-mqa"]}[family]
     torch.manual_seed(0)
     cls(config).save_pretrained(str(tmp_path))
     written = json.loads((tmp_path / "config.json").read_text())
