@@ -28,8 +28,9 @@ rather than bit for bit; ``cache.grads`` holds d(scalar)/d(stage), exactly what
 ``torch.autograd.grad`` gives for those tensors.
 
 ``HookedModule`` (nn/hooked.py, the mixin of TransformerBlock and Transformer) gives them
-``run_with_cache``, which returns this cache. The decompositions live in nn/decompose.py (a mixin of
-``ActivationCache``); this module holds the stages, their names and the run that records them.
+``run_with_cache``, which returns this cache. The decompositions live in nn/decompose.py, and
+TransformerLens' finer ones (every neuron, the full decomposition) and its batch slice in nn/tl_cache.py
+(mixins of ``ActivationCache``); this module holds the stages, their names and the run that records them.
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ from collections.abc import Callable, Iterator, Mapping
 import torch
 from torch import Tensor, nn
 
-from .decompose import StreamDecomposition
 from .hook_names import (
     SHORT_ALIASES,
     blocklab_name,
@@ -49,12 +49,13 @@ from .hook_names import (
     transformerlens_names,
 )
 from .hooks import HookFn, NameFilter, hook_points, hooks, select_names
+from .tl_cache import TransformerLensAnalysis
 
 Key = str | tuple[str, int]
 Backward = bool | Callable[[object], Tensor]
 
 
-class ActivationCache(StreamDecomposition, Mapping[str, Tensor]):
+class ActivationCache(TransformerLensAnalysis, Mapping[str, Tensor]):
     """Stage name -> tensor, in the order the forward pass reached the stages (a read-only Mapping).
 
     A key is a stage name (``blocks.0.attn.weights``), TransformerLens's name for it

@@ -9,7 +9,8 @@ a stage are read from the layouts table (which stage each connection adds to whi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import re
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -23,22 +24,66 @@ if TYPE_CHECKING:  # annotations only (the cache imports this module)
     from .cache import Key
 
 
+# TransformerLens' Slice input (``pos_slice=``, ``batch_slice=``): None (all), an int (one index: the axis
+# goes), a tuple (slice(*tuple)), a slice, a list or tensor of indices, or TransformerLens' Slice itself
+Where = Any
+
+
+def take(x: Tensor, where: Where, dim: int) -> Tensor:
+    """``x`` sliced along ``dim`` as TransformerLens' ``Slice(where).apply(x, dim)``."""
+    where = getattr(where, "slice", where)  # TransformerLens' Slice holds what it was built from
+    if where is None:
+        return x
+    if isinstance(where, tuple):
+        where = slice(*where)
+    elif not isinstance(where, (int, slice)):
+        where = torch.as_tensor(where, device=x.device)  # a list, tensor or numpy array of indices
+    index: list[Any] = [slice(None)] * x.dim()
+    index[dim] = where
+    return x[tuple(index)]
+
+
+# blocklab's labels of the parts -> TransformerLens' (labels follow the cache's keys: its names or ours)
+_TL_LABELS = tuple((re.compile(pattern), label) for pattern, label in (
+    (r"blocks\.(\d+)\.attn\.result\[(\d+)\]", r"L\1H\2"), (r"blocks\.(\d+)\.ffn\.act\[(\d+)\]", r"L\1N\2"),
+    (r"blocks\.(\d+)\.resid_pre", r"\1_pre"), (r"blocks\.(\d+)\.resid_mid", r"\1_mid"),
+    (r"blocks\.(\d+)\.attn\.out", r"\1_attn_out"), (r"blocks\.(\d+)\.ffn\.out", r"\1_mlp_out"),
+    (r"tok", "embed"), (r"pos", "pos_embed")))
+
+
 class StreamDecomposition:
     """The decompositions of ``ActivationCache`` (a mixin): they read ``self[...]``, ``self._stages``
     (the stages by name) and ``self.model``."""
 
     _stages: Mapping[str, Tensor]
     model: nn.Module
+    transformerlens_keys: bool
+
+    def _labels(self, labels: list[str]) -> list[str]:
+        """The parts' labels as the cache's keys are spelled: blocklab's (``blocks.0.attn.result[1]``,
+        ``blocks.0.resid_pre``), or TransformerLens' (``L0H1``, ``0_pre``, ``0_attn_out``, ``embed``)."""
+        if not self.transformerlens_keys:
+            return labels
+        out = []
+        for label in labels:
+            for pattern, theirs in _TL_LABELS:
+                if pattern.fullmatch(label):
+                    label = pattern.sub(theirs, label)
+                    break
+            out.append(label)
+        return out
 
     def accumulated_resid(
         self, layer: int | None = None, incl_mid: bool = False, apply_ln: bool = False,
-        return_labels: bool = False,
+        pos_slice: Where = None, return_labels: bool = False,
     ) -> Tensor | tuple[Tensor, list[str]]:
         """The residual stream entering each block 0 .. ``layer`` (default: every block, then the
         stream leaving the last), stacked: (stages, B, T, d). ``incl_mid`` adds the stream between
         each block's two sublayers (resid_mid; post-norm: ln1). ``apply_ln``: each through the
         final norm with its own statistics (the logit lens: what the head would read if the
-        model stopped there; TransformerLens's recompute_ln)."""
+        model stopped there; TransformerLens's recompute_ln); with a ``layer`` before the last, through
+        the norm reading block ``layer``'s input with its denominator (``apply_ln_to_stack``), as
+        TransformerLens. ``pos_slice``: the positions kept (TransformerLens' Slice: an int drops the axis)."""
         blocks = self._blocks("accumulated_resid")
         n = len(blocks)
         last = n if layer is None or layer == -1 else layer
@@ -52,16 +97,20 @@ class StreamDecomposition:
                 labels.append(f"blocks.{i}.{mid}")
         if last == n:
             labels.append(self._final_stream())
-        stack = torch.stack([self[name] for name in labels])
+        stack = torch.stack([take(self[name], pos_slice, -2) for name in labels])
         if apply_ln:
-            stack = self._final_norm_of(stack)
-        return (stack, labels) if return_labels else stack
+            stack = self._final_norm_of(stack) if last == n else self.apply_ln_to_stack(stack, last,
+                                                                                         pos_slice=pos_slice)
+        if self.transformerlens_keys and last == n:
+            labels[-1] = "final_post"
+        return (stack, self._labels(labels)) if return_labels else stack
 
     # -- the residual stream as a sum -------------------------------------------------------------
 
     def decompose_resid(
         self, layer: int | None = None, mlp_input: bool = False, *, apply_ln: bool = False,
-        per_head: bool = False, stop_at_norm: bool = False, return_labels: bool = False,
+        per_head: bool = False, stop_at_norm: bool = False, pos_slice: Where = None,
+        return_labels: bool = False,
     ) -> Tensor | tuple[Tensor, list[str]]:
         """The residual stream entering block ``layer`` (default: leaving the last block; with
         ``mlp_input``, entering block ``layer``'s FFN) as its parts: the embedding, then each
@@ -69,11 +118,11 @@ class StreamDecomposition:
         (float rounding). TransformerLens's ``decompose_resid``; ``decompose(stage)`` for any stage.
         """
         return self.decompose(self._stream_stage(layer, mlp_input), apply_ln=apply_ln, per_head=per_head,
-                              stop_at_norm=stop_at_norm, return_labels=return_labels)
+                              stop_at_norm=stop_at_norm, pos_slice=pos_slice, return_labels=return_labels)
 
     def decompose(
         self, stage: Key, *, apply_ln: bool = False, per_head: bool = False, stop_at_norm: bool = False,
-        return_labels: bool = False,
+        pos_slice: Where = None, return_labels: bool = False,
     ) -> Tensor | tuple[Tensor, list[str]]:
         """A residual stream stage (``resid_pre``, ``resid_mid``, ``resid_post``, a block's output)
         as parts that sum to it exactly: (parts, B, T, d), labelled by stage name.
@@ -85,22 +134,25 @@ class StreamDecomposition:
         (eval mode: dropout off). ``apply_ln``: each part through the norm that reads this stage,
         its denominator held at the one the forward computed (``apply_ln_to_stack``): the parts
         then sum to that norm's output minus its beta. Where a norm sits on the stream (post-norm)
-        the decomposition is refused, or with ``stop_at_norm`` ends at the norm's output.
+        the decomposition is refused, or with ``stop_at_norm`` ends at the norm's output. ``pos_slice``:
+        the positions kept (TransformerLens' Slice).
         """
         name = self.name_of(stage)
         labels, parts = zip(*self._parts(name, per_head, stop_at_norm), strict=True)
-        stack = torch.stack(torch.broadcast_tensors(*parts))
+        stack = take(torch.stack(torch.broadcast_tensors(*parts)), pos_slice, -2)
         if apply_ln:
-            stack = self.apply_ln_to_stack(stack, stage=name)
-        return (stack, list(labels)) if return_labels else stack
+            stack = self.apply_ln_to_stack(stack, stage=name, pos_slice=pos_slice)
+        return (stack, self._labels(list(labels))) if return_labels else stack
 
     def apply_ln_to_stack(
-        self, stack: Tensor, layer: int | None = None, mlp_input: bool = False, *, stage: Key | None = None
+        self, stack: Tensor, layer: int | None = None, mlp_input: bool = False, pos_slice: Where = None, *,
+        stage: Key | None = None,
     ) -> Tensor:
         """Each part of a residual stream stage (``stack``: (..., B, T, d), parts of the stream at
         ``layer``/``mlp_input`` as in ``decompose_resid``, or at ``stage``) through the norm that
         reads that stage, with the denominator the forward computed: gamma (part - mean) / denom
-        (RMSNorm: no centring). Linear, so the results sum to the norm's output minus beta."""
+        (RMSNorm: no centring). Linear, so the results sum to the norm's output minus beta.
+        ``pos_slice``: the positions ``stack`` holds (already sliced, as TransformerLens)."""
         name = self._stream_stage(layer, mlp_input) if stage is None else self.name_of(stage)
         norm, where = self._norm_reading(name, "ffn" if mlp_input and stage is None else "attn")
         share = getattr(norm, "share", None)
@@ -110,11 +162,11 @@ class StreamDecomposition:
             raise ValueError(f"{where} ({type(norm).__name__}) does not split over the parts of its input "
                              "(BatchNorm's statistics span the batch)")
         with torch.no_grad():
-            return share(stack, self[name])
+            return share(stack, take(self[name], pos_slice, -2))
 
     def logit_attrs(
         self, stack: Tensor, tokens: int | str | Tensor | None = None,
-        incorrect_tokens: int | str | Tensor | None = None,
+        incorrect_tokens: int | str | Tensor | None = None, pos_slice: Where = None,
         *, direction: Tensor | None = None, apply_ln: bool = True,
     ) -> Tensor:
         """Each part's share of a logit: (parts, B, T) = part . direction, with parts of the stream
@@ -125,37 +177,38 @@ class StreamDecomposition:
         ``incorrect_tokens`` (a logit
         difference); or any ``direction`` (d,) or (B, T, d) in the head's input space.
         ``apply_ln`` (default): the parts go through the final norm first (``apply_ln_to_stack``),
-        so the attributions plus beta . direction sum to the logit (difference) exactly.
+        so the attributions plus beta . direction sum to the logit (difference) exactly. ``pos_slice``: the
+        positions ``stack`` holds (already sliced, as TransformerLens).
         """
         if (tokens is None) == (direction is None):
             raise ValueError("logit_attrs needs tokens (the logit of those ids) or a direction, not both")
-        tokens, incorrect_tokens = (self.model.to_single_token(t) if isinstance(t, str) else t
-                                    for t in (tokens, incorrect_tokens))  # " cat": one token's text
         if tokens is not None:
-            unembed = self._model_part("head", "logit_attrs").weight  # (vocab, d)
-            direction = unembed[torch.as_tensor(tokens, device=unembed.device)]
+            self._model_part("head", "logit_attrs")
+            direction = self.model.tokens_to_residual_directions(tokens)  # the head's rows
             if incorrect_tokens is not None:
-                direction = direction - unembed[torch.as_tensor(incorrect_tokens, device=unembed.device)]
+                direction = direction - self.model.tokens_to_residual_directions(incorrect_tokens)
         elif incorrect_tokens is not None:
             raise ValueError("incorrect_tokens goes with tokens, not with a direction")
         if apply_ln:
-            stack = self.apply_ln_to_stack(stack, stage=self._final_stream())
+            stack = self.apply_ln_to_stack(stack, stage=self._final_stream(), pos_slice=pos_slice)
         with torch.no_grad():
             return (stack * direction.to(stack.dtype)).sum(-1)
 
     def stack_head_results(
-        self, layer: int | None = None, *, apply_ln: bool = False, return_labels: bool = False
+        self, layer: int | None = None, return_labels: bool = False, *, pos_slice: Where = None,
+        apply_ln: bool = False,
     ) -> Tensor | tuple[Tensor, list[str]]:
         """Every head's ``attn.result`` in blocks 0 .. layer - 1 (default: all), stacked:
-        (layers * heads, B, T, d), labelled ``blocks.{i}.attn.result[{h}]``. ``apply_ln``: through
-        the norm reading the stream at ``layer`` (``apply_ln_to_stack``)."""
+        (layers * heads, B, T, d), labelled ``blocks.{i}.attn.result[{h}]`` (TransformerLens' keys:
+        ``L{i}H{h}``); at the positions ``pos_slice`` keeps. ``apply_ln``: through the norm reading the
+        stream at ``layer`` (``apply_ln_to_stack``)."""
         last = self.n_layers if layer is None or layer == -1 else layer
-        results = [self["attn.result", i] for i in range(last)]  # (B, T, h, d) each
-        labels = [f"blocks.{i}.attn.result[{h}]" for i, r in enumerate(results) for h in range(r.shape[2])]
-        stack = torch.cat([r.movedim(2, 0) for r in results])
+        results = [take(self["attn.result", i], pos_slice, -3) for i in range(last)]  # (B, T, h, d) each
+        labels = [f"blocks.{i}.attn.result[{h}]" for i, r in enumerate(results) for h in range(r.shape[-2])]
+        stack = torch.cat([r.movedim(-2, 0) for r in results])
         if apply_ln:
-            stack = self.apply_ln_to_stack(stack, None if layer in (None, -1) else layer)
-        return (stack, labels) if return_labels else stack
+            stack = self.apply_ln_to_stack(stack, None if layer in (None, -1) else layer, pos_slice=pos_slice)
+        return (stack, self._labels(labels)) if return_labels else stack
 
     # -- how the model is wired (layouts.LAYOUTS, through each block's layout) --------------------
 

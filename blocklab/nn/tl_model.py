@@ -7,15 +7,19 @@ TransformerLens code touches it:
                                               TransformerLens' module names: blocklab's head, ln_f, pos, ffn
     model.set_use_attn_result(True)           hook_result: blocklab always has each head's result
     model.set_use_split_qkv_input(True)       refused by name (no per-head copy of the stream): what to patch
+    model.accumulated_bias(layer), model.tokens_to_residual_directions(tokens), model.get_token_position(
+    " cat", text), model.to_single_str_token(id)
 
 A hook point's own ``add_hook`` / ``remove_hooks`` and its TransformerLens ``.name`` are in hooks.py.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from torch import nn
+import torch
+from torch import Tensor, nn
 
 from .hook_names import transformerlens_names
 from .hooks import HookPoint, hook_points
@@ -117,3 +121,52 @@ class TransformerLensModel:
         """TransformerLens' copy of the MLP's input stream: refused (True) by name."""
         if use_hook_mlp_in:
             _refused("set_use_hook_mlp_in")
+
+    # -- TransformerLens' helpers for direct logit attribution ----------------------------------------
+
+    def accumulated_bias(self, layer: int, mlp_input: bool = False, include_mlp_biases: bool = True
+                         ) -> Tensor:
+        """What the biases of the blocks before ``layer`` add to the stream (d,): each attention's output
+        bias and (``include_mlp_biases``) each FFN's; with ``mlp_input``, block ``layer``'s attention
+        bias too (TransformerLens' ``accumulated_bias``)."""
+        d = self.head.weight.shape[1]
+        total = torch.zeros(d, dtype=self.head.weight.dtype, device=self.head.weight.device)
+        for i, block in enumerate(self.blocks[: layer + (1 if mlp_input else 0)]):
+            total = total + block.attn.b_O
+            if include_mlp_biases and i < layer:
+                total = total + block.ffn.b_out
+        return total
+
+    def tokens_to_residual_directions(self, tokens: str | int | Tensor | Sequence[int]) -> Tensor:
+        """The head's row of each token, the direction whose dot product with the final hidden state is
+        its logit: a token (its text, id or a one-element tensor) -> (d,); ids (T,) -> (T, d); (B, T) ->
+        (B, T, d) (TransformerLens' ``tokens_to_residual_directions``)."""
+        unembed = self.head.weight  # (vocab, d)
+        if isinstance(tokens, str):
+            tokens = self.to_single_token(tokens)  # type: ignore[attr-defined]
+        ids = torch.as_tensor(tokens, device=unembed.device)
+        return unembed[ids.reshape(())] if ids.numel() == 1 else unembed[ids]
+
+    def get_token_position(self, single_token: str | int, input: str | Tensor, mode: str = "first",
+                           prepend_bos: bool | None = None, padding_side: str | None = None) -> int:
+        """Where ``single_token`` (its text or id) first (``mode="first"``) or last (``"last"``) occurs in
+        ``input`` (a text, tokenized as ``to_tokens`` does, or ids (T,) / (1, T)); TransformerLens'
+        ``get_token_position``. A ValueError when it does not occur."""
+        if mode not in ("first", "last"):
+            raise ValueError(f"mode={mode!r} is not one of: first, last")
+        tokens = self.to_tokens(input, prepend_bos, padding_side or "right") if isinstance(input, str) \
+            else input  # type: ignore[attr-defined]
+        if tokens.dim() == 2:
+            if tokens.shape[0] != 1:
+                raise ValueError(f"get_token_position takes one sequence, not ids {tuple(tokens.shape)}")
+            tokens = tokens[0]
+        token = self.to_single_token(single_token) if isinstance(single_token, str) \
+            else single_token  # type: ignore[attr-defined]
+        where = (tokens == token).nonzero()[:, 0].tolist()
+        if not where:
+            raise ValueError(f"token {single_token!r} ({token}) does not occur in the input")
+        return where[0] if mode == "first" else where[-1]
+
+    def to_single_str_token(self, int_token: int) -> str:
+        """One token id as its text (TransformerLens' ``to_single_str_token``)."""
+        return self.to_str_tokens([int_token])[0]  # type: ignore[attr-defined]

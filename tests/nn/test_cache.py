@@ -163,7 +163,7 @@ def test_an_intervention_on_a_heads_result_reaches_the_output() -> None:
 @pytest.mark.parametrize("variant", ["pre", "sandwich", "rezero", "norm-none", "causal-pre", "parallel",
                                      "parallel_shared", "parallel-rezero"])
 def test_the_decomposition_sums_to_the_stream_at_every_layer(variant: str) -> None:
-    model, _, _, cache = cached(variant)
+    model, _, _, cache = cached(variant, names="*")  # blocklab's names: its labels
     layout = LAYOUTS[model.config.norm_position]
     for layer in [0, 1, None]:
         for mlp_input in [False, True] if layer is not None else [False]:
@@ -178,7 +178,7 @@ def test_the_decomposition_sums_to_the_stream_at_every_layer(variant: str) -> No
 
 
 def test_per_head_decomposition_splits_each_attention_output_into_its_heads_and_bias() -> None:
-    model, _, _, cache = cached("pre")
+    model, _, _, cache = cached("pre", names="*")
     stack, labels = cache.decompose_resid(per_head=True, return_labels=True)
     torch.testing.assert_close(stack.sum(0), cache["blocks.1.resid_post"], **TOL)
     assert labels[:6] == ["tok", "pos", "blocks.0.attn.result[0]", "blocks.0.attn.result[1]",
@@ -192,7 +192,7 @@ def test_per_head_decomposition_splits_each_attention_output_into_its_heads_and_
 
 def test_a_stream_a_norm_sits_on_is_refused_and_stop_at_norm_ends_there() -> None:
     """Post-norm: resid_post = ln1 + ffn.out within a block, but ln1 = LN1(resid_mid) is no sum."""
-    model, _, _, cache = cached("post")
+    model, _, _, cache = cached("post", names="*")
     with pytest.raises(ValueError, match=r"blocks.1.ln2 = LN2\(blocks.1.resid_post\).*stop_at_norm=True"):
         cache.decompose_resid()
     stack, labels = cache.decompose("blocks.1.resid_post", stop_at_norm=True, return_labels=True)
@@ -236,7 +236,7 @@ def test_logit_attributions_sum_to_the_logit_and_to_a_logit_difference() -> None
 
 
 def test_the_logit_lens_ends_at_the_models_logits() -> None:
-    model, _, (logits, _), cache = cached("pre")
+    model, _, (logits, _), cache = cached("pre", names="*")
     stack, labels = cache.accumulated_resid(incl_mid=True, apply_ln=True, return_labels=True)
     assert labels == ["blocks.0.resid_pre", "blocks.0.resid_mid", "blocks.1.resid_pre", "blocks.1.resid_mid",
                       "blocks.1.resid_post"]

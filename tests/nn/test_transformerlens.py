@@ -846,3 +846,113 @@ def test_set_use_switches_give_hook_result_or_are_refused_by_name(models):
         getattr(ours, switch)(False)  # what blocklab does
         with pytest.raises(ValueError, match=rf"{switch}\(True\): TransformerLens then hooks .*{instead}"):
             getattr(ours, switch)(True)
+
+
+POS_SLICES = [None, -1, 2, (1, 4), [0, 2, 3]]
+
+
+def _processed_pairs(processed, llama):
+    """(ours, theirs, tokens, their cache, our cache) for GPT-2 and the grouped-query Llama, processed (so
+    TransformerLens' apply_ln_to_stack, which leaves gamma out, is the norm)."""
+    (gpt2, their_gpt2), (_, (folded_llama, their_llama)) = processed, llama
+    tokens = their_gpt2.to_tokens([TEXT[:30], TEXT[20:50]])
+    pairs = []
+    for ours, theirs, ids in ((gpt2, their_gpt2, tokens), (folded_llama, their_llama, tokens % 100)):
+        with torch.no_grad():
+            _, cache = ours.run_with_cache(ids)
+            _, their_cache = theirs.run_with_cache(ids)
+        pairs.append((ours, theirs, ids, cache, their_cache))
+    return pairs
+
+
+def _same(ours, theirs, what):
+    (a, labels), (b, their_labels) = ours, theirs
+    assert labels == their_labels, what
+    torch.testing.assert_close(a, b, rtol=0, atol=5e-5, msg=what)
+
+
+@pytest.mark.parametrize("pos_slice", POS_SLICES, ids=repr)
+def test_the_cache_decompositions_take_pos_slice_as_transformerlens(processed, llama, pos_slice):
+    """accumulated_resid, decompose_resid, stack_head_results, apply_ln_to_stack and logit_attrs with
+    TransformerLens' pos_slice (an int drops the axis, a tuple is a slice, a list picks): its numbers and
+    its labels (0_pre, final_post, embed, 0_attn_out, L0H0)."""
+    for _, _, tokens, cache, their_cache in _processed_pairs(processed, llama):
+        for kwargs in ({}, {"incl_mid": True, "apply_ln": True}, {"layer": 1, "apply_ln": True}):
+            _same(cache.accumulated_resid(pos_slice=pos_slice, return_labels=True, **kwargs),
+                  their_cache.accumulated_resid(pos_slice=pos_slice, return_labels=True, **kwargs), kwargs)
+        for kwargs in ({}, {"apply_ln": True}, {"layer": 1, "mlp_input": True, "apply_ln": True}):
+            _same(cache.decompose_resid(pos_slice=pos_slice, return_labels=True, **kwargs),
+                  their_cache.decompose_resid(pos_slice=pos_slice, return_labels=True, **kwargs), kwargs)
+        for kwargs in ({}, {"apply_ln": True}, {"layer": 1, "apply_ln": True}):
+            _same(cache.stack_head_results(pos_slice=pos_slice, return_labels=True, **kwargs),
+                  their_cache.stack_head_results(pos_slice=pos_slice, return_labels=True, **kwargs), kwargs)
+        stack = their_cache.decompose_resid(pos_slice=pos_slice)
+        torch.testing.assert_close(cache.apply_ln_to_stack(stack, 1, pos_slice=pos_slice),
+                                   their_cache.apply_ln_to_stack(stack, 1, pos_slice=pos_slice),
+                                   rtol=0, atol=5e-5)
+        right, wrong = tokens[:, 1:2], tokens[:, 2:3]  # (B, 1): broadcast over the positions kept
+        if isinstance(pos_slice, int):
+            right, wrong = right[:, 0], wrong[:, 0]
+        torch.testing.assert_close(cache.logit_attrs(stack, right, wrong, pos_slice=pos_slice),
+                                   their_cache.logit_attrs(stack, right, wrong, pos_slice=pos_slice),
+                                   rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("pos_slice", [None, -1, (1, 4)], ids=repr)
+def test_the_full_decomposition_and_neuron_results_equal_transformerlens(processed, llama, pos_slice):
+    """get_full_resid_decomposition (heads, neurons or MLP outputs, x0, bias), stack_neuron_results and
+    compute_head_results: TransformerLens' numbers and labels (L0H0, L0N0, 0_mlp_out, bias), and the parts
+    sum to the stream."""
+    for ours, _, tokens, cache, their_cache in _processed_pairs(processed, llama):
+        for kwargs in ({}, {"expand_neurons": False}, {"layer": 1, "mlp_input": True, "apply_ln": True}):
+            parts = cache.get_full_resid_decomposition(pos_slice=pos_slice, return_labels=True, **kwargs)
+            _same(parts, their_cache.get_full_resid_decomposition(pos_slice=pos_slice, return_labels=True,
+                                                                  **kwargs), kwargs)
+        stream = cache.accumulated_resid(pos_slice=pos_slice)[-1]
+        torch.testing.assert_close(cache.get_full_resid_decomposition(pos_slice=pos_slice).sum(0), stream,
+                                   rtol=0, atol=1e-4)
+        for neuron_slice in (None, (0, 5), [1, 7]):  # an int: TransformerLens 3 fails on its labels
+            _same(cache.stack_neuron_results(2, pos_slice, neuron_slice, return_labels=True),
+                  their_cache.stack_neuron_results(2, pos_slice, neuron_slice, return_labels=True),
+                  neuron_slice)
+        # a cache of z alone: the results computed from z and W_O, as TransformerLens computes them
+        _, z_only = ours.run_with_cache(tokens, names_filter=lambda name: name.endswith("hook_z"))
+        assert "blocks.0.attn.hook_result" not in z_only
+        z_only.compute_head_results()
+        name = "blocks.1.attn.hook_result"
+        torch.testing.assert_close(z_only[name], their_cache[name], rtol=0, atol=1e-5)
+
+
+def test_the_full_decomposition_is_refused_where_the_stream_is_not_that_sum():
+    model = bl.Transformer(bl.preset("tiny-lm", norm_position="sandwich")).eval()
+    _, cache = model.run_with_cache(torch.tensor([[1, 2, 3, 4]]))
+    with pytest.raises(ValueError, match=r"block 0 .* adds ln1_out times 1 to 1 x its stream.*per_head=True"):
+        cache.get_full_resid_decomposition()
+
+
+def test_the_batch_slice_and_the_models_logit_helpers_as_transformerlens(models):
+    ours, theirs, _ = models
+    tokens = theirs.to_tokens([TEXT[:30], TEXT[20:50]])
+    with torch.no_grad():
+        _, cache = ours.run_with_cache(tokens)
+        _, their_cache = theirs.run_with_cache(tokens)
+    for batch_slice in (1, (0, 1), [1, 0]):
+        sliced = cache.apply_slice_to_batch_dim(batch_slice)
+        their_sliced = their_cache.apply_slice_to_batch_dim(batch_slice)
+        for name in ("blocks.1.hook_resid_post", "blocks.0.attn.hook_v", "blocks.0.attn.hook_pattern"):
+            torch.testing.assert_close(sliced[name], their_sliced[name], rtol=0, atol=1e-5)
+    for layer, mlp_input in ((0, False), (1, True), (2, False)):
+        torch.testing.assert_close(ours.accumulated_bias(layer, mlp_input),
+                                   theirs.accumulated_bias(layer, mlp_input), rtol=0, atol=1e-6)
+        torch.testing.assert_close(ours.accumulated_bias(layer, mlp_input, include_mlp_biases=False),
+                                   theirs.accumulated_bias(layer, mlp_input, include_mlp_biases=False),
+                                   rtol=0, atol=1e-6)
+    for which in (" cat", 7, torch.tensor(7), tokens[0], tokens):
+        torch.testing.assert_close(ours.tokens_to_residual_directions(which),
+                                   theirs.tokens_to_residual_directions(which), rtol=0, atol=0)
+    for mode in ("first", "last"):
+        assert ours.get_token_position(" sat", TEXT, mode) == theirs.get_token_position(" sat", TEXT, mode)
+        ids = theirs.to_tokens(TEXT)
+        assert ours.get_token_position(" sat", ids, mode) == theirs.get_token_position(" sat", ids, mode)
+    assert [ours.to_single_str_token(i) for i in range(20)] == \
+        [theirs.to_single_str_token(i) for i in range(20)]
