@@ -51,6 +51,20 @@ _TL_LABELS = tuple((re.compile(pattern), label) for pattern, label in (
     (r"tok", "embed"), (r"pos", "pos_embed")))
 
 
+# TransformerLens' decompose_resid mode -> the kinds of part it keeps (besides x0's, with incl_embeds)
+PART_KINDS = {"all": ("attn", "mlp", "norm"), "attn": ("attn",), "mlp": ("mlp",)}
+
+
+def _part_kind(label: str) -> str:
+    """Which sublayer a part of the stream (by blocklab's label) comes from: embed, attn, mlp or norm (a
+    post-norm block's norm output, with stop_at_norm)."""
+    if "." not in label:
+        return "embed"  # tok, pos, embed
+    if re.search(r"\.(attn\.|ln1_out$)", label):
+        return "attn"
+    return "mlp" if re.search(r"\.(ffn\.|ln2_out$)", label) else "norm"
+
+
 class StreamDecomposition:
     """The decompositions of ``ActivationCache`` (a mixin): they read ``self[...]``, ``self._stages``
     (the stages by name) and ``self.model``."""
@@ -75,7 +89,7 @@ class StreamDecomposition:
 
     def accumulated_resid(
         self, layer: int | None = None, incl_mid: bool = False, apply_ln: bool = False,
-        pos_slice: Where = None, return_labels: bool = False,
+        pos_slice: Where = None, mlp_input: bool = False, return_labels: bool = False,
     ) -> Tensor | tuple[Tensor, list[str]]:
         """The residual stream entering each block 0 .. ``layer`` (default: every block, then the
         stream leaving the last), stacked: (stages, B, T, d). ``incl_mid`` adds the stream between
@@ -83,24 +97,27 @@ class StreamDecomposition:
         final norm with its own statistics (the logit lens: what the head would read if the
         model stopped there; TransformerLens's recompute_ln); with a ``layer`` before the last, through
         the norm reading block ``layer``'s input with its denominator (``apply_ln_to_stack``), as
-        TransformerLens. ``pos_slice``: the positions kept (TransformerLens' Slice: an int drops the axis)."""
+        TransformerLens (``mlp_input``: and the stream entering its FFN, through the norm reading that).
+        ``pos_slice``: the positions kept (TransformerLens' Slice: an int drops the axis)."""
         blocks = self._blocks("accumulated_resid")
         n = len(blocks)
         last = n if layer is None or layer == -1 else layer
         if not 0 <= last <= n:
             raise ValueError(f"layer={layer} is outside 0..{n} (n_layers: the stream leaving the last block)")
+        if mlp_input and last == n:
+            raise ValueError("mlp_input needs a layer: the FFN input of which block?")
         labels = []
         for i in range(min(last + 1, n)):
             labels.append(f"blocks.{i}.resid_pre")
             mid = blocks[i].layout.connections["ffn"].x  # the stream the FFN's connection adds to
-            if incl_mid and i < last and mid != "resid_pre":  # the parallel block has no stream between
-                labels.append(f"blocks.{i}.{mid}")
+            if ((incl_mid and i < last) or (mlp_input and i == last)) and mid != "resid_pre":
+                labels.append(f"blocks.{i}.{mid}")  # the parallel block has no stream between
         if last == n:
             labels.append(self._final_stream())
         stack = torch.stack([take(self[name], pos_slice, -2) for name in labels])
         if apply_ln:
-            stack = self._final_norm_of(stack) if last == n else self.apply_ln_to_stack(stack, last,
-                                                                                         pos_slice=pos_slice)
+            stack = self._final_norm_of(stack) if last == n else \
+                self.apply_ln_to_stack(stack, last, mlp_input, pos_slice)
         if self.transformerlens_keys and last == n:
             labels[-1] = "final_post"
         return (stack, self._labels(labels)) if return_labels else stack
@@ -108,8 +125,8 @@ class StreamDecomposition:
     # -- the residual stream as a sum -------------------------------------------------------------
 
     def decompose_resid(
-        self, layer: int | None = None, mlp_input: bool = False, *, apply_ln: bool = False,
-        per_head: bool = False, stop_at_norm: bool = False, pos_slice: Where = None,
+        self, layer: int | None = None, mlp_input: bool = False, mode: str = "all", *, apply_ln: bool = False,
+        per_head: bool = False, stop_at_norm: bool = False, pos_slice: Where = None, incl_embeds: bool = True,
         return_labels: bool = False,
     ) -> Tensor | tuple[Tensor, list[str]]:
         """The residual stream entering block ``layer`` (default: leaving the last block; with
@@ -117,12 +134,14 @@ class StreamDecomposition:
         earlier attention and FFN output, stacked (parts, B, T, d); they sum to the stream exactly
         (float rounding). TransformerLens's ``decompose_resid``; ``decompose(stage)`` for any stage.
         """
-        return self.decompose(self._stream_stage(layer, mlp_input), apply_ln=apply_ln, per_head=per_head,
-                              stop_at_norm=stop_at_norm, pos_slice=pos_slice, return_labels=return_labels)
+        return self.decompose(self._stream_stage(layer, mlp_input), mode=mode, apply_ln=apply_ln,
+                              per_head=per_head, stop_at_norm=stop_at_norm, pos_slice=pos_slice,
+                              incl_embeds=incl_embeds, return_labels=return_labels)
 
     def decompose(
-        self, stage: Key, *, apply_ln: bool = False, per_head: bool = False, stop_at_norm: bool = False,
-        pos_slice: Where = None, return_labels: bool = False,
+        self, stage: Key, *, mode: str = "all", apply_ln: bool = False, per_head: bool = False,
+        stop_at_norm: bool = False, pos_slice: Where = None, incl_embeds: bool = True,
+        return_labels: bool = False,
     ) -> Tensor | tuple[Tensor, list[str]]:
         """A residual stream stage (``resid_pre``, ``resid_mid``, ``resid_post``, a block's output)
         as parts that sum to it exactly: (parts, B, T, d), labelled by stage name.
@@ -135,10 +154,15 @@ class StreamDecomposition:
         its denominator held at the one the forward computed (``apply_ln_to_stack``): the parts
         then sum to that norm's output minus its beta. Where a norm sits on the stream (post-norm)
         the decomposition is refused, or with ``stop_at_norm`` ends at the norm's output. ``pos_slice``:
-        the positions kept (TransformerLens' Slice).
+        the positions kept (TransformerLens' Slice). TransformerLens' ``mode`` "attn" or "mlp" keeps the
+        attention's or the FFN's parts alone, ``incl_embeds=False`` leaves x0 out (they then sum to less).
         """
+        if mode not in PART_KINDS:
+            raise ValueError(f"mode={mode!r} is not one of: {', '.join(PART_KINDS)}")
         name = self.name_of(stage)
-        labels, parts = zip(*self._parts(name, per_head, stop_at_norm), strict=True)
+        wanted = {*PART_KINDS[mode], *(["embed"] if incl_embeds else [])}
+        labels, parts = zip(*[(label, part) for label, part in self._parts(name, per_head, stop_at_norm)
+                              if _part_kind(label) in wanted], strict=True)
         stack = take(torch.stack(torch.broadcast_tensors(*parts)), pos_slice, -2)
         if apply_ln:
             stack = self.apply_ln_to_stack(stack, stage=name, pos_slice=pos_slice)
@@ -195,20 +219,29 @@ class StreamDecomposition:
             return (stack * direction.to(stack.dtype)).sum(-1)
 
     def stack_head_results(
-        self, layer: int | None = None, return_labels: bool = False, *, pos_slice: Where = None,
-        apply_ln: bool = False,
+        self, layer: int | None = None, return_labels: bool = False, incl_remainder: bool = False, *,
+        pos_slice: Where = None, apply_ln: bool = False,
     ) -> Tensor | tuple[Tensor, list[str]]:
         """Every head's ``attn.result`` in blocks 0 .. layer - 1 (default: all), stacked:
         (layers * heads, B, T, d), labelled ``blocks.{i}.attn.result[{h}]`` (TransformerLens' keys:
-        ``L{i}H{h}``); at the positions ``pos_slice`` keeps. ``apply_ln``: through the norm reading the
-        stream at ``layer`` (``apply_ln_to_stack``)."""
+        ``L{i}H{h}``); at the positions ``pos_slice`` keeps; ``incl_remainder``: then the stream entering
+        ``layer`` minus them (``remainder``). ``apply_ln``: through the norm reading the stream at ``layer``
+        (``apply_ln_to_stack``)."""
         last = self.n_layers if layer is None or layer == -1 else layer
         results = [take(self["attn.result", i], pos_slice, -3) for i in range(last)]  # (B, T, h, d) each
         labels = [f"blocks.{i}.attn.result[{h}]" for i, r in enumerate(results) for h in range(r.shape[-2])]
         stack = torch.cat([r.movedim(-2, 0) for r in results])
+        if incl_remainder:
+            stack, labels = self._with_remainder(stack, labels, last, pos_slice)
         if apply_ln:
             stack = self.apply_ln_to_stack(stack, None if layer in (None, -1) else layer, pos_slice=pos_slice)
         return (stack, self._labels(labels)) if return_labels else stack
+
+    def _with_remainder(self, stack: Tensor, labels: list[str], layer: int, pos_slice: Where
+                        ) -> tuple[Tensor, list[str]]:
+        """``stack`` (parts, B, T, d) and the stream entering ``layer`` minus its sum (``remainder``)."""
+        stream = take(self[self._stream_stage(layer, False)], pos_slice, -2)
+        return torch.cat([stack, (stream - stack.sum(0))[None]]), [*labels, "remainder"]
 
     # -- how the model is wired (layouts.LAYOUTS, through each block's layout) --------------------
 

@@ -46,11 +46,12 @@ class TransformerLensAnalysis(StreamDecomposition):
 
     def stack_neuron_results(
         self, layer: int, pos_slice: Where = None, neuron_slice: Where = None, return_labels: bool = False,
-        apply_ln: bool = False,
+        incl_remainder: bool = False, apply_ln: bool = False,
     ) -> Tensor | tuple[Tensor, list[str]]:
         """Every neuron's output in blocks 0 .. layer - 1, stacked (layers * neurons, B, T, d), labelled
-        ``blocks.{i}.ffn.act[{n}]`` (TransformerLens' keys: ``L{i}N{n}``); ``apply_ln`` through the norm
-        reading the stream at ``layer`` (TransformerLens' ``stack_neuron_results``)."""
+        ``blocks.{i}.ffn.act[{n}]`` (TransformerLens' keys: ``L{i}N{n}``); ``incl_remainder``: then the
+        stream entering ``layer`` minus them; ``apply_ln`` through the norm reading the stream at ``layer``
+        (TransformerLens' ``stack_neuron_results``)."""
         if isinstance(neuron_slice, int):  # one neuron: keep its axis, to stack over it
             neuron_slice = [neuron_slice]
         d_ff = self._blocks("stack_neuron_results")[0].ffn.W_out.shape[0]
@@ -61,6 +62,8 @@ class TransformerLensAnalysis(StreamDecomposition):
             stack = torch.cat([p.movedim(-2, 0) for p in parts])
         else:
             stack = take(self["embed"], pos_slice, -2)[None][:0]
+        if incl_remainder:
+            stack, labels = self._with_remainder(stack, labels, layer, pos_slice)
         if apply_ln:
             stack = self.apply_ln_to_stack(stack, layer, pos_slice=pos_slice)
         return (stack, self._labels(labels)) if return_labels else stack

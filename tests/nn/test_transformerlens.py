@@ -956,3 +956,25 @@ def test_the_batch_slice_and_the_models_logit_helpers_as_transformerlens(models)
         assert ours.get_token_position(" sat", ids, mode) == theirs.get_token_position(" sat", ids, mode)
     assert [ours.to_single_str_token(i) for i in range(20)] == \
         [theirs.to_single_str_token(i) for i in range(20)]
+
+
+@pytest.mark.parametrize("pos_slice", [None, -1], ids=repr)
+def test_the_decompositions_other_transformerlens_keywords_give_its_parts(processed, llama, pos_slice):
+    """decompose_resid's mode and incl_embeds, accumulated_resid's mlp_input, the stacks' incl_remainder:
+    TransformerLens' parts, labels and numbers."""
+    for _, _, _, cache, their_cache in _processed_pairs(processed, llama):
+        for kwargs in ({"mode": "attn"}, {"mode": "mlp", "incl_embeds": False},
+                       {"layer": 1, "mlp_input": True, "mode": "attn", "apply_ln": True}):
+            _same(cache.decompose_resid(pos_slice=pos_slice, return_labels=True, **kwargs),
+                  their_cache.decompose_resid(pos_slice=pos_slice, return_labels=True, **kwargs), kwargs)
+        for kwargs in ({"layer": 1, "mlp_input": True}, {"layer": 1, "mlp_input": True, "apply_ln": True}):
+            _same(cache.accumulated_resid(pos_slice=pos_slice, return_labels=True, **kwargs),
+                  their_cache.accumulated_resid(pos_slice=pos_slice, return_labels=True, **kwargs), kwargs)
+        for layer in (1, 2):
+            _same(cache.stack_head_results(layer, True, True, pos_slice=pos_slice),
+                  their_cache.stack_head_results(layer, True, True, pos_slice=pos_slice), layer)
+            _same(cache.stack_neuron_results(layer, pos_slice, (0, 4), True, incl_remainder=True),
+                  their_cache.stack_neuron_results(layer, pos_slice, (0, 4), True, incl_remainder=True),
+                  layer)
+    with pytest.raises(ValueError, match="mode='heads' is not one of: all, attn, mlp"):
+        cache.decompose_resid(mode="heads")
