@@ -39,7 +39,7 @@ from ..training.checkpoint import (
     tensor_info,
 )
 from ..training.runfiles import OWNED
-from . import hf_bert, hf_gpt2, hf_gpt_neox
+from . import hf_bert, hf_gpt2, hf_gpt_neox, hf_opt
 from .hf_llama import GEMMA, LLAMA, MISTRAL, OLMO2, QWEN2, QWEN3
 from .hf_map import Family, PretrainedError, from_hf, is_ignored, refused_part, to_hf
 from .hf_tokenizer import HFTokenizer, load_folder_tokenizer
@@ -49,7 +49,7 @@ from .hf_tokenizer import HFTokenizer, load_folder_tokenizer
 # (QK-norm per head, over all heads) take what has QK-norm.
 FAMILIES: dict[str, Family] = {  # type: ignore[dict-item]
     "bert": hf_bert, "gpt2": hf_gpt2, "qwen2": QWEN2, "llama": LLAMA, "mistral": MISTRAL,
-    "gpt_neox": hf_gpt_neox, "qwen3": QWEN3, "olmo2": OLMO2, "gemma": GEMMA,
+    "gpt_neox": hf_gpt_neox, "qwen3": QWEN3, "olmo2": OLMO2, "gemma": GEMMA, "opt": hf_opt,
 }
 MAX_LISTED = 8  # keys named in one error message
 
@@ -335,9 +335,9 @@ def export_family(config: ModelConfig, family: str | None = None) -> Family:
 
 def save_pretrained(model: Transformer, path: str | Path, tokenizer: HFTokenizer | None = None,
                     family: str | None = None) -> Path:
-    """Write ``model`` as a Hugging Face folder that ``transformers`` loads: the layout of ``family``
-    (a model_type: bert, gpt2, llama, mistral, qwen2, qwen3, olmo2, gpt_neox), by default the first
-    that fits the model; with a Hugging Face tokenizer, also its tokenizer.json."""
+    """Write ``model`` as a Hugging Face folder that ``transformers`` loads: the layout of ``family`` (a
+    model_type of ``FAMILIES``), by default the first that fits the model; with a Hugging Face tokenizer,
+    also its tokenizer.json."""
     chosen = export_family(model.config, family)
     hf_config = chosen.hf_config(model.config, tokenizer)
     hf_tensors = to_hf(state_tensors(model), chosen.weight_map(model.config))

@@ -28,12 +28,14 @@ class PretrainedError(ValueError):
 class WeightMap:
     """Hugging Face tensor ``hf`` = cat(blocklab tensors ``ours``, dim 0), transposed if ``conv1d``;
     with ``heads`` > 0, interleaved head by head instead: [q_0 k_0 v_0 q_1 k_1 v_1 ...] (GPT-NeoX's
-    query_key_value), each part ``heads`` blocks of equal rows."""
+    query_key_value), each part ``heads`` blocks of equal rows. ``skip``: leading rows of the Hugging Face
+    tensor no token reaches (OPT's position table starts at row 2), dropped on import, zeros on export."""
 
     hf: str
     ours: tuple[str, ...]
     conv1d: bool = False
     heads: int = 0
+    skip: int = 0
 
 
 def renamed(hf_prefix: str, ours_prefix: str, modules: dict[str, str], conv1d: bool = False,
@@ -55,6 +57,8 @@ def to_hf(state: dict[str, Tensor], rows: list[WeightMap]) -> dict[str, Tensor]:
             t = torch.stack([p.unflatten(0, (row.heads, -1)) for p in parts], 1).flatten(0, 2)
         else:
             t = torch.cat(parts) if len(parts) > 1 else parts[0]
+        if row.skip:
+            t = torch.cat([t.new_zeros(row.skip, *t.shape[1:]), t])
         out[row.hf] = (t.t() if row.conv1d and t.dim() == 2 else t).detach().contiguous()
     return out
 
@@ -65,6 +69,7 @@ def from_hf(hf: dict[str, Tensor], rows: list[WeightMap], shapes: dict[str, torc
     for row in rows:
         t = hf[row.hf]
         t = t.t() if row.conv1d and t.dim() == 2 else t
+        t = t[row.skip:]
         if row.heads:  # head by head: (heads, parts, rows per head, ...)
             parts = t.unflatten(0, (row.heads, len(row.ours), -1)).unbind(1)
             for key, part in zip(row.ours, parts, strict=True):

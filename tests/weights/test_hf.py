@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
+import blocklab as bl
 from blocklab.cli import main
 from blocklab.training.checkpoint import load_checkpoint
 from blocklab.weights import (
@@ -538,3 +539,62 @@ def test_a_bert_folder_with_a_pretraining_head_is_refused_naming_it(tmp_path, ca
     ids = torch.tensor([[2, 7, 9, 11, 3]])
     with torch.no_grad():
         torch.testing.assert_close(ours.encode(ids), hf.bert(ids).last_hidden_state, rtol=0, atol=1e-5)
+
+
+# ---- OPT (issue 39, in part) ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def opt(tmp_path_factory):
+    """A random OPT folder (pre-norm, learned positions offset by 2, ReLU, tied head), its weights spread."""
+    folder = tmp_path_factory.mktemp("opt")
+    config = transformers.OPTConfig(vocab_size=101, hidden_size=32, num_hidden_layers=2, ffn_dim=48,
+                                    num_attention_heads=4, max_position_embeddings=64, word_embed_proj_dim=32,
+                                    bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    torch.manual_seed(0)
+    hf = transformers.OPTForCausalLM(config).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    hf.save_pretrained(str(folder))
+    return hf, folder
+
+
+def test_opt_logits_generation_and_export_equal_transformers(opt, tmp_path):
+    from blocklab.nn.generate import generate
+    from blocklab.nn.tokens import positions_from_mask
+
+    hf, folder = opt
+    loaded = read_pretrained(folder)
+    model, c = loaded.model, loaded.model.config
+    assert (c.norm_position, c.pos_encoding, c.activation, c.tie_embeddings) == (
+        "pre", "learned", "relu", True)
+    assert bl.count_parameters(c).total == sum(p.numel() for p in hf.parameters()) - 2 * 32  # 2 rows unread
+    ids = torch.randint(3, 101, (2, 20), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[0, :5] = 0  # a left-padded row: OPT counts its positions from the first real token
+    with torch.no_grad():
+        assert (model(ids) - hf(ids).logits).abs().max() < 1e-4
+        ours = model(ids, attention_mask=mask, position_ids=positions_from_mask(mask))
+        assert (ours[:, 5:] - hf(ids, attention_mask=mask).logits[:, 5:]).abs().max() < 1e-4
+    assert torch.equal(generate(model, ids, 6, attention_mask=mask),
+                       hf.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False))
+    save_pretrained(model, tmp_path / "opt", family="opt")
+    save_pretrained(model, tmp_path / "first-fit")  # GPT-2's layout fits it too, and comes first
+    for out, cls in (("opt", transformers.OPTForCausalLM), ("first-fit", transformers.GPT2LMHeadModel)):
+        back = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / out)).eval()
+        assert isinstance(back, cls)
+        with torch.no_grad():
+            assert (back(ids).logits - hf(ids).logits).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("changes, field", [({"do_layer_norm_before": False}, "do_layer_norm_before"),
+                                            ({"word_embed_proj_dim": 16}, "word_embed_proj_dim"),
+                                            ({"enable_bias": False}, "enable_bias"),
+                                            ({"activation_function": "silu"}, "activation_function")])
+def test_an_opt_field_blocklab_cannot_honour_is_refused_by_name(opt, tmp_path, changes, field):
+    _, folder = opt
+    shutil.copytree(folder, tmp_path / "opt")
+    _edit_config(tmp_path / "opt", **changes)
+    with pytest.raises(PretrainedError, match=field):
+        read_pretrained(tmp_path / "opt")
