@@ -33,7 +33,7 @@ from .init_schemes import INIT_SCHEMES
 from .norms import NoNorm, build_norm
 from .rotary import Rotary
 from .tl_config import TransformerLensConfig
-from .tl_model import TransformerLensModel
+from .tl_model import TransformerLensModel, alias_hook_points
 from .tokens import (
     AS_TOKENIZED,
     BatchEncoding,
@@ -122,6 +122,7 @@ class Transformer(HookedModule, ModelWeights, TransformerLensModel):
         self.weights_processed: list[str] = []  # fold_ln, ... (circuits.py): an analysis view, not for saving
         init_weights(self)
         name_hook_points(self)
+        alias_hook_points(self)  # model.blocks[0].attn.hook_pattern: TransformerLens' attribute names
 
     def hook_names(self) -> list[str]:
         """Every stage name, in the order a forward pass reaches them."""

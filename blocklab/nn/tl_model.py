@@ -11,6 +11,10 @@ TransformerLens code touches it:
     " cat", text), model.to_single_str_token(id)
 
 A hook point's own ``add_hook`` / ``remove_hooks`` and its TransformerLens ``.name`` are in hooks.py.
+Each hook point is also an attribute under TransformerLens' name (``model.blocks[0].attn.hook_pattern``
+is ``...attn.hook_weights``, ``model.blocks[0].mlp.hook_post`` is ``...ffn.hook_act``;
+``alias_hook_points``) wherever that attribute is not blocklab's own: ``model.hook_embed`` stays blocklab's
+x0 (TransformerLens' is the token part, ``model.hook_dict["hook_embed"]``; its ``add_hook`` is refused).
 """
 
 from __future__ import annotations
@@ -43,6 +47,18 @@ _NO_COPY = {
         "the MLP's normalised input: blocks.{i}.ln2.hook_normalized (before gamma and beta), or its hidden "
         "layer: blocks.{i}.mlp.hook_pre"),
 }
+
+
+def alias_hook_points(model: Any) -> None:
+    """Put each hook point in its TransformerLens parent module's instance ``__dict__`` under its
+    TransformerLens attribute name (plain attributes: not submodules, not in the state dict), where the
+    parent has no attribute of that name already (called once at construction)."""
+    modules = model.mod_dict
+    for name, point in model.hook_dict.items():
+        parent_path, _, attribute = name.rpartition(".")
+        parent = modules.get(parent_path) if parent_path else model
+        if parent is not None and attribute.startswith("hook_") and not hasattr(parent, attribute):
+            parent.__dict__[attribute] = point
 
 
 def _refused(switch: str) -> None:

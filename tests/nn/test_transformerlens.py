@@ -978,3 +978,23 @@ def test_the_decompositions_other_transformerlens_keywords_give_its_parts(proces
                   layer)
     with pytest.raises(ValueError, match="mode='heads' is not one of: all, attn, mlp"):
         cache.decompose_resid(mode="heads")
+
+
+def _attribute(model, name):
+    """``model.blocks[0].attn.hook_pattern`` for ``blocks.0.attn.hook_pattern``: attribute by attribute."""
+    for part in name.split("."):
+        model = model[int(part)] if part.isdigit() else getattr(model, part)
+    return model
+
+
+def test_hook_points_are_attributes_under_transformerlens_names(models, llama):
+    """Every hook name both models have reaches, attribute by attribute, the hook point hook_dict gives (and
+    HookedTransformer's own of that name), so model.blocks[0].mlp.hook_post.add_hook(fn) runs as there;
+    model.hook_embed alone stays blocklab's x0 (its add_hook refused, above)."""
+    (gpt2, their_gpt2, _), ((plain_llama, their_llama), _) = models, llama
+    for ours, theirs in ((gpt2, their_gpt2), (plain_llama, their_llama)):
+        shared = set(theirs.hook_dict) & set(ours.hook_dict)
+        for name in shared - {"hook_embed"}:
+            assert _attribute(ours, name) is ours.hook_dict[name], name
+            assert _attribute(theirs, name) is theirs.hook_dict[name], name
+        assert ours.hook_embed.stage == "embed" and not ours.state_dict().keys() & {"blocks.0.mlp.hook_post"}
