@@ -78,6 +78,7 @@ class ActivationCache(TransformerLensAnalysis, Mapping[str, Tensor]):
                  grads: Mapping[str, Tensor] | None = None, transformerlens_keys: bool = False) -> None:
         self._stages = dict(stages)
         self.model = model
+        self.has_batch_dim = True  # False after remove_batch_dim (TransformerLens' has_batch_dim)
         self.transformerlens_keys = transformerlens_keys
         self._tl_keys: list[str] | None = None
         self.grads = ActivationCache(grads, model, None, transformerlens_keys) if grads is not None else None
@@ -119,6 +120,7 @@ class ActivationCache(TransformerLensAnalysis, Mapping[str, Tensor]):
         if sizes != {1}:
             raise ValueError(f"remove_batch_dim needs a batch of 1; this cache's batch is {sorted(sizes)}")
         self._stages = {n: t[0] if t.dim() > 0 else t for n, t in self._stages.items()}
+        self.has_batch_dim = False
         if self.grads is not None:
             self.grads.remove_batch_dim()
         return self
@@ -128,8 +130,10 @@ class ActivationCache(TransformerLensAnalysis, Mapping[str, Tensor]):
         """The same cache with every tensor (and gradient) moved to ``device`` / cast to ``dtype``."""
         move = lambda t: t.to(device=device, dtype=dtype if t.is_floating_point() else None)
         grads = {n: move(g) for n, g in self.grads.items()} if self.grads is not None else None
-        return ActivationCache({n: move(t) for n, t in self._stages.items()}, self.model, grads,
-                               self.transformerlens_keys)
+        moved = ActivationCache({n: move(t) for n, t in self._stages.items()}, self.model, grads,
+                                self.transformerlens_keys)
+        moved.has_batch_dim = self.has_batch_dim
+        return moved
 
     def with_transformerlens_keys(self, on: bool = True) -> ActivationCache:
         """The same stages (the same tensors, and gradients) iterated under TransformerLens' names (or, with

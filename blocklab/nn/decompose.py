@@ -72,6 +72,7 @@ class StreamDecomposition:
     _stages: Mapping[str, Tensor]
     model: nn.Module
     transformerlens_keys: bool
+    has_batch_dim: bool
 
     def _labels(self, labels: list[str]) -> list[str]:
         """The parts' labels as the cache's keys are spelled: blocklab's (``blocks.0.attn.result[1]``,
@@ -169,15 +170,23 @@ class StreamDecomposition:
         return (stack, self._labels(list(labels))) if return_labels else stack
 
     def apply_ln_to_stack(
-        self, stack: Tensor, layer: int | None = None, mlp_input: bool = False, pos_slice: Where = None, *,
+        self, stack: Tensor, layer: int | None = None, mlp_input: bool = False, pos_slice: Where = None,
+        batch_slice: Where = None, has_batch_dim: bool = True, recompute_ln: bool = False, *,
         stage: Key | None = None,
     ) -> Tensor:
         """Each part of a residual stream stage (``stack``: (..., B, T, d), parts of the stream at
         ``layer``/``mlp_input`` as in ``decompose_resid``, or at ``stage``) through the norm that
         reads that stage, with the denominator the forward computed: gamma (part - mean) / denom
         (RMSNorm: no centring). Linear, so the results sum to the norm's output minus beta.
-        ``pos_slice``: the positions ``stack`` holds (already sliced, as TransformerLens)."""
+        ``pos_slice``: the positions ``stack`` holds (already sliced, as TransformerLens);
+        ``batch_slice``: the rows kept, of ``stack`` (axis 1, when ``has_batch_dim``) and of the
+        denominators; ``recompute_ln`` at the last layer: the final norm with each part's own statistics
+        (the logit lens), as TransformerLens."""
+        if has_batch_dim:
+            stack = take(stack, batch_slice, 1)
         name = self._stream_stage(layer, mlp_input) if stage is None else self.name_of(stage)
+        if recompute_ln and name == self._final_stream():
+            return self._final_norm_of(stack)
         norm, where = self._norm_reading(name, "ffn" if mlp_input and stage is None else "attn")
         share = getattr(norm, "share", None)
         if isinstance(norm, nn.Identity):
@@ -185,13 +194,15 @@ class StreamDecomposition:
         if share is None:
             raise ValueError(f"{where} ({type(norm).__name__}) does not split over the parts of its input "
                              "(BatchNorm's statistics span the batch)")
+        whole = take(self[name], pos_slice, -2)  # (B, T, d): the stream whose denominators are held
         with torch.no_grad():
-            return share(stack, take(self[name], pos_slice, -2))
+            return share(stack, take(whole, batch_slice, 0) if self.has_batch_dim else whole)
 
     def logit_attrs(
         self, stack: Tensor, tokens: int | str | Tensor | None = None,
         incorrect_tokens: int | str | Tensor | None = None, pos_slice: Where = None,
-        *, direction: Tensor | None = None, apply_ln: bool = True,
+        batch_slice: Where = None, has_batch_dim: bool = True, *, direction: Tensor | None = None,
+        apply_ln: bool = True,
     ) -> Tensor:
         """Each part's share of a logit: (parts, B, T) = part . direction, with parts of the stream
         leaving the last block (``decompose_resid()``, ``stack_head_results``, ...).
@@ -214,7 +225,8 @@ class StreamDecomposition:
         elif incorrect_tokens is not None:
             raise ValueError("incorrect_tokens goes with tokens, not with a direction")
         if apply_ln:
-            stack = self.apply_ln_to_stack(stack, stage=self._final_stream(), pos_slice=pos_slice)
+            stack = self.apply_ln_to_stack(stack, None, False, pos_slice, batch_slice, has_batch_dim,
+                                           stage=self._final_stream())
         with torch.no_grad():
             return (stack * direction.to(stack.dtype)).sum(-1)
 

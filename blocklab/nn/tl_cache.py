@@ -122,5 +122,10 @@ class TransformerLensAnalysis(StreamDecomposition):
         an int keeps that row and drops the axis (TransformerLens' ``apply_slice_to_batch_dim``)."""
         grads = {n: take(g, batch_slice, 0) for n, g in self.grads._stages.items()} \
             if self.grads is not None else None
-        return type(self)({n: take(t, batch_slice, 0) if t.dim() > 0 else t for n, t in self._stages.items()},
-                          self.model, grads, self.transformerlens_keys)
+        where = getattr(batch_slice, "slice", batch_slice)  # TransformerLens' Slice: what it was built from
+        if not self.has_batch_dim and where is not None:
+            raise ValueError("apply_slice_to_batch_dim: this cache has no batch dimension (remove_batch_dim)")
+        stages = {n: take(t, where, 0) if t.dim() > 0 else t for n, t in self._stages.items()}
+        sliced = type(self)(stages, self.model, grads, self.transformerlens_keys)
+        sliced.has_batch_dim = self.has_batch_dim and not isinstance(where, int)  # an int drops the axis
+        return sliced

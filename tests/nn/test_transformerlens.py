@@ -998,3 +998,27 @@ def test_hook_points_are_attributes_under_transformerlens_names(models, llama):
             assert _attribute(ours, name) is ours.hook_dict[name], name
             assert _attribute(theirs, name) is theirs.hook_dict[name], name
         assert ours.hook_embed.stage == "embed" and not ours.state_dict().keys() & {"blocks.0.mlp.hook_post"}
+
+
+def test_batch_slice_has_batch_dim_and_recompute_ln_as_transformerlens(processed, llama):
+    """apply_ln_to_stack's and logit_attrs' batch_slice (the rows of the stack and of the denominators),
+    has_batch_dim (a cache after remove_batch_dim) and recompute_ln: TransformerLens' numbers."""
+    for _, _, tokens, cache, their_cache in _processed_pairs(processed, llama):
+        stack = their_cache.decompose_resid(pos_slice=-1)  # (parts, B, d)
+        for batch_slice in (None, 1, [1, 0]):
+            for kwargs in ({}, {"recompute_ln": True} if batch_slice != 1 else {}):  # TL 3 fails on an int
+                kwargs.update(pos_slice=-1, batch_slice=batch_slice)
+                torch.testing.assert_close(cache.apply_ln_to_stack(stack, None, **kwargs),
+                                           their_cache.apply_ln_to_stack(stack, None, **kwargs),
+                                           rtol=0, atol=5e-5)
+        torch.testing.assert_close(cache.logit_attrs(stack, tokens[1, 1], pos_slice=-1, batch_slice=1),
+                                   their_cache.logit_attrs(stack, tokens[1, 1], pos_slice=-1, batch_slice=1),
+                                   rtol=0, atol=1e-4)
+        row, their_row = cache.apply_slice_to_batch_dim(0), their_cache.apply_slice_to_batch_dim(0)
+        assert row.has_batch_dim is False and their_row.has_batch_dim is False
+        one = stack[:, 0]  # (parts, d): the first row's parts
+        kwargs = {"pos_slice": -1, "has_batch_dim": False}
+        torch.testing.assert_close(row.logit_attrs(one, tokens[0, 1], **kwargs),
+                                   their_row.logit_attrs(one, tokens[0, 1], **kwargs), rtol=0, atol=1e-4)
+        with pytest.raises(ValueError, match="this cache has no batch dimension"):
+            row.apply_slice_to_batch_dim(0)
