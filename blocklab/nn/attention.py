@@ -143,9 +143,10 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
         """One matmul for q, k and v (their weights concatenated), split into heads (and rotated).
 
         ``separate``: three matmuls instead (decoding one token, where the concat would cost more
-        than the matmul it saves).
+        than the matmul it saves); so also whenever autograd is off (inference, generation): the one matmul
+        only pays where backward keeps x alone instead of the concatenated weights.
         """
-        if separate:
+        if separate or not torch.is_grad_enabled():
             return self.split_heads(self.q(x), self.k(x), self.v(x), angles)
         if self.fused:  # q, k, v: views of one matmul's output, each with its own gradient
             qkv = norm_linear(x, None, None, None, self.qkv_weights(), self.qkv_bias())

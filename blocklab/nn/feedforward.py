@@ -66,8 +66,10 @@ class FeedForward(FeedForwardWeights, nn.Module):
         return self.w1.bias if self.w3 is None else torch.cat([self.w1.bias, self.w3.bias])
 
     def project_in(self, x: Tensor) -> tuple[Tensor, ...]:  # (B, T, d) -> (h,) or (h1, h3): (B, T, d_ff)
-        """The pre-activations: one matmul over cat(W1, W3) when fused (keeping x, not the concat)."""
-        if self.fused:
+        """The pre-activations: one matmul over cat(W1, W3) when fused and autograd records (keeping x, not
+        the concat, for backward); without autograd (inference, generation) one matmul per matrix, which
+        costs no concatenation of the weights on every call (issue 38: 1.45 s of 8.7 s of a generation)."""
+        if self.fused and torch.is_grad_enabled():
             return norm_linear(x, None, None, None, self.in_weights(), self.in_bias())
         return (self.w1(x),) if self.w3 is None else (self.w1(x), self.w3(x))
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import blocklab as bl
 from blocklab import FeedForward
 from blocklab.nn.activations import ACTIVATION_NAMES
 
@@ -106,3 +107,27 @@ def test_gate_is_the_gated_activations_factor_and_refused_otherwise(activation) 
     else:  # act = gate(h1) * h3: the gate alone is the act with h3 = 1
         assert ffn.gate_name == {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_tanh"}[activation]
         torch.testing.assert_close(ffn.gate(h), ORACLE[activation](h), rtol=1e-12, atol=1e-12)
+
+
+def test_without_autograd_the_fused_ffn_and_attention_concatenate_no_weights(monkeypatch) -> None:
+    """Issue 38: generation (no autograd) concatenated W1 and W3 (and q, k, v on a prompt) on every call,
+    for a fused one-matmul path whose only gain is what backward keeps. Without autograd they run one matmul
+    per matrix: the same numbers, and the fused kernel is not reached; with autograd it still is."""
+    from blocklab.nn import attention, feedforward
+
+    calls: list[str] = []
+    for module in (feedforward, attention):
+        real = module.norm_linear
+        monkeypatch.setattr(module, "norm_linear",
+                            lambda *a, real=real, name=module.__name__: calls.append(name) or real(*a))
+    torch.manual_seed(0)
+    config = bl.ModelConfig(vocab_size=50, d_model=32, n_heads=4, n_layers=2, d_ff=48, activation="swiglu",
+                            norm_position="sandwich", fused=True, dropout=0.0)
+    model = bl.Transformer(config).eval()  # sandwich: no lean wiring, each module runs its own path
+    tokens = torch.randint(0, 50, (2, 8))
+    with torch.no_grad():
+        inference = model(tokens)
+    assert calls == []
+    recorded = model(tokens)
+    assert {"blocklab.nn.feedforward", "blocklab.nn.attention"} <= set(calls)
+    torch.testing.assert_close(inference, recorded.detach(), rtol=0, atol=1e-6)
