@@ -149,8 +149,12 @@ class ActivationCache(TransformerLensAnalysis, Mapping[str, Tensor]):
         """(the stage ``key`` means, whether ``key`` is in TransformerLens' words); a KeyError says why
         there is no such stage."""
         if isinstance(key, tuple):
+            if len(key) == 3 and isinstance(key[2], str) and isinstance(key[1], int):  # ("scale", 0, "ln1")
+                return self._resolve(_layer_type_name(key[0], key[1] % self.n_layers, key[2]))
+            if len(key) == 3 and key[2] is None:
+                key = key[:2]
             if len(key) != 2 or not isinstance(key[0], str) or not isinstance(key[1], int):
-                raise KeyError(f"a key is a stage name or (name, layer), got {key!r}")
+                raise KeyError(f"a key is a stage name, (name, layer) or (name, layer, sublayer): {key!r}")
             return self._layer_stage(*key)
         try:
             name = blocklab_name(key)
@@ -197,11 +201,12 @@ class ActivationCache(TransformerLensAnalysis, Mapping[str, Tensor]):
         """How many blocks the model has."""
         return len(self._blocks("a layer index"))
 
-    def stack_activation(self, name: str, layer: int | None = None) -> Tensor:
-        """Stage ``name`` (as in ``cache[name, layer]``) of blocks 0 .. layer - 1 (default: all),
-        stacked: (layers, *the stage's shape)."""
+    def stack_activation(self, name: str, layer: int | None = None, sublayer_type: str | None = None
+                         ) -> Tensor:
+        """Stage ``name`` (as in ``cache[name, layer]``, or ``cache[name, layer, sublayer_type]``) of
+        blocks 0 .. layer - 1 (default: all), stacked: (layers, *the stage's shape)."""
         last = self.n_layers if layer is None or layer == -1 else layer
-        return torch.stack([self[name, i] for i in range(last)])
+        return torch.stack([self[name, i, sublayer_type] for i in range(last)])
 
     @property
     def hidden_states(self) -> list[Tensor]:
@@ -211,6 +216,17 @@ class ActivationCache(TransformerLensAnalysis, Mapping[str, Tensor]):
         blocks = self._blocks("hidden_states")
         outputs = [self[f"blocks.{i}.{block.layout.output}"] for i, block in enumerate(blocks[:-1])]
         return [self["embed"], *outputs, self["ln_f"]]
+
+
+# TransformerLens' short sublayer names in cache[name, layer, sublayer] (its utils.get_act_name)
+_SUBLAYERS = {"a": "attn", "attention": "attn", "m": "mlp", "b": "", "block": "", "blocks": ""}
+
+
+def _layer_type_name(name: str, layer: int, sublayer: str) -> str:
+    """TransformerLens' hook name for ``cache[name, layer, sublayer]``: ("scale", 0, "ln1") ->
+    ``blocks.0.ln1.hook_scale``, ("pattern", 0, "a") -> ``blocks.0.attn.hook_pattern``."""
+    sublayer = _SUBLAYERS.get(sublayer, sublayer)
+    return f"blocks.{layer}.{sublayer + '.' if sublayer else ''}hook_{name}"
 
 
 def _transformerlens_keys(stages: Mapping[str, Tensor], causal: bool) -> list[str]:

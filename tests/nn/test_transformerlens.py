@@ -1022,3 +1022,18 @@ def test_batch_slice_has_batch_dim_and_recompute_ln_as_transformerlens(processed
                                    their_row.logit_attrs(one, tokens[0, 1], **kwargs), rtol=0, atol=1e-4)
         with pytest.raises(ValueError, match="this cache has no batch dimension"):
             row.apply_slice_to_batch_dim(0)
+
+
+def test_cache_keys_with_a_sublayer_and_stack_activation_as_transformerlens(processed):
+    """cache[name, layer, sublayer] (TransformerLens' get_act_name: the norm's scale by ln1 or ln2, q in its
+    layout) and stack_activation(name, layer, sublayer_type): TransformerLens' tensors."""
+    ours, theirs = processed
+    tokens = theirs.to_tokens([TEXT[:30], TEXT[20:50]])
+    with torch.no_grad():
+        _, cache = ours.run_with_cache(tokens)
+        _, their_cache = theirs.run_with_cache(tokens)
+    for key in (("scale", 1, "ln2"), ("normalized", 0, "ln1"), ("q", -1, "attn"), ("pattern", 0, "a"),
+                ("post", 1, "m"), ("resid_mid", 0, "b"), ("z", 1, None)):
+        torch.testing.assert_close(cache[key], their_cache[key], rtol=0, atol=1e-5, msg=str(key))
+    torch.testing.assert_close(cache.stack_activation("scale", -1, "ln1"),
+                               their_cache.stack_activation("scale", -1, "ln1"), rtol=0, atol=1e-5)
