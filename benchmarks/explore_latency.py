@@ -27,6 +27,7 @@ from starlette.testclient import TestClient  # noqa: E402
 from blocklab.cli.trace import preset_subject  # noqa: E402
 from blocklab.explore.app import create_app  # noqa: E402
 from blocklab.explore.session import Explored  # noqa: E402
+from blocklab.inspect.trace.collect import NORM_OWN_SUFFIXES  # noqa: E402
 
 TARGET_MS = {"listops-seed": 100.0, "gpt2": 1000.0}
 INPUTS = {"listops-seed": ["Max ( 1 , 6 , 2 )", "Min ( 3 , 9 , 4 )", "First ( 7 , 2 , 5 )"]}
@@ -63,7 +64,7 @@ def main() -> None:
         entry = Explored(name, preset_subject(name, 0, {}))
         client = TestClient(create_app({name: entry}))
         stages = [n for n in entry.subject.model.hook_names() if n.startswith("blocks.0.")
-                  and not n.endswith(".scale")]
+                  and not n.endswith(NORM_OWN_SUFFIXES)]  # a norm's own stages: the tracer shows them with it
         rounds, n = args.rounds, {"i": 0}
 
         def ask(action: str, **extra: object) -> None:
