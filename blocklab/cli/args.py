@@ -197,6 +197,7 @@ FIELD_HELP = {
     "rotary_base": "rotary only: the frequencies' base theta",
     "rotary_style": "rotary only: half (Llama, GPT-NeoX) or interleaved (GPT-J) pairs",
     "rope_scaling": "rotary only: Llama 3's scaling, JSON: '{\"rope_type\": \"llama3\", \"factor\": 8, ...}'",
+    "positions_from_mask": "an attention mask sets each row's positions from its first real token (OPT)",
     "tie_embeddings": "the output head shares the token embedding's weights",
     "final_norm": "a norm after the last block",
     "dropout": "dropout probability while training",

@@ -124,6 +124,9 @@ class ModelConfig:
     embed_scale: str = "sqrt_d_model"  # tok = factor * E[token]: "sqrt_d_model" (Vaswani et al.) or "none"
     embed_std: float = 1.0  # std of the token part at init, after the factor: E ~ N(0, (std/factor)^2)
     pos_std: float | None = None  # learned positions' init std (None: embed_std); learned only
+    # an attention mask given to forward sets each row's positions, counted from its first real token
+    # (OPT's forward does; GPT-2's, Llama's and BERT's count from 0 whatever the mask, as blocklab's default)
+    positions_from_mask: bool = False
     tie_embeddings: bool = False
     final_norm: bool | None = None  # None: as the layout says (off for post-norm, on for the others)
     dropout: float = 0.0
@@ -263,7 +266,7 @@ def _violations(c: ModelConfig) -> list[str]:
         need(c.pos_encoding == "learned",
              f"pos_std={c.pos_std!r} initialises learned positions, but pos_encoding={c.pos_encoding!r} "
              "has none: leave pos_std unset or use pos_encoding='learned'")
-    for name in ("bias", "causal", "tie_embeddings", "final_norm", "embed_norm",
+    for name in ("bias", "causal", "tie_embeddings", "final_norm", "embed_norm", "positions_from_mask",
                  "keep_residual", "checkpoint_blocks"):
         value = getattr(c, name)
         need(isinstance(value, bool), f"{name}={value!r} must be true or false")

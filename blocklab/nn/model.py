@@ -304,12 +304,13 @@ class Transformer(HookedModule, ModelWeights, TransformerLensModel):
             logits, loss, tuple(cache.hidden_states) if hidden_states else None,
             tuple(cache[f"blocks.{i}.attn.weights"] for i in range(len(self.blocks))) if attentions else None)
 
-    @staticmethod
-    def _positions(attention_mask: Tensor | None, position_ids: Tensor | None, padding_side: str
+    def _positions(self, attention_mask: Tensor | None, position_ids: Tensor | None, padding_side: str
                    ) -> Tensor | None:
-        """Text padded on the left (TransformerLens' padding_side): each row's positions count from its
-        first real token, as the same row alone has them (learned and sinusoidal tables too)."""
-        if position_ids is None and attention_mask is not None and padding_side == "left":
+        """Text padded on the left (TransformerLens' padding_side), or any mask of a model whose config says
+        ``positions_from_mask`` (OPT's): each row's positions count from its first real token, as the same
+        row alone has them (learned and sinusoidal tables too)."""
+        by_mask = padding_side == "left" or self.config.positions_from_mask
+        if position_ids is None and attention_mask is not None and by_mask:
             return positions_from_mask(attention_mask)
         return position_ids
 

@@ -66,7 +66,7 @@ EMBEDDINGS = {"word_embeddings": "embed", "position_embeddings": "pos", "token_t
 ARCHITECTURE = dict(
     norm_position="post", norm="standard", residual="add", bias=True, causal=False,
     pos_encoding="learned", embed_norm=True, final_norm=False, tie_embeddings=True,
-    embed_scale="none")  # x0 = LayerNorm(word + position + token_type): no factor
+    embed_scale="none", positions_from_mask=False)  # x0 = LayerNorm(word + position + token_type): no factor
 # How BERT initialises its tables (initializer_range): imported configs say so.
 INIT = dict(embed_std=0.02, init="default")
 

@@ -10,9 +10,9 @@ positions, ReLU and biases: GPT-2's block with plain linear layers.
     layers.{i}.fc1, fc2                              -> blocks.{i}.ffn.w1, w2
     model.decoder.final_layer_norm, lm_head          -> ln_f, head       (lm_head tied to embed_tokens)
 
-transformers' OPT counts a left-padded row's positions from its first real token in every forward; blocklab
-does so in ``generate`` and for text (as GPT-2's and Llama's forward do not): pass ``position_ids``
-(``tokens.positions_from_mask(mask)``) to a forward over left-padded ids to get OPT's numbers there.
+transformers' OPT counts a left-padded row's positions from its first real token in every forward (GPT-2's
+and Llama's do not): an imported OPT's config says so (``positions_from_mask``), and exporting it as another
+family is refused, where transformers would count otherwise.
 
 Refused by name: the post-norm variant (``do_layer_norm_before=false``, OPT-350m), a projection between
 the embedding and the stack (``word_embed_proj_dim`` other than hidden_size), norms without gamma and beta,
@@ -48,7 +48,8 @@ LAYER = {"self_attn_layer_norm": "ln1", "final_layer_norm": "ln2", "self_attn.q_
          "fc1": "ffn.w1", "fc2": "ffn.w2"}
 ARCHITECTURE = dict(
     norm_position="pre", norm="standard", residual="add", bias=True, causal=True, pos_encoding="learned",
-    embed_norm=False, final_norm=True, type_vocab_size=0, embed_scale="none", tie_embeddings=True)
+    embed_norm=False, final_norm=True, type_vocab_size=0, embed_scale="none", tie_embeddings=True,
+    positions_from_mask=True)  # OPT's forward counts a row's positions from its first real token
 INIT = dict(embed_std=0.02, init="default")  # transformers' init_std
 
 

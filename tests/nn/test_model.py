@@ -236,6 +236,7 @@ ALTERNATIVES: dict[str, list] = {
     "embed_std": [1.0, 0.02],
     "pos_std": [0.5, None],
     "tie_embeddings": [True, False],
+    "positions_from_mask": [True, False],
     "final_norm": [True, False],
     "dropout": [0.1],
     "type_vocab_size": [2],
@@ -271,8 +272,11 @@ def _fingerprint(config: ModelConfig) -> list:
     torch.manual_seed(0)
     model = Transformer(config)
     tokens = torch.randint(0, 18, (2, 8), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(tokens)
+    mask[0, :3] = 0  # a left-padded row: where positions_from_mask counts its positions from
     with torch.no_grad():
         eval_out = model.eval()(tokens)
+        masked_out = model(tokens, attention_mask=mask)[0, 3:]  # the padded row's real tokens
         torch.manual_seed(1)
         train_out = model.train()(tokens)
     kept = saved_activations(model, lambda t: model(t, targets=t)[1], tokens)[0].nbytes
@@ -286,7 +290,7 @@ def _fingerprint(config: ModelConfig) -> list:
     except ValueError:
         accepts_12 = False
     shapes = sorted((k, tuple(v.shape)) for k, v in model.state_dict().items())
-    return [shapes, eval_out, train_out, grads, kept, accepts_12]
+    return [shapes, eval_out, masked_out, train_out, grads, kept, accepts_12]
 
 
 def _same(a: list, b: list) -> bool:

@@ -575,13 +575,16 @@ def test_opt_logits_generation_and_export_equal_transformers(opt, tmp_path):
     mask[0, :5] = 0  # a left-padded row: OPT counts its positions from the first real token
     with torch.no_grad():
         assert (model(ids) - hf(ids).logits).abs().max() < 1e-4
+        theirs = hf(ids, attention_mask=mask).logits
+        assert (model(ids, attention_mask=mask)[:, 5:] - theirs[:, 5:]).abs().max() < 1e-4  # as OPT counts
         ours = model(ids, attention_mask=mask, position_ids=positions_from_mask(mask))
-        assert (ours[:, 5:] - hf(ids, attention_mask=mask).logits[:, 5:]).abs().max() < 1e-4
+        assert (ours[:, 5:] - theirs[:, 5:]).abs().max() < 1e-4
     assert torch.equal(generate(model, ids, 6, attention_mask=mask),
                        hf.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False))
-    save_pretrained(model, tmp_path / "opt", family="opt")
-    save_pretrained(model, tmp_path / "first-fit")  # GPT-2's layout fits it too, and comes first
-    for out, cls in (("opt", transformers.OPTForCausalLM), ("first-fit", transformers.GPT2LMHeadModel)):
+    save_pretrained(model, tmp_path / "opt")  # the first family that fits (GPT-2 counts positions otherwise)
+    with pytest.raises(PretrainedError, match="positions_from_mask=True"):
+        save_pretrained(model, tmp_path / "gpt2", family="gpt2")
+    for out, cls in (("opt", transformers.OPTForCausalLM),):
         back = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / out)).eval()
         assert isinstance(back, cls)
         with torch.no_grad():
