@@ -176,7 +176,9 @@ class TerminalStream:
 
     def _text(self, row: int) -> str:
         ids = self.prompts[row] + self.new[row]
-        return self.tokenizer.decode(ids) if self.tokenizer is not None else " ".join(map(str, ids))
+        if self.tokenizer is None:
+            return " ".join(map(str, ids))
+        return self.tokenizer.decode(ids, skip_special_tokens=True)  # the text, without BOS and end tokens
 
     def __call__(self, tokens: torch.Tensor, active: torch.Tensor) -> None:
         for row, (token, alive) in enumerate(zip(tokens.tolist(), active.tolist(), strict=True)):
@@ -259,7 +261,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if stream is not None:
         stream.close()
     rows = [{"prompt_ids": prompt, "new_ids": continuation,
-             "text": tokenizer.decode(prompt + continuation) if tokenizer is not None else None}
+             "text": None if tokenizer is None else
+             tokenizer.decode(prompt + continuation, skip_special_tokens=True)}
             for prompt, continuation in zip(prompts, new, strict=True)]
     emit_json(args.json, rows, lines=True)
     say_written(args.json)

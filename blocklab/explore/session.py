@@ -379,7 +379,7 @@ def step(request: Request) -> dict[str, Any]:
     token = vocab[chosen] if vocab else str(chosen)
     if request.text is not None:
         exact = _decodes_back(tok, ids, request.text)  # else a word vocabulary: words apart
-        new = tok.decode([*ids, chosen]) if exact else f"{request.text} {token}"
+        new = tok.decode([*ids, chosen], skip_special_tokens=True) if exact else f"{request.text} {token}"
         return {"input": new, "id": chosen, "token": token, "prob": float(probs[chosen])}
     return {"tokens": ",".join(map(str, [*ids, chosen])), "id": chosen, "token": token,
             "prob": float(probs[chosen])}
@@ -388,7 +388,7 @@ def step(request: Request) -> dict[str, Any]:
 def _decodes_back(tok: Any, ids: list[int], text: str) -> bool:
     """Whether decoding the ids gives the text back (byte-level BPE does; a word vocabulary may not)."""
     try:
-        return tok.decode(ids) == text
+        return tok.decode(ids, skip_special_tokens=True) == text
     except (ValueError, TypeError, KeyError):
         return False
 

@@ -38,48 +38,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .factored import FactoredMatrix
 from .layouts import LAYOUTS, Norm, Sublayer
 from .norm_kinds import NORM_KINDS
 
 # the norm kinds that subtract the mean: centring the writers is free (the record says which)
 CENTRING_NORMS = tuple(name for name, kind in NORM_KINDS.items() if kind.per_position and kind.centres)
-
-
-class FactoredMatrix:
-    """A product A B kept as its factors (TransformerLens' FactoredMatrix): A (..., m, r), B (..., r, n)."""
-
-    def __init__(self, A: Tensor, B: Tensor) -> None:
-        if A.shape[-1] != B.shape[-2]:
-            raise ValueError(f"factors do not chain: A {tuple(A.shape)}, B {tuple(B.shape)}")
-        self.A, self.B = A, B
-
-    @property
-    def AB(self) -> Tensor:  # (..., m, n)
-        return self.A @ self.B
-
-    @property
-    def BA(self) -> Tensor:  # (..., r, r): the same nonzero eigenvalues, a smaller matrix
-        return self.B @ self.A
-
-    @property
-    def shape(self) -> torch.Size:
-        return torch.Size([*self.A.shape[:-1], self.B.shape[-1]])
-
-    @property
-    def T(self) -> FactoredMatrix:
-        return FactoredMatrix(self.B.transpose(-2, -1), self.A.transpose(-2, -1))
-
-    @property
-    def eigenvalues(self) -> Tensor:
-        """The nonzero eigenvalues of A B (those of B A)."""
-        return torch.linalg.eigvals(self.BA)
-
-    def __getitem__(self, index: Any) -> FactoredMatrix:
-        """Index the leading (layer, head) dimensions: ``model.OV[3, 5]``."""
-        return FactoredMatrix(self.A[index], self.B[index])
-
-    def __repr__(self) -> str:
-        return f"FactoredMatrix(shape={tuple(self.shape)}, rank <= {self.A.shape[-1]})"
 
 
 # ---- one block's views -------------------------------------------------------------------------
@@ -257,6 +221,18 @@ class ModelWeights:
         """W_V W_O per layer and head: (n_layers, h, d, d)."""
         return FactoredMatrix(self.W_V, self.W_O)
 
+    def all_composition_scores(self, mode: str) -> Tensor:
+        """How much each head's output is read by each later head (Elhage et al. 2021), as TransformerLens'
+        ``all_composition_scores``: (n_layers, h, n_layers, h), zero unless the reader's layer is later.
+        mode "Q", "K" or "V": the reader's query (QK), key (QK^T) or value (OV) side."""
+        readers = {"Q": lambda: self.QK, "K": lambda: self.QK.T, "V": lambda: self.OV}
+        if mode not in readers:
+            raise ValueError(f"mode={mode!r}: the composition is one of 'Q', 'K', 'V'")
+        scores = composition_scores(self.OV, readers[mode]())  # (L, h, L, h)
+        layers = torch.arange(len(self.blocks), device=scores.device)
+        later = layers[:, None, None, None] < layers[None, None, :, None]
+        return torch.where(later, scores, torch.zeros_like(scores))
+
     # -- processing ------------------------------------------------------------------------------
 
     def _untie(self) -> None:
@@ -267,7 +243,8 @@ class ModelWeights:
             self.head.weight = nn.Parameter(self.embed.weight.detach().clone())
 
     def process_weights_(self, fold_ln: bool = True, center_writing_weights: bool = True,
-                         center_unembed: bool = True, fold_value_biases: bool = True) -> None:
+                         center_unembed: bool = True, fold_value_biases: bool = True,
+                         refactor_factored_attn_matrices: bool = False) -> None:
         """TransformerLens' ``process_weights_``: the chosen processing steps, in its order."""
         if fold_ln:
             self.fold_ln()
@@ -277,6 +254,8 @@ class ModelWeights:
             self.center_unembed()
         if fold_value_biases:
             self.fold_value_biases()
+        if refactor_factored_attn_matrices:
+            self.refactor_factored_attn_matrices()
 
     @torch.no_grad()
     def fold_ln(self) -> None:
@@ -338,6 +317,55 @@ class ModelWeights:
             attn.o.bias += folded
             attn.v.bias.zero_()
         self.weights_processed = [*getattr(self, "weights_processed", []), "fold_value_biases"]
+
+    @torch.no_grad()
+    def refactor_factored_attn_matrices(self) -> None:
+        """Re-factor each head's circuits (TransformerLens' option of the same name): with
+        OV = U diag(S) V^T, W_V <- U diag(S) and W_O <- V^T (W_O a rotation; b_V folded into b_O first);
+        QK with the biases as one more input row, [W_Q; b_Q] [W_K; b_K]^T = U diag(S) V^T, gives
+        [W_Q; b_Q] <- U sqrt(S) and [W_K; b_K] <- V sqrt(S). Every head computes the same scores and
+        output. Refused where QK is not one matrix: rotary positions (QK depends on the positions), QK-norm
+        (normalised after W_Q), shared key/value heads (a query head's W_K is not its own)."""
+        config = self.config
+        refusals = {
+            "pos_encoding='rotary' makes QK depend on the query's and key's positions":
+                config.pos_encoding == "rotary",
+            f"qk_norm={config.qk_norm!r} normalises q and k after W_Q and W_K": config.qk_norm != "none",
+            f"n_kv_heads={config.kv_heads} < n_heads={config.n_heads}: key and value heads are shared, so "
+            "a query head's W_K and W_V are not its own": config.kv_heads != config.n_heads}
+        for reason, refused in refusals.items():
+            if refused:
+                raise ValueError(f"refactor_factored_attn_matrices: {reason}")
+        self.fold_value_biases()
+        for block in self.blocks:
+            attn = block.attn
+            q_side = torch.cat([attn.W_Q, attn.b_Q[:, None, :]], dim=1)  # (h, d + 1, d_head): biases as a row
+            k_side = torch.cat([attn.W_K, attn.b_K[:, None, :]], dim=1)
+            q_even, k_even_t = FactoredMatrix(q_side, k_side.transpose(-2, -1)).make_even().pair
+            k_even = k_even_t.transpose(-2, -1)
+            for linear, even in ((attn.q, q_even), (attn.k, k_even)):
+                weight, bias = even[:, :-1, :], even[:, -1, :]  # (h, d, d_head), (h, d_head)
+                attn._in(linear).copy_(weight)
+                if linear.bias is not None:
+                    linear.bias.view(-1, attn.d_k).copy_(bias)  # else the bias row was 0: stays 0
+            ov = FactoredMatrix(attn.W_V, attn.W_O)
+            attn._in(attn.v).copy_(ov.collapse_r().to(attn.v.weight.dtype))
+            attn.W_O.copy_(ov.Vh.transpose(-2, -1))
+        self.weights_processed = [*getattr(self, "weights_processed", []), "refactor_factored_attn_matrices"]
+
+
+def composition_scores(left: FactoredMatrix, right: FactoredMatrix) -> Tensor:
+    """||L R||_F / (||L||_F ||R||_F) for every pair of a writer's OV (left) and a reader's circuit (right):
+    leading dims (...left, ...right). Computed on the factors: L = Ul diag(Sl) Vl^T, R = Ur diag(Sr) Vr^T;
+    the orthogonal outer factors do not change a Frobenius norm, so only diag(Sl) Vl^T Ur diag(Sr) counts."""
+    left_leading, right_leading = left.ndim - 2, right.ndim - 2
+    for _ in range(right_leading):  # (...left, 1.., m, n) against (1.., ...right, m, n)
+        left = left.unsqueeze(left.ndim - 2)
+    for _ in range(left_leading):
+        right = right.unsqueeze(0)
+    inner_left, inner_right = left.collapse_l(), right.collapse_r()  # (..., k, d), (..., d, k)
+    both = (inner_left @ inner_right).norm(dim=(-2, -1))
+    return both / inner_left.norm(dim=(-2, -1)) / inner_right.norm(dim=(-2, -1))
 
 
 def _check_foldable(config: Any, layout: Any) -> None:

@@ -382,7 +382,8 @@ class Transformer(HookedModule, ModelWeights, TransformerLensModel):
         return tl_generate.generate(self, input, max_new_tokens, settings)
 
     def to_string(self, ids: Sequence[int] | Tensor, attention_mask: Tensor | None = None) -> str | list[str]:
-        """Ids -> text: 1-D -> str, (B, T) -> a str per row (positions where attention_mask is 0 left out)."""
+        """Ids -> text: 1-D -> str, (B, T) -> a str per row (positions where attention_mask is 0 left out;
+        special tokens kept, as TransformerLens' ``to_string``)."""
         return to_string(self.require_tokenizer(), ids.cpu() if isinstance(ids, Tensor) else ids,
                          attention_mask.cpu() if attention_mask is not None else None)
 

@@ -50,7 +50,7 @@ class TextTokenizer(Protocol):
 
     def encode_batch(self, texts: Sequence[str], padding: str = "right") -> BatchEncoding: ...
 
-    def decode(self, ids: Sequence[int] | Tensor) -> str: ...
+    def decode(self, ids: Sequence[int] | Tensor, skip_special_tokens: bool = False) -> str: ...
 
     def tokens(self, ids: Sequence[int] | Tensor) -> list[str]: ...
 
@@ -177,7 +177,8 @@ def to_string(
     tokenizer: TextTokenizer, ids: Sequence[int] | Tensor, attention_mask: Tensor | None = None
 ) -> str | list[str]:
     """Ids -> text: 1-D ids -> str; (B, T) ids -> one str per row, without the positions where
-    ``attention_mask`` is 0 (padding)."""
+    ``attention_mask`` is 0 (padding). Special tokens are kept, as TransformerLens' ``to_string`` and
+    ``transformers``' ``decode`` keep them (GPT-2's BOS ``<|endoftext|>``, BERT's ``[CLS]``)."""
     ids = ids if isinstance(ids, Tensor) else torch.tensor(list(ids), dtype=torch.long)
     if attention_mask is not None and attention_mask.shape != ids.shape:
         raise ValueError(f"attention_mask {tuple(attention_mask.shape)} must have the shape of ids "

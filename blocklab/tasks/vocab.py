@@ -102,8 +102,10 @@ class Tokenizer:
         """Each id as the text it decodes to: here the vocabulary entry itself (``tokens``)."""
         return self.tokens(ids)
 
-    def decode(self, ids: Sequence[int] | Tensor) -> str:
-        """Token ids -> text (tokens joined by spaces at word level, concatenated at char level)."""
+    def decode(self, ids: Sequence[int] | Tensor, skip_special_tokens: bool = False) -> str:
+        """Token ids -> text (tokens joined by spaces at word level, concatenated at char level). Every
+        token is a word of the tasks' text (``<PAD>`` and ``<EOS>`` included: nothing is added around a
+        text), so none is special in ``transformers``' sense and ``skip_special_tokens`` leaves out none."""
         return (" " if self.level == "word" else "").join(self.tokens(ids))
 
     def describe_vocab(self) -> str:

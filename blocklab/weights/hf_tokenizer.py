@@ -9,8 +9,6 @@ checkpoint's spec is ``{"kind": "hf_tokenizers", "json": <tokenizer.json text>, 
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,83 +20,11 @@ from ..files.jsonfiles import object_check, parse_json, read_json_object
 from ..files.reading import read_text
 from ..nn.tokens import BatchEncoding, id_list, pad_batch
 from ..tasks.vocab import Tokenizer
+from .tokenizer_regex import check_regexes
+from .transformers_tokenizer import ID_LIMIT, TransformersTokenizerCalls
 
 KIND = "hf_tokenizers"
 SPECIAL_TOKENS = ("pad_token", "eos_token", "bos_token", "unk_token", "cls_token", "sep_token", "mask_token")
-ID_LIMIT = 2**32  # ids the tokenizers library takes (u32); one beyond the vocabulary decodes to ""
-# a quantifier that repeats: +, *, {n,}, {n,m} with m > 1 (Onig's syntax, as Python's)
-_REPEAT = re.compile(r"[+*]|\{(\d*),(\d*)\}|\{(\d+)\}")
-
-
-def risky_repeat(pattern: str) -> str | None:
-    """The first group of a regex that is repeated and holds a repeat or alternatives (``(a+)+``,
-    ``(a|aa)+``): the shapes whose backtracking grows exponentially with the input; None when there is
-    none. (Conservative: ``((a|b)c)+`` is refused too; no tokenizer published on the Hub repeats a group.)"""
-    stack: list[list[Any]] = [[0, False]]  # each open group: where it starts, whether it holds a repeat or |
-    closed: list[Any] | None = None  # the group that has just closed
-    i = 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\":
-            i, closed = i + 2, None
-            continue
-        if c == "[":  # a character class (Onig nests them): no group inside
-            i, depth = i + 1, 1
-            i += pattern.startswith("^", i)
-            i += pattern.startswith("]", i)
-            while i < len(pattern) and depth:
-                depth += {"[": 1, "]": -1}.get(pattern[i], 0)
-                i += 2 if pattern[i] == "\\" else 1
-            closed = None
-            continue
-        if c == "(":
-            stack.append([i, False])
-            i, closed = i + 1, None
-            continue
-        if c == "|":
-            stack[-1][1] = True
-            i, closed = i + 1, None
-            continue
-        if c == ")" and len(stack) > 1:
-            closed = stack.pop()
-            stack[-1][1] = stack[-1][1] or closed[1]
-            i += 1
-            continue
-        quantifier = _REPEAT.match(pattern, i)
-        if quantifier is not None:
-            _, high, exact = quantifier.groups()
-            repeats = c in "+*" or (high == "" or int(high or 0) > 1) if exact is None else int(exact) > 1
-            if repeats and closed is not None and closed[1]:
-                return pattern[closed[0]:quantifier.end()]
-            stack[-1][1] = stack[-1][1] or repeats
-            i = quantifier.end()
-        else:
-            i += 1
-        closed = None
-    return None
-
-
-def _regexes(value: Any) -> list[str]:
-    """Every regex a tokenizer.json holds (a Split pre-tokenizer's, a Replace normalizer's pattern)."""
-    if isinstance(value, dict):
-        found = [value["Regex"]] if isinstance(value.get("Regex"), str) else []
-        return found + [r for v in value.values() for r in _regexes(v)]
-    if isinstance(value, list):
-        return [r for v in value for r in _regexes(v)]
-    return []
-
-
-def check_regexes(json_text: str) -> None:
-    """Refuse a tokenizer whose regex can take exponential time on a short input (``(a+)+b`` against
-    ``aaaa...c``: the ``tokenizers`` library panics when its regex engine gives up)."""
-    for pattern in _regexes(json.loads(json_text)):
-        risky = risky_repeat(pattern)
-        if risky is not None:
-            raise ValueError(f"the regex {pattern[:80]!r} repeats a group holding a repeat or alternatives "
-                             f"({risky[:40]!r}): its matching time can grow exponentially with the input; "
-                             "blocklab loads tokenizers whose repeated groups are plain sequences")
-
-
 def check_special_tokens(tokens: Any) -> dict[str, str]:
     """Special tokens as a tokenizer spec stores them: an object of SPECIAL_TOKENS names -> token text."""
     if not isinstance(tokens, dict):
@@ -129,14 +55,16 @@ def _nonblank(text: str) -> str:
     return text
 
 
-class HFTokenizer:
-    """A ``tokenizers.Tokenizer`` with blocklab's tokenizer interface (``blocklab.nn.tokens.TextTokenizer``).
-    No truncation: ``encode`` returns every id of the text, with the special tokens the tokenizer's
-    post-processor adds (BERT: ``[CLS] ... [SEP]``; GPT-2: none), as ``transformers``' tokenizers do.
+class HFTokenizer(TransformersTokenizerCalls):
+    """A ``tokenizers.Tokenizer`` with blocklab's tokenizer interface (``blocklab.nn.tokens.TextTokenizer``),
+    and called as ``transformers``' tokenizers are (``TransformersTokenizerCalls``: ``tokenizer(texts,
+    padding=True)``, ``batch_decode``, the special tokens' ids). No truncation: ``encode`` returns every id
+    of the text, with the special tokens the tokenizer's post-processor adds (BERT: ``[CLS] ... [SEP]``;
+    GPT-2: none), as ``transformers``' tokenizers do.
     """
 
     def __init__(self, json_text: str, special_tokens: dict[str, str] | None = None,
-                 default_prepend_bos: bool = True) -> None:
+                 default_prepend_bos: bool = True, clean_up_tokenization_spaces: bool = False) -> None:
         from tokenizers import Tokenizer as _Tokenizer
 
         try:
@@ -152,6 +80,10 @@ class HFTokenizer:
             raise ValueError(f"default_prepend_bos={default_prepend_bos!r:.40} must be true or false")
         # TransformerLens' default for the model's family (False for GPT-NeoX): whether text gets the BOS
         self.default_prepend_bos = default_prepend_bos
+        if not isinstance(clean_up_tokenization_spaces, bool):
+            raise ValueError(f"clean_up_tokenization_spaces={clean_up_tokenization_spaces!r:.40} must be "
+                             "true or false")
+        self.clean_up_tokenization_spaces = clean_up_tokenization_spaces  # the folder's (transformers' too)
         self._vocab_size = self._tok.get_vocab_size(with_added_tokens=True)  # O(vocab) per call: ask once
 
     @property
@@ -206,15 +138,16 @@ class HFTokenizer:
         single = [[i] for i in id_list(ids, ID_LIMIT)]
         return self._tok.decode_batch(single, skip_special_tokens=False)
 
-    def decode(self, ids: Sequence[int] | Tensor, skip_special_tokens: bool = True) -> str:
-        """Ids -> text (an id beyond the vocabulary adds nothing, as in transformers)."""
-        return self._tok.decode(id_list(ids, ID_LIMIT), skip_special_tokens=skip_special_tokens)
-
     def to_dict(self) -> dict[str, Any]:
         """The checkpoint spec: ``{"kind": "hf_tokenizers", "json": ..., "special_tokens": ...}``, and
-        ``"default_prepend_bos": false`` where the family says so (GPT-NeoX)."""
-        spec = {"kind": KIND, "json": self.json, "special_tokens": dict(self.special_tokens)}
-        return spec if self.default_prepend_bos else {**spec, "default_prepend_bos": False}
+        ``"default_prepend_bos": false`` where the family says so (GPT-NeoX),
+        ``"clean_up_tokenization_spaces": true`` where the folder says so."""
+        spec: dict[str, Any] = {"kind": KIND, "json": self.json, "special_tokens": dict(self.special_tokens)}
+        if not self.default_prepend_bos:
+            spec["default_prepend_bos"] = False
+        if self.clean_up_tokenization_spaces:
+            spec["clean_up_tokenization_spaces"] = True
+        return spec
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> HFTokenizer:
@@ -222,7 +155,8 @@ class HFTokenizer:
         if d.get("kind") != KIND or not isinstance(d.get("json"), str):
             keys = sorted(d)
             raise ValueError(f"a Hugging Face tokenizer spec needs kind={KIND!r} and 'json'; got keys {keys}")
-        return cls(d["json"], d.get("special_tokens"), d.get("default_prepend_bos", True))
+        return cls(d["json"], d.get("special_tokens"), d.get("default_prepend_bos", True),
+                   d.get("clean_up_tokenization_spaces", False))
 
     def __repr__(self) -> str:
         return f"HFTokenizer(vocab_size={self.vocab_size}, special_tokens={self.special_tokens})"
@@ -338,6 +272,21 @@ def _config_special_tokens(folder: Path, tokenizer: HFTokenizer) -> dict[str, st
     return found
 
 
+# transformers' GPT-2 tokenizer names <|endoftext|> its unknown, BOS and end token unless the folder says
+# otherwise (GPT2Tokenizer's defaults; AutoTokenizer picks it for model_type "gpt2")
+GPT2_DEFAULTS = {"unk_token": "<|endoftext|>", "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"}
+
+
+def _class_special_tokens(folder: Path, tokenizer: HFTokenizer) -> dict[str, str]:
+    """The special tokens transformers' tokenizer class for the folder gives when its files name none."""
+    named_class = str(_read_json(folder / "tokenizer_config.json").get("tokenizer_class", ""))
+    gpt2 = named_class.startswith("GPT2Tokenizer") or not named_class and \
+        _read_json(folder / "config.json").get("model_type") == "gpt2"
+    if not gpt2:
+        return {}
+    return {name: token for name, token in GPT2_DEFAULTS.items() if tokenizer.token_id(token) is not None}
+
+
 def load_folder_tokenizer(folder: str | Path, default_prepend_bos: bool = True) -> HFTokenizer | None:
     """The tokenizer saved in a Hugging Face model folder, or None when there is none; ``default_prepend_bos``
     is TransformerLens' default for the folder's family.
@@ -355,11 +304,13 @@ def load_folder_tokenizer(folder: str | Path, default_prepend_bos: bool = True) 
     if json_text is None:
         return None
     special = _special_tokens(folder)
+    clean_up = _read_json(folder / "tokenizer_config.json").get("clean_up_tokenization_spaces", False)
     try:
-        tokenizer = HFTokenizer(json_text, special, default_prepend_bos)
+        tokenizer = HFTokenizer(json_text, special, default_prepend_bos, clean_up)
     except ValueError as error:
         raise ValueError(f"{path}: {error}") from None
-    for key, token in _config_special_tokens(folder, tokenizer).items():
+    for key, token in [*_config_special_tokens(folder, tokenizer).items(),
+                       *_class_special_tokens(folder, tokenizer).items()]:
         tokenizer.special_tokens.setdefault(key, token)
     return tokenizer
 

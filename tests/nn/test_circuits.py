@@ -103,3 +103,22 @@ def test_a_processed_model_is_not_saved_as_if_it_were_its_config(tmp_path) -> No
         with pytest.raises(ValueError, match="processed .*fold_ln.* for analysis"):
             save()
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("fields, reason", [(dict(pos_encoding="rotary"), "rotary"),
+                                            (dict(qk_norm="head"), "qk_norm"),
+                                            (dict(n_kv_heads=2), "shared")])
+def test_refactoring_the_attention_matrices_is_refused_where_qk_is_not_one_matrix(fields, reason) -> None:
+    model = spread(**fields)
+    with pytest.raises(ValueError, match=reason):
+        model.refactor_factored_attn_matrices()
+
+
+@pytest.mark.parametrize("fields", [dict(qkv_bias=True), dict(qkv_bias=False), dict(norm_position="post")])
+def test_refactored_heads_compute_the_same_in_float64(fields) -> None:
+    model = spread(**fields)
+    before = model(TOKENS)
+    model.refactor_factored_attn_matrices()
+    torch.testing.assert_close(model(TOKENS), before, rtol=0, atol=1e-10)
+    torch.testing.assert_close(model.W_O @ model.W_O.transpose(-2, -1), torch.eye(4, dtype=torch.float64)
+                               .expand(2, 4, 4, 4), rtol=0, atol=1e-12)

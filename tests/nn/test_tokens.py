@@ -128,7 +128,8 @@ def test_to_string_inverts_tokenize_and_equals_transformers_batch_decode(importe
     model, oracle, auto = imported
     ids, mask = model.tokenize(TEXTS, padding=padding)
     texts = model.to_string(ids, mask)
-    assert texts == auto.batch_decode(ids, skip_special_tokens=True)  # as the folder's files say to decode
+    # special tokens kept, as TransformerLens' to_string and transformers' decode; padding left out
+    assert texts == [auto.decode(row[keep.bool()]) for row, keep in zip(ids, mask, strict=True)]
     assert model.to_string(ids[1], mask[1]) == texts[1]
     if isinstance(oracle, transformers.GPT2Tokenizer):
         assert texts == TEXTS  # byte-level BPE is lossless
@@ -212,3 +213,58 @@ def test_padding_side_ids_and_inputs_are_checked():
         model.to_string(torch.tensor([[1, 3, 4]]), torch.ones(1, 2))
     with pytest.raises(ValueError, match="empty input"):
         model.tokenize(["I like", "  "])
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_the_tokenizer_answers_transformers_calls_as_transformers(imported, padding_side):
+    """``model.tokenizer`` called as transformers code calls a tokenizer: the folder's AutoTokenizer, with
+    TransformerLens' settings (the end-of-text token pads where there is no pad token), is the oracle."""
+    model, _, auto = imported
+    ours = model.tokenizer
+    if auto.pad_token is None:
+        auto.pad_token = auto.eos_token  # HookedTransformer.set_tokenizer
+    auto.padding_side = padding_side
+    calls = [{}, dict(padding=True), dict(padding=True, return_tensors="pt"),
+             dict(padding="max_length", max_length=14),
+             dict(truncation=True, max_length=3), dict(add_special_tokens=False, padding="longest"),
+             dict(padding=True, return_attention_mask=False)]
+    for kwargs in calls:
+        mine, theirs = ours(TEXTS, padding_side=padding_side, **kwargs), auto(TEXTS, **kwargs)
+        assert set(mine) == set(theirs) - {"token_type_ids"}, kwargs
+        for key in mine:
+            same = torch.equal if isinstance(theirs[key], torch.Tensor) else lambda a, b: a == b
+            assert same(mine[key], theirs[key]), (kwargs, key)
+    assert ours(TEXTS[0]).input_ids == auto(TEXTS[0])["input_ids"]
+    assert torch.equal(ours(TEXTS[0], return_tensors="pt")["input_ids"],
+                       auto(TEXTS[0], return_tensors="pt")["input_ids"])
+    ids = auto(TEXTS, padding=True, return_tensors="pt")["input_ids"]
+    for skip in (False, True):
+        assert ours.batch_decode(ids, skip_special_tokens=skip) == \
+            auto.batch_decode(ids, skip_special_tokens=skip)
+        assert ours.decode(ids[0], skip_special_tokens=skip) == auto.decode(ids[0], skip_special_tokens=skip)
+    assert ours.decode(int(ids[0, 1])) == auto.decode(int(ids[0, 1]))
+    for name in ("bos_token", "eos_token", "pad_token", "unk_token"):
+        assert getattr(ours, name) == getattr(auto, name), name
+        assert getattr(ours, f"{name}_id") == getattr(auto, f"{name}_id"), name
+    assert sorted(ours.all_special_ids) == sorted(auto.all_special_ids)
+    assert ours.convert_ids_to_tokens(ids[0].tolist()) == auto.convert_ids_to_tokens(ids[0].tolist())
+    assert ours.convert_tokens_to_ids(ours.tokenize(TEXTS[0])) == \
+        auto.convert_tokens_to_ids(auto.tokenize(TEXTS[0]))
+    assert ours.tokenize(TEXTS[1]) == auto.tokenize(TEXTS[1])
+    assert len(ours) == len(auto) and ours.get_vocab() == auto.get_vocab()
+
+
+def test_what_the_tokenizer_cannot_do_is_refused_by_name(gpt2):
+    tokenizer = gpt2[0].tokenizer
+    with pytest.raises(TypeError, match="return_offsets_mapping"):
+        tokenizer(TEXTS, return_offsets_mapping=True)
+    with pytest.raises(ValueError, match="text pairs"):
+        tokenizer(TEXTS[0], TEXTS[1])
+    with pytest.raises(ValueError, match="return_tensors='np'"):
+        tokenizer(TEXTS, padding=True, return_tensors="np")
+    with pytest.raises(ValueError, match="padding=True"):
+        tokenizer(TEXTS, return_tensors="pt")
+    with pytest.raises(ValueError, match="max_length"):
+        tokenizer(TEXTS, truncation=True)
+    with pytest.raises(ValueError, match="padding='sideways'"):
+        tokenizer(TEXTS, padding="sideways")

@@ -57,7 +57,7 @@ def models(tmp_path_factory):
     return ours, _hooked(hf, folder, process=False), folder
 
 
-def _hooked(hf, folder, process: bool) -> HookedTransformer:
+def _hooked(hf, folder, process: bool, refactor: bool = False) -> HookedTransformer:
     c = hf.config
     cfg = HookedTransformerConfig(
         n_layers=c.n_layer, d_model=c.n_embd, d_head=c.n_embd // c.n_head, n_heads=c.n_head,
@@ -68,7 +68,7 @@ def _hooked(hf, folder, process: bool) -> HookedTransformer:
     model = HookedTransformer(cfg, tokenizer=transformers.AutoTokenizer.from_pretrained(str(folder)))
     model.load_and_process_state_dict(
         convert_gpt2_weights(hf, cfg), fold_ln=process, center_writing_weights=process,
-        center_unembed=process, fold_value_biases=process)
+        center_unembed=process, fold_value_biases=process, refactor_factored_attn_matrices=refactor)
     return model.eval()
 
 
@@ -1037,3 +1037,58 @@ def test_cache_keys_with_a_sublayer_and_stack_activation_as_transformerlens(proc
         torch.testing.assert_close(cache[key], their_cache[key], rtol=0, atol=1e-5, msg=str(key))
     torch.testing.assert_close(cache.stack_activation("scale", -1, "ln1"),
                                their_cache.stack_activation("scale", -1, "ln1"), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["Q", "K", "V"])
+def test_all_composition_scores_and_circuit_products_equal_transformerlens(models, mode):
+    ours, theirs, _ = models
+    torch.testing.assert_close(ours.all_composition_scores(mode), theirs.all_composition_scores(mode),
+                               rtol=0, atol=1e-5)
+    # the full OV circuit of one head, token to token, as a circuits notebook writes it
+    ov_ours, ov_theirs = ours.W_E @ ours.OV[1, 2] @ ours.W_U, theirs.W_E @ theirs.OV[1, 2] @ theirs.W_U
+    assert ov_ours.shape == ov_theirs.shape == (ours.config.vocab_size, ours.config.vocab_size)
+    torch.testing.assert_close(ov_ours.AB, ov_theirs.AB, rtol=0, atol=1e-4)
+    torch.testing.assert_close(ours.QK[0].S, theirs.QK[0].S, rtol=0, atol=1e-4)
+    with pytest.raises(ValueError, match="'Q', 'K', 'V'"):
+        ours.all_composition_scores("O")
+
+
+def test_refactored_attention_matrices_are_transformerlens_and_keep_the_logits(models):
+    plain, _, folder = models
+    hf = transformers.GPT2LMHeadModel.from_pretrained(str(folder)).eval()
+    theirs = _hooked(hf, folder, process=True, refactor=True)
+    ours = bl.load(folder).model
+    ours.process_weights_(refactor_factored_attn_matrices=True)
+    assert ours.weights_processed[-1] == "refactor_factored_attn_matrices"
+    tokens = theirs.to_tokens(TEXT[:60])
+    with torch.no_grad():
+        torch.testing.assert_close(ours(tokens).log_softmax(-1), plain(tokens).log_softmax(-1), rtol=0,
+                                   atol=1e-4)
+        torch.testing.assert_close(ours(tokens), theirs(tokens), rtol=0, atol=1e-4)
+
+    def gram(t):  # blind to the sign each singular vector may take
+        return t @ t.transpose(-2, -1)
+
+    q_side = lambda m: torch.cat([m.W_Q, m.b_Q[:, :, None, :]], dim=2)
+    k_side = lambda m: torch.cat([m.W_K, m.b_K[:, :, None, :]], dim=2)
+    for side in (q_side, k_side, lambda m: m.W_V, lambda m: m.W_O.transpose(-2, -1)):
+        torch.testing.assert_close(gram(side(ours)), gram(side(theirs)), rtol=0, atol=1e-4)
+    torch.testing.assert_close(ours.b_O, theirs.b_O, rtol=0, atol=1e-5)
+    assert float(ours.b_V.detach().abs().max()) == 0.0
+    eye = torch.eye(theirs.cfg.d_head).expand_as(ours.W_O @ ours.W_O.transpose(-2, -1))
+    torch.testing.assert_close(ours.W_O @ ours.W_O.transpose(-2, -1), eye, rtol=0, atol=1e-5)  # a rotation
+
+
+def test_to_string_and_the_tokenizer_calls_give_what_transformerlens_gives(models):
+    ours, theirs, _ = models
+    tokens = theirs.to_tokens([PROMPT, TEXT[:30]])  # a BOS first, the short row padded with end of text
+    assert ours.to_string(tokens) == theirs.to_string(tokens)
+    assert ours.to_string(tokens[0]) == theirs.to_string(tokens[0])
+    for kwargs in (dict(padding=True, return_tensors="pt"), dict(padding=True, padding_side="left")):
+        texts = [PROMPT, TEXT[:30]]
+        mine, their = ours.tokenizer(texts, **kwargs), theirs.tokenizer(texts, **kwargs)
+        for key in ("input_ids", "attention_mask"):
+            assert (torch.equal if "return_tensors" in kwargs else list.__eq__)(mine[key], their[key])
+    assert ours.tokenizer.batch_decode(tokens) == theirs.tokenizer.batch_decode(tokens)
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id", "padding_side"):
+        assert getattr(ours.tokenizer, name) == getattr(theirs.tokenizer, name), name

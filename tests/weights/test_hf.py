@@ -95,7 +95,9 @@ def test_minilm_tokenizer_matches_transformers_tokenizer(minilm):
         assert tokenizer.encode(text) == oracle(text)["input_ids"]
     ids = tokenizer.encode(SENTENCES[0])
     assert tokenizer.tokens(ids) == ["[CLS]", "the", "cat", "sat", "on", "the", "mat", "[SEP]"]
-    assert tokenizer.decode(ids) == "the cat sat on the mat" and tokenizer.pad_id == 0
+    assert tokenizer.decode(ids, skip_special_tokens=True) == "the cat sat on the mat"
+    assert tokenizer.pad_id == 0
+    assert tokenizer.decode(ids) == oracle.decode(ids) == "[CLS] the cat sat on the mat [SEP]"  # the default
 
 
 def test_minilm_hidden_states_and_sentence_embeddings_match_bert_model_float32(minilm):

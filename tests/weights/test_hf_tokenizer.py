@@ -14,7 +14,8 @@ import pytest
 from blocklab import ModelConfig, Transformer
 from blocklab.cli import main
 from blocklab.training.checkpoint import save_checkpoint
-from blocklab.weights.hf_tokenizer import KIND, HFTokenizer, risky_repeat
+from blocklab.weights.hf_tokenizer import KIND, HFTokenizer
+from blocklab.weights.tokenizer_regex import risky_repeat
 
 tokenizers = pytest.importorskip("tokenizers")
 
