@@ -356,6 +356,7 @@ def render(python: str, source: str, markdown: bool = False) -> None:
 RECORDED: dict[str, str] = {
     "train-loop": "python benchmarks/train_loop.py",
     "hooks-overhead": "python benchmarks/hooks_overhead.py --rounds 300",
+    "cache-memory": "python benchmarks/cache_memory.py",
     "generate": "python benchmarks/generate.py",
     "time-to-target": "python benchmarks/time_to_target.py --seeds 0-9",
     "trainer-costs": "python benchmarks/time_to_target.py --costs",

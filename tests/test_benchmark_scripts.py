@@ -62,6 +62,8 @@ def test_hooks_overhead_peer_touches_no_hook_point_and_agrees(fields, grad, monk
 # did break so). The numbers are not checked here: the records under benchmarks/results/ are.
 SMOKE_RUNS = [
     ("block_step.py --rounds 1", "torch-pre"),
+    ("cache_memory.py --shape 1,32,2,50 --batch 1 --seq 4 --processes 1",
+     "kept by the cache"),
     ("explore_latency.py --rounds 2 --models listops-seed", "a keystroke"),
     ("fused_by_shape.py --rounds 1", "load average"),
     ("generate.py --layers 1 --d-model 64 --heads 2 --vocab 100 --prompt 4 --new 4 --repeats 1",

@@ -53,6 +53,54 @@ from .tl_cache import TransformerLensAnalysis
 
 Key = str | tuple[str, int]
 Backward = bool | Callable[[object], Tensor]
+Derive = Callable[[Tensor], Tensor]
+
+
+class Stages(Mapping[str, Tensor]):
+    """The cached stages in forward order: the tensors kept, and the stages derived from one of them when
+    first read (then kept). ``run_with_cache`` derives, rather than keeps, what TransformerLens does not
+    cache and blocklab can recompute from what it keeps: each head's ``attn.result`` from ``attn.z`` (the
+    attention's own computation, the same numbers), ``probs`` from ``logits`` (the same softmax), and a
+    norm's output after gamma and beta from its ``normalized`` stage (equal to the forward's to float
+    rounding). A derivation reads the model's weights when it runs."""
+
+    def __init__(self, kept: Mapping[str, Tensor], derived: Mapping[str, tuple[str, Derive]] | None = None
+                 ) -> None:
+        self._kept = dict(kept)
+        self._derived = {n: d for n, d in (derived or {}).items() if d[0] in self._kept}
+        after: dict[str, list[str]] = {}
+        for name, (source, _) in self._derived.items():
+            after.setdefault(source, []).append(name)
+        self._order = [m for n in self._kept for m in (n, *after.get(n, ()))]
+
+    def __getitem__(self, name: str) -> Tensor:
+        if name not in self._kept and name in self._derived:
+            source, derive = self._derived[name]
+            with torch.no_grad():
+                self._kept[name] = derive(self._kept[source])
+        return self._kept[name]
+
+    def __setitem__(self, name: str, value: Tensor) -> None:
+        if name not in self:
+            self._order.append(name)
+        self._kept[name] = value
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._kept or name in self._derived
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._order)
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def kept(self) -> dict[str, Tensor]:
+        """The tensors held now (derived stages only once read)."""
+        return dict(self._kept)
+
+    def map(self, change: Callable[[Tensor], Tensor]) -> Stages:
+        """Every kept tensor changed (sliced, moved, cast); derived stages derived again from the changed."""
+        return Stages({n: change(t) for n, t in self._kept.items() if n not in self._derived}, self._derived)
 
 
 class ActivationCache(TransformerLensAnalysis, Mapping[str, Tensor]):
@@ -76,7 +124,7 @@ class ActivationCache(TransformerLensAnalysis, Mapping[str, Tensor]):
 
     def __init__(self, stages: Mapping[str, Tensor], model: nn.Module,
                  grads: Mapping[str, Tensor] | None = None, transformerlens_keys: bool = False) -> None:
-        self._stages = dict(stages)
+        self._stages = stages if isinstance(stages, Stages) else Stages(stages)
         self.model = model
         self.has_batch_dim = True  # False after remove_batch_dim (TransformerLens' has_batch_dim)
         self.transformerlens_keys = transformerlens_keys
@@ -116,10 +164,10 @@ class ActivationCache(TransformerLensAnalysis, Mapping[str, Tensor]):
     def remove_batch_dim(self) -> ActivationCache:
         """Every stage without its batch dimension, in place (TransformerLens' ``remove_batch_dim``): for a
         cache of one input; a ValueError for a larger batch."""
-        sizes = {t.shape[0] for t in self._stages.values() if t.dim() > 0}
+        sizes = {t.shape[0] for t in self._stages.kept().values() if t.dim() > 0}
         if sizes != {1}:
             raise ValueError(f"remove_batch_dim needs a batch of 1; this cache's batch is {sorted(sizes)}")
-        self._stages = {n: t[0] if t.dim() > 0 else t for n, t in self._stages.items()}
+        self._stages = self._stages.map(lambda t: t[0] if t.dim() > 0 else t)
         self.has_batch_dim = False
         if self.grads is not None:
             self.grads.remove_batch_dim()
@@ -130,8 +178,7 @@ class ActivationCache(TransformerLensAnalysis, Mapping[str, Tensor]):
         """The same cache with every tensor (and gradient) moved to ``device`` / cast to ``dtype``."""
         move = lambda t: t.to(device=device, dtype=dtype if t.is_floating_point() else None)
         grads = {n: move(g) for n, g in self.grads.items()} if self.grads is not None else None
-        moved = ActivationCache({n: move(t) for n, t in self._stages.items()}, self.model, grads,
-                                self.transformerlens_keys)
+        moved = ActivationCache(self._stages.map(move), self.model, grads, self.transformerlens_keys)
         moved.has_batch_dim = self.has_batch_dim
         return moved
 
@@ -271,14 +318,55 @@ def run_with_cache(
 
         return save
 
-    selected = select_names(hook_points(root), names)
+    points = hook_points(root)
+    derived = {} if names is not None or in_graph else derivations(root, points)
+    selected = [name for name in select_names(points, names) if name not in derived]
     with torch.set_grad_enabled(torch.is_grad_enabled() or backward is not False), \
             hooks(root, {name: saver(name) for name in selected}, observe=not in_graph):
         out = root(*args, **kwargs)
         grads = None if backward is False else _gradients(_scalar(out, backward), stages, retain=not detach)
     if detach:
         stages = {name: t.detach() for name, t in stages.items()}
-    return out, ActivationCache(stages, root, grads)
+    return out, ActivationCache(Stages(stages, derived), root, grads)
+
+
+def derivations(root: nn.Module, points: Mapping[str, nn.Module]) -> dict[str, tuple[str, Derive]]:
+    """The stages a full cache derives when read instead of keeping (``Stages``): each head's result
+    (kept where the model's ``use_attn_result`` asks, as TransformerLens keeps ``hook_result`` then), the
+    probabilities, and a norm's output after gamma and beta where TransformerLens has no name for it."""
+    modules = dict(root.named_modules())
+    causal = getattr(getattr(root, "config", None), "causal", True)
+    found: dict[str, tuple[str, Derive]] = {}
+    for name in points:
+        owner = modules.get(name)  # the module whose output this stage is, if any
+        if name.endswith("attn.result") and not getattr(root, "use_attn_result", False):
+            attention = modules[name.removesuffix(".result")]
+            found[name] = (name.removesuffix("result") + "z", _head_results(attention))
+        elif name == "probs":
+            found[name] = ("logits", lambda logits: torch.softmax(
+                logits if logits.dtype == torch.float64 else logits.float(), dim=-1))
+        elif hasattr(owner, "hook_normalized") and not transformerlens_names(name, causal):
+            found[name] = (name + ".normalized", _affine(owner))
+    return found
+
+
+def _head_results(attention: nn.Module) -> Derive:
+    def derive(z: Tensor) -> Tensor:  # (..., T, h, d_k) -> (..., T, h, d_model), as the forward computes it
+        ctx = z.flatten(-2).to(attention.o.weight.dtype)
+        batched = ctx if ctx.dim() == 3 else ctx[None]
+        out = attention.head_results(batched)
+        return (out if ctx.dim() == 3 else out[0]).to(z.dtype)
+
+    return derive
+
+
+def _affine(norm: nn.Module) -> Derive:
+    def derive(normalized: Tensor) -> Tensor:  # gamma and beta on the normalised vector (float rounding)
+        gamma, beta = norm.gamma, getattr(norm, "bias", None)
+        out = normalized if gamma is None else normalized * gamma.to(normalized.dtype)
+        return out if beta is None else out + beta.to(normalized.dtype)
+
+    return derive
 
 
 def _scalar(out: object, backward: Backward) -> Tensor:

@@ -149,6 +149,19 @@ class FeedForwardWeights:
         return self.w2.bias if self.w2.bias is not None else torch.zeros_like(self.w2.weight[:, 0])
 
 
+class Unembed(nn.Linear):
+    """The LM head, ``nn.Linear(d, vocab)``, with TransformerLens' names for its weights
+    (``model.unembed.W_U``)."""
+
+    @property
+    def W_U(self) -> Tensor:  # (d, vocab)
+        return self.weight.T
+
+    @property
+    def b_U(self) -> Tensor:  # (vocab,): zeros where the head has no bias
+        return self.bias if self.bias is not None else torch.zeros_like(self.weight[:, 0])
+
+
 # ---- the model's views and processing ------------------------------------------------------------
 
 
@@ -164,9 +177,9 @@ class ModelWeights:
     """TransformerLens' weight views, circuits and weight processing, for ``Transformer`` (mixin)."""
 
     blocks: nn.ModuleList
-    embed: nn.Module
-    pos: nn.Module | None
-    head: nn.Linear
+    embed: Any
+    pos: Any
+    head: Unembed
     ln_f: nn.Module
     config: Any
 
@@ -192,8 +205,7 @@ class ModelWeights:
     @property
     def W_E(self) -> Tensor:
         """(vocab, d): what x0 adds for each token (the embedding rows times their factor)."""
-        scale = getattr(self.embed, "scale", 1.0)
-        return self.embed.weight if scale == 1.0 else self.embed.weight * scale
+        return self.embed.W_E
 
     @property
     def W_pos(self) -> Tensor:
@@ -201,15 +213,15 @@ class ModelWeights:
         if self.pos is None:
             raise AttributeError(f"W_pos: pos_encoding={self.config.pos_encoding!r} adds no position table "
                                  "to x0")
-        return self.pos.weight if hasattr(self.pos, "weight") else self.pos.pe  # learned, or sinusoidal
+        return self.pos.W_pos  # learned, or sinusoidal
 
     @property
     def W_U(self) -> Tensor:
-        return self.head.weight.T
+        return self.head.W_U
 
     @property
     def b_U(self) -> Tensor:
-        return self.head.bias if self.head.bias is not None else torch.zeros_like(self.head.weight[:, 0])
+        return self.head.b_U
 
     @property
     def QK(self) -> FactoredMatrix:

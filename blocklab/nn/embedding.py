@@ -74,6 +74,11 @@ class TokenEmbedding(nn.Embedding):
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, scale={self.scale:g}"
 
+    @property
+    def W_E(self) -> Tensor:
+        """(vocab, d): what x0 adds for each token, the rows times their factor (TransformerLens' name)."""
+        return self.weight if self.scale == 1.0 else self.weight * self.scale
+
 
 TABLE_SLICE = 1 << 13  # positions computed in float64 at a time (a few MB of temporaries)
 
@@ -121,6 +126,11 @@ class SinusoidalPositions(nn.Module):
         """(T, d_model) for positions start..start+T, or (B, T, d_model) for ``position_ids`` (B, T)."""
         return lookup_positions(self.pe, seq_len, start, position_ids)
 
+    @property
+    def W_pos(self) -> Tensor:
+        """(max_seq_len, d): what x0 adds at each position (TransformerLens' name)."""
+        return self.pe
+
 
 class LearnedPositions(nn.Embedding):
     """Learned positional embedding; key ``pos.weight (max_seq_len, d_model)``."""
@@ -128,6 +138,11 @@ class LearnedPositions(nn.Embedding):
     def forward(self, seq_len: int, start: int = 0, position_ids: Tensor | None = None) -> Tensor:  # type: ignore[override]
         """(T, d_model) for positions start..start+T, or (B, T, d_model) for ``position_ids`` (B, T)."""
         return lookup_positions(self.weight, seq_len, start, position_ids)
+
+    @property
+    def W_pos(self) -> Tensor:
+        """(max_seq_len, d): what x0 adds at each position (TransformerLens' name)."""
+        return self.weight
 
 
 def build_positions(config: ModelConfig) -> nn.Module | None:

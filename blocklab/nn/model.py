@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from . import tl_generate
 from .attention import KVCache
 from .block import TransformerBlock, deepnorm_beta
-from .circuits import ModelWeights
+from .circuits import ModelWeights, Unembed
 from .config import ModelConfig
 from .embedding import build_positions, build_token_embedding, init_embeddings
 from .hooked import HookedModule
@@ -112,7 +112,7 @@ class Transformer(HookedModule, ModelWeights, TransformerLensModel):
         self.drop = nn.Dropout(c.dropout) if c.dropout > 0 else nn.Identity()
         self.blocks = nn.ModuleList(TransformerBlock(c) for _ in range(c.n_layers))
         self.ln_f = norm() if c.final_norm else NoNorm()
-        self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        self.head = Unembed(c.d_model, c.vocab_size, bias=False)
         if c.tie_embeddings:
             self.head.weight = self.embed.weight
         for stage in self.STAGES:

@@ -140,6 +140,20 @@ class LayerNorm(nn.Module):
             return self.weight
         return self.weight + self.kind.scale_offset
 
+    @property
+    def w(self) -> Tensor:
+        """gamma, as TransformerLens names it (``model.blocks[0].ln1.w``)."""
+        if self.gamma is None:
+            raise AttributeError(f"w: this {self.kind.name} norm has no gamma")
+        return self.gamma
+
+    @property
+    def b(self) -> Tensor:
+        """beta, as TransformerLens names it (``model.blocks[0].ln1.b``); RMSNorm has none, as there."""
+        if self.bias is None:
+            raise AttributeError(f"b: this {self.kind.name} norm has no beta")
+        return self.bias
+
     @torch.no_grad()
     def set_identity_affine_(self) -> None:
         """gamma = 1, beta = 0 (after ``fold_ln`` moved them into the layers that read the norm)."""

@@ -125,7 +125,7 @@ class TransformerLensAnalysis(StreamDecomposition):
         where = getattr(batch_slice, "slice", batch_slice)  # TransformerLens' Slice: what it was built from
         if not self.has_batch_dim and where is not None:
             raise ValueError("apply_slice_to_batch_dim: this cache has no batch dimension (remove_batch_dim)")
-        stages = {n: take(t, where, 0) if t.dim() > 0 else t for n, t in self._stages.items()}
+        stages = self._stages.map(lambda t: take(t, where, 0) if t.dim() > 0 else t)
         sliced = type(self)(stages, self.model, grads, self.transformerlens_keys)
         sliced.has_batch_dim = self.has_batch_dim and not isinstance(where, int)  # an int drops the axis
         return sliced

@@ -120,6 +120,53 @@ def test_the_stages_are_listed_in_the_order_a_forward_pass_fills_the_cache(posit
     assert order == model.hook_names()
 
 
+# ---- what a full cache keeps and what it derives when read -------------------------------------------
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_a_full_cache_derives_results_probabilities_and_norm_outputs_as_the_forward_computed_them(
+        variant: str) -> None:
+    """Every stage a full cache lists equals the float64 oracle's, whether kept or derived on reading;
+    the derived ones (each head's result, probs, a norm's output TransformerLens has no name for) are
+    not held until read, and equal what a cache that asked for them by name holds."""
+    model, tokens, _, cache = cached(variant)
+    held = cache._stages.kept()
+    derived = [n for n in cache._stages if n not in held]  # blocklab's names (the cache lists TL's)
+    assert "probs" in derived and all(f"blocks.{i}.attn.result" in derived for i in range(2))
+    listed = list(cache._stages)  # each stage that ran, once (a rotary model's pos never runs)
+    assert len(listed) == len(set(listed)) and set(listed) <= set(model.hook_names())
+    named = model.run_with_cache(tokens, targets=tokens_and_targets()[1], names=derived)[1]
+    expected = oracle(model, tokens, tokens_and_targets()[1])
+    for name in derived:
+        exact = name == "probs" or name.endswith("attn.result")  # the forward's own computation again
+        torch.testing.assert_close(cache[name], named[name], **(dict(rtol=0, atol=0) if exact else TOL))
+        if name in expected:
+            torch.testing.assert_close(cache[name], expected[name], **TOL)
+    assert set(cache._stages.kept()) == set(cache._stages)  # read once, then kept
+
+
+def test_derived_stages_follow_a_slice_a_removed_batch_and_a_cast() -> None:
+    model, tokens, _, cache = cached("pre")
+    one = cache.apply_slice_to_batch_dim(1)
+    torch.testing.assert_close(one["blocks.0.attn.result"], cache["blocks.0.attn.result"][1], **TOL)
+    torch.testing.assert_close(one["blocks.1.ln2"], cache["blocks.1.ln2"][1], **TOL)
+    single = model.run_with_cache(tokens[:1])[1].remove_batch_dim()
+    assert single["probs"].shape == cache["probs"].shape[1:]
+    named = model.run_with_cache(tokens[:1], names="*result")[1]
+    torch.testing.assert_close(single["blocks.0.attn.result"], named["blocks.0.attn.result"][0], **TOL)
+    assert cache.to(dtype=torch.float32)["blocks.0.ln1"].dtype == torch.float32
+
+
+def test_use_attn_result_keeps_each_heads_result_as_transformerlens_keeps_hook_result() -> None:
+    model, tokens, _, _ = cached("pre")
+    model.set_use_attn_result(True)
+    try:
+        _, cache = model.run_with_cache(tokens)
+    finally:
+        model.set_use_attn_result(False)
+    assert "blocks.0.attn.result" in cache._stages.kept() and "probs" not in cache._stages.kept()
+
+
 # ---- per-head stages --------------------------------------------------------------------------------
 
 

@@ -1092,3 +1092,18 @@ def test_to_string_and_the_tokenizer_calls_give_what_transformerlens_gives(model
     assert ours.tokenizer.batch_decode(tokens) == theirs.tokenizer.batch_decode(tokens)
     for name in ("bos_token_id", "eos_token_id", "pad_token_id", "padding_side"):
         assert getattr(ours.tokenizer, name) == getattr(theirs.tokenizer, name), name
+
+
+def test_transformerlens_module_attributes_hold_its_weights(models, llama):
+    for ours, theirs in (models[:2], llama[0]):  # both unprocessed: the norms keep gamma (and beta)
+        pairs = [(ours.unembed.W_U, theirs.unembed.W_U), (ours.embed.W_E, theirs.embed.W_E),
+                 (ours.blocks[1].ln1.w, theirs.blocks[1].ln1.w), (ours.ln_final.w, theirs.ln_final.w),
+                 (ours.blocks[0].mlp.W_in, theirs.blocks[0].mlp.W_in),
+                 (ours.blocks[0].attn.W_Q, theirs.blocks[0].attn.W_Q)]
+        if ours.config.pos_encoding == "learned":
+            pairs += [(ours.pos_embed.W_pos, theirs.pos_embed.W_pos), (ours.unembed.b_U, theirs.unembed.b_U),
+                      (ours.blocks[0].ln2.b, theirs.blocks[0].ln2.b)]
+        else:  # RMSNorm has no beta, in TransformerLens as here
+            assert not hasattr(ours.blocks[0].ln2, "b") and not hasattr(theirs.blocks[0].ln2, "b")
+        for mine, their in pairs:
+            torch.testing.assert_close(mine, their, rtol=0, atol=1e-6)
