@@ -263,9 +263,10 @@ def test_a_transformerlens_script_runs_unchanged_with_the_same_numbers(models):
     assert not torch.allclose(mine[2], mine[0])  # the ablation changed the logits
 
 
-def hooks_script(model):
+def hooks_script(model, kept: str = "resid_mid"):
     """add_hook (permanent and not, forward and backward, with hook.ctx), reset_hooks by direction,
-    bwd_hooks in run_with_hooks, an intervention on a LayerNorm's hook_scale: TransformerLens' code."""
+    bwd_hooks in run_with_hooks, an intervention on a LayerNorm's hook_scale: TransformerLens' code.
+    ``kept``: the stage whose gradient a backward hook keeps (a parallel block has no resid_mid)."""
     tokens = model.to_tokens(TEXT[:40])
     out = {}
 
@@ -280,7 +281,7 @@ def hooks_script(model):
 
     model.add_hook(get_act_name("resid_post", 0), halve, is_permanent=True)
     model.add_hook(get_act_name("mlp_out", 1), lambda x, hook: x * 0.0)
-    model.add_hook(get_act_name("resid_mid", 1), keep_grad("kept"), dir="bwd")
+    model.add_hook(get_act_name(kept, 1), keep_grad("kept"), dir="bwd")
     logits = model(tokens)
     logits.sum().backward()
     out["both"] = logits.detach()
@@ -1107,3 +1108,99 @@ def test_transformerlens_module_attributes_hold_its_weights(models, llama):
             assert not hasattr(ours.blocks[0].ln2, "b") and not hasattr(theirs.blocks[0].ln2, "b")
         for mine, their in pairs:
             torch.testing.assert_close(mine, their, rtol=0, atol=1e-6)
+
+
+# ---- the GPT-NeoX battery: parallel attention and MLP, partial rotary, no BOS by default ------------------
+
+
+@pytest.fixture(scope="module")
+def neox(tmp_path_factory):
+    """(blocklab's import of a random GPT-NeoX folder: 2 layers, attention and MLP in parallel, rotary on a
+    quarter of each head, LayerNorm with beta; TransformerLens' HookedTransformer of it by its own config
+    reader and converter, unprocessed; the folder; both again after from_pretrained's processing), with the
+    byte-level BPE the GPT-2 fixture trains."""
+    from transformer_lens.loading_from_pretrained import convert_hf_model_config
+    from transformer_lens.pretrained.weight_conversions import convert_neox_weights
+
+    folder = tmp_path_factory.mktemp("neox-tl")
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator([TEXT] * 20, vocab_size=300, min_frequency=1, special_tokens=[EOT])
+    torch.manual_seed(2)
+    config = transformers.GPTNeoXConfig(
+        vocab_size=bpe.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, max_position_embeddings=64, rotary_pct=0.25, bos_token_id=0, eos_token_id=0)
+    hf = transformers.GPTNeoXForCausalLM(config).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    hf.save_pretrained(str(folder))
+    (folder / "tokenizer.json").write_text(bpe._tokenizer.to_str())
+    transformers.PreTrainedTokenizerFast(
+        tokenizer_file=str(folder / "tokenizer.json"), bos_token=EOT, eos_token=EOT, unk_token=EOT,
+        pad_token=EOT).save_pretrained(str(folder))
+    cfg = HookedTransformerConfig.unwrap(convert_hf_model_config(str(folder)))
+    theirs = HookedTransformer(cfg, tokenizer=transformers.AutoTokenizer.from_pretrained(str(folder)))
+    theirs.load_and_process_state_dict(convert_neox_weights(hf, cfg), fold_ln=False, center_unembed=False,
+                                       center_writing_weights=False, fold_value_biases=False)
+    processed = HookedTransformer(cfg, tokenizer=theirs.tokenizer)
+    processed.load_and_process_state_dict(convert_neox_weights(hf, cfg))  # from_pretrained's processing
+    ours_processed = bl.load(folder).model
+    ours_processed.process_weights_()
+    return bl.load(folder).model, theirs.eval(), folder, ours_processed, processed.eval()
+
+
+def test_neox_logits_and_the_cache_at_every_transformerlens_name(neox):
+    ours, theirs, *_ = neox
+    tokens = theirs.to_tokens([TEXT[:40], TEXT[10:50]])
+    assert torch.equal(ours.to_tokens([TEXT[:40], TEXT[10:50]]), tokens)  # no BOS, as TransformerLens' NeoX
+    with torch.no_grad():
+        torch.testing.assert_close(ours(tokens), theirs(tokens), rtol=0, atol=1e-4)
+        _, their_cache = theirs.run_with_cache(tokens)
+        _, our_cache = ours.run_with_cache(tokens)
+    assert any(name.endswith("hook_rot_q") for name in their_cache)
+    for name, want in their_cache.items():
+        torch.testing.assert_close(our_cache[name], want, rtol=0, atol=2e-4, msg=name)
+
+
+def test_neox_transformerlens_scripts_run_unchanged_with_the_same_numbers(neox):
+    ours, theirs, *_ = neox
+    with torch.no_grad():
+        mine, reference = transformerlens_script(ours), transformerlens_script(theirs)
+    for got, want in zip(mine[:3] + mine[4:5], reference[:3] + reference[4:5], strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
+    assert mine[3] == reference[3] and mine[5] == reference[5]
+    mine, reference = hooks_script(ours, kept="attn_out"), hooks_script(theirs, kept="attn_out")
+    assert mine.keys() == reference.keys()
+    for key, want in reference.items():
+        torch.testing.assert_close(mine[key], want, rtol=0, atol=1e-4, msg=key)
+
+
+@pytest.mark.parametrize("patch", ["get_act_patch_resid_pre", "get_act_patch_attn_head_out_all_pos"])
+def test_neox_transformerlens_patching_and_logit_attribution_give_its_numbers(neox, patch):
+    """TransformerLens' patching on the models as loaded; its logit-attribution idioms on the models as its
+    from_pretrained gives them (processed: its logit_attrs scales by the final norm's denominator without
+    gamma, which is the attribution only once gamma is folded into W_U)."""
+    from transformer_lens import patching
+
+    _, theirs, _, ours_processed, theirs_processed = neox
+    clean, corrupted = theirs.to_tokens("The cat sat on the mat"), theirs.to_tokens("The dog sat on the log")
+    answer = int(clean[0, -1])
+    results = []
+    for model, processed in ((theirs, theirs_processed), (neox[0], ours_processed)):
+        with torch.no_grad():
+            _, cache = model.run_with_cache(clean)
+            patched = getattr(patching, patch)(model, corrupted, cache,
+                                               lambda lg: lg[0, -2, answer] - lg[0, -2].mean())
+            _, cache = processed.run_with_cache(clean)
+            stack, labels = cache.accumulated_resid(pos_slice=-2, return_labels=True)
+            scaled = cache.apply_ln_to_stack(stack, layer=-1, pos_slice=-2)
+            attrs = cache.logit_attrs(stack, torch.tensor([answer]), pos_slice=-2)
+            heads = cache.stack_head_results(layer=-1, pos_slice=-2)
+            direction = processed.tokens_to_residual_directions(torch.tensor([answer]))
+            results.append(((patched, stack, scaled, attrs, heads, direction), labels))
+    (theirs_numbers, their_labels), (our_numbers, our_labels) = results
+    assert our_labels == their_labels
+    names = ("patched", "accumulated_resid", "apply_ln_to_stack", "logit_attrs", "stack_head_results",
+             "tokens_to_residual_directions")
+    for got, want, name in zip(our_numbers, theirs_numbers, names, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=2e-4, msg=name)
