@@ -15,6 +15,8 @@ to a target; "higher": an accuracy):
              inconclusive (too few seeds, or too noisy, to say).
     matches  B performs like A: the interval lies inside [-margin, +margin]. It fails when the whole
              interval lies outside the margin; otherwise it is inconclusive.
+    at least B matches or beats A (non-inferiority): the interval's worse end lies within the margin. It
+             fails when the whole interval lies beyond the margin on A's side; otherwise inconclusive.
     needs    B needs X (a dose-response): B beats A under X, and matches A without X. It fails when B
              does not beat A under X, or beats A without X too; otherwise it is inconclusive.
 
@@ -164,6 +166,14 @@ def matches(effect: Effect, margin: Margin) -> str:
     return "inconclusive"
 
 
+def at_least(effect: Effect, better: str, margin: Margin) -> str:
+    """The rule for "B matches or beats A": holds, fails or inconclusive (module docstring)."""
+    low, high = _signed(effect, better)
+    if low >= -margin.value:
+        return "holds"
+    return "fails" if high < -margin.value else "inconclusive"
+
+
 def needs(with_condition: Effect, without_condition: Effect, better: str, margin: Margin) -> str:
     """The rule for "B needs X": B beats A under X and matches A without it (module docstring)."""
     under, absent = beats(with_condition, better, margin), matches(without_condition, margin)
@@ -174,7 +184,7 @@ def needs(with_condition: Effect, without_condition: Effect, better: str, margin
     return "inconclusive"
 
 
-RULES: dict[str, Callable[..., str]] = {"beats": beats, "matches": matches, "needs": needs}
+RULES: dict[str, Callable[..., str]] = {"beats": beats, "matches": matches, "at least": at_least, "needs": needs}
 
 
 def noise_margin(a: Sequence[float], a_again: Sequence[float], what: str, interval: str = "t") -> Margin:

@@ -5,7 +5,7 @@ One module per claim (its statement, source, setups, measurement, verdict checks
 ``runner`` runs them, ``views`` shows a report.
 """
 
-from .base import OVERALL, VERDICTS, Claim, Setup, Source, Verdict, combine, from_checks
+from .base import OVERALL, VERDICTS, Claim, Setup, Source, Test, Verdict, combine, from_tests
 from .registry import CLAIMS, REGISTRY, claims_html, run_claims, select, with_seeds
 from .runner import SCHEMA_VERSION, schema
 from .views import claims_details_markdown, claims_markdown, claims_summary_markdown, claims_table
@@ -19,6 +19,7 @@ __all__ = [
     "Claim",
     "Setup",
     "Source",
+    "Test",
     "Verdict",
     "claims_details_markdown",
     "claims_html",
@@ -26,7 +27,7 @@ __all__ = [
     "claims_summary_markdown",
     "claims_table",
     "combine",
-    "from_checks",
+    "from_tests",
     "run_claims",
     "schema",
     "select",

@@ -19,7 +19,8 @@ from ...nn.model import Transformer
 from ...nn.norms import LayerNorm, norm_parameter_count
 from ...nn.params import count_parameters
 from ...nn.presets import preset
-from .base import Claim, Numbers, Results, Setup, Source, Verdict, from_checks
+from .base import Claim, Numbers, Results, Setup, Source, Verdict, from_tests
+from .rules import exact
 
 
 def _built(module: nn.Module) -> int:
@@ -46,12 +47,10 @@ def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
 
 def verdict(m: Numbers) -> Verdict:
     """m: {"items": [{"name", "expected", "built", "analytic"}]}: every count equal three ways."""
-    return from_checks(
+    return from_tests(
         [
-            (
-                f"{r['name']}: {r['expected']:,} (built {r['built']:,}, counted {r['analytic']:,})",
-                r["expected"] == r["built"] == r["analytic"],
-            )
+            exact(f"{r['name']}: {r['expected']:,} (built {r['built']:,}, counted {r['analytic']:,})",
+                  [r["built"], r["analytic"]], [r["expected"]] * 2, 0.0)
             for r in m["items"]
         ]
     )
@@ -85,6 +84,7 @@ CLAIM = Claim.of(
         "to 117M)",
         "2d for LayerNorm, 2 d d_ff + d_ff + d for the FFN, 4 d^2 for attention without biases; "
         "GPT-2 small has 124,439,808 parameters with its head tied to the token embedding.",
+        "each count, to the parameter",
     ),
     method="Parameters of the built modules (GPT-2 built on the meta device) against the analytic count "
     "(blocklab.count_parameters) and the published figure.",

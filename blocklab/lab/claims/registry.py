@@ -11,19 +11,28 @@ from typing import Any
 from ..executors import Executor
 from ..grid import MAX_RUNS
 from . import (
+    attention_overwrite,
+    ffn_share,
+    gamma_beta_undo,
     gelu_approximations,
     gelu_vs_relu,
     glu_variants,
+    identity_block,
+    layernorm_invariance,
     layernorm_moments,
     layernorm_vs_batchnorm,
     no_residual_depth,
     norm_lr_robustness,
     param_counts,
+    plain_gradient,
+    post_norm_gradient,
     pre_norm_depth,
-    pre_vs_post_gradient,
+    pre_norm_gradient,
     pre_vs_post_warmup,
     relu_sparsity,
+    residual_formula,
     residual_gradient,
+    rmsnorm_cost,
     rmsnorm_vs_layernorm,
     runner,
     views,
@@ -32,10 +41,18 @@ from .base import Claim
 
 MODULES = (
     residual_gradient,
-    pre_vs_post_gradient,
+    plain_gradient,
+    post_norm_gradient,
+    pre_norm_gradient,
     layernorm_moments,
+    layernorm_invariance,
     gelu_approximations,
     param_counts,
+    ffn_share,
+    residual_formula,
+    identity_block,
+    gamma_beta_undo,
+    attention_overwrite,
     relu_sparsity,
     gelu_vs_relu,
     glu_variants,
@@ -45,6 +62,7 @@ MODULES = (
     pre_norm_depth,
     layernorm_vs_batchnorm,
     rmsnorm_vs_layernorm,
+    rmsnorm_cost,
 )
 CLAIMS: list[Claim] = [module.CLAIM for module in MODULES]
 REGISTRY: dict[str, Claim] = {c.name: c for c in CLAIMS}

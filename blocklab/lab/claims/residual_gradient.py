@@ -1,10 +1,12 @@
 """residual-gradient: residual connections keep gradients alive (the +1 term of
-docs/concepts.md#residual-connection).
+docs/concepts.md#residual-connection): the gradient reaching the first layer does not shrink with depth.
 
-At initialization, on a listops batch: |dL/dx_0| / |dL/dx_N| (the residual-stream gradient at the
-first block's input over the gradient entering the stack from above), with residual add and none,
-for post-norm, pre-norm and norm-free stacks; plus the identity- and branch-path shares at each
-residual connection.
+At initialization, on a listops batch: log10 |dL/dx_0| / |dL/dx_N| (the residual-stream gradient at the
+first block's input over the gradient entering the stack from above), per seed, for post-norm, pre-norm
+and norm-free residual stacks; "does not vanish" is read as "the same at the deepest depth as at the
+shallowest" (``matches``, paired by seed), with the seed noise of the deepest stack as the margin. The
+plain stacks (no residual) are measured too, for ``plain_gradient``, which tests the tutorials' second
+sentence on the same numbers.
 """
 
 from __future__ import annotations
@@ -14,35 +16,52 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from .base import Claim, Numbers, Results, Setup, Source, Verdict, from_checks
-from .shared import diagnose, earlier_embedding, g2, learned_positions, torch_init
+from .base import Claim, Numbers, Results, Setup, Source, Test, Verdict, from_tests
+from .rules import compare, noise
+from .shared import NULL_SEED, diagnose, earlier_embedding, g2, learned_positions, torch_init
 
 FAMILIES: dict[str, dict[str, Any]] = {
     "post-norm": {"norm_position": "post"},
     "pre-norm": {"norm_position": "pre"},
     "no norm": {"norm": "none", "norm_position": "pre"},
 }
-ALIVE = (0.1, 10.0)  # with residuals: first/top at least the first (not vanished); above the second: grows
-VANISHED = 0.01  # without: first/top ratio below this at the deepest depth
-SHRINKS = 10.0  # without: deepest ratio below the shallowest's / SHRINKS
+# A gradient that overflowed or underflowed float32 is read at float32's ends, so every seed gives a
+# finite number: it exploded at least to the largest float32, or vanished at least to the smallest.
+LOG10_OVERFLOW, LOG10_UNDERFLOW = 38.5, -45.0
+
+
+def log_ratio(first: float, top: float) -> float:
+    """log10(first / top), a non-finite or zero gradient read at float32's ends."""
+    if not (math.isfinite(first) and math.isfinite(top)) or top == 0:
+        return LOG10_OVERFLOW
+    return LOG10_UNDERFLOW if first == 0 else max(LOG10_UNDERFLOW, min(LOG10_OVERFLOW, math.log10(first / top)))
 
 
 def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
-    """First-layer over top gradient norm, with and without residuals, per depth and norm family."""
-    families: dict[str, dict[str, list[float]]] = {}
+    """``ratios`` of the residual stacks."""
+    return ratios(p, setup, "add")
+
+
+def ratios(p: dict[str, Any], setup: Setup, *residuals: str) -> Numbers:
+    """Per norm family and residual kind: log10 first/top gradient per depth and seed (and at the deepest
+    depth again from the null seeds); the deepest stack's per-layer profile (seed 0) and, with residuals,
+    its identity- and branch-path shares."""
+    families: dict[str, dict[str, Any]] = {}
     shares: dict[str, dict[str, float]] = {}
     profiles: dict[str, dict[str, list[float]]] = {}
     for family, fields in FAMILIES.items():
         families[family] = {}
-        for residual in ("add", "none"):
-            ratios = []
+        for residual in residuals:
+            ratio = lambda depth, seed: diagnose(p, setup, p["batch"], seed, n_layers=depth, residual=residual,
+                                                 **fields)
+            per_depth = []
             for depth in p["depths"]:
-                runs = [
-                    diagnose(p, setup, p["batch"], seed, n_layers=depth, residual=residual, **fields)
-                    for seed in range(p["seeds"])
-                ]
-                ratios.append(sum(d.layers[0].grad_resid / d.grad_resid_out for d in runs) / len(runs))
-            families[family][residual] = ratios
+                runs = [ratio(depth, seed) for seed in range(p["seeds"])]
+                per_depth.append([log_ratio(d.layers[0].grad_resid, d.grad_resid_out) for d in runs])
+            null = [ratio(p["depths"][-1], NULL_SEED + s) for s in range(p["seeds"])]
+            families[family][residual] = {
+                "log10_ratio": per_depth,
+                "null_deepest": [log_ratio(d.layers[0].grad_resid, d.grad_resid_out) for d in null]}
             deepest = runs[0]
             profiles.setdefault(family, {})[residual] = [
                 g / deepest.grad_resid_out for g in deepest.profile("grad_resid") + [deepest.grad_resid_out]
@@ -56,77 +75,57 @@ def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
     return {"depths": p["depths"], "families": families, "path_share": shares, "profiles": profiles}
 
 
-def _at_least(x: float | None, bound: float) -> bool:
-    return x is not None and x >= bound
-
-
-def _below(x: float | None, bound: float) -> bool:
-    return x is not None and x < bound
+def depth_test(m: Numbers, family: str, residual: str, word: str, check: str) -> Test:
+    """``word`` on log10 first/top at the deepest depth against the shallowest, paired by seed; the margin
+    is the deepest stack's seed noise (its null seeds)."""
+    arm = m["families"][family][residual]
+    shallow, deep = arm["log10_ratio"][0], arm["log10_ratio"][-1]
+    margin = noise(deep, arm["null_deepest"], f"log10 first/top at depth {m['depths'][-1]} ({family}, "
+                   f"{residual})", floor=0.01, floor_words="a hundredth of a decade")
+    return compare(check, word, (shallow, deep), "higher", margin)
 
 
 def verdict(m: Numbers) -> Verdict:
-    """m: {"depths": [...], "families": {family: {"add": [first/top per depth], "none": [...]}}}; a ratio is
-    None where the gradient was not finite (the float32 forward overflowed).
+    """m: {"depths", "families": {family: {"add" | "none": {"log10_ratio": [[per seed] per depth],
+    "null_deepest": [per seed]}}}}: per family, the residual stack's first-layer gradient at the deepest
+    depth matches the shallowest's (it does not vanish with depth). A first layer getting far *more* than
+    the top's gradient (a residual stack without norms, whose activations grow) is an observation."""
+    depths = m["depths"]
+    tests = [depth_test(m, family, "add", "matches",
+                        f"with residuals ({family}) the first layer's share of the top's gradient at depth "
+                        f"{depths[-1]} is its share at depth {depths[0]}: it does not vanish")
+             for family in FAMILIES]
+    grows = [f"{name} (median log10 first/top by depth: "
+             f"{' '.join(g2(sorted(xs)[len(xs) // 2]) for xs in fam['add']['log10_ratio'])})"
+             for name, fam in m["families"].items() if max(fam["add"]["log10_ratio"][-1]) > 1]
+    observations = [f"with residuals the first layer gets more than 10x the top's gradient in: {'; '.join(grows)}"
+                    ] if grows else []
+    return from_tests(tests, observations=observations)
 
-    The source says the +1 keeps the gradient from vanishing; a first layer getting far *more* than the
-    top's gradient (a residual stack without norms, whose activations grow with depth) is an observation,
-    and so is a depth whose forward overflowed: the with-residuals check counts the finite ratios only (an
-    overflow is not a vanishing gradient), the without-residuals checks need a finite ratio to be true."""
-    depths, families = m["depths"], m["families"]
-    low, high = ALIVE
-    checks = [
-        (
-            f"with residuals the first layer gets at least {low:g}x the top's gradient at every depth in "
-            "every family (it does not vanish)",
-            bool(finite := [r for fam in families.values() for r in fam["add"] if r is not None])
-            and all(_at_least(r, low) for r in finite),  # none finite: nothing shows the gradient alive
-        )
-    ]
-    for name, fam in families.items():
-        none = fam["none"]
-        checks.append(
-            (
-                f"without residuals ({name}) the first layer gets < {VANISHED:g} of the top's gradient "
-                f"at depth {depths[-1]}",
-                _below(none[-1], VANISHED),
-            )
-        )
-        checks.append(
-            (
-                f"without residuals ({name}) that ratio keeps shrinking with depth "
-                f"(depth {depths[-1]} < depth {depths[0]} / {SHRINKS:g})",
-                none[0] is not None and _below(none[-1], none[0] / SHRINKS),
-            )
-        )
-    grows = [
-        f"{name} (depth {' '.join(map(str, depths))}: {' '.join(g2(r) for r in fam['add'])})"
-        for name, fam in families.items()
-        if any(r is None or r > high for r in fam["add"])
-    ]
-    observations = [
-        f"with residuals the first layer gets more than {high:g}x the top's gradient (n/f: not finite, the "
-        f"forward overflowed; left out of the check) in: {'; '.join(grows)}"
-    ] if grows else []
-    return from_checks(checks, observations=observations)
+
+def _median(xs: list[float]) -> float:
+    return sorted(xs)[len(xs) // 2]
 
 
 def headline(m: Numbers) -> str:
     """The ratio at the deepest depth, per family, with and without residuals."""
-    fams = m["families"].values()
-    return "depth {}: add {} / none {} (post, pre, no norm)".format(
-        m["depths"][-1], " ".join(g2(f["add"][-1]) for f in fams), " ".join(g2(f["none"][-1]) for f in fams)
-    )
+    return depth_headline(m, "add")
+
+
+def depth_headline(m: Numbers, residual: str) -> str:
+    """first/top at the shallowest and the deepest depth per family (median over seeds)."""
+    at = lambda f, i: g2(10 ** _median(f[residual]["log10_ratio"][i]))
+    return f"first/top, {residual}, depth {m['depths'][0]} -> {m['depths'][-1]}: " + ", ".join(
+        f"{name} {at(f, 0)} -> {at(f, -1)}" for name, f in m["families"].items())
 
 
 def plot(m: Numbers, fig: Figure) -> None:
     """The ratio against depth; the per-layer profile at the deepest depth."""
     ax1, ax2 = fig.subplots(1, 2)
     for family, fam in m["families"].items():
-        for residual, style in (("add", "-o"), ("none", "--x")):
-            ax1.plot(
-                m["depths"], [math.nan if v is None else max(v, 1e-40) for v in fam[residual]], style,
-                label=f"{family}, {residual}",  # a ratio that was not finite: a gap in the line
-            )
+        for residual, style in ((r, st) for r, st in (("add", "-o"), ("none", "--x")) if r in fam):
+            ax1.plot(m["depths"], [10 ** _median(xs) for xs in fam[residual]["log10_ratio"]], style,
+                     label=f"{family}, {residual}")
     ax1.set(
         yscale="log",
         xlabel="depth",
@@ -135,7 +134,7 @@ def plot(m: Numbers, fig: Figure) -> None:
     )
     ax1.legend(fontsize="x-small")
     for family, prof in m["profiles"].items():
-        for residual, style in (("add", "-"), ("none", "--")):
+        for residual, style in ((r, st) for r, st in (("add", "-"), ("none", "--")) if r in prof):
             ax2.plot([math.nan if v is None else max(v, 1e-40) for v in prof[residual]], style,
                      label=f"{family}, {residual}")
     ax2.set(
@@ -153,13 +152,15 @@ CLAIM = Claim.of(
     __name__,
     name="residual-gradient",
     kind="init",
-    statement="Residual connections keep gradients alive (the +1 term): without them the gradient reaching "
-    "the first layer of a deep stack vanishes.",
+    statement="The additive 1 carries the gradient of the top to any shallower layer, so it does not vanish "
+    "with depth.",
     source=Source(
         "He, Zhang, Ren and Sun 2016, 'Identity Mappings in Deep Residual Networks'",
         "section 3, equations 4-5",
         "dE/dx_l = dE/dx_L (1 + d/dx_l sum F): the additive 1 carries the gradient of the top directly "
         "to any shallower unit, so it is unlikely to vanish even when the weights are small.",
+        "'unlikely to vanish' read as: the first layer's share of the top's gradient at depth 20 is its "
+        "share at depth 2, within the seed noise (matches), in every norm family",
         {
             "depth": "ResNets of 110 to 1001 layers",
             "width": "CIFAR-10 ResNets (16-64 channels)",
@@ -170,10 +171,12 @@ CLAIM = Claim.of(
             "steps": "not part of the argument",
         },
     ),
-    method="At initialization, on a listops batch: |dL/dx_0| / |dL/dx_N| (residual-stream gradient at the "
-    "first block's input over the gradient entering the stack from above), with residual add and none, for "
-    "post-norm, pre-norm and norm-free stacks; plus the identity- and branch-path shares at each residual "
-    "connection (docs/concepts.md#residual-connection).",
+    method="At initialization, on a listops batch, 5 seeds: log10 |dL/dx_0| / |dL/dx_N| (residual-stream "
+    "gradient at the first block's input over the gradient entering the stack from above) at depths 2 to 20, "
+    "for post-norm, pre-norm and norm-free residual stacks; depth 20 against depth 2 paired by seed, the "
+    "margin the seed noise of depth 20 (5 other seeds); plus the identity- and branch-path shares at each "
+    "residual connection (docs/concepts.md#residual-connection). The plain stacks are measured beside, for "
+    "plain-gradient.",
     setups=(
         HE,
         HE.but(
@@ -185,17 +188,7 @@ CLAIM = Claim.of(
         learned_positions(HE),
         earlier_embedding(HE),
     ),
-    quick={"d_model": 32, "batch": 16, "depths": [2, 6, 10, 20], "seeds": 1},
-    full={"d_model": 64, "batch": 64, "depths": [2, 6, 10, 20], "seeds": 3},
-    notes=(
-        "With residuals the first block's input gets at least a tenth of the top's gradient at every "
-        "depth, in every family and every setup: the +1 keeps the gradient alive, as the source says (a "
-        "no-norm residual stack with He-scale weights grows its gradient toward the input instead, and at "
-        "20 layers its float32 forward overflows; both are observations). The vanishing the claim adds "
-        "for stacks without residuals shows only in the stack with no norm and smaller weights (GPT-2's "
-        "and PyTorch's: default-init, torch-init): with a norm in each block the first layer's share "
-        "stays above a hundredth and does not shrink with depth, and with He-scale weights (he-init, "
-        "learned-positions, tokens-0.02) the no-norm plain stack's gradient explodes. The first half "
-        "holds everywhere; the second depends on the norm and the init: partly in every setup."
-    ),
+    quick={"d_model": 32, "batch": 16, "depths": [2, 6], "seeds": 2},
+    full={"d_model": 64, "batch": 64, "depths": [2, 6, 10, 20], "seeds": 5},
+    notes="",
 )
