@@ -39,7 +39,8 @@ from ..statistics import OUTCOMES
 CONCLUSIVE = ("holds", "fails")
 VERDICTS = OUTCOMES  # a test's and a setup's: holds, fails or inconclusive
 OVERALL = (*VERDICTS, "depends")  # a claim's: "depends" when a conclusive confound disagrees with the source
-KINDS = ("exact", "init", "training")  # exact: arithmetic or counts; init: at initialization
+# exact: arithmetic or counts; init: at initialization (or timing, no training); pretrained: a shipped model
+KINDS = ("exact", "init", "pretrained", "training")
 ROLES = ("source", "confound", "sweep", "exact")
 # lab.statistics' words ("differs": the negation of "matches", on the same interval and margin), and
 # exact arithmetic

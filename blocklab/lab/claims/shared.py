@@ -78,7 +78,7 @@ def run_spec(
     label: str,
     p: dict[str, Any],
     model: dict[str, Any] | None = None,
-    task: str = "listops",
+    task: str | dict[str, Any] = "listops",
     seed: int = 0,
     **train: Any,
 ) -> RunSpec:
@@ -98,7 +98,7 @@ def run_spec(
         key=f"{claim}/{setup.name}/{label}/s{seed}",
         model={**_merge(setup, "ModelConfig", small_model(p), setup.model, model or {}), "init": setup.init},
         train=fields,
-        task={"name": task},
+        task={"name": task} if isinstance(task, str) else dict(task),  # a name, or a name and its options
     )
 
 
@@ -145,12 +145,14 @@ def _at(evals: list[tuple[int, float]], step: int, default: float) -> float:
 
 
 def run_readings(run: dict[str, Any], budget: int) -> dict[str, dict[str, float]]:
-    """One run's accuracy, held-out loss and steps to TARGET under each of READINGS, every number finite:
-    a diverged run counts as accuracy 0 and the loss of its first evaluation (or None when it has none),
-    a run that did not reach the target within the budget as one evaluation past it."""
+    """One run's accuracy, lowest held-out loss, steps to TARGET, training loss and seconds per step under
+    each of READINGS: a diverged run counts as accuracy 0 and the worst loss of its evaluations (NaN when it
+    has none, which a test then refuses), a run that did not reach the target within the budget as one
+    evaluation past it."""
     half, every = budget // 2, run["spec"]["train"]["eval_every"]
     acc = [] if run["diverged"] else _evaluations(run, "eval_accuracy")
     loss = [] if run["diverged"] else _evaluations(run, "eval_loss")
+    fit = [] if run["diverged"] else _evaluations(run, "loss")  # the training loss of each logged step
     reached_at = None if run["diverged"] else steps_to_target(run["curve"], TARGET)
     censored = lambda cap: reached_at if reached_at is not None and reached_at <= cap else cap + every
     earlier = lambda evals, default: evals[-2][1] if len(evals) > 1 else (evals[-1][1] if evals else default)
@@ -162,6 +164,10 @@ def run_readings(run: dict[str, Any], budget: int) -> dict[str, dict[str, float]
                  "one evaluation earlier": min((v for _, v in loss[:-1]), default=worst_loss),
                  "half the budget": min((v for s, v in loss if s <= half), default=worst_loss)},
         "steps": {"final": censored(budget), "half the budget": censored(half)},
+        "train_loss": {"final": fit[-1][1] if fit else worst_loss,
+                       "one evaluation earlier": _at(fit, fit[-1][0] - every, worst_loss) if fit else worst_loss,
+                       "half the budget": _at(fit, half, worst_loss)},
+        "time_per_step": {"final": run["seconds"] / max(1, run.get("steps") or 1)},
     }
 
 
