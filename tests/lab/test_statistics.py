@@ -11,6 +11,7 @@ import pytest
 from blocklab.lab.statistics import (
     Effect,
     Margin,
+    at_least,
     beats,
     margin_neighbours,
     matches,
@@ -79,6 +80,17 @@ def test_beats_on_both_sides_of_zero_and_of_the_margin(low, high, better, verdic
 ])
 def test_matches_on_both_sides_of_the_margin(low, high, verdict) -> None:
     assert matches(effect(low, high), MARGIN) == verdict
+
+
+@pytest.mark.parametrize(("low", "high", "better", "verdict"), [
+    (-0.49, 0.9, "higher", "holds"),  # no worse than the margin
+    (-0.5, -0.4, "higher", "holds"),  # worse, but inside the margin
+    (0.4, 0.5, "lower", "holds"),  # the same for a loss
+    (-0.9, -0.51, "higher", "fails"),  # worse beyond the margin
+    (-0.7, 0.1, "higher", "inconclusive"),  # might be worse beyond it
+])
+def test_at_least_is_non_inferiority(low, high, better, verdict) -> None:
+    assert at_least(effect(low, high), better, MARGIN) == verdict
 
 
 @pytest.mark.parametrize(("under", "without", "verdict"), [

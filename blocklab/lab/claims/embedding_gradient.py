@@ -1,8 +1,7 @@
 """embedding-gradient: post-norm gives the embeddings a stronger gradient signal than pre-norm (the block
 tutorials).
 
-At initialization, per seed, the same weights in a post-norm and a pre-norm stack (the parameters do not
-depend on where the norm sits), causal, every position scored: log10 of the token embedding's gradient
+At initialization, per seed, the same weights in a post-norm and a pre-norm stack (``stack``), causal, every position scored: log10 of the token embedding's gradient
 norm, post over pre, beats 0; the margin is the seed noise of the post-norm stack (null seeds).
 """
 
@@ -15,14 +14,26 @@ import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
 
+from ...nn.model import Transformer
 from .base import Claim, Numbers, Results, Setup, Source, Verdict, from_tests
 from .rules import compare, noise
 from .shared import NULL_SEED, every_token_batch, fresh_model, g2
 
 
-def embedding_grad(p: dict[str, Any], setup: Setup, seed: int, position: str) -> float:
-    """||dL/dE|| of the token embedding at init, every position scored (the seed fixes the weights)."""
+def stack(p: dict[str, Any], setup: Setup, seed: int, position: str) -> Transformer:
+    """A causal stack with the norms at ``position`` and the pre-norm stack's weights of ``seed`` (a post-norm
+    stack has the same parameters but the final norm, which at init is the identity), so the two positions
+    of one seed differ only in where the norms sit."""
+    drawn = fresh_model(p, setup, seed, causal=True, n_layers=p["depth"], norm_position="pre")
     model = fresh_model(p, setup, seed, causal=True, n_layers=p["depth"], norm_position=position)
+    own = model.state_dict()
+    model.load_state_dict({k: v for k, v in drawn.state_dict().items() if k in own})
+    return model
+
+
+def embedding_grad(p: dict[str, Any], setup: Setup, seed: int, position: str) -> float:
+    """||dL/dE|| of the token embedding of ``stack`` at init, every position scored."""
+    model = stack(p, setup, seed, position)
     inputs, targets = every_token_batch(p["batch"])
     logits = model(inputs)  # (B, T, vocab)
     F.cross_entropy(logits.flatten(0, 1), targets.flatten()).backward()

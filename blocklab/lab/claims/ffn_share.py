@@ -38,7 +38,7 @@ def verdict(m: Numbers) -> Verdict:
     """The tested presets' FFN share of all parameters is 60% to the figure's precision."""
     presets = m["presets"]
     tests = [exact(f"{name}: the FFNs hold about 60% of all parameters ({presets[name]['of_all']:.1%})",
-                   [presets[name]["of_all"]], [STATED], PRECISION / STATED) for name in m["tested"]]
+                   [presets[name]["of_all"]], [STATED], PRECISION, absolute=True) for name in m["tested"]]
     return from_tests(tests, observations=[
         "of the blocks' parameters alone: " + ", ".join(f"{n} {s['of_blocks']:.1%}" for n, s in presets.items()),
         "of all parameters, every preset: " + ", ".join(f"{n} {s['of_all']:.1%}" for n, s in presets.items()),

@@ -13,9 +13,9 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from .base import Claim, Numbers, Results, Setup, Source, Verdict, from_tests
-from .residual_gradient import FAMILIES, HE, depth_headline, depth_test, ratios
+from .residual_gradient import FAMILIES, depth_headline, depth_test, ratios
 from .residual_gradient import plot as _plot
-from .shared import earlier_embedding, learned_positions, torch_init
+from .shared import earlier_embedding, learned_positions
 
 
 def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
@@ -44,6 +44,9 @@ def plot(m: Numbers, fig: Figure) -> None:
     _plot(m, fig)
 
 
+SOURCE = Setup("torch-init", "source", "blocklab's default init (PyTorch's nn.Linear variance): the tutorials "
+               "state none")
+
 CLAIM = Claim.of(
     __name__,
     name="plain-gradient",
@@ -62,12 +65,13 @@ CLAIM = Claim.of(
     method="residual-gradient's measurement of the plain stacks (residual none): log10 first/top at depth 20 "
     "against depth 2, paired by seed, 5 seeds, the margin the seed noise of depth 20.",
     setups=(
-        HE,
-        HE.but("default-init", "GPT-2's N(0, 0.02) block weights: small weights, where vanishing is expected",
-               init="default"),
-        torch_init(HE),
-        learned_positions(HE),
-        earlier_embedding(HE),
+        SOURCE,
+        SOURCE.but("he-init", "He et al.'s variance-preserving init (residual-gradient's source): large "
+                   "weights, where exploding is expected", init="he"),
+        SOURCE.but("default-init", "GPT-2's N(0, 0.02) block weights: small weights, where vanishing is "
+                   "expected", init="default"),
+        learned_positions(SOURCE),
+        earlier_embedding(SOURCE),
     ),
     quick={"d_model": 32, "batch": 16, "depths": [2, 6], "seeds": 2},
     full={"d_model": 64, "batch": 64, "depths": [2, 6, 10, 20], "seeds": 5},

@@ -34,7 +34,9 @@ def log_ratio(first: float, top: float) -> float:
     """log10(first / top), a non-finite or zero gradient read at float32's ends."""
     if not (math.isfinite(first) and math.isfinite(top)) or top == 0:
         return LOG10_OVERFLOW
-    return LOG10_UNDERFLOW if first == 0 else max(LOG10_UNDERFLOW, min(LOG10_OVERFLOW, math.log10(first / top)))
+    if first == 0:
+        return LOG10_UNDERFLOW
+    return max(LOG10_UNDERFLOW, min(LOG10_OVERFLOW, math.log10(first) - math.log10(top)))
 
 
 def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:

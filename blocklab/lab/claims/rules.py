@@ -15,7 +15,6 @@ their budget), each decided by the same rule.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
 from .. import statistics
@@ -82,14 +81,17 @@ def dose(check: str, under: Pair, without: Pair, better: str, margin: Margin,
     return Test(check, "needs", outcome, effect, margin.to_dict(), neighbours)
 
 
-def exact(check: str, got: Sequence[float], expected: Sequence[float], rtol: float = 1e-6) -> Test:
-    """Arithmetic: each number equals the stated one within ``rtol`` (relative, and absolute near 0); the
-    neighbours take the tolerance halved and doubled, as a margin's."""
+def exact(check: str, got: Sequence[float], expected: Sequence[float], rtol: float = 1e-6,
+          absolute: bool = False) -> Test:
+    """Arithmetic: each number equals the stated one within ``rtol`` of it (``absolute``, or where the stated
+    number is 0: within ``rtol`` itself); the neighbours take the tolerance halved and doubled, as a
+    margin's."""
     if len(got) != len(expected) or not got:
         raise ValueError(f"exact compares one number to one: got {len(got)} against {len(expected)}")
 
     def decide(tol: float) -> str:
-        close = all(math.isclose(g, e, rel_tol=tol, abs_tol=tol) for g, e in zip(got, expected, strict=True))
+        scale = lambda e: 1.0 if absolute or e == 0 else abs(e)
+        close = all(abs(g - e) <= tol * scale(e) for g, e in zip(got, expected, strict=True))
         return "holds" if close else "fails"
 
     numbers = {"got": [float(g) for g in got], "expected": [float(e) for e in expected], "rtol": rtol}

@@ -208,11 +208,22 @@ def arms_test(check: str, word: str, a: dict[str, Any], b: dict[str, Any], metri
 
 
 def null_margin(arm: dict[str, Any], null: dict[str, Any], metric: str, what: str) -> Margin:
-    """The seed noise of ``metric`` between an arm and its null arm (``rules.noise``); steps to the target
-    never below one evaluation, their resolution."""
-    every = arm["eval_every"]
-    floor = (every, f"one evaluation ({every} steps)") if metric == "steps" else (0.0, "")
-    return noise(arm["readings"][metric]["final"], null["readings"][metric]["final"], what, *floor)
+    """The seed noise of ``metric`` between an arm and its null arm (``rules.noise``), never below the
+    number's resolution (``resolution``)."""
+    values = arm["readings"][metric]["final"]
+    return noise(values, null["readings"][metric]["final"], what, *resolution(metric, arm["eval_every"], values))
+
+
+def resolution(metric: str, eval_every: int, values: list[float]) -> tuple[float, str]:
+    """The smallest difference a metric resolves, and its words: a margin below it would call identical
+    runs different (and a null arm whose seeds all agree would give none at all)."""
+    if metric == "steps":
+        return float(eval_every), f"one evaluation ({eval_every} steps)"
+    if metric == "accuracy":
+        return 1e-3, "a tenth of a point of accuracy"
+    if metric == "time_per_step":
+        return 0.01 * statistics.median(values), "1% of the arm's median time"
+    return 1e-3, "a thousandth of a nat"  # the losses
 
 
 def reading(arm: dict[str, Any], metric: str) -> tuple[list[float], dict[str, list[float]]]:

@@ -1,80 +1,98 @@
-"""What a claim is made of: checks, controls and seed counts to verdicts, setups' verdicts to the claim's
-(inconclusive setups left out), validated setups, and a setup's init reaching the weights it trains."""
+"""What a claim is made of: tests and controls to a setup's verdict (with its sensitivity), the setups'
+verdicts to the claim's (the source decides; a confound can make it depend; a sweep never decides),
+validated setups and sources, and a setup's init reaching the weights it trains."""
 
 import dataclasses
 
 import pytest
 import torch
 
-from blocklab.lab.claims import CLAIMS, Setup, Source, combine, from_checks
+from blocklab.lab.claims import CLAIMS, Setup, Source, Test, combine, from_tests
 from blocklab.lab.claims import relu_sparsity as a_training_claim
-from blocklab.lab.claims.base import seed_count
-from blocklab.lab.claims.shared import fresh_model, run_spec
+from blocklab.lab.claims.base import seed_count, sensitivity_of, setup_verdict
+from blocklab.lab.claims.shared import NULL_SEED, fresh_model, run_spec
 from blocklab.nn.config import ModelConfig
 from blocklab.nn.model import Transformer
 from blocklab.nn.presets import preset
 
 
-def test_verdict_from_checks_and_its_reason():
-    assert from_checks([("a", True), ("b", True)]).verdict == "holds"
-    assert from_checks([("a", False)]).verdict == "fails"
-    v = from_checks([("a is 1", True), ("b is 2", False)])
-    assert v.verdict == "partly" and v.reason == "true: a is 1; not true: b is 2"
-    assert v.checks == [{"check": "a is 1", "ok": True}, {"check": "b is 2", "ok": False}]
+def made(check="a", outcome="holds", **neighbours):
+    return Test(check, "beats", outcome, None, None, neighbours)
+
+
+def test_a_setup_holds_when_every_test_holds_and_fails_when_one_fails():
+    assert setup_verdict(["holds", "holds"]) == "holds"
+    assert setup_verdict(["holds", "fails", "inconclusive"]) == "fails"
+    assert setup_verdict(["holds", "inconclusive"]) == "inconclusive"
+    v = from_tests([made("a is 1"), made("b is 2", "fails"), made("c is 3", "inconclusive")])
+    assert v.verdict == "fails" and v.reason == "holds: a is 1; fails: b is 2; undecided: c is 3"
+    assert v.checks[1] == {"check": "b is 2", "rule": "beats", "outcome": "fails", "effect": None,
+                           "margin": None, "neighbours": {}}
     with pytest.raises(ValueError):
-        from_checks([])
+        from_tests([])
 
 
-def test_a_failed_control_makes_the_setup_inconclusive_whatever_its_checks():
-    kept = from_checks([("a", True)], controls=[("the control trains", True)], observations=["seen"])
+def test_a_failed_control_makes_the_setup_inconclusive_whatever_its_tests():
+    kept = from_tests([made()], controls=[("the control trains", True)], observations=["seen"])
     assert (kept.verdict, kept.observations) == ("holds", ["seen"])
-    broken = from_checks([("a", True), ("b", False)], controls=[("the control trains", False), ("c", True)])
+    broken = from_tests([made(), made("b", "fails")], controls=[("the control trains", False), ("c", True)])
     assert broken.verdict == "inconclusive"
-    assert broken.reason == "a control failed (the control trains), so the checks do not count"
-    assert broken.checks == [{"check": "a", "ok": True}, {"check": "b", "ok": False}]  # still shown
+    assert broken.reason == "a control failed (the control trains), so the tests do not count"
+    assert [t["outcome"] for t in broken.checks] == ["holds", "fails"]  # still shown
     assert broken.controls[0] == {"check": "the control trains", "ok": False}
+
+
+def test_the_sensitivity_recomputes_the_setups_verdict_under_each_neighbour():
+    tests = [made("a", "holds", **{"margin x2": "fails", "half the budget": "holds"}),
+             made("b", "holds", **{"margin x2": "holds"})]
+    s = sensitivity_of("holds", tests)
+    assert s == {"label": "fragile", "neighbours": {"margin x2": "fails", "half the budget": "holds"},
+                 "flips": ["margin x2"]}
+    assert sensitivity_of("holds", [made("a", "holds", **{"margin x0.5": "holds"})])["label"] == "robust"
+    assert from_tests(tests).sensitivity["label"] == "fragile"
+    with pytest.raises(ValueError, match="outcomes are"):
+        Test("a", "beats", "partly", None, None, {})
+    with pytest.raises(ValueError, match="rule='guess'"):
+        Test("a", "guess", "holds", None, None, {})
 
 
 @pytest.mark.parametrize(
     "oks, counts",
     [
         ([True, True, False], (True, "2 of 3 seeds")),
-        ([True, False, False], (False, "1 of 3 seeds")),
         ([True, False], (False, "1 of 2 seeds")),  # a tie is not most seeds
-        ([True, True], (True, "2 of 2 seeds")),
         ([True, True, True, False, False], (True, "3 of 5 seeds")),
         ([True, True, False, False, False], (False, "2 of 5 seeds")),
     ],
 )
-def test_a_per_seed_statement_counts_when_true_on_more_than_half_the_seeds(oks, counts):
+def test_a_control_over_seeds_counts_when_true_on_more_than_half(oks, counts):
     assert seed_count(oks) == counts
 
 
-def test_seed_count_needs_a_seed():
-    with pytest.raises(ValueError):
-        seed_count([])
-
-
-def test_setups_that_disagree_make_the_claim_depend_on_its_setup():
-    both = combine({"source": "holds", "learned": "holds"})
-    assert both == ("holds", "holds in every setup (source, learned)")
-    assert combine({"exact": "partly"}) == ("partly", "partly in its only setup")
-    verdict, reason = combine({"source": "holds", "learned": "fails", "low-lr": "holds"})
-    assert verdict == "depends"
-    assert reason == "the verdict depends on the setup: holds in source, low-lr; fails in learned"
-    with pytest.raises(ValueError):
-        combine({})
+def test_the_source_setup_decides_and_a_disagreeing_confound_makes_the_claim_depend():
+    assert combine([("exact", "exact", "fails")]) == ("fails", "fails in its only setup")
+    assert combine([("paper", "source", "holds"), ("learned", "confound", "holds")]) == (
+        "holds", "holds in the source setup (paper); confounds: learned holds")
+    verdict, reason = combine([("paper", "source", "holds"), ("learned", "confound", "fails"),
+                               ("x", "confound", "inconclusive")])
+    assert verdict == "depends" and reason.startswith("holds in the source setup (paper), the opposite in learned")
     with pytest.raises(ValueError, match="'maybe' is not one of"):
-        combine({"source": "maybe"})
+        combine([("paper", "source", "maybe")])
+    with pytest.raises(ValueError, match="exactly one source"):
+        combine([("a", "confound", "holds")])
 
 
-def test_an_inconclusive_setup_never_makes_a_claim_depend():
-    assert combine({"source": "holds", "tokens": "inconclusive"}) == (
-        "holds", "holds in every conclusive setup (source) (tokens inconclusive, left out)",
-    )  # fmt: skip
-    verdict, reason = combine({"source": "holds", "x": "fails", "tokens": "inconclusive"})
-    assert verdict == "depends" and reason.endswith("(tokens inconclusive, left out)")
-    assert combine({"a": "inconclusive", "b": "inconclusive"})[0] == "inconclusive"
+def test_a_confound_never_decides_an_inconclusive_source_and_a_sweep_never_decides():
+    verdict, reason = combine([("paper", "source", "inconclusive"), ("other", "confound", "holds")])
+    assert verdict == "inconclusive" and "no other setup decides in its place" in reason
+    verdict, reason = combine([("paper", "source", "fails"), ("lr-1e-2", "sweep", "holds")])
+    assert verdict == "fails" and reason.endswith("sweeps: lr-1e-2 holds")
+
+
+def test_a_source_says_which_words_its_test_reads():
+    with pytest.raises(ValueError, match="say which words"):
+        Source("a", "b", "c", " ")
+    assert Source("a", "b", "c", "d").to_dict()["reads"] == "d"
 
 
 @pytest.mark.parametrize(
@@ -112,7 +130,7 @@ def test_a_claim_refuses_setups_that_cannot_apply():
     with pytest.raises(ValueError, match="training claims, and only they, have runs"):
         dataclasses.replace(claim, runs=None)
     with pytest.raises(ValueError, match="Source.setup key 'batch'"):
-        Source("a", "b", "c", {"batch": "64"})
+        Source("a", "b", "c", "d", {"batch": "64"})
 
 
 def test_a_run_is_the_claims_sizes_then_the_setup_then_the_run():
@@ -156,5 +174,6 @@ def test_no_setup_sets_what_its_claim_varies(claim):
     for setup in claim.setups:  # run_spec raises on a field both set
         for size in (claim.quick, claim.full):
             specs = claim.runs(size, setup)
-            assert specs and {s.train["seed"] for s in specs} == set(range(size["seeds"]))
+            seeds = set(range(size["seeds"]))
+            assert specs and {s.train["seed"] for s in specs} - {NULL_SEED + s for s in seeds} == seeds
             assert all(s.model["init"] == setup.init for s in specs)

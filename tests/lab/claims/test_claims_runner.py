@@ -75,7 +75,7 @@ def test_a_claims_run_killed_midway_trains_only_its_unfinished_runs_again(tmp_pa
         child.wait()
     before = _kept(out)
     claim = registry.REGISTRY[CLAIM]
-    keys = [spec.key for setup in claim.setups for spec in claim.runs(sizes, setup)]
+    keys = [spec.key for setup in claim.setups_run(quick=True) for spec in claim.runs(sizes, setup)]
     assert len(before) == 1 and len(keys) > 1
 
     report = registry.run_claims([CLAIM], quick=True, executor=Executor(jobs=1), out=out, progress=False)
@@ -104,6 +104,67 @@ def test_a_kept_result_of_another_spec_or_a_damaged_one_is_trained_again(tmp_pat
     assert json.loads(first.read_text())["spec"]["train"]["steps"] == stale["spec"]["train"]["steps"] - 1
 
 
+def test_a_kept_result_made_by_other_code_is_trained_again(tmp_path, tiny_claims, trained, monkeypatch):
+    """Issue 36: the cache is keyed by the code version too; a changed kernel, loop or task reruns."""
+    from blocklab.lab.claims import runner
+
+    out = tmp_path / "claims"
+    first = registry.run_claims([CLAIM], quick=True, executor=Executor(jobs=1), out=out, progress=False)
+    kept = [json.loads(p.read_text()) for p in out.rglob("result.json")]
+    assert kept and {(r["code"], r["registry"]) for r in kept} == {(first["code"], first["registry"])}
+    trained.clear()
+    monkeypatch.setattr(runner, "code_version", lambda: "0123456789abcdef")
+    again = registry.run_claims([CLAIM], quick=True, executor=Executor(jobs=1), out=out, progress=False)
+    assert len(trained) == len(kept) and again["training"]["kept"] == 0 and again["code"] == "0123456789abcdef"
+
+
+def test_the_code_version_follows_the_training_code_and_not_the_claims(tmp_path):
+    from blocklab.lab.claims.runner import code_version
+
+    package = tmp_path / "blocklab"
+    for part in ("nn", "lab/claims", "cli"):
+        (package / part).mkdir(parents=True)
+        (package / part / "x.py").write_text("A = 1\n")
+    before = code_version(package)
+    (package / "lab/claims/x.py").write_text("A = 2\n")  # a claim's verdict: measured again every run
+    (package / "cli/x.py").write_text("A = 2\n")
+    assert code_version(package) == before
+    (package / "nn/x.py").write_text("A = 2\n")  # a kernel: every run it trained is stale
+    assert code_version(package) != before
+
+
+def test_the_registry_hash_follows_what_is_stated_before_the_runs_and_not_the_notes():
+    import dataclasses
+
+    from blocklab.lab.claims.runner import registry_hash
+
+    claims = list(registry.CLAIMS)
+    index = next(i for i, c in enumerate(claims) if c.name == CLAIM)
+    before = registry_hash(claims)
+    noted = claims[:index] + [dataclasses.replace(claims[index], notes="written after the run")] + claims[index + 1:]
+    assert registry_hash(noted) == before
+    claim = claims[index]
+    moved = dataclasses.replace(claim, full={**claim.full, "steps": claim.full["steps"] + 1})
+    assert registry_hash(claims[:index] + [moved] + claims[index + 1:]) != before
+    source = claim.setups[0]
+    other = dataclasses.replace(claim, setups=(dataclasses.replace(source, init="he"), *claim.setups[1:]))
+    assert registry_hash(claims[:index] + [other] + claims[index + 1:]) != before
+
+
+def test_training_settings_are_every_trainconfig_field_that_trains():
+    from blocklab.lab.claims.runner import training_settings
+    from blocklab.training.train_config import TrainConfig
+
+    claim = registry.REGISTRY["pre-vs-post-warmup"]
+    settings = training_settings(claim.runs(claim.full, claim.setups[0]))
+    common = settings["common"]
+    assert (common["weight_decay"], common["grad_clip"], common["beta1"], common["beta2"]) == (
+        TrainConfig.weight_decay, TrainConfig.grad_clip, TrainConfig.beta1, TrainConfig.beta2)
+    assert (common["lr"], common["steps"], common["init"], common["dtype"]) == (1e-3, 600, "xavier", "float32")
+    assert settings["varied"] == {"warmup": [0, 100]} and "AdamW" in settings["optimizer"]
+    assert "seed" not in common and "threads" not in common
+
+
 def test_a_claims_folder_is_only_one_blocklab_made_for_claims(tmp_path, capsys):
     from blocklab.cli import main
 
@@ -126,9 +187,9 @@ def _claim(out: Path, runs: int) -> Claim:
                 for i in range(runs)]
 
     return Claim(name="fake", kind="training", statement="a claim that only trains", method="train",
-                 source=Source("a test", "-", "-"), quick={}, full={},
+                 source=Source("a test", "-", "-", "-"), quick={}, full={},
                  setups=(Setup("a", "source", "the runs"), Setup("b", "confound", "more runs")),
-                 measure=lambda params, setup, results: {}, verdict=None, headline=None, plot=None,
+                 measure=lambda params, setup, results: {}, verdict=lambda m: None, headline=None, plot=None,
                  runs=specs)
 
 

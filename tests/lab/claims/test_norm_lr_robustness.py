@@ -1,29 +1,27 @@
-"""norm-lr-robustness's rule: a rate is good when most seeds reach the bar; LayerNorm must have more good
-rates; a run at chance is not better than a diverged one; inconclusive when an arm never trains."""
+"""norm-lr-robustness: "needs", one test per higher rate: LayerNorm's effect is present at 5x and 30x the
+base rate and absent at it; inconclusive when LayerNorm does not train at the base rate."""
 
 from blocklab.lab.claims import norm_lr_robustness as claim
 
-
-def numbers(arm, standard, none):
-    return {"lrs": [1e-3, 1e-2, 1e-1], "standard": [arm(list(a)) for a in standard],
-            "none": [arm(list(a)) for a in none], "trains_at": 0.9}  # fmt: skip
+LRS = [1e-3, 3e-3, 1e-2, 3e-2, 1e-1]
 
 
-def test_more_learning_rates_reach_the_bar_on_most_seeds(arm, threshold):
-    good, bad = (0.95,) * 3, (0.11, 0.12, 0.11)
-    inside = numbers(arm, (good, good, (0.9, 0.9, 0.1)), (good, good, bad))
-    outside = numbers(arm, (good, good, (0.9, 0.8999, 0.1)), (good, good, bad))
-    threshold(claim.verdict, inside, outside, 0)
+def numbers(arm, spread, ln=(0.95, 0.95, 0.95, 0.95, 0.95), none=(0.95, 0.95, 0.2, 0.2, None)):
+    diverged = lambda c: arm([None] * 5) if c is None else arm(spread(c))
+    return {"lrs": LRS, "base_lr": 3e-3, "higher": [1e-2, 1e-1], "trains_at": 0.9,
+            "standard": [diverged(c) for c in ln], "none": [diverged(c) for c in none],
+            "null": arm(spread(ln[1], width=0.012))}
 
 
-def test_chance_is_not_better_than_diverged(arm):
-    good = (0.95,) * 3
-    v = claim.verdict(numbers(arm, (good, good, (0.12, 0.11, 0.13)), (good, good, (None, None, None))))
-    assert v.verdict == "fails"
-    assert "diverged runs over the sweep: LayerNorm 0, no norm 3" in v.observations[0]
+def test_normalization_enabling_higher_rates_holds_and_a_diverged_run_counts_zero(arm, spread):
+    v = claim.verdict(numbers(arm, spread))
+    assert v.verdict == "holds" and len(v.checks) == 2 and "no norm 5" in v.observations[0]
 
 
-def test_inconclusive_when_an_arm_trains_at_no_rate(arm):
-    never = ((0.5,) * 3,) * 3
-    assert claim.verdict(numbers(arm, ((0.95,) * 3,) * 3, never)).verdict == "inconclusive"
-    assert claim.verdict(numbers(arm, never, ((0.95,) * 3,) * 3)).verdict == "inconclusive"
+def test_fails_when_no_norm_trains_at_a_higher_rate_too(arm, spread):
+    v = claim.verdict(numbers(arm, spread, none=(0.95, 0.95, 0.95, 0.2, 0.2)))
+    assert v.verdict == "fails" and [t["outcome"] for t in v.checks] == ["fails", "holds"]
+
+
+def test_inconclusive_when_layernorm_does_not_train_at_the_base_rate(arm, spread):
+    assert claim.verdict(numbers(arm, spread, ln=(0.95, 0.5, 0.95, 0.95, 0.95))).verdict == "inconclusive"

@@ -13,9 +13,10 @@ import pytest
 import blocklab.lab.claims as claims_package
 from blocklab.cli import main
 from blocklab.lab.claims import CLAIMS, REGISTRY, VERDICTS, combine, registry, runner, schema
+from blocklab.lab.claims.shared import NULL_SEED
 from blocklab.lab.executors import Executor
 
-NOT_CLAIMS = {"base", "shared", "registry", "runner", "views"}
+NOT_CLAIMS = {"base", "changelog", "shared", "registry", "rules", "runner", "views"}
 
 
 def test_the_registry_holds_every_claim_module_once(tiny_claims):
@@ -25,14 +26,15 @@ def test_the_registry_holds_every_claim_module_once(tiny_claims):
 
 
 @pytest.mark.parametrize("claim", CLAIMS, ids=lambda c: c.name)
-def test_every_training_and_init_claim_has_a_source_setup_and_a_confound(claim):
+def test_every_training_claim_has_a_source_setup_and_a_confound(claim):
     roles = [s.role for s in claim.setups]
     if claim.kind == "exact":
         assert roles == ["exact"]
     else:
-        assert len(claim.setups) >= 2 and roles.count("source") == 1 and "confound" in roles
-        assert all(v != "not stated" for v in claim.source.to_dict()["setup"].values()), claim.name
-    assert claim.source.citation and claim.source.section and claim.source.statement
+        assert roles.count("source") == 1 and set(roles) <= {"source", "confound", "sweep"}
+    if claim.kind == "training":
+        assert "confound" in roles
+    assert claim.source.citation and claim.source.section and claim.source.statement and claim.source.reads
 
 
 # Claims about training stability: their confounds must include a learning rate other than the source's.
@@ -55,7 +57,7 @@ def test_every_source_setup_uses_the_init_its_source_states(claim):
     """issue 25: training claims used to be forced onto GPT-2's N(0, 0.02); each source setup now draws its
     weights as the source did, and a confound varies the init (or the claim's own variable)."""
     source = next(s for s in claim.setups if s.role == "source")
-    stated = claim.source.setup["init"]
+    stated = claim.source.to_dict()["setup"]["init"]
     expected = next((scheme for word, scheme in STATED_INIT.items() if word in stated), "torch")
     assert source.init == expected, (claim.name, stated)
     if claim.name in STABILITY:
@@ -71,18 +73,19 @@ def test_claims_quick_end_to_end_gives_a_verdict_per_setup(tmp_path, tiny_claims
     jsonschema.validate(report, schema())
     assert [c["name"] for c in report["claims"]] == [c.name for c in tiny_claims]
     for claim, got in zip(tiny_claims, report["claims"], strict=True):
-        assert [s["name"] for s in got["setups"]] == [s.name for s in claim.setups]
-        verdicts = {s["name"]: s["verdict"] for s in got["setups"]}
-        assert all(v in VERDICTS for v in verdicts.values())
+        assert [s["name"] for s in got["setups"]] == [s.name for s in claim.setups_run(quick=True)]
+        verdicts = [(s["name"], s["role"], s["verdict"]) for s in got["setups"]]
+        assert all(v in VERDICTS for _, _, v in verdicts)
         assert (got["verdict"], got["reason"]) == combine(verdicts)
-        runs = [len(claim.runs(claim.quick, s)) if claim.runs else 0 for s in claim.setups]
+        runs = [len(claim.runs(claim.quick, s)) if claim.runs else 0 for s in claim.setups_run(quick=True)]
         assert [s["runs"] for s in got["setups"]] == runs
     by_name = {c["name"]: c for c in report["claims"]}
     relu = by_name["relu-sparsity"]["setups"][0]["measurements"]  # 2 seeds of 2 layers
     assert len(relu["init"]) == len(relu["trained"]) == 2 and all(len(layers) == 2 for layers in relu["init"])
     assert all(0 <= x <= 1 for layers in relu["trained"] for x in layers)
     html = page.read_text()
-    assert html.count("<img") == sum(len(c.setups) for c in tiny_claims)
+    assert html.count("<img") == sum(len(c.setups_run(quick=True)) for c in tiny_claims)
+    assert report["warning"].startswith("a smoke run")
     assert "blocklab claims" in capsys.readouterr().out
 
 
@@ -100,16 +103,17 @@ def test_every_task_a_claim_trains_on_reopens_with_blocklab_eval(tmp_path, capsy
         for spec in c.runs(c.quick, s)
     }
     assert {json.loads(t)["name"] for t in tasks} == {"listops", "listops-padded", "text"}
-    for task in map(json.loads, sorted(tasks)):
-        out = tmp_path / task["name"]
+    for i, task in enumerate(map(json.loads, sorted(tasks))):
+        out = tmp_path / str(i)
         args = ["train", "--task", task["name"], "--d-model", "16", "--n-heads", "2", "--d-ff", "32",
                 "--steps", "2", "--eval-every", "2", "--batch-size", "8", "--no-report", "-q",
                 "--out", str(out)]  # fmt: skip
+        args += [flag for k, v in task.items() if k != "name" for flag in ("--task-option", f"{k}={v}")]
         assert main(args) == 0
         capsys.readouterr()
         assert main(["eval", "--checkpoint", str(out), "--json"]) == 0
         result = json.loads(capsys.readouterr().out)
-        assert result["task"]["name"] == task["name"] and 0 <= result["accuracy"] <= 1
+        assert result["task"] == {**result["task"], **task} and 0 <= result["accuracy"] <= 1
 
 
 def test_a_failed_training_run_is_raised_by_run_claims(tiny_claims):
@@ -123,7 +127,8 @@ def test_a_failed_training_run_is_raised_by_run_claims(tiny_claims):
 def test_seeds_reach_every_claim_measured_over_seeds_and_refuse_where_none_is(capsys):
     counts, gelu = registry.with_seeds(registry.select(["gelu-vs-relu", "param-counts"]), 5, quick=False)
     assert gelu.full["seeds"] == 5 and counts.full == REGISTRY["param-counts"].full
-    assert len({s.train["seed"] for s in gelu.runs(gelu.full, gelu.setups[0])}) == 5
+    seeds = {s.train["seed"] for s in gelu.runs(gelu.full, gelu.setups[0])}
+    assert seeds == {*range(5), *range(NULL_SEED, NULL_SEED + 5)}  # the arms' and the null arm's
     assert registry.with_seeds(CLAIMS, None, quick=True) == CLAIMS
     with pytest.raises(ValueError, match="applies to claims measured over seeds; none of param-counts"):
         registry.with_seeds(registry.select(["param-counts"]), 2, quick=False)

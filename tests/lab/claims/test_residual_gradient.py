@@ -1,68 +1,42 @@
-"""residual-gradient's checks, each from synthetic numbers either side of its threshold."""
+"""residual-gradient and plain-gradient: log10 first/top at the deepest depth against the shallowest, paired
+by seed: "matches" with residuals, "differs" without; a gradient that overflowed or underflowed float32 is
+read at float32's ends; the measurement on a tiny stack."""
 
-import copy
+import math
 
 import pytest
 
-from blocklab.lab.claims import residual_gradient as claim
-
-FAMILIES = list(claim.FAMILIES)
-
-
-def numbers(add=(1.0, 1.0), none=(0.5, 1e-4)):
-    return {"depths": [2, 20], "families": {f: {"add": list(add), "none": list(none)} for f in FAMILIES}}
+from blocklab.lab.claims import plain_gradient, residual_gradient
+from blocklab.lab.claims.residual_gradient import FAMILIES, LOG10_OVERFLOW, LOG10_UNDERFLOW, log_ratio
 
 
-def test_all_checks_hold_on_textbook_numbers():
-    assert claim.verdict(numbers()).verdict == "holds"
-    assert claim.verdict(numbers(add=(1e-3, 1e-3), none=(0.5, 0.4))).verdict == "fails"
+def numbers(spread, shallow, deep, residual):
+    arm = {"log10_ratio": [spread(shallow), spread(deep)], "null_deepest": list(reversed(spread(deep, width=0.012)))}
+    return {"depths": [2, 20], "families": {f: {residual: arm} for f in FAMILIES}}
 
 
-@pytest.mark.parametrize("inside, outside", [(0.1, 0.0999), (1e6, 0.0999)])
-def test_alive_means_not_vanished(threshold, inside, outside):
-    """A gradient that grows is alive: the source speaks of vanishing only."""
-    threshold(claim.verdict, numbers(add=(1.0, inside)), numbers(add=(1.0, outside)), 0)
+def test_with_residuals_a_share_that_stays_holds_and_one_that_falls_fails(spread):
+    assert residual_gradient.verdict(numbers(spread, -0.3, -0.3, "add")).verdict == "holds"
+    assert residual_gradient.verdict(numbers(spread, -0.3, -3.0, "add")).verdict == "fails"
 
 
-def test_an_overflowed_depth_is_left_out_of_the_alive_check_and_said():
-    v = claim.verdict(numbers(add=(1.0, None)))
-    assert v.checks[0]["ok"] and "n/f" in v.observations[0] and "left out" in v.observations[0]
-    assert not claim.verdict(numbers(add=(0.01, None))).checks[0]["ok"]
-    assert not claim.verdict(numbers(add=(None, None))).checks[0]["ok"]  # nothing finite shows it alive
+def test_without_residuals_vanishing_and_exploding_both_hold_and_staying_fails(spread):
+    assert plain_gradient.verdict(numbers(spread, -0.3, -8.0, "none")).verdict == "holds"
+    assert plain_gradient.verdict(numbers(spread, -0.3, 5.0, "none")).verdict == "holds"
+    v = plain_gradient.verdict(numbers(spread, -0.3, -0.3, "none"))
+    assert v.verdict == "fails" and v.checks[0]["rule"] == "differs"
 
 
-def test_a_growing_gradient_is_observed_not_scored():
-    assert claim.verdict(numbers(add=(1.0, 10.0))).observations == []
-    v = claim.verdict(numbers(add=(1.0, 10.01)))
-    assert v.verdict == "holds" and "more than 10x" in v.observations[0] and "1 10" in v.observations[0]
+def test_a_gradient_that_left_float32_is_read_at_its_ends():
+    assert log_ratio(1.0, 100.0) == pytest.approx(-2.0)
+    assert log_ratio(math.inf, 1.0) == LOG10_OVERFLOW and log_ratio(math.nan, 1.0) == LOG10_OVERFLOW
+    assert log_ratio(0.0, 1.0) == LOG10_UNDERFLOW and log_ratio(1e-300, 1e300) == LOG10_UNDERFLOW
 
 
-def test_not_finite_ratios_without_residuals_count_as_nothing():
-    assert not any(c["ok"] for c in claim.verdict(numbers(none=(None, None))).checks[1:])
-
-
-@pytest.mark.parametrize("family", range(len(FAMILIES)))
-def test_vanished_below_one_hundredth_at_the_deepest_depth(threshold, family):
-    inside, outside = numbers(none=(0.5, 0.00999)), numbers(none=(0.5, 0.00999))
-    outside["families"][FAMILIES[family]]["none"] = [0.5, 0.01]
-    threshold(claim.verdict, inside, outside, 1 + 2 * family)
-
-
-@pytest.mark.parametrize("family", range(len(FAMILIES)))
-def test_keeps_shrinking_tenfold(threshold, family):
-    inside = numbers(none=(0.05, 0.00499))
-    outside = copy.deepcopy(inside)
-    outside["families"][FAMILIES[family]]["none"] = [0.0499, 0.00499]
-    threshold(claim.verdict, inside, outside, 2 + 2 * family)
-
-
-def test_a_ratio_that_was_not_finite_plots_as_a_gap():
-    """The report stores NaN and inf as None; the claims page must still draw (it failed on the full run)."""
-    from matplotlib.figure import Figure
-
-    m = numbers(add=(1.0, None))
-    m["profiles"] = {f: {"add": [1.0, None], "none": [1.0, 0.5]} for f in FAMILIES}
-    fig = Figure()
-    claim.plot(m, fig)
-    line = fig.axes[0].lines[0]
-    assert list(line.get_ydata()[:1]) == [1.0] and str(line.get_ydata()[1]) == "nan"
+def test_the_measurement_reads_the_diagnostics_first_and_top_gradients():
+    sizes = {"d_model": 16, "batch": 4, "depths": [1, 2], "seeds": 2}
+    m = residual_gradient.measure(sizes, residual_gradient.HE, {})
+    arm = m["families"]["pre-norm"]["add"]
+    assert len(arm["log10_ratio"]) == 2 and len(arm["log10_ratio"][0]) == 2 and len(arm["null_deepest"]) == 2
+    assert all(math.isfinite(x) for row in arm["log10_ratio"] for x in row)
+    assert residual_gradient.verdict(m).checks[0]["effect"]["n"] == 2
