@@ -63,8 +63,10 @@ class Effect:
 
     def __str__(self) -> str:
         percent = f"{self.confidence:.0%}"
-        return f"{self.mean:+.4g} ({percent} {self.interval} interval {self.low:+.4g} .. {self.high:+.4g}, " \
-               f"{self.n} seeds)"
+        return (
+            f"{self.mean:+.4g} ({percent} {self.interval} interval {self.low:+.4g} .. {self.high:+.4g}, "
+            f"{self.n} seeds)"
+        )
 
 
 @dataclass(frozen=True)
@@ -81,8 +83,9 @@ class Margin:
         if self.origin not in MARGIN_ORIGINS:
             raise ValueError(f"Margin.origin={self.origin!r} is not one of: {', '.join(MARGIN_ORIGINS)}")
         if not self.text.strip():
-            raise ValueError("Margin.text is empty: quote the source's words or say how the noise was "
-                             "measured")
+            raise ValueError(
+                "Margin.text is empty: quote the source's words or say how the noise was measured"
+            )
 
     def scaled(self, factor: float) -> Margin:
         """The same margin times ``factor`` (the sensitivity's neighbours)."""
@@ -101,13 +104,15 @@ def _checked_pairs(a: Sequence[float], b: Sequence[float]) -> list[float]:
         raise ValueError(f"an interval needs at least {MIN_SEEDS} seeds, got {len(a)}")
     values = [float(x) for x in (*a, *b)]
     if not all(math.isfinite(x) for x in values):
-        raise ValueError("a per-seed number is not finite: record a diverged run as the claim's own rule "
-                         "says")
+        raise ValueError(
+            "a per-seed number is not finite: record a diverged run as the claim's own rule says"
+        )
     return [float(y) - float(x) for x, y in zip(a, b, strict=True)]
 
 
-def paired_effect(a: Sequence[float], b: Sequence[float], interval: str = "t",
-                  confidence: float = CONFIDENCE) -> Effect:
+def paired_effect(
+    a: Sequence[float], b: Sequence[float], interval: str = "t", confidence: float = CONFIDENCE
+) -> Effect:
     """The mean of b_s - a_s over seeds s with its two-sided ``confidence`` interval (Student's t on the
     differences, or a percentile bootstrap of their mean)."""
     from scipy import stats
@@ -125,8 +130,14 @@ def paired_effect(a: Sequence[float], b: Sequence[float], interval: str = "t",
         sd = math.sqrt(math.fsum((x - mean) ** 2 for x in d) / (n - 1))
         half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
         return Effect(mean, mean - half, mean + half, n, interval, confidence)
-    result = stats.bootstrap((d,), _mean, confidence_level=confidence, n_resamples=BOOTSTRAP_RESAMPLES,
-                             method="percentile", random_state=BOOTSTRAP_SEED)
+    result = stats.bootstrap(
+        (d,),
+        _mean,
+        confidence_level=confidence,
+        n_resamples=BOOTSTRAP_RESAMPLES,
+        method="percentile",
+        random_state=BOOTSTRAP_SEED,
+    )
     ci = result.confidence_interval
     return Effect(mean, float(ci.low), float(ci.high), n, interval, confidence)
 
@@ -184,7 +195,12 @@ def needs(with_condition: Effect, without_condition: Effect, better: str, margin
     return "inconclusive"
 
 
-RULES: dict[str, Callable[..., str]] = {"beats": beats, "matches": matches, "at least": at_least, "needs": needs}
+RULES: dict[str, Callable[..., str]] = {
+    "beats": beats,
+    "matches": matches,
+    "at least": at_least,
+    "needs": needs,
+}
 
 
 def noise_margin(a: Sequence[float], a_again: Sequence[float], what: str, interval: str = "t") -> Margin:
@@ -216,12 +232,17 @@ class Sensitivity:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict, with the label and the flips."""
-        return {"verdict": self.verdict, "label": self.label, "neighbours": dict(self.neighbours),
-                "flips": self.flips}
+        return {
+            "verdict": self.verdict,
+            "label": self.label,
+            "neighbours": dict(self.neighbours),
+            "flips": self.flips,
+        }
 
 
-def sensitivity(decide: Callable[..., str], choices: Mapping[str, Any],
-                neighbours: Mapping[str, Mapping[str, Any]]) -> Sensitivity:
+def sensitivity(
+    decide: Callable[..., str], choices: Mapping[str, Any], neighbours: Mapping[str, Mapping[str, Any]]
+) -> Sensitivity:
     """``decide(**choices)`` and ``decide(**{**choices, **change})`` for each named change (a margin x0.5
     and x2, another budget's numbers, one evaluation more or less)."""
     if not neighbours:

@@ -55,50 +55,69 @@ def test_the_bootstrap_interval_brackets_the_mean_and_agrees_with_t_on_normal_di
 
 
 def test_unpaired_short_or_non_finite_arms_are_refused_by_name() -> None:
-    for a, b, message in [([1.0, 2.0], [1.0], "one number per seed"), ([1.0], [2.0], "at least 2 seeds"),
-                          ([1.0, math.nan], [1.0, 2.0], "not finite")]:
+    for a, b, message in [
+        ([1.0, 2.0], [1.0], "one number per seed"),
+        ([1.0], [2.0], "at least 2 seeds"),
+        ([1.0, math.nan], [1.0, 2.0], "not finite"),
+    ]:
         with pytest.raises(ValueError, match=message):
             paired_effect(a, b)
     with pytest.raises(ValueError, match="interval='z'"):
         paired_effect([1.0, 2.0], [2.0, 3.0], "z")
 
 
-@pytest.mark.parametrize(("low", "high", "better", "verdict"), [
-    (0.1, 0.9, "higher", "holds"),  # excludes 0 on B's side
-    (-0.9, -0.1, "lower", "holds"),  # a loss: lower is better
-    (-0.9, -0.1, "higher", "fails"),  # excludes 0 on A's side
-    (-0.4, 0.4, "higher", "fails"),  # inside the margin: no difference worth the word
-    (-0.2, 0.8, "higher", "inconclusive"),  # straddles 0 and leaves the margin
-])
+@pytest.mark.parametrize(
+    ("low", "high", "better", "verdict"),
+    [
+        (0.1, 0.9, "higher", "holds"),  # excludes 0 on B's side
+        (-0.9, -0.1, "lower", "holds"),  # a loss: lower is better
+        (-0.9, -0.1, "higher", "fails"),  # excludes 0 on A's side
+        (-0.4, 0.4, "higher", "fails"),  # inside the margin: no difference worth the word
+        (-0.2, 0.8, "higher", "inconclusive"),  # straddles 0 and leaves the margin
+    ],
+)
 def test_beats_on_both_sides_of_zero_and_of_the_margin(low, high, better, verdict) -> None:
     assert beats(effect(low, high), better, MARGIN) == verdict
 
 
-@pytest.mark.parametrize(("low", "high", "verdict"), [
-    (-0.49, 0.49, "holds"), (-0.5, 0.5, "holds"), (-0.51, 0.2, "inconclusive"), (0.2, 0.7, "inconclusive"),
-    (0.51, 0.9, "fails"), (-0.9, -0.51, "fails"),
-])
+@pytest.mark.parametrize(
+    ("low", "high", "verdict"),
+    [
+        (-0.49, 0.49, "holds"),
+        (-0.5, 0.5, "holds"),
+        (-0.51, 0.2, "inconclusive"),
+        (0.2, 0.7, "inconclusive"),
+        (0.51, 0.9, "fails"),
+        (-0.9, -0.51, "fails"),
+    ],
+)
 def test_matches_on_both_sides_of_the_margin(low, high, verdict) -> None:
     assert matches(effect(low, high), MARGIN) == verdict
 
 
-@pytest.mark.parametrize(("low", "high", "better", "verdict"), [
-    (-0.49, 0.9, "higher", "holds"),  # no worse than the margin
-    (-0.5, -0.4, "higher", "holds"),  # worse, but inside the margin
-    (0.4, 0.5, "lower", "holds"),  # the same for a loss
-    (-0.9, -0.51, "higher", "fails"),  # worse beyond the margin
-    (-0.7, 0.1, "higher", "inconclusive"),  # might be worse beyond it
-])
+@pytest.mark.parametrize(
+    ("low", "high", "better", "verdict"),
+    [
+        (-0.49, 0.9, "higher", "holds"),  # no worse than the margin
+        (-0.5, -0.4, "higher", "holds"),  # worse, but inside the margin
+        (0.4, 0.5, "lower", "holds"),  # the same for a loss
+        (-0.9, -0.51, "higher", "fails"),  # worse beyond the margin
+        (-0.7, 0.1, "higher", "inconclusive"),  # might be worse beyond it
+    ],
+)
 def test_at_least_is_non_inferiority(low, high, better, verdict) -> None:
     assert at_least(effect(low, high), better, MARGIN) == verdict
 
 
-@pytest.mark.parametrize(("under", "without", "verdict"), [
-    ((0.6, 1.2), (-0.3, 0.3), "holds"),  # present under X, absent without
-    ((0.6, 1.2), (0.6, 1.2), "fails"),  # present without X too
-    ((-0.2, 0.2), (-0.3, 0.3), "fails"),  # absent under X
-    ((0.6, 1.2), (-0.2, 0.9), "inconclusive"),  # without X: cannot tell
-])
+@pytest.mark.parametrize(
+    ("under", "without", "verdict"),
+    [
+        ((0.6, 1.2), (-0.3, 0.3), "holds"),  # present under X, absent without
+        ((0.6, 1.2), (0.6, 1.2), "fails"),  # present without X too
+        ((-0.2, 0.2), (-0.3, 0.3), "fails"),  # absent under X
+        ((0.6, 1.2), (-0.2, 0.9), "inconclusive"),  # without X: cannot tell
+    ],
+)
 def test_needs_is_a_dose_response(under, without, verdict) -> None:
     assert needs(effect(*under), effect(*without), "higher", MARGIN) == verdict
 
@@ -116,9 +135,12 @@ def test_the_seed_noise_margin_is_the_null_arms_widest_admitted_difference() -> 
 
 
 def test_margins_say_where_they_come_from() -> None:
-    for value, origin, text, message in [(0.0, "source", "x", "above 0"), (math.inf, "source", "x", "finite"),
-                                         (0.1, "hunch", "x", "origin='hunch'"),
-                                         (0.1, "source", " ", "empty")]:
+    for value, origin, text, message in [
+        (0.0, "source", "x", "above 0"),
+        (math.inf, "source", "x", "finite"),
+        (0.1, "hunch", "x", "origin='hunch'"),
+        (0.1, "source", " ", "empty"),
+    ]:
         with pytest.raises(ValueError, match=message):
             Margin(value, origin, text)
 
@@ -130,7 +152,10 @@ def test_sensitivity_labels_a_verdict_that_flips_with_the_margin_fragile() -> No
     assert fragile.verdict == "inconclusive" and fragile.label == "fragile"
     assert fragile.neighbours == {"margin x0.5": "fails", "margin x2": "holds"}
     assert fragile.flips == ["margin x0.5", "margin x2"]
-    steady = sensitivity(beats, {"effect": effect(1.5, 2.5), "better": "higher", "margin": margin},
-                         {**margin_neighbours(margin), "another budget": {"effect": effect(1.0, 3.0)}})
+    steady = sensitivity(
+        beats,
+        {"effect": effect(1.5, 2.5), "better": "higher", "margin": margin},
+        {**margin_neighbours(margin), "another budget": {"effect": effect(1.0, 3.0)}},
+    )
     assert steady.verdict == "holds" and steady.label == "robust" and steady.flips == []
     assert steady.to_dict()["label"] == "robust"

@@ -53,23 +53,36 @@ def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
     null."""
     text = get_task("text").text
     size = p["chars"]
-    passages = [text[i * size:(i + 1) * size] for i in range(2 * p["passages"])]
+    passages = [text[i * size : (i + 1) * size] for i in range(2 * p["passages"])]
     rows = [passage_distances(t) for t in passages]
-    return {"rows": rows[: p["passages"]], "null": rows[p["passages"]:], "tokens_per_passage": size}
+    return {"rows": rows[: p["passages"]], "null": rows[p["passages"] :], "tokens_per_passage": size}
 
 
 def verdict(m: Numbers) -> Verdict:
     """The last layer's mean attention distance beats the first's, paired by passage."""
     first = [r["distance"][0] for r in m["rows"]]
     last = [r["distance"][-1] for r in m["rows"]]
-    margin = noise(first, [r["distance"][0] for r in m["null"]], "the first layer's mean attention distance "
-                   "on other passages")
+    margin = noise(
+        first,
+        [r["distance"][0] for r in m["null"]],
+        "the first layer's mean attention distance on other passages",
+    )
     share = lambda i: _median([r["special_share"][i] for r in m["rows"]])
     return from_tests(
-        [compare("the last layer attends over longer distances than the first", "beats", (first, last), "higher",
-                 margin)],
-        observations=["median distance by layer: " + " ".join(f"{_median(c):.1f}" for c in _layers(m["rows"])) +
-                      f"; attention on [CLS] and [SEP]: layer 1 {share(0):.0%}, last {share(-1):.0%}"],
+        [
+            compare(
+                "the last layer attends over longer distances than the first",
+                "beats",
+                (first, last),
+                "higher",
+                margin,
+            )
+        ],
+        observations=[
+            "median distance by layer: "
+            + " ".join(f"{_median(c):.1f}" for c in _layers(m["rows"]))
+            + f"; attention on [CLS] and [SEP]: layer 1 {share(0):.0%}, last {share(-1):.0%}"
+        ],
     )
 
 
@@ -84,7 +97,8 @@ def _median(xs: list[float]) -> float:
 def headline(m: Numbers) -> str:
     """The median distance by layer."""
     return "mean attention distance by layer (median over passages): " + " ".join(
-        f"{_median(c):.1f}" for c in _layers(m["rows"]))
+        f"{_median(c):.1f}" for c in _layers(m["rows"])
+    )
 
 
 def plot(m: Numbers, fig: Figure) -> None:
@@ -107,14 +121,18 @@ CLAIM = Claim.of(
         "the block tutorials this project implements (the multi-head attention tutorial)",
         "what the layers learn",
         "Early layers attend locally; later layers attend to longer-range dependencies.",
-        "'later layers ... longer-range', read as: in a real pretrained model the last layer's mean attention "
+        "'later layers ... longer-range', read as: in a real pretrained model the last layer's mean "
+        "attention "
         "distance beats the first layer's, paired by passage, beyond the passage-to-passage noise",
     ),
     method="all-MiniLM-L6-v2 (a pretrained BERT-style encoder, 6 layers), 20 passages of 400 characters of "
-    "the text task's Coriolanus: per passage and layer the mean over queries and heads of sum_j a_ij |i - j|; "
+    "the text task's Coriolanus: per passage and layer the mean over queries and heads of sum_j a_ij |i - "
+    "j|; "
     "the last layer's against the first's, paired by passage with a 95% t interval; the margin the first "
     "layer's noise on 20 other passages.",
-    setups=(Setup("minilm", "source", "the pretrained all-MiniLM-L6-v2 weights as shipped: nothing is drawn"),),
+    setups=(
+        Setup("minilm", "source", "the pretrained all-MiniLM-L6-v2 weights as shipped: nothing is drawn"),
+    ),
     quick={"passages": 2, "chars": 200},
     full={"passages": 20, "chars": 400},
     notes="",

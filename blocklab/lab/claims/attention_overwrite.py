@@ -37,8 +37,13 @@ def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
             summed = x + attn(x)  # the residual sum
         before, after = x[0, 0], summed[0, 0]
         rest = lambda v: v - (v @ u) * u
-        rows.append({"along_before": float(before @ u), "along_after": float(after @ u),
-                     "rest_change": float((rest(after) - rest(before)).abs().max())})
+        rows.append(
+            {
+                "along_before": float(before @ u),
+                "along_after": float(after @ u),
+                "rest_change": float((rest(after) - rest(before)).abs().max()),
+            }
+        )
     return {"rows": rows}
 
 
@@ -46,11 +51,19 @@ def verdict(m: Numbers) -> Verdict:
     """The residual sum keeps the first position's component along u (it is never overwritten)."""
     rows = m["rows"]
     return from_tests(
-        [exact("after attention's residual sum, the token still holds what it held along u",
-               [r["along_after"] for r in rows], [r["along_before"] for r in rows], TOL)],
-        observations=[f"along u the token held |x.u| up to {max(abs(r['along_before']) for r in rows):.2f} and "
-                      f"holds {max(abs(r['along_after']) for r in rows):.1e} after; the rest of it changed by "
-                      f"{max(r['rest_change'] for r in rows):.1e}"],
+        [
+            exact(
+                "after attention's residual sum, the token still holds what it held along u",
+                [r["along_after"] for r in rows],
+                [r["along_before"] for r in rows],
+                TOL,
+            )
+        ],
+        observations=[
+            f"along u the token held |x.u| up to {max(abs(r['along_before']) for r in rows):.2f} and "
+            f"holds {max(abs(r['along_after']) for r in rows):.1e} after; the rest of it changed by "
+            f"{max(r['rest_change'] for r in rows):.1e}"
+        ],
     )
 
 

@@ -133,7 +133,10 @@ def from_tests(
     reason = "; ".join(parts)
     broken = [text for text, ok in controls if not ok]
     if broken:
-        verdict, reason = "inconclusive", "a control failed (" + "; ".join(broken) + "), so the tests do not count"
+        verdict, reason = (
+            "inconclusive",
+            "a control failed (" + "; ".join(broken) + "), so the tests do not count",
+        )
     return Verdict(
         verdict,
         reason,
@@ -166,19 +169,23 @@ def combine(setups: Sequence[tuple[str, str, str]]) -> tuple[str, str]:
     deciding = [(n, v) for n, r, v in setups if r in ("source", "exact")]
     if len(deciding) != 1:
         raise ValueError("a claim has exactly one source (or exact) setup, which decides it")
-    (source, verdict), = deciding
+    ((source, verdict),) = deciding
     if len(setups) == 1:
         return verdict, f"{verdict} in its only setup"
-    others = {
-        role: [(n, v) for n, r, v in setups if r == role] for role in ("confound", "sweep")
-    }
+    others = {role: [(n, v) for n, r, v in setups if r == role] for role in ("confound", "sweep")}
     said = lambda items: ", ".join(f"{n} {v}" for n, v in items)
     tail = "".join(f"; {role}s: {said(items)}" for role, items in others.items() if items)
     if verdict == "inconclusive":
-        return "inconclusive", f"the source setup ({source}) is inconclusive, and no other setup decides "                                f"in its place{tail}"
+        return (
+            "inconclusive",
+            f"the source setup ({source}) is inconclusive, and no other setup decides in its place{tail}",
+        )
     against = [n for n, v in others["confound"] if v in CONCLUSIVE and v != verdict]
     if against:
-        return "depends", f"{verdict} in the source setup ({source}), the opposite in {', '.join(against)}{tail}"
+        return (
+            "depends",
+            f"{verdict} in the source setup ({source}), the opposite in {', '.join(against)}{tail}",
+        )
     return verdict, f"{verdict} in the source setup ({source}){tail}"
 
 
@@ -244,8 +251,9 @@ class Setup:
                 f"Setup {self.name!r}: init={self.init!r} is not one of: {', '.join(INIT_SCHEMES)}"
             )
 
-    def but(self, name: str, why: str, init: str | None = None, role: str = "confound",
-            **parts: dict[str, Any]) -> Setup:
+    def but(
+        self, name: str, why: str, init: str | None = None, role: str = "confound", **parts: dict[str, Any]
+    ) -> Setup:
         """A confound (or, with ``role="sweep"``, a point of a sweep) of this setup: the same, but for
         ``init`` and the ``model`` / ``train`` fields given."""
         return Setup(
@@ -295,8 +303,10 @@ class Claim:
         if self.kind == "exact":
             if roles != ["exact"]:
                 raise ValueError(f"Claim {self.name!r}: an exact claim has one setup, of role 'exact'")
-        elif roles.count("source") != 1 or "exact" in roles or (
-            self.kind == "training" and "confound" not in roles
+        elif (
+            roles.count("source") != 1
+            or "exact" in roles
+            or (self.kind == "training" and "confound" not in roles)
         ):
             raise ValueError(
                 f"Claim {self.name!r}: a {self.kind} claim has one 'source' setup"

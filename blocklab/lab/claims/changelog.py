@@ -19,7 +19,9 @@ class Change:
     registry: str  # the registry's hash after the change (runner.registry_hash)
     what: str
     why: str
-    before: dict[str, str]  # claim -> its verdict in the record before (claims renamed or split: as they were)
+    before: dict[
+        str, str
+    ]  # claim -> its verdict in the record before (claims renamed or split: as they were)
     after: dict[str, str]  # claim -> its verdict in the full rerun that followed
 
     def to_dict(self) -> dict[str, Any]:
@@ -28,10 +30,19 @@ class Change:
 
 
 ISSUE_36_BEFORE = {
-    "residual-gradient": "partly", "pre-vs-post-gradient": "depends", "layernorm-moments": "holds",
-    "gelu-approximations": "holds", "param-counts": "holds", "relu-sparsity": "holds", "gelu-vs-relu": "depends",
-    "glu-variants": "holds", "no-residual-depth": "holds", "pre-vs-post-warmup": "partly",
-    "norm-lr-robustness": "fails", "pre-norm-depth": "depends", "layernorm-vs-batchnorm": "holds",
+    "residual-gradient": "partly",
+    "pre-vs-post-gradient": "depends",
+    "layernorm-moments": "holds",
+    "gelu-approximations": "holds",
+    "param-counts": "holds",
+    "relu-sparsity": "holds",
+    "gelu-vs-relu": "depends",
+    "glu-variants": "holds",
+    "no-residual-depth": "holds",
+    "pre-vs-post-warmup": "partly",
+    "norm-lr-robustness": "fails",
+    "pre-norm-depth": "depends",
+    "layernorm-vs-batchnorm": "holds",
     "rmsnorm-vs-layernorm": "holds",
 }
 

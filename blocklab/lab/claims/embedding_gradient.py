@@ -1,8 +1,9 @@
 """embedding-gradient: post-norm gives the embeddings a stronger gradient signal than pre-norm (the block
 tutorials).
 
-At initialization, per seed, the same weights in a post-norm and a pre-norm stack (``stack``), causal, every position scored: log10 of the token embedding's gradient
-norm, post over pre, beats 0; the margin is the seed noise of the post-norm stack (null seeds).
+At initialization, per seed, the same weights in a post-norm and a pre-norm stack (``stack``), causal,
+every position scored: log10 of the token embedding's gradient norm, post over pre, beats 0; the margin is
+the seed noise of the post-norm stack (null seeds).
 """
 
 from __future__ import annotations
@@ -55,10 +56,24 @@ def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
 
 def verdict(m: Numbers) -> Verdict:
     """The embedding's log10 gradient norm is higher with post-norm than with pre-norm, paired by seed."""
-    margin = noise(m["post"], m["null"], "log10 ||dL/dE|| of the post-norm stack", floor=0.01,
-                   floor_words="a hundredth of a decade")
-    return from_tests([compare(f"post-norm's token embedding gets a larger gradient than pre-norm's ({m['depth']} "
-                               "blocks)", "beats", (m["pre"], m["post"]), "higher", margin)])
+    margin = noise(
+        m["post"],
+        m["null"],
+        "log10 ||dL/dE|| of the post-norm stack",
+        floor=0.01,
+        floor_words="a hundredth of a decade",
+    )
+    return from_tests(
+        [
+            compare(
+                f"post-norm's token embedding gets a larger gradient than pre-norm's ({m['depth']} blocks)",
+                "beats",
+                (m["pre"], m["post"]),
+                "higher",
+                margin,
+            )
+        ]
+    )
 
 
 def headline(m: Numbers) -> str:
@@ -71,13 +86,15 @@ def plot(m: Numbers, fig: Figure) -> None:
     """The gradient norm per seed, both positions."""
     ax = fig.subplots()
     seeds = range(len(m["post"]))
-    ax.plot(seeds, [10 ** v for v in m["post"]], "o", label="post-norm")
-    ax.plot(seeds, [10 ** v for v in m["pre"]], "x", label="pre-norm")
+    ax.plot(seeds, [10**v for v in m["post"]], "o", label="post-norm")
+    ax.plot(seeds, [10**v for v in m["pre"]], "x", label="pre-norm")
     ax.set(yscale="log", xlabel="seed", ylabel="||dL/dE||", title="the token embedding's gradient at init")
     ax.legend(fontsize="small")
 
 
-SOURCE = Setup("torch-init", "source", "blocklab's listops model with its default init: the tutorials state none")
+SOURCE = Setup(
+    "torch-init", "source", "blocklab's listops model with its default init: the tutorials state none"
+)
 
 CLAIM = Claim.of(
     __name__,
@@ -88,14 +105,18 @@ CLAIM = Claim.of(
         "the block tutorials this project implements (the pre-norm / post-norm tutorial)",
         "post-norm's advantages",
         "Post-norm: stronger gradient signal to the embeddings.",
-        "'stronger gradient signal', read as: the token embedding's gradient norm at initialization is larger "
+        "'stronger gradient signal', read as: the token embedding's gradient norm at initialization is "
+        "larger "
         "with post-norm than with pre-norm, paired by seed (the same weights), beyond the seed noise (log10)",
     ),
     method="At initialization, 5 seeds, a 6-block causal listops model with every position scored on 64 "
     "sequences, the same weights placed post-norm and pre-norm: log10 of ||dL/dE||, post minus pre, with a "
     "95% t interval; the margin the seed noise of post-norm (5 other seeds).",
-    setups=(SOURCE, SOURCE.but("xavier", "Xavier block weights", init="xavier"),
-            SOURCE.but("default-init", "GPT-2's N(0, 0.02) block weights", init="default")),
+    setups=(
+        SOURCE,
+        SOURCE.but("xavier", "Xavier block weights", init="xavier"),
+        SOURCE.but("default-init", "GPT-2's N(0, 0.02) block weights", init="default"),
+    ),
     quick={"d_model": 32, "batch": 16, "depth": 2, "seeds": 2},
     full={"d_model": 64, "batch": 64, "depth": 6, "seeds": 5},
     notes="",

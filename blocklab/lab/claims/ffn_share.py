@@ -37,18 +37,33 @@ def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
 def verdict(m: Numbers) -> Verdict:
     """The tested presets' FFN share of all parameters is 60% to the figure's precision."""
     presets = m["presets"]
-    tests = [exact(f"{name}: the FFNs hold about 60% of all parameters ({presets[name]['of_all']:.1%})",
-                   [presets[name]["of_all"]], [STATED], PRECISION, absolute=True) for name in m["tested"]]
-    return from_tests(tests, observations=[
-        "of the blocks' parameters alone: " + ", ".join(f"{n} {s['of_blocks']:.1%}" for n, s in presets.items()),
-        "of all parameters, every preset: " + ", ".join(f"{n} {s['of_all']:.1%}" for n, s in presets.items()),
-    ])
+    tests = [
+        exact(
+            f"{name}: the FFNs hold about 60% of all parameters ({presets[name]['of_all']:.1%})",
+            [presets[name]["of_all"]],
+            [STATED],
+            PRECISION,
+            absolute=True,
+        )
+        for name in m["tested"]
+    ]
+    return from_tests(
+        tests,
+        observations=[
+            "of the blocks' parameters alone: "
+            + ", ".join(f"{n} {s['of_blocks']:.1%}" for n, s in presets.items()),
+            "of all parameters, every preset: "
+            + ", ".join(f"{n} {s['of_all']:.1%}" for n, s in presets.items()),
+        ],
+    )
 
 
 def headline(m: Numbers) -> str:
     """The tested presets' shares."""
-    return "; ".join(f"{n}: {m['presets'][n]['of_all']:.1%} of all, {m['presets'][n]['of_blocks']:.1%} of the "
-                     "blocks" for n in m["tested"])
+    return "; ".join(
+        f"{n}: {m['presets'][n]['of_all']:.1%} of all, {m['presets'][n]['of_blocks']:.1%} of the blocks"
+        for n in m["tested"]
+    )
 
 
 def plot(m: Numbers, fig: Figure) -> None:

@@ -43,25 +43,44 @@ def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
     means = 3 * torch.randn(n, 1, dtype=torch.float64, generator=g)
     scales = torch.exp(torch.randn(n, 1, dtype=torch.float64, generator=g))
     shared = torch.randn(n, d, dtype=torch.float64, generator=g)
-    shared = (shared - shared.mean(-1, keepdim=True)) / shared.std(-1, unbiased=False, keepdim=True) * 2.0 + 1.5
-    return {"own": undo_error(base * scales + means), "one_position": undo_error(base[:1] * 2.0 + 1.5),
-            "shared": undo_error(shared), "positions": n, "d_model": d}
+    shared = (shared - shared.mean(-1, keepdim=True)) / shared.std(
+        -1, unbiased=False, keepdim=True
+    ) * 2.0 + 1.5
+    return {
+        "own": undo_error(base * scales + means),
+        "one_position": undo_error(base[:1] * 2.0 + 1.5),
+        "shared": undo_error(shared),
+        "positions": n,
+        "d_model": d,
+    }
 
 
 def verdict(m: Numbers) -> Verdict:
     """gamma and beta undo the normalization of positions with their own means and scales."""
     return from_tests(
-        [exact(f"per-feature gamma and beta map LayerNorm's output back to its input ({m['positions']} positions "
-               "with their own means and scales)", [m["own"]], [0.0], TOL)],
-        observations=[f"one position alone: error {m['one_position']:.1e}; positions sharing one mean and one "
-                      f"scale: {m['shared']:.1e}: undone exactly, as gamma and beta are shared by every position"],
+        [
+            exact(
+                f"per-feature gamma and beta map LayerNorm's output back to its input ({m['positions']} "
+                "positions "
+                "with their own means and scales)",
+                [m["own"]],
+                [0.0],
+                TOL,
+            )
+        ],
+        observations=[
+            f"one position alone: error {m['one_position']:.1e}; positions sharing one mean and one "
+            f"scale: {m['shared']:.1e}: undone exactly, as gamma and beta are shared by every position"
+        ],
     )
 
 
 def headline(m: Numbers) -> str:
     """The relative undo error in each case."""
-    return (f"relative error after the best gamma, beta: own means and scales {m['own']:.2f}, one position "
-            f"{m['one_position']:.1e}, shared {m['shared']:.1e}")
+    return (
+        f"relative error after the best gamma, beta: own means and scales {m['own']:.2f}, one position "
+        f"{m['one_position']:.1e}, shared {m['shared']:.1e}"
+    )
 
 
 def plot(m: Numbers, fig: Figure) -> None:
@@ -81,7 +100,8 @@ CLAIM = Claim.of(
         "the block tutorials this project implements (the layer-normalization tutorial)",
         "the learned scale and shift",
         "gamma and beta let the model undo the normalization if needed.",
-        "'undo the normalization', read as: per-feature gamma and beta that map LayerNorm's output back to its "
+        "'undo the normalization', read as: per-feature gamma and beta that map LayerNorm's output back to "
+        "its "
         "input exactly, for positions with their own means and scales (float64, least squares)",
     ),
     method="4,096 positions of width 64 with their own means (N(0, 9)) and scales (log-normal), blocklab's "

@@ -48,9 +48,15 @@ def verdict(m: Numbers) -> Verdict:
     size = lambda r: f"max error {r['max_err']:.2g} at |x| = {r['at']:.2f}, {r['relative']:.2%} of GELU there"
     return from_tests(
         [
-            exact(f"the tanh form equals GELU within bfloat16's rounding step {CLOSE:.2%}: {size(tanh)}",
-                  [tanh["relative"]], [0.0], CLOSE),
-            exact_below(f"the sigmoid form is less exact: {size(sigmoid)}", tanh["max_err"], sigmoid["max_err"]),
+            exact(
+                f"the tanh form equals GELU within bfloat16's rounding step {CLOSE:.2%}: {size(tanh)}",
+                [tanh["relative"]],
+                [0.0],
+                CLOSE,
+            ),
+            exact_below(
+                f"the sigmoid form is less exact: {size(sigmoid)}", tanh["max_err"], sigmoid["max_err"]
+            ),
         ]
     )
 

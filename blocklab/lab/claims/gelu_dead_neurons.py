@@ -24,8 +24,10 @@ ACTIVATIONS = ("relu", "gelu")
 def runs(p: dict[str, Any], setup: Setup) -> list[RunSpec]:
     """ReLU and GELU, each seed, diagnosed on held-out examples after training; ReLU from the null seeds."""
     arm = lambda act, null=False: seeded(NAME, setup, act, p, {"activation": act}, null=null)
-    return [RunSpec(**{**spec.to_dict(), "diagnose_after": True})
-            for spec in [s for act in ACTIVATIONS for s in arm(act)] + arm("relu", null=True)]
+    return [
+        RunSpec(**{**spec.to_dict(), "diagnose_after": True})
+        for spec in [s for act in ACTIVATIONS for s in arm(act)] + arm("relu", null=True)
+    ]
 
 
 def _dead(runs: list[dict[str, Any]]) -> list[float]:
@@ -46,16 +48,31 @@ def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
 def verdict(m: Numbers) -> Verdict:
     """GELU's dead fraction is below ReLU's, paired by seed."""
     one_unit = 1 / m["units"]
-    margin = noise(m["relu"]["dead"], m["null"], "ReLU's dead fraction after training", floor=one_unit,
-                   floor_words="one unit of the stack")
-    return from_tests([compare("after training GELU leaves fewer dead hidden units than ReLU", "beats",
-                               (m["relu"]["dead"], m["gelu"]["dead"]), "lower", margin)])
+    margin = noise(
+        m["relu"]["dead"],
+        m["null"],
+        "ReLU's dead fraction after training",
+        floor=one_unit,
+        floor_words="one unit of the stack",
+    )
+    return from_tests(
+        [
+            compare(
+                "after training GELU leaves fewer dead hidden units than ReLU",
+                "beats",
+                (m["relu"]["dead"], m["gelu"]["dead"]),
+                "lower",
+                margin,
+            )
+        ]
+    )
 
 
 def headline(m: Numbers) -> str:
     """The mean dead fraction per activation."""
     mean = lambda xs: sum(xs) / len(xs)
-    return f"dead hidden units after training: ReLU {mean(m['relu']['dead']):.1%}, GELU {mean(m['gelu']['dead']):.1%}"
+    relu, gelu = mean(m["relu"]["dead"]), mean(m["gelu"]["dead"])
+    return f"dead hidden units after training: ReLU {relu:.1%}, GELU {gelu:.1%}"
 
 
 def plot(m: Numbers, fig: Figure) -> None:
@@ -66,7 +83,9 @@ def plot(m: Numbers, fig: Figure) -> None:
     ax.set(title="hidden units at or below 0 at every held-out position, after training")
 
 
-SOURCE = Setup("torch-init", "source", "blocklab's listops model with its default init: the tutorials state none")
+SOURCE = Setup(
+    "torch-init", "source", "blocklab's listops model with its default init: the tutorials state none"
+)
 
 CLAIM = Claim.of(
     __name__,
@@ -76,17 +95,26 @@ CLAIM = Claim.of(
     source=Source(
         "the block tutorials this project implements (the feed-forward network tutorial)",
         "activation functions",
-        "GELU is smooth and reduces the 'dead neuron' problem: ReLU units that output zero for every input stop "
+        "GELU is smooth and reduces the 'dead neuron' problem: ReLU units that output zero for every input "
+        "stop "
         "learning.",
-        "'reduces the dead-neuron problem', read as: after the same training, GELU's fraction of hidden units "
-        "at or below zero on every held-out position is below ReLU's, paired by seed, beyond ReLU's seed noise",
+        "'reduces the dead-neuron problem', read as: after the same training, GELU's fraction of hidden "
+        "units "
+        "at or below zero on every held-out position is below ReLU's, paired by seed, beyond ReLU's seed "
+        "noise",
     ),
-    method="Train listops (d_model 64, 2 blocks, 600 steps, stopping at 99%) with ReLU and GELU FFNs from the "
-    "same 5 seeds; on 256 held-out examples, the fraction of hidden units at or below 0 at every position; "
-    "paired by seed with a 95% t interval, the margin the seed noise of ReLU (5 other seeds), at least one "
-    "unit.",
-    setups=(SOURCE, SOURCE.but("high-lr", "a 3x higher peak learning rate, 1e-2: where dead units are more "
-                               "likely", train={"lr": 1e-2})),
+    method="Train listops (d_model 64, 2 blocks, 600 steps, stopping at 99%) with ReLU and GELU FFNs from "
+    "the same 5 seeds; on 256 held-out examples, the fraction of hidden units at or below 0 at every "
+    "position; paired by seed with a 95% t interval, the margin the seed noise of ReLU (5 other seeds), at "
+    "least one unit.",
+    setups=(
+        SOURCE,
+        SOURCE.but(
+            "high-lr",
+            "a 3x higher peak learning rate, 1e-2: where dead units are more likely",
+            train={"lr": 1e-2},
+        ),
+    ),
     quick=TRAIN_QUICK,
     full=TRAIN_FULL,
     notes="",

@@ -49,6 +49,7 @@ def ffn_time_ratio(d_model: int = 256, tokens: int = 512, reps: int = 20) -> flo
     times = median_seconds(ffns, x, reps)
     return times["gelu"] / times["relu"]
 
+
 def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
     """Per activation and seed: final accuracy, steps to target; the FFN time ratio."""
     out: dict[str, Any] = {act: outcome(per_seed(results, NAME, setup, act, p)) for act in ACTIVATIONS}
@@ -67,11 +68,22 @@ def verdict(m: Numbers) -> Verdict:
     relu_ok, relu_n = seed_count(reached(relu))
     gelu_ok, gelu_n = seed_count(reached(gelu))
     return from_tests(
-        [arms_test("GELU reaches the target in no more steps than ReLU", "at least", relu, gelu, "steps", "lower",
-                   margin)],
+        [
+            arms_test(
+                "GELU reaches the target in no more steps than ReLU",
+                "at least",
+                relu,
+                gelu,
+                "steps",
+                "lower",
+                margin,
+            )
+        ],
         controls=[(f"ReLU ({relu_n}) or GELU ({gelu_n}) reaches the target", relu_ok or gelu_ok)],
-        observations=[f"GELU's FFN forward+backward costs {m['time_ratio']:.2f}x ReLU's: the tutorials' 'small "
-                      "extra cost' states no number, so it is shown, not scored"],
+        observations=[
+            f"GELU's FFN forward+backward costs {m['time_ratio']:.2f}x ReLU's: the tutorials' 'small "
+            "extra cost' states no number, so it is shown, not scored"
+        ],
     )
 
 
@@ -104,8 +116,10 @@ CLAIM = Claim.of(
         "section 3 (experiments)",
         "Across the tasks tried (MNIST, TIMIT, CIFAR-10/100, Twitter POS tagging) GELU matched or beat ReLU "
         "and ELU; tutorials add that the extra cost is small.",
-        "'matched or beat', read as non-inferiority (at least): GELU's steps to 99% held-out are no more than "
-        "ReLU's beyond the seed noise, paired by seed; the cost, 'small' with no number, is shown, not scored",
+        "'matched or beat', read as non-inferiority (at least): GELU's steps to 99% held-out are no more "
+        "than "
+        "ReLU's beyond the seed noise, paired by seed; the cost, 'small' with no number, is shown, not "
+        "scored",
         {
             "depth": "e.g. 8-layer fully connected networks on MNIST",
             "width": "e.g. 128 units (MNIST)",

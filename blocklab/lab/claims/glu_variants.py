@@ -37,8 +37,16 @@ def d_ff(p: dict[str, Any], activation: str) -> int:
 
 def runs(p: dict[str, Any], setup: Setup) -> list[RunSpec]:
     """The four FFNs on the text task, the same fixed budget, each seed."""
-    arm = lambda act, null=False: seeded(NAME, setup, act, p, {"activation": act, "d_ff": d_ff(p, act)},
-                                         null=null, task="text", target_accuracy=None)
+    arm = lambda act, null=False: seeded(
+        NAME,
+        setup,
+        act,
+        p,
+        {"activation": act, "d_ff": d_ff(p, act)},
+        null=null,
+        task="text",
+        target_accuracy=None,
+    )
     return [spec for act in (*PLAIN, *GATED) for spec in arm(act)] + arm("relu", null=True)
 
 
@@ -79,20 +87,39 @@ def verdict(m: Numbers) -> Verdict:
     held-out loss beats each plain FFN's, paired by seed; the margin is ReLU's seed noise."""
     arms, params = m["arms"], m["ffn_parameters"]
     margin = null_margin(arms["relu"], m["null"], "loss", "ReLU's lowest held-out loss")
-    tests = [arms_test(f"{gated}'s lowest held-out loss is below {plain}'s", "beats", arms[plain], arms[gated],
-                       "loss", "lower", margin)
-             for gated in GATED for plain in PLAIN]
+    tests = [
+        arms_test(
+            f"{gated}'s lowest held-out loss is below {plain}'s",
+            "beats",
+            arms[plain],
+            arms[gated],
+            "loss",
+            "lower",
+            margin,
+        )
+        for gated in GATED
+        for plain in PLAIN
+    ]
     spread = max(params.values()) / min(params.values()) - 1
     uniform = math.log(m["vocab_size"])
-    learned = [(act, seed_count([x < uniform for x in arm["readings"]["loss"]["final"]]))
-               for act, arm in arms.items()]
+    learned = [
+        (act, seed_count([x < uniform for x in arm["readings"]["loss"]["final"]]))
+        for act, arm in arms.items()
+    ]
     train = ", ".join(f"{act} {_median(xs):.3f}" for act, xs in m["train_losses"].items())
     return from_tests(
         tests,
         controls=[
-            (f"the four FFNs have the same parameters within 1% (they differ by {spread:.2%})", spread < 0.01),
-            (f"every FFN's lowest held-out loss is below a uniform guess's, ln(V) = {uniform:.2f} ("
-             + ", ".join(f"{act}: {n}" for act, (_, n) in learned) + ")", all(ok for _, (ok, _) in learned)),
+            (
+                f"the four FFNs have the same parameters within 1% (they differ by {spread:.2%})",
+                spread < 0.01,
+            ),
+            (
+                f"every FFN's lowest held-out loss is below a uniform guess's, ln(V) = {uniform:.2f} ("
+                + ", ".join(f"{act}: {n}" for act, (_, n) in learned)
+                + ")",
+                all(ok for _, (ok, _) in learned),
+            ),
         ],
         observations=[f"training loss at the budget (median over seeds): {train}"],
     )

@@ -45,13 +45,22 @@ def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
 
 
 def verdict(m: Numbers) -> Verdict:
-    """m: {"pre": [per block], "post": [...]}: the pre-norm blocks are the identity within float64 rounding."""
+    """m: {"pre": [per block], "post": [...]}: the pre-norm blocks are the identity within float64
+    rounding."""
     return from_tests(
-        [exact("with its branches' output maps at zero, every pre-norm block returns its input unchanged",
-               m["pre"], [0.0] * len(m["pre"]), TOL)],
-        observations=[f"a post-norm block with the same zeros changes its input by up to {max(m['post']):.2g}: "
-                      "its norm after the sum still normalizes, so doing nothing also needs gamma and beta to "
-                      "undo that norm, which they cannot for every input (gamma-beta-undo)"],
+        [
+            exact(
+                "with its branches' output maps at zero, every pre-norm block returns its input unchanged",
+                m["pre"],
+                [0.0] * len(m["pre"]),
+                TOL,
+            )
+        ],
+        observations=[
+            f"a post-norm block with the same zeros changes its input by up to {max(m['post']):.2g}: "
+            "its norm after the sum still normalizes, so doing nothing also needs gamma and beta to "
+            "undo that norm, which they cannot for every input (gamma-beta-undo)"
+        ],
     )
 
 
@@ -64,8 +73,12 @@ def plot(m: Numbers, fig: Figure) -> None:
     """The change per block, both positions."""
     ax = fig.subplots()
     for position, style in (("pre", "-o"), ("post", "--x")):
-        ax.plot(range(len(m[position])), [max(v, 1e-18) for v in m[position]], style, label=f"{position}-norm")
-    ax.set(yscale="log", xlabel="block", ylabel="max |block(x) - x|", title="blocks with zeroed branch outputs")
+        ax.plot(
+            range(len(m[position])), [max(v, 1e-18) for v in m[position]], style, label=f"{position}-norm"
+        )
+    ax.set(
+        yscale="log", xlabel="block", ylabel="max |block(x) - x|", title="blocks with zeroed branch outputs"
+    )
     ax.legend(fontsize="small")
 
 
@@ -85,8 +98,11 @@ CLAIM = Claim.of(
     method="A fresh listops model (blocklab's default init, 2 blocks, float64) with the attention output "
     "projection and the FFN's second matrix (weights and biases) at zero; each block's output against its "
     "input on 64 listops sequences, pre-norm (tested) and post-norm (shown).",
-    setups=(Setup("exact", "exact", "float64 arithmetic of one model's forward: nothing about it can be "
-                  "confounded"),),
+    setups=(
+        Setup(
+            "exact", "exact", "float64 arithmetic of one model's forward: nothing about it can be confounded"
+        ),
+    ),
     quick={"d_model": 32, "batch": 8},
     full={"d_model": 64, "batch": 64},
 )

@@ -53,28 +53,44 @@ def verdict(m: Numbers) -> Verdict:
     """m: {norm: {"batch_change", "mode_change"}}: LayerNorm's changes are 0 within SAME; BatchNorm's are
     above it."""
     ln, bn = m["standard"], m["batch"]
-    return from_tests([
-        exact("LayerNorm's output for a sequence does not change with the rest of the batch",
-              [ln["batch_change"]], [0.0], SAME),
-        exact("LayerNorm's output is the same in train and eval mode", [ln["mode_change"]], [0.0], SAME),
-        exact_below(f"BatchNorm's output changes with the rest of the batch (by more than {SAME:g})", SAME,
-                    bn["batch_change"]),
-        exact_below(f"BatchNorm's output differs between train and eval mode (by more than {SAME:g})", SAME,
-                    bn["mode_change"]),
-    ])
+    return from_tests(
+        [
+            exact(
+                "LayerNorm's output for a sequence does not change with the rest of the batch",
+                [ln["batch_change"]],
+                [0.0],
+                SAME,
+            ),
+            exact("LayerNorm's output is the same in train and eval mode", [ln["mode_change"]], [0.0], SAME),
+            exact_below(
+                f"BatchNorm's output changes with the rest of the batch (by more than {SAME:g})",
+                SAME,
+                bn["batch_change"],
+            ),
+            exact_below(
+                f"BatchNorm's output differs between train and eval mode (by more than {SAME:g})",
+                SAME,
+                bn["mode_change"],
+            ),
+        ]
+    )
 
 
 def headline(m: Numbers) -> str:
     """The largest logit changes of both norms."""
-    return "; ".join(f"{name}: batch-mates {m[norm]['batch_change']:.1e}, mode {m[norm]['mode_change']:.1e}"
-                     for norm, name in (("standard", "LayerNorm"), ("batch", "BatchNorm")))
+    return "; ".join(
+        f"{name}: batch-mates {m[norm]['batch_change']:.1e}, mode {m[norm]['mode_change']:.1e}"
+        for norm, name in (("standard", "LayerNorm"), ("batch", "BatchNorm"))
+    )
 
 
 def plot(m: Numbers, fig: Figure) -> None:
     """How much one sequence's logits change with batch-mates and mode."""
     ax = fig.subplots()
-    changes = {name: [max(m[norm]["batch_change"], 1e-12), max(m[norm]["mode_change"], 1e-12)]
-               for norm, name in (("standard", "LayerNorm"), ("batch", "BatchNorm"))}
+    changes = {
+        name: [max(m[norm]["batch_change"], 1e-12), max(m[norm]["mode_change"], 1e-12)]
+        for norm, name in (("standard", "LayerNorm"), ("batch", "BatchNorm"))
+    }
     bars(ax, ["other batch-mates", "train vs eval"], changes, "max |change| of logits")
     ax.set(yscale="log", title="one sequence's output changes with ...")
 
@@ -96,7 +112,9 @@ CLAIM = Claim.of(
     ),
     method="A fresh listops model (blocklab's default init), LayerNorm and then BatchNorm: one sequence's "
     "logits with 15 batch-mates and with 15 others, and in train against eval mode; the largest change.",
-    setups=(Setup("exact", "exact", "arithmetic of one model's forward: nothing about it can be confounded"),),
+    setups=(
+        Setup("exact", "exact", "arithmetic of one model's forward: nothing about it can be confounded"),
+    ),
     quick={"d_model": 32, "batch": 16},
     full={"d_model": 64, "batch": 16},
 )

@@ -53,10 +53,18 @@ def verdict(m: Numbers) -> Verdict:
     shortfall = ", ".join(f"{1 - r['out_var']:.1e} at var {r['input_var']:g}" for r in rows)
     return from_tests(
         [
-            exact("the output mean is 0 at every input scale", [r["out_mean"] for r in rows],
-                  [0.0] * len(rows), MEAN_TOL),
-            exact("the output variance is 1 up to eps, var/(var+eps), at every input scale",
-                  [r["out_var"] for r in rows], [r["predicted_var"] for r in rows], PREDICTED_TOL),
+            exact(
+                "the output mean is 0 at every input scale",
+                [r["out_mean"] for r in rows],
+                [0.0] * len(rows),
+                MEAN_TOL,
+            ),
+            exact(
+                "the output variance is 1 up to eps, var/(var+eps), at every input scale",
+                [r["out_var"] for r in rows],
+                [r["predicted_var"] for r in rows],
+                PREDICTED_TOL,
+            ),
         ],
         observations=[
             f"the shortfall below variance 1 is eps/(var+eps): {shortfall}; under {VAR_TOL:g} while the "

@@ -56,8 +56,9 @@ def runs(p: dict[str, Any], setup: Setup) -> list[RunSpec]:
         for spec in seeded(NAME, setup, f"{norm}/padded", p, {"norm": norm}, task="listops-padded")
     ]
     smallest = min(p["batch_sizes"])
-    return specs + seeded(NAME, setup, f"standard/b{smallest}", p, {"norm": "standard"}, null=True,
-                          batch_size=smallest)
+    return specs + seeded(
+        NAME, setup, f"standard/b{smallest}", p, {"norm": "standard"}, null=True, batch_size=smallest
+    )
 
 
 def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
@@ -83,14 +84,29 @@ def verdict(m: Numbers) -> Verdict:
     ln, bn = arms["standard"], arms["batch"]
     sizes = sorted((s for s in ln if s.isdigit()), key=int)
     smallest, largest = sizes[0], sizes[-1]
-    margin = null_margin(ln[smallest], m["null"], "accuracy", f"LayerNorm's held-out accuracy at batch size "
-                         f"{smallest}")
+    margin = null_margin(
+        ln[smallest], m["null"], "accuracy", f"LayerNorm's held-out accuracy at batch size {smallest}"
+    )
     final, alt = reading(ln[smallest], "accuracy")
     tests = [
-        exceeds(f"LayerNorm works at batch size {smallest}: its held-out accuracy is more than "
-                f"{CLEARLY * 100:.0f} points above chance", final, CHANCE + CLEARLY, "higher", margin, alt),
-        arms_test(f"at batch size {smallest} LayerNorm's held-out accuracy beats BatchNorm's", "beats",
-                  bn[smallest], ln[smallest], "accuracy", "higher", margin),
+        exceeds(
+            f"LayerNorm works at batch size {smallest}: its held-out accuracy is more than "
+            f"{CLEARLY * 100:.0f} points above chance",
+            final,
+            CHANCE + CLEARLY,
+            "higher",
+            margin,
+            alt,
+        ),
+        arms_test(
+            f"at batch size {smallest} LayerNorm's held-out accuracy beats BatchNorm's",
+            "beats",
+            bn[smallest],
+            ln[smallest],
+            "accuracy",
+            "higher",
+            margin,
+        ),
     ]
     control, control_n = seed_count(reached(ln[largest]))
     padded = "; ".join(
@@ -164,7 +180,8 @@ CLAIM = Claim.of(
         },
     ),
     method="Held-out accuracy of LayerNorm and BatchNorm (norm='batch': statistics over batch and positions, "
-    "running statistics in eval) at batch sizes 1, 8 and 64 on listops, 5 seeds, the same 600-step budget; at "
+    "running statistics in eval) at batch sizes 1, 8 and 64 on listops, 5 seeds, the same 600-step budget; "
+    "at "
     "batch size 1, LayerNorm against chance + 10 points and against BatchNorm, paired by seed with a 95% t "
     "interval, the margin the seed noise of LayerNorm at batch size 1 (5 other seeds). Padded batches "
     "(listops-padded) with blocklab's pad-masked BatchNorm are an observation: the sources' BatchNorm counts "

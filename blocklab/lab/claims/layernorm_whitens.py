@@ -39,8 +39,11 @@ def draw(p: dict[str, Any], seed: int) -> dict[str, float]:
     x = x + torch.randn(n, 1, dtype=torch.float64, generator=g)  # a shared per-position offset, as LN assumes
     after = LayerNorm(d).double()(x).detach()
     floor = torch.randn(n, d, dtype=torch.float64, generator=g)
-    return {"before": mean_abs_correlation(x), "after": mean_abs_correlation(after),
-            "whitened": mean_abs_correlation(floor)}
+    return {
+        "before": mean_abs_correlation(x),
+        "after": mean_abs_correlation(after),
+        "whitened": mean_abs_correlation(floor),
+    }
 
 
 def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
@@ -55,10 +58,19 @@ def verdict(m: Numbers) -> Verdict:
     floor = [r["whitened"] for r in rows]
     margin = noise(floor, m["null_whitened"], "mean |correlation| of independent features")
     return from_tests(
-        [compare("after LayerNorm the features are as uncorrelated as whitened features", "matches",
-                 (floor, [r["after"] for r in rows]), "lower", margin)],
-        observations=[f"mean |correlation| before LayerNorm {_median([r['before'] for r in rows]):.3f}, after "
-                      f"{_median([r['after'] for r in rows]):.3f}, whitened {_median(floor):.3f} (medians)"],
+        [
+            compare(
+                "after LayerNorm the features are as uncorrelated as whitened features",
+                "matches",
+                (floor, [r["after"] for r in rows]),
+                "lower",
+                margin,
+            )
+        ],
+        observations=[
+            f"mean |correlation| before LayerNorm {_median([r['before'] for r in rows]):.3f}, after "
+            f"{_median([r['after'] for r in rows]):.3f}, whitened {_median(floor):.3f} (medians)"
+        ],
     )
 
 
@@ -69,8 +81,9 @@ def _median(xs: list[float]) -> float:
 def headline(m: Numbers) -> str:
     """Median correlation before, after and whitened."""
     rows = m["rows"]
-    return "mean |corr|: " + ", ".join(f"{k} {_median([r[k] for r in rows]):.3f}"
-                                       for k in ("before", "after", "whitened"))
+    return "mean |corr|: " + ", ".join(
+        f"{k} {_median([r[k] for r in rows]):.3f}" for k in ("before", "after", "whitened")
+    )
 
 
 def plot(m: Numbers, fig: Figure) -> None:
@@ -78,8 +91,12 @@ def plot(m: Numbers, fig: Figure) -> None:
     ax = fig.subplots()
     for key, style in (("before", "o"), ("after", "x"), ("whitened", "s")):
         ax.plot([r[key] for r in m["rows"]], style, label=key)
-    ax.set(xlabel="seed", ylabel="mean |correlation| of feature pairs", ylim=(0, None),
-           title="LayerNorm does not decorrelate features")
+    ax.set(
+        xlabel="seed",
+        ylabel="mean |correlation| of feature pairs",
+        ylim=(0, None),
+        title="LayerNorm does not decorrelate features",
+    )
     ax.legend(fontsize="small")
 
 

@@ -4,9 +4,9 @@ not (He et al.'s degradation problem).
 Train listops with residual none and add at several depths (pre-norm, so only the residual
 differs), 5 seeds; final held-out accuracy within the same budget. The rule is ``needs``: the residual's
 effect (add - none, paired by seed) is present at the deepest depth and absent at the shallowest; the
-margin is the seed noise of the shallowest residual stack (a null arm). The first block's gradient at init, with
-and without residuals, is an observation: the source says its plain nets' trouble is not vanishing
-gradients, and the claim does not rest on it.
+margin is the seed noise of the shallowest residual stack (a null arm). The first block's gradient at
+init, with and without residuals, is an observation: the source says its plain nets' trouble is not
+vanishing gradients, and the claim does not rest on it.
 """
 
 from __future__ import annotations
@@ -44,9 +44,16 @@ RESIDUALS = ("add", "none")
 def runs(p: dict[str, Any], setup: Setup) -> list[RunSpec]:
     """residual add vs none at each depth, each seed; the shallowest residual stack's null arm."""
     arm = lambda res, depth, null=False: seeded(
-        NAME, setup, f"{res}/L{depth}", p, {"residual": res, "n_layers": depth, "norm_position": "pre"}, null=null)
+        NAME,
+        setup,
+        f"{res}/L{depth}",
+        p,
+        {"residual": res, "n_layers": depth, "norm_position": "pre"},
+        null=null,
+    )
     return [spec for res in RESIDUALS for depth in p["depths"] for spec in arm(res, depth)] + arm(
-        "add", p["depths"][0], null=True)
+        "add", p["depths"][0], null=True
+    )
 
 
 def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
@@ -87,18 +94,31 @@ def verdict(m: Numbers) -> Verdict:
     0 at the shallowest, paired by seed."""
     depths, add, none = m["depths"], m["add"], m["none"]
     at = m["trains_at"]
-    margin = null_margin(add[0], m["null"], "accuracy", f"held-out accuracy of the residual stack at depth "
-                         f"{depths[0]}")
-    (deep, deep_alt), (shallow, shallow_alt) = pair(none[-1], add[-1], "accuracy"), pair(none[0], add[0], "accuracy")
-    test = dose(f"the residual raises held-out accuracy at depth {depths[-1]} and changes nothing at depth "
-                f"{depths[0]}", deep, shallow, "higher", margin,
-                {w: (deep_alt[w], shallow_alt[w]) for w in deep_alt})
+    margin = null_margin(
+        add[0], m["null"], "accuracy", f"held-out accuracy of the residual stack at depth {depths[0]}"
+    )
+    (deep, deep_alt), (shallow, shallow_alt) = (
+        pair(none[-1], add[-1], "accuracy"),
+        pair(none[0], add[0], "accuracy"),
+    )
+    test = dose(
+        f"the residual raises held-out accuracy at depth {depths[-1]} and changes nothing at depth "
+        f"{depths[0]}",
+        deep,
+        shallow,
+        "higher",
+        margin,
+        {w: (deep_alt[w], shallow_alt[w]) for w in deep_alt},
+    )
     shallow_trains, shallow_n = seed_count(trains(none[0], at))
     grad = m["first_block_grad"]
     return from_tests(
         [test],
         controls=[
-            (f"without residuals depth {depths[0]} trains (accuracy >= {at:.0%}; {shallow_n})", shallow_trains)
+            (
+                f"without residuals depth {depths[0]} trains (accuracy >= {at:.0%}; {shallow_n})",
+                shallow_trains,
+            )
         ],
         observations=[
             "first block's FFN W1 gradient norm at init, depth " + " ".join(map(str, depths)) + ": with "

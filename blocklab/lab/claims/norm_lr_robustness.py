@@ -37,16 +37,22 @@ NORMS = ("standard", "none")
 def runs(p: dict[str, Any], setup: Setup) -> list[RunSpec]:
     """With and without LayerNorm, over the learning-rate sweep, each seed; LayerNorm at the base rate from
     the null seeds."""
-    arm = lambda norm, lr, null=False: seeded(NAME, setup, f"{norm}/lr{lr:g}", p,
-                                              {"norm": norm, "n_layers": p["depth"]}, null=null, lr=lr)
+    arm = lambda norm, lr, null=False: seeded(
+        NAME, setup, f"{norm}/lr{lr:g}", p, {"norm": norm, "n_layers": p["depth"]}, null=null, lr=lr
+    )
     return [spec for norm in NORMS for lr in p["lrs"] for spec in arm(norm, lr)] + arm(
-        "standard", p["base_lr"], null=True)
+        "standard", p["base_lr"], null=True
+    )
 
 
 def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
     """Per norm, learning rate and seed: final accuracy, steps to target, divergence."""
-    out: dict[str, Any] = {"lrs": p["lrs"], "base_lr": p["base_lr"], "higher": p["higher"],
-                           "trains_at": p["trains_at"]}
+    out: dict[str, Any] = {
+        "lrs": p["lrs"],
+        "base_lr": p["base_lr"],
+        "higher": p["higher"],
+        "trains_at": p["trains_at"],
+    }
     for norm in NORMS:
         out[norm] = [outcome(per_seed(results, NAME, setup, f"{norm}/lr{lr:g}", p)) for lr in p["lrs"]]
     out["null"] = outcome(per_seed(results, NAME, setup, f"standard/lr{p['base_lr']:g}", p, null=True))
@@ -62,14 +68,24 @@ def verdict(m: Numbers) -> Verdict:
     at, ln, none = m["trains_at"], m["standard"], m["none"]
     index = {lr: i for i, lr in enumerate(m["lrs"])}
     base = index[m["base_lr"]]
-    margin = null_margin(ln[base], m["null"], "accuracy", f"LayerNorm's held-out accuracy at lr {m['base_lr']:g}")
+    margin = null_margin(
+        ln[base], m["null"], "accuracy", f"LayerNorm's held-out accuracy at lr {m['base_lr']:g}"
+    )
     without, without_alt = pair(none[base], ln[base], "accuracy")
     tests = []
     for lr in m["higher"]:
         under, under_alt = pair(none[index[lr]], ln[index[lr]], "accuracy")
-        tests.append(dose(f"LayerNorm raises held-out accuracy at lr {lr:g} and changes nothing at the base rate "
-                          f"{m['base_lr']:g}", under, without, "higher", margin,
-                          {w: (under_alt[w], without_alt[w]) for w in under_alt}))
+        tests.append(
+            dose(
+                f"LayerNorm raises held-out accuracy at lr {lr:g} and changes nothing at the base rate "
+                f"{m['base_lr']:g}",
+                under,
+                without,
+                "higher",
+                margin,
+                {w: (under_alt[w], without_alt[w]) for w in under_alt},
+            )
+        )
     control, control_n = seed_count(trains(ln[base], at))
     diverged = lambda arms: sum(sum(arm["diverged"]) for arm in arms)
     return from_tests(
@@ -149,8 +165,21 @@ CLAIM = Claim.of(
             model={"norm_position": "post"},
         ),
     ),
-    quick={**TRAIN_QUICK, "depth": 2, "lrs": [3e-3, 1e-1], "base_lr": 3e-3, "higher": [1e-1], "trains_at": 0.3},
-    full={**TRAIN_FULL, "depth": 6, "lrs": [1e-3, 3e-3, 1e-2, 3e-2, 1e-1], "base_lr": 3e-3,
-          "higher": [1e-2, 1e-1], "trains_at": 0.9},
+    quick={
+        **TRAIN_QUICK,
+        "depth": 2,
+        "lrs": [3e-3, 1e-1],
+        "base_lr": 3e-3,
+        "higher": [1e-1],
+        "trains_at": 0.3,
+    },
+    full={
+        **TRAIN_FULL,
+        "depth": 6,
+        "lrs": [1e-3, 3e-3, 1e-2, 3e-2, 1e-1],
+        "base_lr": 3e-3,
+        "higher": [1e-2, 1e-1],
+        "trains_at": 0.9,
+    },
     notes="",
 )

@@ -49,8 +49,12 @@ def verdict(m: Numbers) -> Verdict:
     """m: {"items": [{"name", "expected", "built", "analytic"}]}: every count equal three ways."""
     return from_tests(
         [
-            exact(f"{r['name']}: {r['expected']:,} (built {r['built']:,}, counted {r['analytic']:,})",
-                  [r["built"], r["analytic"]], [r["expected"]] * 2, 0.0)
+            exact(
+                f"{r['name']}: {r['expected']:,} (built {r['built']:,}, counted {r['analytic']:,})",
+                [r["built"], r["analytic"]],
+                [r["expected"]] * 2,
+                0.0,
+            )
             for r in m["items"]
         ]
     )

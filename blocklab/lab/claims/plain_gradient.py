@@ -27,11 +27,19 @@ def verdict(m: Numbers) -> Verdict:
     """Per family: the plain stack's first-layer share of the top's gradient at the deepest depth differs
     from the shallowest's (it exploded or vanished)."""
     depths = m["depths"]
-    return from_tests([
-        depth_test(m, family, "none", "differs",
-                   f"without residuals ({family}) the first layer's share of the top's gradient at depth "
-                   f"{depths[-1]} is not its share at depth {depths[0]}: it exploded or vanished")
-        for family in FAMILIES])
+    return from_tests(
+        [
+            depth_test(
+                m,
+                family,
+                "none",
+                "differs",
+                f"without residuals ({family}) the first layer's share of the top's gradient at depth "
+                f"{depths[-1]} is not its share at depth {depths[0]}: it exploded or vanished",
+            )
+            for family in FAMILIES
+        ]
+    )
 
 
 def headline(m: Numbers) -> str:
@@ -44,8 +52,9 @@ def plot(m: Numbers, fig: Figure) -> None:
     _plot(m, fig)
 
 
-SOURCE = Setup("torch-init", "source", "blocklab's default init (PyTorch's nn.Linear variance): the tutorials "
-               "state none")
+SOURCE = Setup(
+    "torch-init", "source", "blocklab's default init (PyTorch's nn.Linear variance): the tutorials state none"
+)
 
 CLAIM = Claim.of(
     __name__,
@@ -66,10 +75,17 @@ CLAIM = Claim.of(
     "against depth 2, paired by seed, 5 seeds, the margin the seed noise of depth 20.",
     setups=(
         SOURCE,
-        SOURCE.but("he-init", "He et al.'s variance-preserving init (residual-gradient's source): large "
-                   "weights, where exploding is expected", init="he"),
-        SOURCE.but("default-init", "GPT-2's N(0, 0.02) block weights: small weights, where vanishing is "
-                   "expected", init="default"),
+        SOURCE.but(
+            "he-init",
+            "He et al.'s variance-preserving init (residual-gradient's source): large "
+            "weights, where exploding is expected",
+            init="he",
+        ),
+        SOURCE.but(
+            "default-init",
+            "GPT-2's N(0, 0.02) block weights: small weights, where vanishing is expected",
+            init="default",
+        ),
         learned_positions(SOURCE),
         earlier_embedding(SOURCE),
     ),

@@ -30,6 +30,7 @@ def measure_position(p: dict[str, Any], setup: Setup, position: str) -> Numbers:
     """Per depth, the growth of the FFN's last weight's (W2) gradient norm over the layers at init, per seed
     (and from the null seeds at the deepest depth), every token scored; the deepest stack's per-layer
     profile (geometric mean over seeds)."""
+
     def w2(depth: int, seed: int) -> list[float]:
         d = diagnose(p, setup, p["batch"], seed, every_token=True, n_layers=depth, norm_position=position)
         return d.profile("grad_params.ffn.w2")
@@ -38,10 +39,16 @@ def measure_position(p: dict[str, Any], setup: Setup, position: str) -> Numbers:
     for depth in p["depths"]:
         profiles = [w2(depth, seed) for seed in range(p["seeds"])]
         per_depth.append([growth(prof) for prof in profiles])
-        profile = [10 ** (sum(math.log10(max(g, 1e-300)) for g in col) / len(col)) for col in zip(*profiles)]
+        logs = [[math.log10(max(g, 1e-300)) for g in col] for col in zip(*profiles, strict=True)]  # per layer
+        profile = [10 ** (sum(col) / len(col)) for col in logs]
     null = [growth(w2(p["depths"][-1], NULL_SEED + s)) for s in range(p["seeds"])]
-    return {"position": position, "depths": p["depths"], "growth": per_depth, "null_deepest": null,
-            "profile": profile}
+    return {
+        "position": position,
+        "depths": p["depths"],
+        "growth": per_depth,
+        "null_deepest": null,
+        "profile": profile,
+    }
 
 
 def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
@@ -52,13 +59,23 @@ def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
 def growth_tests(m: Numbers, word: str, says: str) -> list[Test]:
     """``word`` ("beats": the growth is above 0; "matches": it is 0) at each depth, the margin the seed
     noise of the deepest stack's growth."""
-    margin = noise(m["growth"][-1], m["null_deepest"], f"log10 growth at depth {m['depths'][-1]}",
-                   floor=0.01, floor_words="a hundredth of a decade")
+    margin = noise(
+        m["growth"][-1],
+        m["null_deepest"],
+        f"log10 growth at depth {m['depths'][-1]}",
+        floor=0.01,
+        floor_words="a hundredth of a decade",
+    )
     return [
         exceeds(f"{m['position']}-norm's W2 gradient {says} at depth {depth}", g, 0.0, "higher", margin)
-        if word == "beats" else
-        compare(f"{m['position']}-norm's W2 gradient {says} at depth {depth}", "matches", ([0.0] * len(g), g),
-                "higher", margin)
+        if word == "beats"
+        else compare(
+            f"{m['position']}-norm's W2 gradient {says} at depth {depth}",
+            "matches",
+            ([0.0] * len(g), g),
+            "higher",
+            margin,
+        )
         for depth, g in zip(m["depths"], m["growth"], strict=True)
     ]
 
@@ -75,7 +92,7 @@ def _median_growth(per_seed: list[list[float]]) -> list[float]:
 
 def headline(m: Numbers) -> str:
     """Growth (last third / first third) per depth, the median over seeds."""
-    fmt = " ".join(f"{10 ** x:.2f}" for x in _median_growth(m["growth"]))
+    fmt = " ".join(f"{10**x:.2f}" for x in _median_growth(m["growth"]))
     return f"{m['position']}-norm growth at depth {' '.join(map(str, m['depths']))}: {fmt} (medians)"
 
 
@@ -85,9 +102,9 @@ def plot(m: Numbers, fig: Figure) -> None:
     ax1.plot(range(1, len(m["profile"]) + 1), m["profile"], "-o", ms=3, label=f"{m['position']}-norm")
     ax1.set(yscale="log", xlabel="layer", ylabel="|grad FFN W2|", title=f"per layer, depth {m['depths'][-1]}")
     ax1.legend(fontsize="x-small")
-    ax2.plot(m["depths"], [10 ** x for x in _median_growth(m["growth"])], "-o", label="median over seeds")
+    ax2.plot(m["depths"], [10**x for x in _median_growth(m["growth"])], "-o", label="median over seeds")
     for depth, g in zip(m["depths"], m["growth"], strict=True):
-        ax2.plot([depth] * len(g), [10 ** x for x in g], ".", color="grey", alpha=0.6)
+        ax2.plot([depth] * len(g), [10**x for x in g], ".", color="grey", alpha=0.6)
     ax2.axhline(1.0, color="green", lw=0.8, ls=":")
     ax2.set(yscale="log", xlabel="depth", ylabel="last third / first third", title="growth with layer index")
     ax2.legend(fontsize="x-small")

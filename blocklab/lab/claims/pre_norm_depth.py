@@ -2,8 +2,8 @@
 
 Train pre- and post-norm stacks of increasing depth on listops with the same budget (warmup
 included), 5 seeds; final held-out accuracy within the budget. The rule is ``needs``: pre-norm's effect
-(pre - post, paired by seed) is present at each depth from the source's 20 on and absent at the shallowest; the
-margin is the seed noise of post-norm at the shallowest depth (a null arm).
+(pre - post, paired by seed) is present at each depth from the source's 20 on and absent at the
+shallowest; the margin is the seed noise of post-norm at the shallowest depth (a null arm).
 """
 
 from __future__ import annotations
@@ -38,10 +38,12 @@ POSITIONS = ("pre", "post")
 def runs(p: dict[str, Any], setup: Setup) -> list[RunSpec]:
     """Pre- and post-norm stacks at each depth, same budget, each seed; the shallowest post-norm stack from
     the null seeds."""
-    arm = lambda pos, d, null=False: seeded(NAME, setup, f"{pos}/L{d}", p, {"norm_position": pos, "n_layers": d},
-                                            null=null)
+    arm = lambda pos, d, null=False: seeded(
+        NAME, setup, f"{pos}/L{d}", p, {"norm_position": pos, "n_layers": d}, null=null
+    )
     return [spec for pos in POSITIONS for d in p["depths"] for spec in arm(pos, d)] + arm(
-        "post", p["depths"][0], null=True)
+        "post", p["depths"][0], null=True
+    )
 
 
 def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
@@ -60,15 +62,25 @@ def verdict(m: Numbers) -> Verdict:
     Tests (``needs``), one per depth from "deep" on: pre-norm's effect on held-out accuracy is present there
     and absent at the shallowest depth, paired by seed."""
     depths, pre, post, at = m["depths"], m["pre"], m["post"], m["trains_at"]
-    margin = null_margin(post[0], m["null"], "accuracy", f"post-norm's held-out accuracy at depth {depths[0]}")
+    margin = null_margin(
+        post[0], m["null"], "accuracy", f"post-norm's held-out accuracy at depth {depths[0]}"
+    )
     without, without_alt = pair(post[0], pre[0], "accuracy")
     tests = []
     for i, depth in enumerate(depths):
         if depth >= m["deep"]:
             under, under_alt = pair(post[i], pre[i], "accuracy")
-            tests.append(dose(f"pre-norm trains better than post-norm at depth {depth} and as well at depth "
-                              f"{depths[0]}", under, without, "higher", margin,
-                              {w: (under_alt[w], without_alt[w]) for w in under_alt}))
+            tests.append(
+                dose(
+                    f"pre-norm trains better than post-norm at depth {depth} and as well at depth "
+                    f"{depths[0]}",
+                    under,
+                    without,
+                    "higher",
+                    margin,
+                    {w: (under_alt[w], without_alt[w]) for w in under_alt},
+                )
+            )
     shallow, shallow_n = seed_count(trains(post[0], at))
     return from_tests(
         tests,
@@ -111,7 +123,8 @@ CLAIM = Claim.of(
         "Wang et al. sections 2-4",
         "With the norm before each sublayer, a 30-layer encoder trains and beats the 6-layer baseline; "
         "post-norm encoders of 20 or more layers fail to train.",
-        "'a 30-layer [pre-norm] encoder trains' and 'post-norm encoders of 20 or more layers fail', read as a "
+        "'a 30-layer [pre-norm] encoder trains' and 'post-norm encoders of 20 or more layers fail', read "
+        "as a "
         "dose-response (needs): pre-norm's effect on held-out accuracy is present at 20 and 30 layers and "
         "absent at 6",
         {
@@ -137,7 +150,7 @@ CLAIM = Claim.of(
             train={"lr": 1e-3},
         ),
     ),
-    # deep: the source's "20 or more layers", from which post-norm fails (quick: a depth the smoke run affords)
+    # deep: the source's "20 or more layers", where post-norm fails (quick: a depth the smoke run affords)
     quick={**TRAIN_QUICK, "depths": [2, 8], "deep": 8, "trains_at": 0.3},
     full={**TRAIN_FULL, "depths": [6, 20, 30], "deep": 20, "steps": 400, "trains_at": 0.5},
     notes="",

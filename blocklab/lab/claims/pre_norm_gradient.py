@@ -24,7 +24,9 @@ def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
 
 def verdict(m: Numbers) -> Verdict:
     """m: ``measure_position``'s: the growth matches 0 (log10) at every depth."""
-    return from_tests(growth_tests(m, "matches", "is the same in the last third of the layers as in the first"))
+    return from_tests(
+        growth_tests(m, "matches", "is the same in the last third of the layers as in the first")
+    )
 
 
 def headline(m: Numbers) -> str:
@@ -50,7 +52,9 @@ CLAIM = Claim.of(
         "W2 gradient norm over the first third's is 1 (log 0) within the seed noise, at every depth",
         POST.source.setup,
     ),
-    method=POST.method.replace("post-norm stacks", "pre-norm stacks").replace("against 1", "against 1 (matches)"),
+    method=POST.method.replace("post-norm stacks", "pre-norm stacks").replace(
+        "against 1", "against 1 (matches)"
+    ),
     setups=POST.setups,
     quick=POST.quick,
     full=POST.full,

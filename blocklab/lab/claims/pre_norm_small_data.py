@@ -22,10 +22,12 @@ POSITIONS = ("post", "pre")
 
 
 def runs(p: dict[str, Any], setup: Setup) -> list[RunSpec]:
-    """Post- and pre-norm on the small text set, the same fixed budget, each seed; post from the null seeds."""
+    """Post- and pre-norm on the small text set, the same fixed budget, each seed; post-norm from the null
+    seeds."""
     task = {"name": "text", "n_train": p["n_train"]}
-    arm = lambda pos, null=False: seeded(NAME, setup, pos, p, {"norm_position": pos}, null=null, task=task,
-                                         target_accuracy=None)
+    arm = lambda pos, null=False: seeded(
+        NAME, setup, pos, p, {"norm_position": pos}, null=null, task=task, target_accuracy=None
+    )
     return [spec for pos in POSITIONS for spec in arm(pos)] + arm("post", null=True)
 
 
@@ -40,14 +42,30 @@ def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
 def verdict(m: Numbers) -> Verdict:
     """Pre-norm's training loss and lowest held-out loss are above post-norm's, paired by seed."""
     post, pre = m["post"], m["pre"]
-    return from_tests([
-        arms_test(f"on {m['n_train']} training windows pre-norm underfits: its training loss at the budget is above "
-                  "post-norm's", "beats", post, pre, "train_loss", "higher",
-                  null_margin(post, m["null"], "train_loss", "post-norm's training loss at the budget")),
-        arms_test("and its final performance is worse: its lowest held-out loss is above post-norm's", "beats",
-                  post, pre, "loss", "higher",
-                  null_margin(post, m["null"], "loss", "post-norm's lowest held-out loss")),
-    ])
+    return from_tests(
+        [
+            arms_test(
+                f"on {m['n_train']} training windows pre-norm underfits: its training loss at the budget "
+                "is above "
+                "post-norm's",
+                "beats",
+                post,
+                pre,
+                "train_loss",
+                "higher",
+                null_margin(post, m["null"], "train_loss", "post-norm's training loss at the budget"),
+            ),
+            arms_test(
+                "and its final performance is worse: its lowest held-out loss is above post-norm's",
+                "beats",
+                post,
+                pre,
+                "loss",
+                "higher",
+                null_margin(post, m["null"], "loss", "post-norm's lowest held-out loss"),
+            ),
+        ]
+    )
 
 
 def _median(xs: list[float]) -> float:
@@ -56,18 +74,32 @@ def _median(xs: list[float]) -> float:
 
 def headline(m: Numbers) -> str:
     """Median training loss and lowest held-out loss per position."""
-    return "; ".join(f"{pos}-norm: train {_median(m[pos]['readings']['train_loss']['final']):.3f}, held-out "
-                     f"{_median(m[pos]['readings']['loss']['final']):.3f}" for pos in POSITIONS) + " (medians)"
+    return (
+        "; ".join(
+            f"{pos}-norm: train {_median(m[pos]['readings']['train_loss']['final']):.3f}, held-out "
+            f"{_median(m[pos]['readings']['loss']['final']):.3f}"
+            for pos in POSITIONS
+        )
+        + " (medians)"
+    )
 
 
 def plot(m: Numbers, fig: Figure) -> None:
     """Training loss and lowest held-out loss per seed, both positions."""
     ax1, ax2 = fig.subplots(1, 2)
     seeds = [f"seed {i}" for i in range(len(m["post"]["accuracy"]))]
-    bars(ax1, seeds, {f"{pos}-norm": m[pos]["readings"]["train_loss"]["final"] for pos in POSITIONS},
-         "training loss at the budget")
-    bars(ax2, seeds, {f"{pos}-norm": m[pos]["readings"]["loss"]["final"] for pos in POSITIONS},
-         "lowest held-out loss")
+    bars(
+        ax1,
+        seeds,
+        {f"{pos}-norm": m[pos]["readings"]["train_loss"]["final"] for pos in POSITIONS},
+        "training loss at the budget",
+    )
+    bars(
+        ax2,
+        seeds,
+        {f"{pos}-norm": m[pos]["readings"]["loss"]["final"] for pos in POSITIONS},
+        "lowest held-out loss",
+    )
 
 
 SOURCE = Setup("torch-init", "source", "blocklab's default init: the tutorials state none")
@@ -76,7 +108,8 @@ CLAIM = Claim.of(
     __name__,
     name=NAME,
     kind="training",
-    statement="Pre-norm can underfit on small datasets, with slightly worse final performance than post-norm.",
+    statement="Pre-norm can underfit on small datasets, with slightly worse final performance than "
+    "post-norm.",
     source=Source(
         "the block tutorials this project implements (the pre-norm / post-norm tutorial)",
         "pre-norm's disadvantages",
@@ -86,7 +119,8 @@ CLAIM = Claim.of(
         "seed noise",
     ),
     method="Character-level language modelling on 64 random training windows of 64 characters of the text "
-    "task (d_model 64, 2 blocks), post- and pre-norm from the same 5 seeds for 600 steps (no early stop); the "
+    "task (d_model 64, 2 blocks), post- and pre-norm from the same 5 seeds for 600 steps (no early stop); "
+    "the "
     "training loss at the budget and the lowest held-out loss, paired by seed with 95% t intervals; the "
     "margins the seed noise of post-norm (5 other seeds).",
     setups=(SOURCE, SOURCE.but("xavier", "Xavier block weights", init="xavier")),

@@ -38,10 +38,17 @@ def runs(p: dict[str, Any], setup: Setup) -> list[RunSpec]:
     """Post- and pre-norm with and without warmup, at the setup's learning rate, each seed; post-norm with
     warmup again from the null seeds."""
     arm = lambda pos, sched, null=False: seeded(
-        NAME, setup, f"{pos}/{sched}", p, {"norm_position": pos, "n_layers": p["depth"]}, null=null,
-        warmup=p["warmup"] if sched == "warmup" else 0)
+        NAME,
+        setup,
+        f"{pos}/{sched}",
+        p,
+        {"norm_position": pos, "n_layers": p["depth"]},
+        null=null,
+        warmup=p["warmup"] if sched == "warmup" else 0,
+    )
     return [spec for pos in POSITIONS for sched in SCHEDULES for spec in arm(pos, sched)] + arm(
-        "post", "warmup", null=True)
+        "post", "warmup", null=True
+    )
 
 
 def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
@@ -67,10 +74,18 @@ def verdict(m: Numbers) -> Verdict:
     as it is, paired by seed."""
     post, pre = m["post"], m["pre"]
     margin = null_margin(post["warmup"], m["null"], "accuracy", "post-norm with warmup's held-out accuracy")
-    (under, under_alt), (without, without_alt) = (pair(post["no_warmup"], post["warmup"], "accuracy"),
-                                                  pair(pre["no_warmup"], pre["warmup"], "accuracy"))
-    test = dose(f"at lr {m['lr']:g} warmup raises post-norm's held-out accuracy and leaves pre-norm's as it is",
-                under, without, "higher", margin, {w: (under_alt[w], without_alt[w]) for w in under_alt})
+    (under, under_alt), (without, without_alt) = (
+        pair(post["no_warmup"], post["warmup"], "accuracy"),
+        pair(pre["no_warmup"], pre["warmup"], "accuracy"),
+    )
+    test = dose(
+        f"at lr {m['lr']:g} warmup raises post-norm's held-out accuracy and leaves pre-norm's as it is",
+        under,
+        without,
+        "higher",
+        margin,
+        {w: (under_alt[w], without_alt[w]) for w in under_alt},
+    )
     control, control_n = seed_count(above_chance(post["warmup"]))
     return from_tests(
         [test],
@@ -110,11 +125,20 @@ def _lr_name(init: str, lr: float) -> str:
 
 SETUPS = (
     SOURCE,
-    SOURCE.but("default-init", "GPT-2's N(0, 0.02) block weights at the paper's learning rate", init="default"),
-    *(SOURCE.but(_lr_name(init, lr), f"peak learning rate {lr:g} with {words}", init=init, role="sweep",
-                 train={"lr": lr})
-      for init, words in (("xavier", "the paper's Xavier init"), ("default", "GPT-2's N(0, 0.02) init"))
-      for lr in SWEPT_LRS),
+    SOURCE.but(
+        "default-init", "GPT-2's N(0, 0.02) block weights at the paper's learning rate", init="default"
+    ),
+    *(
+        SOURCE.but(
+            _lr_name(init, lr),
+            f"peak learning rate {lr:g} with {words}",
+            init=init,
+            role="sweep",
+            train={"lr": lr},
+        )
+        for init, words in (("xavier", "the paper's Xavier init"), ("default", "GPT-2's N(0, 0.02) init"))
+        for lr in SWEPT_LRS
+    ),
 )
 
 CLAIM = Claim.of(
@@ -141,7 +165,8 @@ CLAIM = Claim.of(
         },
     ),
     method="Train post- and pre-norm stacks of the source's depth (6 layers) with 100 steps of linear warmup "
-    "and without, 5 seeds each, at the paper's peak learning rate 1e-3 with its Xavier init; swept over 2e-3, "
+    "and without, 5 seeds each, at the paper's peak learning rate 1e-3 with its Xavier init; swept over "
+    "2e-3, "
     "5e-3 and 1e-2 and repeated with GPT-2's init; final held-out accuracy within the same 600-step budget "
     "(a run stops at 99%), warmup's effect paired by seed with a 95% t interval, the margin the seed noise "
     "of post-norm with warmup (5 other seeds). Scaled down: d_model 64 instead of 512, listops instead of "

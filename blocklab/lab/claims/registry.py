@@ -96,18 +96,25 @@ def with_seeds(claims: list[Claim], seeds: int | None, quick: bool) -> list[Clai
         raise ValueError(f"seeds={seeds!r} must be an integer >= 1")
     takes = [c.name for c in claims if "seeds" in c.params(quick)]
     if not takes:
-        raise ValueError(f"--seeds {seeds} applies to claims measured over seeds; "
-                         f"none of {', '.join(c.name for c in claims)} is")
+        raise ValueError(
+            f"--seeds {seeds} applies to claims measured over seeds; "
+            f"none of {', '.join(c.name for c in claims)} is"
+        )
     size = "quick" if quick else "full"
     with_n = lambda c, n: dataclasses.replace(c, **{size: {**c.params(quick), "seeds": n}})
     runs = 0  # counted from 1 and 2 seeds: planning the runs of 10**11 seeds would fill the memory (F7)
     for claim in claims:
-        one, two = (_runs(with_n(claim, 1), quick), _runs(with_n(claim, 2), quick)) if claim.name in takes \
+        one, two = (
+            (_runs(with_n(claim, 1), quick), _runs(with_n(claim, 2), quick))
+            if claim.name in takes
             else (_runs(claim, quick), _runs(claim, quick))
+        )
         runs += one + (seeds - 1) * (two - one)
     if runs > MAX_RUNS:
-        raise ValueError(f"--seeds {seeds:,} makes {runs:,} training runs; at most {MAX_RUNS:,} are planned "
-                         "at once (as in ablate's grids): ask for fewer seeds")
+        raise ValueError(
+            f"--seeds {seeds:,} makes {runs:,} training runs; at most {MAX_RUNS:,} are planned "
+            "at once (as in ablate's grids): ask for fewer seeds"
+        )
     return [with_n(c, seeds) if c.name in takes else c for c in claims]
 
 

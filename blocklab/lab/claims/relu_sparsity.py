@@ -58,9 +58,16 @@ def verdict(m: Numbers) -> Verdict:
     fraction at init (mean over the layers, per seed) matches 50% within the source's precision."""
     per_seed = [sum(layers) / len(layers) for layers in m["init"]]  # the stack's fraction, per seed
     return from_tests(
-        [compare("at initialization about half of the hidden units are zero (the fraction over the layers "
-                 "is 50% within the source's precision)", "matches", ([0.5] * len(per_seed), per_seed),
-                 "higher", AROUND)],
+        [
+            compare(
+                "at initialization about half of the hidden units are zero (the fraction over the layers "
+                "is 50% within the source's precision)",
+                "matches",
+                ([0.5] * len(per_seed), per_seed),
+                "higher",
+                AROUND,
+            )
+        ],
         observations=[
             f"after training (beyond the source): zeros per layer {pct(_mean(m['trained']))}, dead units "
             f"{pct(_mean(m['dead_trained']))} (means over seeds; held-out accuracy {pct(m['accuracy'])})"
@@ -120,7 +127,8 @@ CLAIM = Claim.of(
         },
     ),
     method="Fraction of FFN pre-activations <= 0 over the layers on 256 listops examples at init, one model "
-    "per seed (5), against 50% with a 95% t interval; the same seeds trained give the fraction after training and the dead units (<= 0 on every "
+    "per seed (5), against 50% with a 95% t interval; the same seeds trained give the fraction after "
+    "training and the dead units (<= 0 on every "
     "position), observations beside the verdict.",
     setups=(
         SOURCE,

@@ -40,12 +40,14 @@ def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
             product_of_sums = (eye + w) @ product_of_sums
             branch_product = w @ branch_product
         sum_with_product = eye + branch_product
-        rows.append({
-            "depth": depth,
-            "jacobian_size": float(jac.abs().max()),
-            "tutorials_error": float((jac - sum_with_product).abs().max()),
-            "product_error": float((jac - product_of_sums).abs().max()),
-        })
+        rows.append(
+            {
+                "depth": depth,
+                "jacobian_size": float(jac.abs().max()),
+                "tutorials_error": float((jac - sum_with_product).abs().max()),
+                "product_error": float((jac - product_of_sums).abs().max()),
+            }
+        )
     return {"rows": rows}
 
 
@@ -54,18 +56,30 @@ def verdict(m: Numbers) -> Verdict:
     (1 + dF/dx) is shown equal beside."""
     rows = [r for r in m["rows"] if r["depth"] > 1]  # at one layer both forms are I + W
     return from_tests(
-        [exact("the gradient through the stack is 1 + the product of the branches' Jacobians, at every depth "
-               "from 2", [r["tutorials_error"] for r in rows], [0.0] * len(rows), TOL)],
-        observations=["the product of (1 + each branch's Jacobian) equals it at every depth (largest error "
-                      f"{max(r['product_error'] for r in m['rows']):.1e})"],
+        [
+            exact(
+                "the gradient through the stack is 1 + the product of the branches' Jacobians, at every "
+                "depth "
+                "from 2",
+                [r["tutorials_error"] for r in rows],
+                [0.0] * len(rows),
+                TOL,
+            )
+        ],
+        observations=[
+            "the product of (1 + each branch's Jacobian) equals it at every depth (largest error "
+            f"{max(r['product_error'] for r in m['rows']):.1e})"
+        ],
     )
 
 
 def headline(m: Numbers) -> str:
     """Each formula's largest error at the deepest depth."""
     r = m["rows"][-1]
-    return (f"depth {r['depth']}: |J - (1 + prod W)| {r['tutorials_error']:.2g}, |J - prod(1 + W)| "
-            f"{r['product_error']:.1e} (|J| {r['jacobian_size']:.2g})")
+    return (
+        f"depth {r['depth']}: |J - (1 + prod W)| {r['tutorials_error']:.2g}, |J - prod(1 + W)| "
+        f"{r['product_error']:.1e} (|J| {r['jacobian_size']:.2g})"
+    )
 
 
 def plot(m: Numbers, fig: Figure) -> None:
@@ -74,8 +88,12 @@ def plot(m: Numbers, fig: Figure) -> None:
     depths = [r["depth"] for r in m["rows"]]
     ax.plot(depths, [max(r["tutorials_error"], 1e-18) for r in m["rows"]], "-o", label="1 + prod(W)")
     ax.plot(depths, [max(r["product_error"], 1e-18) for r in m["rows"]], "--x", label="prod(1 + W)")
-    ax.set(yscale="log", xlabel="residual layers", ylabel="max |autograd Jacobian - formula|",
-           title="the gradient through a residual stack")
+    ax.set(
+        yscale="log",
+        xlabel="residual layers",
+        ylabel="max |autograd Jacobian - formula|",
+        title="the gradient through a residual stack",
+    )
     ax.legend(fontsize="small")
 
 

@@ -54,8 +54,9 @@ def ratios(p: dict[str, Any], setup: Setup, *residuals: str) -> Numbers:
     for family, fields in FAMILIES.items():
         families[family] = {}
         for residual in residuals:
-            ratio = lambda depth, seed: diagnose(p, setup, p["batch"], seed, n_layers=depth, residual=residual,
-                                                 **fields)
+            ratio = lambda depth, seed: diagnose(
+                p, setup, p["batch"], seed, n_layers=depth, residual=residual, **fields
+            )
             per_depth = []
             for depth in p["depths"]:
                 runs = [ratio(depth, seed) for seed in range(p["seeds"])]
@@ -63,7 +64,8 @@ def ratios(p: dict[str, Any], setup: Setup, *residuals: str) -> Numbers:
             null = [ratio(p["depths"][-1], NULL_SEED + s) for s in range(p["seeds"])]
             families[family][residual] = {
                 "log10_ratio": per_depth,
-                "null_deepest": [log_ratio(d.layers[0].grad_resid, d.grad_resid_out) for d in null]}
+                "null_deepest": [log_ratio(d.layers[0].grad_resid, d.grad_resid_out) for d in null],
+            }
             deepest = runs[0]
             profiles.setdefault(family, {})[residual] = [
                 g / deepest.grad_resid_out for g in deepest.profile("grad_resid") + [deepest.grad_resid_out]
@@ -82,8 +84,13 @@ def depth_test(m: Numbers, family: str, residual: str, word: str, check: str) ->
     is the deepest stack's seed noise (its null seeds)."""
     arm = m["families"][family][residual]
     shallow, deep = arm["log10_ratio"][0], arm["log10_ratio"][-1]
-    margin = noise(deep, arm["null_deepest"], f"log10 first/top at depth {m['depths'][-1]} ({family}, "
-                   f"{residual})", floor=0.01, floor_words="a hundredth of a decade")
+    margin = noise(
+        deep,
+        arm["null_deepest"],
+        f"log10 first/top at depth {m['depths'][-1]} ({family}, {residual})",
+        floor=0.01,
+        floor_words="a hundredth of a decade",
+    )
     return compare(check, word, (shallow, deep), "higher", margin)
 
 
@@ -93,15 +100,28 @@ def verdict(m: Numbers) -> Verdict:
     depth matches the shallowest's (it does not vanish with depth). A first layer getting far *more* than
     the top's gradient (a residual stack without norms, whose activations grow) is an observation."""
     depths = m["depths"]
-    tests = [depth_test(m, family, "add", "matches",
-                        f"with residuals ({family}) the first layer's share of the top's gradient at depth "
-                        f"{depths[-1]} is its share at depth {depths[0]}: it does not vanish")
-             for family in FAMILIES]
-    grows = [f"{name} (median log10 first/top by depth: "
-             f"{' '.join(g2(sorted(xs)[len(xs) // 2]) for xs in fam['add']['log10_ratio'])})"
-             for name, fam in m["families"].items() if max(fam["add"]["log10_ratio"][-1]) > 1]
-    observations = [f"with residuals the first layer gets more than 10x the top's gradient in: {'; '.join(grows)}"
-                    ] if grows else []
+    tests = [
+        depth_test(
+            m,
+            family,
+            "add",
+            "matches",
+            f"with residuals ({family}) the first layer's share of the top's gradient at depth "
+            f"{depths[-1]} is its share at depth {depths[0]}: it does not vanish",
+        )
+        for family in FAMILIES
+    ]
+    grows = [
+        f"{name} (median log10 first/top by depth: "
+        f"{' '.join(g2(sorted(xs)[len(xs) // 2]) for xs in fam['add']['log10_ratio'])})"
+        for name, fam in m["families"].items()
+        if max(fam["add"]["log10_ratio"][-1]) > 1
+    ]
+    observations = (
+        [f"with residuals the first layer gets more than 10x the top's gradient in: {'; '.join(grows)}"]
+        if grows
+        else []
+    )
     return from_tests(tests, observations=observations)
 
 
@@ -118,7 +138,8 @@ def depth_headline(m: Numbers, residual: str) -> str:
     """first/top at the shallowest and the deepest depth per family (median over seeds)."""
     at = lambda f, i: g2(10 ** _median(f[residual]["log10_ratio"][i]))
     return f"first/top, {residual}, depth {m['depths'][0]} -> {m['depths'][-1]}: " + ", ".join(
-        f"{name} {at(f, 0)} -> {at(f, -1)}" for name, f in m["families"].items())
+        f"{name} {at(f, 0)} -> {at(f, -1)}" for name, f in m["families"].items()
+    )
 
 
 def plot(m: Numbers, fig: Figure) -> None:
@@ -126,8 +147,12 @@ def plot(m: Numbers, fig: Figure) -> None:
     ax1, ax2 = fig.subplots(1, 2)
     for family, fam in m["families"].items():
         for residual, style in ((r, st) for r, st in (("add", "-o"), ("none", "--x")) if r in fam):
-            ax1.plot(m["depths"], [10 ** _median(xs) for xs in fam[residual]["log10_ratio"]], style,
-                     label=f"{family}, {residual}")
+            ax1.plot(
+                m["depths"],
+                [10 ** _median(xs) for xs in fam[residual]["log10_ratio"]],
+                style,
+                label=f"{family}, {residual}",
+            )
     ax1.set(
         yscale="log",
         xlabel="depth",
@@ -137,8 +162,11 @@ def plot(m: Numbers, fig: Figure) -> None:
     ax1.legend(fontsize="x-small")
     for family, prof in m["profiles"].items():
         for residual, style in ((r, st) for r, st in (("add", "-"), ("none", "--")) if r in prof):
-            ax2.plot([math.nan if v is None else max(v, 1e-40) for v in prof[residual]], style,
-                     label=f"{family}, {residual}")
+            ax2.plot(
+                [math.nan if v is None else max(v, 1e-40) for v in prof[residual]],
+                style,
+                label=f"{family}, {residual}",
+            )
     ax2.set(
         yscale="log",
         xlabel="layer l (input of block l; last = top)",

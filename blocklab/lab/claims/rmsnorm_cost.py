@@ -26,8 +26,9 @@ from .rules import compare, source_margin
 from .shared import seconds_per_rep
 
 EPS = 1e-5
-SAVING = source_margin(-math.log(1 - 0.07), "the smallest saving the source reports, 7% of LayerNorm's "
-                       "time, as a log ratio")
+SAVING = source_margin(
+    -math.log(1 - 0.07), "the smallest saving the source reports, 7% of LayerNorm's time, as a log ratio"
+)
 Norms = Callable[[int], dict[str, Callable[[Tensor], Tensor]]]  # width -> {"ln": f, "rms": f}
 
 
@@ -53,8 +54,11 @@ def _blocklab(d: int) -> dict[str, Callable[[Tensor], Tensor]]:
     return {"ln": LayerNorm(d, eps=EPS, variant="standard"), "rms": LayerNorm(d, eps=EPS, variant="rms")}
 
 
-IMPLEMENTATIONS: dict[str, Norms] = {"torch-kernels": _torch_kernels, "written-out": _written,
-                                     "blocklab-modules": _blocklab}
+IMPLEMENTATIONS: dict[str, Norms] = {
+    "torch-kernels": _torch_kernels,
+    "written-out": _written,
+    "blocklab-modules": _blocklab,
+}
 
 
 def measure(p: dict[str, Any], setup: Setup, results: Results) -> Numbers:
@@ -70,8 +74,17 @@ def verdict(m: Numbers) -> Verdict:
     the source's smallest saving."""
     log = lambda xs: [math.log(t) for t in xs]
     ln, rms = log(m["seconds"]["ln"]), log(m["seconds"]["rms"])
-    return from_tests([compare("RMSNorm's forward+backward takes less time than LayerNorm's", "beats",
-                               (ln, rms), "lower", SAVING)])
+    return from_tests(
+        [
+            compare(
+                "RMSNorm's forward+backward takes less time than LayerNorm's",
+                "beats",
+                (ln, rms),
+                "lower",
+                SAVING,
+            )
+        ]
+    )
 
 
 def _median(xs: list[float]) -> float:
@@ -89,13 +102,17 @@ def plot(m: Numbers, fig: Figure) -> None:
     ax = fig.subplots()
     for name, label in (("ln", "LayerNorm"), ("rms", "RMSNorm")):
         ax.plot([1e3 * t for t in m["seconds"][name]], ".-", label=label)
-    ax.set(xlabel="repetition", ylabel="forward+backward (ms)",
-           title=f"{m['tokens']} positions of width {m['d_model']}")
+    ax.set(
+        xlabel="repetition",
+        ylabel="forward+backward (ms)",
+        title=f"{m['tokens']} positions of width {m['d_model']}",
+    )
     ax.legend(fontsize="small")
 
 
-SOURCE = Setup("torch-kernels", "source", "torch's own kernels, F.layer_norm and F.rms_norm: what a user of "
-               "PyTorch runs")
+SOURCE = Setup(
+    "torch-kernels", "source", "torch's own kernels, F.layer_norm and F.rms_norm: what a user of PyTorch runs"
+)
 
 CLAIM = Claim.of(
     __name__,
@@ -111,13 +128,16 @@ CLAIM = Claim.of(
         {"width": "d_model 512"},
     ),
     method="Forward+backward of both norms on 4,096 positions of width 512 (the source's), 30 interleaved "
-    "repetitions in one process, one thread; log time of RMSNorm minus LayerNorm's per repetition, with a 95% "
+    "repetitions in one process, one thread; log time of RMSNorm minus LayerNorm's per repetition, with a "
+    "95% "
     "t interval; the margin the source's smallest saving, 7%. Setups: torch's kernels, both written out in "
     "plain torch ops, blocklab's modules.",
     setups=(
         SOURCE,
-        SOURCE.but("written-out", "both norms written out in the same plain torch ops: the arithmetic, not the "
-                   "kernels"),
+        SOURCE.but(
+            "written-out",
+            "both norms written out in the same plain torch ops: the arithmetic, not the kernels",
+        ),
         SOURCE.but("blocklab-modules", "blocklab's LayerNorm modules as its models run them"),
     ),
     quick={"d_model": 512, "tokens": 1024, "reps": 5},

@@ -55,8 +55,17 @@ def verdict(m: Numbers) -> Verdict:
     margin = null_margin(ln, m["null"], "steps", "LayerNorm's steps to the target")
     control, control_n = seed_count(reached(ln))
     return from_tests(
-        [arms_test("RMSNorm reaches the target in LayerNorm's steps", "matches", ln, rms, "steps", "lower",
-                   margin)],
+        [
+            arms_test(
+                "RMSNorm reaches the target in LayerNorm's steps",
+                "matches",
+                ln,
+                rms,
+                "steps",
+                "lower",
+                margin,
+            )
+        ],
         controls=[(f"LayerNorm reaches the target ({control_n})", control)],
     )
 
@@ -104,7 +113,8 @@ CLAIM = Claim.of(
         },
     ),
     method="Steps to 99% held-out on listops within the same 600-step budget (a run that does not reach it "
-    "counts one evaluation past the budget), LayerNorm and RMSNorm from the same 5 seeds, paired by seed with "
+    "counts one evaluation past the budget), LayerNorm and RMSNorm from the same 5 seeds, paired by seed "
+    "with "
     "a 95% t interval; the margin the seed noise of LayerNorm (5 other seeds), at least one evaluation (25 "
     "steps). Scaled down: d_model 64 and listops.",
     setups=(SOURCE, torch_init(SOURCE)),

@@ -66,9 +66,15 @@ def registry_hash(claims: list[Claim]) -> str:
     ``claims.rules``). The notes, written from the results, are left out."""
     stated = [
         {
-            "name": c.name, "kind": c.kind, "statement": c.statement, "source": c.source.to_dict(),
-            "method": c.method, "setups": [s.to_dict() for s in c.setups], "quick": clean(c.quick),
-            "full": clean(c.full), "verdict": inspect.getsource(c.verdict),
+            "name": c.name,
+            "kind": c.kind,
+            "statement": c.statement,
+            "source": c.source.to_dict(),
+            "method": c.method,
+            "setups": [s.to_dict() for s in c.setups],
+            "quick": clean(c.quick),
+            "full": clean(c.full),
+            "verdict": inspect.getsource(c.verdict),
             "settings": {s.name: training_settings(c.runs(c.full, s)) for s in c.setups} if c.runs else {},
         }
         for c in claims
@@ -187,7 +193,9 @@ class RunStore:
 
     def save(self, spec: RunSpec, result: dict[str, Any]) -> None:
         """Keep a finished run's result (never through a link inside the claims folder)."""
-        write_json(self.path(spec), {**result, "code": self.code, "registry": self.registry}, root=self.folder)
+        write_json(
+            self.path(spec), {**result, "code": self.code, "registry": self.registry}, root=self.folder
+        )
 
 
 def run_claims(
@@ -215,15 +223,26 @@ def run_claims(
 
 
 def _run_claims(
-    claims: list[Claim], quick: bool, executor: Executor, store: RunStore | None, progress: bool,
+    claims: list[Claim],
+    quick: bool,
+    executor: Executor,
+    store: RunStore | None,
+    progress: bool,
     stamp: dict[str, str],
 ) -> dict[str, Any]:
     start = time.perf_counter()
-    specs = {(c.name, s.name): c.runs(c.params(quick), s) if c.runs else []
-             for c in claims for s in c.setups_run(quick)}
+    specs = {
+        (c.name, s.name): c.runs(c.params(quick), s) if c.runs else []
+        for c in claims
+        for s in c.setups_run(quick)
+    }
     bar = _progress() if progress else None
-    bars = {c.name: bar.add_task(c.name, total=sum(len(specs[c.name, s.name]) + 1 for s in c.setups_run(quick)))
-            if bar else None for c in claims}
+    bars = {
+        c.name: bar.add_task(c.name, total=sum(len(specs[c.name, s.name]) + 1 for s in c.setups_run(quick)))
+        if bar
+        else None
+        for c in claims
+    }
     advance: Callable[[str], None] = lambda name: bar.advance(bars[name]) if bar else None
     results: dict[str, dict[str, Any]] = {}
     todo = []
@@ -286,15 +305,20 @@ def _run_claims(
     return {
         **_header(quick, executor, stamp),
         "seconds": round(time.perf_counter() - start, 1),
-        "training": {"runs": len(results), "kept": kept,
-                     "seconds": round(sum(r["seconds"] for r in results.values()), 1)},
+        "training": {
+            "runs": len(results),
+            "kept": kept,
+            "seconds": round(sum(r["seconds"] for r in results.values()), 1),
+        },
         "load_average": load.summary(),
         "claims": [_claim_report(c, quick, specs, measured, seconds) for c in claims],
     }
 
 
-QUICK_WARNING = ("a smoke run at reduced sizes, source setups only: it exercises every claim, and its "
-                 "verdicts are not evidence")
+QUICK_WARNING = (
+    "a smoke run at reduced sizes, source setups only: it exercises every claim, and its "
+    "verdicts are not evidence"
+)
 
 
 def _header(quick: bool, executor: Executor, stamp: dict[str, str]) -> dict[str, Any]:
@@ -305,8 +329,12 @@ def _header(quick: bool, executor: Executor, stamp: dict[str, str]) -> dict[str,
         **({"warning": QUICK_WARNING} if quick else {}),
         **stamp,
         "jobs": executor.workers,
-        "machine": {"python": platform.python_version(), "torch": torch.__version__, "cpus": default_jobs(),
-                    "platform": platform.platform()},
+        "machine": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "cpus": default_jobs(),
+            "platform": platform.platform(),
+        },
     }
 
 

@@ -110,8 +110,13 @@ def _labelled(label: str, null: bool) -> tuple[str, int]:
 
 
 def seeded(
-    claim: str, setup: Setup, label: str, p: dict[str, Any], model: dict[str, Any] | None = None,
-    null: bool = False, **train: Any
+    claim: str,
+    setup: Setup,
+    label: str,
+    p: dict[str, Any],
+    model: dict[str, Any] | None = None,
+    null: bool = False,
+    **train: Any,
 ) -> list[RunSpec]:
     """``run_spec`` once per seed of the claim's sizes (``p["seeds"]``); ``null``: the null arm of
     ``label``, the same runs from seeds NULL_SEED + s, whose spread against the arm is the seed noise."""
@@ -158,15 +163,22 @@ def run_readings(run: dict[str, Any], budget: int) -> dict[str, dict[str, float]
     earlier = lambda evals, default: evals[-2][1] if len(evals) > 1 else (evals[-1][1] if evals else default)
     worst_loss = max((v for _, v in _evaluations(run, "eval_loss")), default=math.nan)
     return {
-        "accuracy": {"final": acc[-1][1] if acc else 0.0, "one evaluation earlier": earlier(acc, 0.0),
-                     "half the budget": _at(acc, half, 0.0)},
-        "loss": {"final": min((v for _, v in loss), default=worst_loss),
-                 "one evaluation earlier": min((v for _, v in loss[:-1]), default=worst_loss),
-                 "half the budget": min((v for s, v in loss if s <= half), default=worst_loss)},
+        "accuracy": {
+            "final": acc[-1][1] if acc else 0.0,
+            "one evaluation earlier": earlier(acc, 0.0),
+            "half the budget": _at(acc, half, 0.0),
+        },
+        "loss": {
+            "final": min((v for _, v in loss), default=worst_loss),
+            "one evaluation earlier": min((v for _, v in loss[:-1]), default=worst_loss),
+            "half the budget": min((v for s, v in loss if s <= half), default=worst_loss),
+        },
         "steps": {"final": censored(budget), "half the budget": censored(half)},
-        "train_loss": {"final": fit[-1][1] if fit else worst_loss,
-                       "one evaluation earlier": _at(fit, fit[-1][0] - every, worst_loss) if fit else worst_loss,
-                       "half the budget": _at(fit, half, worst_loss)},
+        "train_loss": {
+            "final": fit[-1][1] if fit else worst_loss,
+            "one evaluation earlier": _at(fit, fit[-1][0] - every, worst_loss) if fit else worst_loss,
+            "half the budget": _at(fit, half, worst_loss),
+        },
         "time_per_step": {"final": run["seconds"] / max(1, run.get("steps") or 1)},
     }
 
@@ -200,8 +212,9 @@ def pair(a: dict[str, Any], b: dict[str, Any], metric: str) -> tuple[Pair, dict[
     return (ra["final"], rb["final"]), {w: (ra[w], rb[w]) for w in ra if w != "final"}
 
 
-def arms_test(check: str, word: str, a: dict[str, Any], b: dict[str, Any], metric: str, better: str,
-              margin: Margin) -> Test:
+def arms_test(
+    check: str, word: str, a: dict[str, Any], b: dict[str, Any], metric: str, better: str, margin: Margin
+) -> Test:
     """``rules.compare`` of arm ``b`` against arm ``a`` on ``metric``, the other readings as neighbours."""
     main, alt = pair(a, b, metric)
     return compare(check, word, main, better, margin, alt)
@@ -211,7 +224,9 @@ def null_margin(arm: dict[str, Any], null: dict[str, Any], metric: str, what: st
     """The seed noise of ``metric`` between an arm and its null arm (``rules.noise``), never below the
     number's resolution (``resolution``)."""
     values = arm["readings"][metric]["final"]
-    return noise(values, null["readings"][metric]["final"], what, *resolution(metric, arm["eval_every"], values))
+    return noise(
+        values, null["readings"][metric]["final"], what, *resolution(metric, arm["eval_every"], values)
+    )
 
 
 def resolution(metric: str, eval_every: int, values: list[float]) -> tuple[float, str]:
@@ -295,7 +310,9 @@ def diagnose(
     return diagnostics.diagnose(fresh_model(p, setup, seed, **fields), *listops_batch(n))
 
 
-def seconds_per_rep(fns: dict[str, Callable[[Tensor], Tensor]], x: Tensor, reps: int) -> dict[str, list[float]]:
+def seconds_per_rep(
+    fns: dict[str, Callable[[Tensor], Tensor]], x: Tensor, reps: int
+) -> dict[str, list[float]]:
     """Forward+backward seconds of each function on ``x``, one per repetition (a fresh leaf each time, so
     the backward reaches the input as in a network), interleaved so the functions of one repetition see
     the same load: repetition r of each is a pair."""

@@ -29,7 +29,7 @@ def _cell(text: str) -> str:
 
 
 def _interval(effect: dict[str, Any]) -> str:
-    return (f"{effect['mean']:+.3g} [{effect['low']:+.3g}, {effect['high']:+.3g}], {effect['n']} seeds")
+    return f"{effect['mean']:+.3g} [{effect['low']:+.3g}, {effect['high']:+.3g}], {effect['n']} seeds"
 
 
 def effect_text(test: dict[str, Any]) -> str:
@@ -79,7 +79,8 @@ def _title(report: dict[str, Any]) -> str:
     )
     return (
         f"blocklab claims ({report['mode']}, {runs}{report['seconds']:.0f} s, {report['jobs']} jobs, "
-        f"load average {load['mean']:.1f} (max {load['max']:.1f}) on {report['machine']['cpus']} cpus; registry "
+        f"load average {load['mean']:.1f} (max {load['max']:.1f}) on {report['machine']['cpus']} cpus; "
+        "registry "
         f"{report['registry']}, code {report['code']}){warning}"
     )
 
@@ -100,8 +101,11 @@ def claims_table(report: dict[str, Any]) -> Any:
     for c in report["claims"]:
         for i, s in enumerate(c["setups"]):
             overall = c["verdict"]
-            name = f"{c['name']}\n[{VERDICT_STYLE[overall]}]{overall}[/] ({c['sensitivity']['label']})" \
-                if i == 0 else ""
+            name = (
+                f"{c['name']}\n[{VERDICT_STYLE[overall]}]{overall}[/] ({c['sensitivity']['label']})"
+                if i == 0
+                else ""
+            )
             style = VERDICT_STYLE[s["verdict"]]
             table.add_row(
                 name, f"{s['name']} ({s['role']})", f"[{style}]{s['verdict']}[/]", s["headline"], _failed(s)
@@ -134,8 +138,10 @@ def claims_summary_markdown(report: dict[str, Any], details: str = "") -> str:
     for c in report["claims"]:
         name = f"[`{c['name']}`]({details}#{c['name']})" if details else f"`{c['name']}`"
         setups = ", ".join(f"{s['name']} {s['verdict']}" for s in c["setups"])
-        lines.append(f"| {name}: {_cell(c['statement'])} | **{c['verdict']}** | {c['sensitivity']['label']} "
-                     f"| {_cell(setups)} |")
+        lines.append(
+            f"| {name}: {_cell(c['statement'])} | **{c['verdict']}** | {c['sensitivity']['label']} "
+            f"| {_cell(setups)} |"
+        )
     lines += ["", f"*{_title(report)}.*"]
     return "\n".join(lines) + "\n"
 
@@ -151,7 +157,7 @@ def claims_details_markdown(report: dict[str, Any]) -> str:
             "",
             f"### `{c['name']}` — {c['verdict']}",
             "",
-            f"*{c['statement']}* Source: {src['citation']}, {src['section']}: \"{src['statement']}\" The test "
+            f'*{c["statement"]}* Source: {src["citation"]}, {src["section"]}: "{src["statement"]}" The test '
             f"reads {src['reads']}.",
         ]
         if c["kind"] != "exact":
@@ -182,7 +188,9 @@ def settings_text(training: dict[str, Any]) -> str:
     """A setup's training settings in one line: optimizer, schedule, the common fields, the varied ones."""
     common = ", ".join(f"{k} {v}" for k, v in training["common"].items())
     varied = "; ".join(f"{k} in {v}" for k, v in training["varied"].items())
-    return f"{training['optimizer']}; {training['schedule']}; {common}" + (f"; varied: {varied}" if varied else "")
+    return f"{training['optimizer']}; {training['schedule']}; {common}" + (
+        f"; varied: {varied}" if varied else ""
+    )
 
 
 def _setup_html(setup: dict[str, Any], plot: Callable[[Numbers, Figure], None]) -> list[str]:

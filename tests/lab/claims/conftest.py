@@ -9,36 +9,69 @@ import pytest
 from blocklab.lab.claims.shared import outcome
 
 
-def _run(accuracy: float | None, reach: int | None, loss: float, train_loss: float, budget: int,
-         every: int, seconds: float) -> dict[str, Any]:
+def _run(
+    accuracy: float | None,
+    reach: int | None,
+    loss: float,
+    train_loss: float,
+    budget: int,
+    every: int,
+    seconds: float,
+) -> dict[str, Any]:
     """A finished run whose final evaluation shows ``accuracy`` and ``loss`` (its lowest held-out loss) and
     whose training loss ends at ``train_loss``; it reached 99% at ``reach`` (None: never)."""
     last = reach if reach is not None else budget
-    curve = [{"step": step, "loss": train_loss + 1.0, "eval_loss": loss + 1.0, "eval_accuracy": 0.1}
-             for step in range(every, last, every)]
-    curve.append({"step": last, "loss": train_loss, "eval_loss": loss,
-                  "eval_accuracy": 0.995 if reach is not None else (accuracy or 0.0)})
-    return {"accuracy": 0.0 if accuracy is None else accuracy, "diverged": accuracy is None, "curve": curve,
-            "eval_loss": loss, "loss": train_loss, "seconds": seconds, "steps": last,
-            "spec": {"train": {"steps": budget, "eval_every": every}}}
+    curve = [
+        {"step": step, "loss": train_loss + 1.0, "eval_loss": loss + 1.0, "eval_accuracy": 0.1}
+        for step in range(every, last, every)
+    ]
+    curve.append(
+        {
+            "step": last,
+            "loss": train_loss,
+            "eval_loss": loss,
+            "eval_accuracy": 0.995 if reach is not None else (accuracy or 0.0),
+        }
+    )
+    return {
+        "accuracy": 0.0 if accuracy is None else accuracy,
+        "diverged": accuracy is None,
+        "curve": curve,
+        "eval_loss": loss,
+        "loss": train_loss,
+        "seconds": seconds,
+        "steps": last,
+        "spec": {"train": {"steps": budget, "eval_every": every}},
+    }
 
 
-def _arm(accuracy: Sequence[float | None], steps: Sequence[int | None] | None = None, budget: int = 600,
-         loss: Sequence[float] | None = None, train_loss: Sequence[float] | None = None, every: int = 25,
-         seconds: Sequence[float] | None = None) -> dict[str, Any]:
+def _arm(
+    accuracy: Sequence[float | None],
+    steps: Sequence[int | None] | None = None,
+    budget: int = 600,
+    loss: Sequence[float] | None = None,
+    train_loss: Sequence[float] | None = None,
+    every: int = 25,
+    seconds: Sequence[float] | None = None,
+) -> dict[str, Any]:
     """One arm's numbers as ``shared.outcome`` gives them: ``accuracy`` per seed (None: diverged); ``steps``
     to the target per seed (default: 100 where the accuracy is at least 0.99, else not reached); the lowest
     held-out ``loss``, the final ``train_loss`` and the ``seconds`` per seed (defaults: 1.0)."""
     n = len(accuracy)
     steps = steps if steps is not None else [100 if a is not None and a >= 0.99 else None for a in accuracy]
     loss, train_loss, seconds = loss or [1.0] * n, train_loss or [1.0] * n, seconds or [1.0] * n
-    return outcome([_run(a, r, lo, tl, budget, every, s)
-                    for a, r, lo, tl, s in zip(accuracy, steps, loss, train_loss, seconds, strict=True)])
+    return outcome(
+        [
+            _run(a, r, lo, tl, budget, every, s)
+            for a, r, lo, tl, s in zip(accuracy, steps, loss, train_loss, seconds, strict=True)
+        ]
+    )
 
 
 @pytest.fixture
 def arm() -> Callable[..., dict[str, Any]]:
-    """``arm(accuracy per seed, steps per seed=None, ...)``: one arm's numbers as a claim's measure gives them."""
+    """``arm(accuracy per seed, steps per seed=None, ...)``: one arm's numbers as a claim's measure gives
+    them."""
     return _arm
 
 

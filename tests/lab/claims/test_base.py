@@ -26,8 +26,14 @@ def test_a_setup_holds_when_every_test_holds_and_fails_when_one_fails():
     assert setup_verdict(["holds", "inconclusive"]) == "inconclusive"
     v = from_tests([made("a is 1"), made("b is 2", "fails"), made("c is 3", "inconclusive")])
     assert v.verdict == "fails" and v.reason == "holds: a is 1; fails: b is 2; undecided: c is 3"
-    assert v.checks[1] == {"check": "b is 2", "rule": "beats", "outcome": "fails", "effect": None,
-                           "margin": None, "neighbours": {}}
+    assert v.checks[1] == {
+        "check": "b is 2",
+        "rule": "beats",
+        "outcome": "fails",
+        "effect": None,
+        "margin": None,
+        "neighbours": {},
+    }
     with pytest.raises(ValueError):
         from_tests([])
 
@@ -43,11 +49,16 @@ def test_a_failed_control_makes_the_setup_inconclusive_whatever_its_tests():
 
 
 def test_the_sensitivity_recomputes_the_setups_verdict_under_each_neighbour():
-    tests = [made("a", "holds", **{"margin x2": "fails", "half the budget": "holds"}),
-             made("b", "holds", **{"margin x2": "holds"})]
+    tests = [
+        made("a", "holds", **{"margin x2": "fails", "half the budget": "holds"}),
+        made("b", "holds", **{"margin x2": "holds"}),
+    ]
     s = sensitivity_of("holds", tests)
-    assert s == {"label": "fragile", "neighbours": {"margin x2": "fails", "half the budget": "holds"},
-                 "flips": ["margin x2"]}
+    assert s == {
+        "label": "fragile",
+        "neighbours": {"margin x2": "fails", "half the budget": "holds"},
+        "flips": ["margin x2"],
+    }
     assert sensitivity_of("holds", [made("a", "holds", **{"margin x0.5": "holds"})])["label"] == "robust"
     assert from_tests(tests).sensitivity["label"] == "fragile"
     with pytest.raises(ValueError, match="outcomes are"):
@@ -72,10 +83,15 @@ def test_a_control_over_seeds_counts_when_true_on_more_than_half(oks, counts):
 def test_the_source_setup_decides_and_a_disagreeing_confound_makes_the_claim_depend():
     assert combine([("exact", "exact", "fails")]) == ("fails", "fails in its only setup")
     assert combine([("paper", "source", "holds"), ("learned", "confound", "holds")]) == (
-        "holds", "holds in the source setup (paper); confounds: learned holds")
-    verdict, reason = combine([("paper", "source", "holds"), ("learned", "confound", "fails"),
-                               ("x", "confound", "inconclusive")])
-    assert verdict == "depends" and reason.startswith("holds in the source setup (paper), the opposite in learned")
+        "holds",
+        "holds in the source setup (paper); confounds: learned holds",
+    )
+    verdict, reason = combine(
+        [("paper", "source", "holds"), ("learned", "confound", "fails"), ("x", "confound", "inconclusive")]
+    )
+    assert verdict == "depends" and reason.startswith(
+        "holds in the source setup (paper), the opposite in learned"
+    )
     with pytest.raises(ValueError, match="'maybe' is not one of"):
         combine([("paper", "source", "maybe")])
     with pytest.raises(ValueError, match="exactly one source"):

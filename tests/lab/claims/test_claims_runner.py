@@ -62,8 +62,11 @@ def trained(monkeypatch):
 def test_a_claims_run_killed_midway_trains_only_its_unfinished_runs_again(tmp_path, tiny_claims, trained):
     out = tmp_path / "claims"
     sizes = registry.REGISTRY[CLAIM].quick
-    child = subprocess.Popen([sys.executable, "-c", CHILD.format(sizes=sizes, claim=CLAIM, out=str(out))],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD.format(sizes=sizes, claim=CLAIM, out=str(out))],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 300  # a guard against a hang, not a measurement
         while not _kept(out) and child.poll() is None and time.monotonic() < deadline:
@@ -115,7 +118,9 @@ def test_a_kept_result_made_by_other_code_is_trained_again(tmp_path, tiny_claims
     trained.clear()
     monkeypatch.setattr(runner, "code_version", lambda: "0123456789abcdef")
     again = registry.run_claims([CLAIM], quick=True, executor=Executor(jobs=1), out=out, progress=False)
-    assert len(trained) == len(kept) and again["training"]["kept"] == 0 and again["code"] == "0123456789abcdef"
+    assert (
+        len(trained) == len(kept) and again["training"]["kept"] == 0 and again["code"] == "0123456789abcdef"
+    )
 
 
 def test_the_code_version_follows_the_training_code_and_not_the_claims(tmp_path):
@@ -141,14 +146,18 @@ def test_the_registry_hash_follows_what_is_stated_before_the_runs_and_not_the_no
     claims = list(registry.CLAIMS)
     index = next(i for i, c in enumerate(claims) if c.name == CLAIM)
     before = registry_hash(claims)
-    noted = claims[:index] + [dataclasses.replace(claims[index], notes="written after the run")] + claims[index + 1:]
+    noted = (
+        claims[:index]
+        + [dataclasses.replace(claims[index], notes="written after the run")]
+        + claims[index + 1 :]
+    )
     assert registry_hash(noted) == before
     claim = claims[index]
     moved = dataclasses.replace(claim, full={**claim.full, "steps": claim.full["steps"] + 1})
-    assert registry_hash(claims[:index] + [moved] + claims[index + 1:]) != before
+    assert registry_hash(claims[:index] + [moved] + claims[index + 1 :]) != before
     source = claim.setups[0]
     other = dataclasses.replace(claim, setups=(dataclasses.replace(source, init="he"), *claim.setups[1:]))
-    assert registry_hash(claims[:index] + [other] + claims[index + 1:]) != before
+    assert registry_hash(claims[:index] + [other] + claims[index + 1 :]) != before
 
 
 def test_training_settings_are_every_trainconfig_field_that_trains():
@@ -159,8 +168,17 @@ def test_training_settings_are_every_trainconfig_field_that_trains():
     settings = training_settings(claim.runs(claim.full, claim.setups[0]))
     common = settings["common"]
     assert (common["weight_decay"], common["grad_clip"], common["beta1"], common["beta2"]) == (
-        TrainConfig.weight_decay, TrainConfig.grad_clip, TrainConfig.beta1, TrainConfig.beta2)
-    assert (common["lr"], common["steps"], common["init"], common["dtype"]) == (1e-3, 600, "xavier", "float32")
+        TrainConfig.weight_decay,
+        TrainConfig.grad_clip,
+        TrainConfig.beta1,
+        TrainConfig.beta2,
+    )
+    assert (common["lr"], common["steps"], common["init"], common["dtype"]) == (
+        1e-3,
+        600,
+        "xavier",
+        "float32",
+    )
     assert settings["varied"] == {"warmup": [0, 100]} and "AdamW" in settings["optimizer"]
     assert "seed" not in common and "threads" not in common
 
@@ -176,21 +194,44 @@ def test_a_claims_folder_is_only_one_blocklab_made_for_claims(tmp_path, capsys):
 
 
 # H1: a claim that only trains, its runs long enough to be interrupted
-TRAIN = {"steps": 300, "batch_size": 8, "log_every": 1, "eval_every": 10**6, "checkpoint_every": 0,
-         "target_accuracy": None}
+TRAIN = {
+    "steps": 300,
+    "batch_size": 8,
+    "log_every": 1,
+    "eval_every": 10**6,
+    "checkpoint_every": 0,
+    "target_accuracy": None,
+}
 
 
 def _claim(out: Path, runs: int) -> Claim:
     def specs(params: dict, setup: Setup) -> list[RunSpec]:
-        return [RunSpec(key=f"fake/{setup.name}/{i}", preset="tiny-lm", task={"name": "tiny-lm"},
-                        train={**TRAIN, "seed": i}, out_dir=str(out / setup.name / str(i)))
-                for i in range(runs)]
+        return [
+            RunSpec(
+                key=f"fake/{setup.name}/{i}",
+                preset="tiny-lm",
+                task={"name": "tiny-lm"},
+                train={**TRAIN, "seed": i},
+                out_dir=str(out / setup.name / str(i)),
+            )
+            for i in range(runs)
+        ]
 
-    return Claim(name="fake", kind="training", statement="a claim that only trains", method="train",
-                 source=Source("a test", "-", "-", "-"), quick={}, full={},
-                 setups=(Setup("a", "source", "the runs"), Setup("b", "confound", "more runs")),
-                 measure=lambda params, setup, results: {}, verdict=lambda m: None, headline=None, plot=None,
-                 runs=specs)
+    return Claim(
+        name="fake",
+        kind="training",
+        statement="a claim that only trains",
+        method="train",
+        source=Source("a test", "-", "-", "-"),
+        quick={},
+        full={},
+        setups=(Setup("a", "source", "the runs"), Setup("b", "confound", "more runs")),
+        measure=lambda params, setup, results: {},
+        verdict=lambda m: None,
+        headline=None,
+        plot=None,
+        runs=specs,
+    )
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the process tree from /proc")
@@ -213,8 +254,11 @@ def test_ctrl_c_stops_the_queued_runs_at_once(tmp_path: Path) -> None:
     with pytest.raises(KeyboardInterrupt):
         run_claims([claim], quick=True, executor=Executor(jobs=2), progress=False)
     training.set()
-    workers = [pid for pid in descendants(os.getpid())  # (multiprocessing's resource tracker may stay)
-               if b"spawn_main" in (Path("/proc") / str(pid) / "cmdline").read_bytes()]
+    workers = [
+        pid
+        for pid in descendants(os.getpid())  # (multiprocessing's resource tracker may stay)
+        if b"spawn_main" in (Path("/proc") / str(pid) / "cmdline").read_bytes()
+    ]
     assert workers == []  # no worker left training
     finished = [p for p in tmp_path.rglob("checkpoints") if any(p.iterdir())]
     assert len(finished) < 8  # the queue was not drained

@@ -4,10 +4,16 @@ ReLU's seed noise and never below one evaluation; inconclusive when neither acti
 from blocklab.lab.claims import gelu_vs_relu as claim
 
 
-def numbers(arm, relu=(100, 125, 150, 175, 200), gelu=(100, 125, 150, 175, 200), null=(100, 150, 125, 200, 175)):
+def numbers(
+    arm, relu=(100, 125, 150, 175, 200), gelu=(100, 125, 150, 175, 200), null=(100, 150, 125, 200, 175)
+):
     acc = lambda steps: [0.5 if s is None else 0.995 for s in steps]
-    return {"relu": arm(acc(relu), list(relu)), "gelu": arm(acc(gelu), list(gelu)),
-            "null": arm(acc(null), list(null)), "time_ratio": 1.1}
+    return {
+        "relu": arm(acc(relu), list(relu)),
+        "gelu": arm(acc(gelu), list(gelu)),
+        "null": arm(acc(null), list(null)),
+        "time_ratio": 1.1,
+    }
 
 
 def test_gelu_as_fast_as_relu_holds(arm):
@@ -16,7 +22,9 @@ def test_gelu_as_fast_as_relu_holds(arm):
     assert "1.10x" in v.observations[0]  # the cost is shown, not scored
 
 
-def test_gelu_clearly_slower_fails_and_a_run_never_reaching_the_target_counts_one_evaluation_past_the_budget(arm):
+def test_gelu_clearly_slower_fails_and_a_run_never_reaching_the_target_counts_one_evaluation_past_the_budget(
+    arm,
+):
     slow = numbers(arm, gelu=(400, 425, 450, 475, 500))
     assert claim.verdict(slow).verdict == "fails"
     never = numbers(arm, gelu=(None,) * 5)

@@ -11,11 +11,15 @@ ACTS = ("relu", "gelu", "geglu", "swiglu")
 def numbers(arm, spread, relu=2.0, gelu=2.0, geglu=1.9, swiglu=1.9, params=(33088, 33088, 33044, 33044)):
     centres = dict(zip(ACTS, (relu, gelu, geglu, swiglu), strict=True))
     arms = {act: arm([0.5] * 5, loss=spread(c)) for act, c in centres.items()}
-    return {"arms": arms, "null": arm([0.5] * 5, loss=spread(relu, width=0.012)),
-            "losses": {a: x["readings"]["loss"]["final"] for a, x in arms.items()},
-            "lowest": {a: x["readings"]["loss"]["final"] for a, x in arms.items()},
-            "train_losses": {a: x["readings"]["loss"]["final"] for a, x in arms.items()},
-            "ffn_parameters": dict(zip(ACTS, params, strict=True)), "vocab_size": 60}
+    return {
+        "arms": arms,
+        "null": arm([0.5] * 5, loss=spread(relu, width=0.012)),
+        "losses": {a: x["readings"]["loss"]["final"] for a, x in arms.items()},
+        "lowest": {a: x["readings"]["loss"]["final"] for a, x in arms.items()},
+        "train_losses": {a: x["readings"]["loss"]["final"] for a, x in arms.items()},
+        "ffn_parameters": dict(zip(ACTS, params, strict=True)),
+        "vocab_size": 60,
+    }
 
 
 def test_gated_below_both_plain_holds_and_each_pair_is_a_test(arm, spread):

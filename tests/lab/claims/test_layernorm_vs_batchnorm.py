@@ -7,10 +7,14 @@ from blocklab.lab.claims import layernorm_vs_batchnorm as claim
 def numbers(arm, spread, ln1=0.5, bn1=0.2, ln64=0.995):
     settings = {"1": (ln1, bn1), "8": (0.995, 0.995), "64": (ln64, 0.995), "padded": (0.995, 0.995)}
     make = lambda c: arm(spread(min(c, 0.995), width=0.002) if c >= 0.99 else spread(c))
-    return {"settings": list(settings),
-            "arms": {"standard": {s: make(ln) for s, (ln, _) in settings.items()},
-                     "batch": {s: make(bn) for s, (_, bn) in settings.items()}},
-            "null": arm(spread(ln1, width=0.012))}
+    return {
+        "settings": list(settings),
+        "arms": {
+            "standard": {s: make(ln) for s, (ln, _) in settings.items()},
+            "batch": {s: make(bn) for s, (_, bn) in settings.items()},
+        },
+        "null": arm(spread(ln1, width=0.012)),
+    }
 
 
 def test_layernorm_works_at_batch_size_1_where_batchnorm_does_worse(arm, spread):

@@ -31,8 +31,13 @@ def test_ffn_share_of_gpt2_small_is_the_published_arithmetic():
 
 
 def test_ffn_share_holds_for_a_share_that_rounds_to_sixty_percent():
-    m = {"presets": {"gpt2": {"of_all": 0.5501, "of_blocks": 0.6}, "gpt3-175b": {"of_all": 0.6499, "of_blocks": 0.6}},
-         "tested": ["gpt2", "gpt3-175b"]}
+    m = {
+        "presets": {
+            "gpt2": {"of_all": 0.5501, "of_blocks": 0.6},
+            "gpt3-175b": {"of_all": 0.6499, "of_blocks": 0.6},
+        },
+        "tested": ["gpt2", "gpt3-175b"],
+    }
     assert ffn_share.verdict(m).verdict == "holds"
     m["presets"]["gpt2"]["of_all"] = 0.549
     assert ffn_share.verdict(m).verdict == "fails"
@@ -60,7 +65,9 @@ def test_gamma_beta_undo_one_position_but_not_positions_with_their_own_scales():
     # positions with their own means and scales: the best per-feature gamma and beta by numpy's own least
     # squares (LAPACK gelsd), an independent solver, leave the same error
     g = torch.Generator().manual_seed(1)
-    x = torch.randn(32, 8, dtype=torch.float64, generator=g) * torch.rand(32, 1, dtype=torch.float64, generator=g)
+    x = torch.randn(32, 8, dtype=torch.float64, generator=g) * torch.rand(
+        32, 1, dtype=torch.float64, generator=g
+    )
     x = x + 3 * torch.randn(32, 1, dtype=torch.float64, generator=g)
     z = ((x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + 1e-12)).numpy()
     back = np.empty_like(z)
@@ -74,15 +81,21 @@ def test_gamma_beta_undo_one_position_but_not_positions_with_their_own_scales():
 
 
 def test_attention_overwrite_erases_the_component_along_u():
-    m = attention_overwrite.measure({"d_model": 8, "tokens": 3, "draws": 3}, _exact_setup(attention_overwrite), {})
+    m = attention_overwrite.measure(
+        {"d_model": 8, "tokens": 3, "draws": 3}, _exact_setup(attention_overwrite), {}
+    )
     for row in m["rows"]:
-        assert abs(row["along_after"]) < 1e-12 and abs(row["along_before"]) > 1e-3 and row["rest_change"] < 1e-12
+        assert (
+            abs(row["along_after"]) < 1e-12 and abs(row["along_before"]) > 1e-3 and row["rest_change"] < 1e-12
+        )
     assert attention_overwrite.verdict(m).verdict == "fails"
 
 
 def test_layernorm_invariance_against_its_tolerance(threshold):
-    numbers = lambda batch: {"standard": {"batch_change": batch, "mode_change": 0.0},
-                             "batch": {"batch_change": 0.5, "mode_change": 0.5}}
+    numbers = lambda batch: {
+        "standard": {"batch_change": batch, "mode_change": 0.0},
+        "batch": {"batch_change": 0.5, "mode_change": 0.5},
+    }
     threshold(layernorm_invariance.verdict, numbers(1e-5), numbers(1.1e-5), 0)
     m = layernorm_invariance.measure({"d_model": 16, "batch": 4}, _exact_setup(layernorm_invariance), {})
     assert m["standard"]["batch_change"] < 1e-5 and m["batch"]["batch_change"] > 1e-3

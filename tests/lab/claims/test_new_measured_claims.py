@@ -32,7 +32,10 @@ def test_embedding_gradient_post_above_pre(spread):
 def test_embedding_gradient_measures_the_same_weights_in_both_positions():
     sizes = {"d_model": 16, "batch": 4, "depth": 2, "seeds": 2}
     setup = embedding_gradient.CLAIM.setups[0]
-    post, pre = embedding_gradient.stack(sizes, setup, 0, "post"), embedding_gradient.stack(sizes, setup, 0, "pre")
+    post, pre = (
+        embedding_gradient.stack(sizes, setup, 0, "post"),
+        embedding_gradient.stack(sizes, setup, 0, "pre"),
+    )
     shared = post.state_dict()
     assert all(torch.equal(v, pre.state_dict()[k]) for k, v in shared.items()) and len(shared) > 10
     assert embedding_gradient.stack(sizes, setup, 1, "post").embed.weight.ne(post.embed.weight).any()
@@ -49,8 +52,10 @@ def test_residual_growth_grows_without_a_norm_and_stays_with_post_norm(spread):
 
 
 def test_layernorm_whitens_fails_when_correlations_stay_and_holds_at_the_floor(spread):
-    rows = lambda after: [{"before": 0.3, "after": a, "whitened": w}
-                          for a, w in zip(spread(after), spread(0.0125, width=0.0005), strict=True)]
+    rows = lambda after: [
+        {"before": 0.3, "after": a, "whitened": w}
+        for a, w in zip(spread(after), spread(0.0125, width=0.0005), strict=True)
+    ]
     m = {"rows": rows(0.25), "null_whitened": rev(spread(0.0125, width=0.0006))}
     assert layernorm_whitens.verdict(m).verdict == "fails"
     m["rows"] = [{"before": 0.3, "after": r["whitened"] + 1e-5, "whitened": r["whitened"]} for r in rows(0.0)]
@@ -66,8 +71,10 @@ def test_layernorm_keeps_the_correlation_of_features_it_does_not_mix():
 
 def test_attention_distance_last_above_first(spread):
     row = lambda first, last: {"distance": [first, 2.0, last], "special_share": [0.1, 0.2, 0.3]}
-    m = {"rows": [row(f, l) for f, l in zip(spread(1.0, 0.1), spread(3.0, 0.1), strict=True)],
-         "null": [row(f, 1.0) for f in rev(spread(1.0, 0.12))]}
+    m = {
+        "rows": [row(a, b) for a, b in zip(spread(1.0, 0.1), spread(3.0, 0.1), strict=True)],
+        "null": [row(f, 1.0) for f in rev(spread(1.0, 0.12))],
+    }
     assert attention_distance.verdict(m).verdict == "holds"
     m["rows"] = [row(f, f) for f in spread(1.0, 0.1)]
     assert attention_distance.verdict(m).verdict == "fails"
@@ -88,7 +95,9 @@ def test_rmsnorm_cost_beats_by_more_than_the_sources_smallest_saving():
     assert rmsnorm_cost.verdict(faster).verdict == "holds"
     assert rmsnorm_cost.verdict(slower).verdict == "fails"
     assert rmsnorm_cost.verdict(barely).verdict == "holds"  # beats needs the interval above 0, not the margin
-    same = {"seconds": {"ln": ln, "rms": [t * s for t, s in zip(ln, (1.01, 0.99, 1.0, 1.01, 0.99), strict=True)]}}
+    same = {
+        "seconds": {"ln": ln, "rms": [t * s for t, s in zip(ln, (1.01, 0.99, 1.0, 1.01, 0.99), strict=True)]}
+    }
     assert rmsnorm_cost.verdict(same).verdict == "fails"  # inside the margin: no reduction worth the word
     assert rmsnorm_cost.SAVING.value == pytest.approx(-math.log(0.93))
 
@@ -100,10 +109,18 @@ def test_rmsnorm_cost_measures_each_implementation():
 
 
 def test_gelu_dead_neurons(spread):
-    m = {"units": 512, "relu": {"dead": spread(0.2), "accuracy": [0.99] * 5},
-         "gelu": {"dead": spread(0.05), "accuracy": [0.99] * 5}, "null": rev(spread(0.2, width=0.012))}
+    m = {
+        "units": 512,
+        "relu": {"dead": spread(0.2), "accuracy": [0.99] * 5},
+        "gelu": {"dead": spread(0.05), "accuracy": [0.99] * 5},
+        "null": rev(spread(0.2, width=0.012)),
+    }
     assert gelu_dead_neurons.verdict(m).verdict == "holds"
-    m["relu"]["dead"], m["gelu"]["dead"], m["null"] = [0.0] * 5, [0.0] * 5, [0.0] * 5  # none dead: no difference
+    m["relu"]["dead"], m["gelu"]["dead"], m["null"] = (
+        [0.0] * 5,
+        [0.0] * 5,
+        [0.0] * 5,
+    )  # none dead: no difference
     v = gelu_dead_neurons.verdict(m)
     assert v.verdict == "fails" and v.checks[0]["margin"]["value"] == pytest.approx(1 / 512)
 
@@ -113,8 +130,12 @@ def test_expansion_ratio(arm, spread):
         a = arm([0.5] * 5, train_loss=spread(train), seconds=[600 * s for s in spread(seconds, 0.001)])
         return {**a, "overfit": spread(overfit)}
 
-    m = {"x2": make(1.5, 0.0, 0.010), "x4": make(1.3, 0.05, 0.012), "x8": make(1.2, 0.2, 0.020),
-         "x4/null": {**make(1.3, 0.05, 0.012), "overfit": rev(spread(0.05, 0.012))}}
+    m = {
+        "x2": make(1.5, 0.0, 0.010),
+        "x4": make(1.3, 0.05, 0.012),
+        "x8": make(1.2, 0.2, 0.020),
+        "x4/null": {**make(1.3, 0.05, 0.012), "overfit": rev(spread(0.05, 0.012))},
+    }
     m["x4/null"]["readings"]["train_loss"]["final"] = rev(spread(1.3, 0.012))
     assert [t["outcome"] for t in expansion_ratio.verdict(m).checks] == ["holds", "holds", "holds"]
     m["x8"] = make(1.2, 0.05, 0.012)

@@ -13,8 +13,13 @@ from blocklab.lab.claims.shared import every_token_batch, listops_batch
 
 
 def numbers(spread, position, centres):
-    return {"position": position, "depths": [6, 12], "growth": [spread(c) for c in centres],
-            "null_deepest": list(reversed(spread(centres[-1], width=0.012))), "profile": [1.0, 2.0]}
+    return {
+        "position": position,
+        "depths": [6, 12],
+        "growth": [spread(c) for c in centres],
+        "null_deepest": list(reversed(spread(centres[-1], width=0.012))),
+        "profile": [1.0, 2.0],
+    }
 
 
 def test_growth_is_log10_of_the_geometric_mean_of_the_last_third_over_the_first():

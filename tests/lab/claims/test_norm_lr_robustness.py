@@ -8,9 +8,15 @@ LRS = [1e-3, 3e-3, 1e-2, 3e-2, 1e-1]
 
 def numbers(arm, spread, ln=(0.95, 0.95, 0.95, 0.95, 0.95), none=(0.95, 0.95, 0.2, 0.2, None)):
     diverged = lambda c: arm([None] * 5) if c is None else arm(spread(c))
-    return {"lrs": LRS, "base_lr": 3e-3, "higher": [1e-2, 1e-1], "trains_at": 0.9,
-            "standard": [diverged(c) for c in ln], "none": [diverged(c) for c in none],
-            "null": arm(spread(ln[1], width=0.012))}
+    return {
+        "lrs": LRS,
+        "base_lr": 3e-3,
+        "higher": [1e-2, 1e-1],
+        "trains_at": 0.9,
+        "standard": [diverged(c) for c in ln],
+        "none": [diverged(c) for c in none],
+        "null": arm(spread(ln[1], width=0.012)),
+    }
 
 
 def test_normalization_enabling_higher_rates_holds_and_a_diverged_run_counts_zero(arm, spread):

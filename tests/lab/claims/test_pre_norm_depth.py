@@ -5,9 +5,14 @@ from blocklab.lab.claims import pre_norm_depth as claim
 
 
 def numbers(arm, spread, post=(0.95, 0.15, 0.15), pre=(0.95, 0.95, 0.95)):
-    return {"depths": [6, 20, 30], "deep": 20, "trains_at": 0.5,
-            "pre": [arm(spread(c)) for c in pre], "post": [arm(spread(c)) for c in post],
-            "null": arm(spread(post[0], width=0.012))}
+    return {
+        "depths": [6, 20, 30],
+        "deep": 20,
+        "trains_at": 0.5,
+        "pre": [arm(spread(c)) for c in pre],
+        "post": [arm(spread(c)) for c in post],
+        "null": arm(spread(post[0], width=0.012)),
+    }
 
 
 def test_the_source_picture_holds_with_a_test_per_deep_depth(arm, spread):

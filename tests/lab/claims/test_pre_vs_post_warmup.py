@@ -5,10 +5,15 @@ from blocklab.lab.claims import pre_vs_post_warmup as claim
 
 
 def numbers(arm, spread, post=(0.95, 0.15), pre=(0.95, 0.95)):
-    return {"lr": 1e-3, "warmup_steps": 100, "depth": 6, "curves": {},
-            "post": {"warmup": arm(spread(post[0])), "no_warmup": arm(spread(post[1]))},
-            "pre": {"warmup": arm(spread(pre[0])), "no_warmup": arm(spread(pre[1]))},
-            "null": arm(spread(post[0], width=0.012))}
+    return {
+        "lr": 1e-3,
+        "warmup_steps": 100,
+        "depth": 6,
+        "curves": {},
+        "post": {"warmup": arm(spread(post[0])), "no_warmup": arm(spread(post[1]))},
+        "pre": {"warmup": arm(spread(pre[0])), "no_warmup": arm(spread(pre[1]))},
+        "null": arm(spread(post[0], width=0.012)),
+    }
 
 
 def test_the_source_picture_holds(arm, spread):

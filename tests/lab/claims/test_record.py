@@ -30,8 +30,10 @@ def test_the_record_is_a_full_run_of_every_claim_of_this_registry(record):
     jsonschema.validate(record, schema())
     assert record["mode"] == "full" and "warning" not in record
     assert [c["name"] for c in record["claims"]] == [c.name for c in CLAIMS]
-    assert record["registry"] == registry_hash(CLAIMS), "the registry changed since the record: add a " \
+    assert record["registry"] == registry_hash(CLAIMS), (
+        "the registry changed since the record: add a "
         "changelog entry (blocklab/lab/claims/changelog.py) and run `make results`"
+    )
 
 
 def test_the_last_changelog_entry_is_this_records():
@@ -71,7 +73,9 @@ def test_the_recorded_verdicts_follow_from_the_recorded_numbers(record, claim):
         verdict = clean(claim.verdict(setup["measurements"]).to_dict())
         assert {k: setup[k] for k in verdict} == verdict, setup["name"]
         assert setup["headline"] == claim.headline(setup["measurements"])
-    assert (got["verdict"], got["reason"]) == combine([(s["name"], s["role"], s["verdict"]) for s in got["setups"]])
+    assert (got["verdict"], got["reason"]) == combine(
+        [(s["name"], s["role"], s["verdict"]) for s in got["setups"]]
+    )
     deciding = next(s for s in got["setups"] if s["role"] in ("source", "exact"))
     assert got["sensitivity"] == deciding["sensitivity"]
 

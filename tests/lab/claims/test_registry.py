@@ -66,8 +66,18 @@ def test_every_source_setup_uses_the_init_its_source_states(claim):
 
 def test_claims_quick_end_to_end_gives_a_verdict_per_setup(tmp_path, tiny_claims, capsys):
     out, page = tmp_path / "claims.json", tmp_path / "claims.html"
-    argv = ["claims", "--quick", "--jobs", "1", "--out", str(tmp_path / "runs"), "--json", str(out),
-            "--html", str(page)]
+    argv = [
+        "claims",
+        "--quick",
+        "--jobs",
+        "1",
+        "--out",
+        str(tmp_path / "runs"),
+        "--json",
+        str(out),
+        "--html",
+        str(page),
+    ]
     assert main(argv) == 0
     report = json.loads(out.read_text())
     jsonschema.validate(report, schema())
@@ -168,7 +178,7 @@ def test_no_two_claim_files_share_six_lines():
     for a, b in combinations(own, 2):
         blocks = difflib.SequenceMatcher(None, own[a], own[b], autojunk=False).get_matching_blocks()
         longest = max(blocks, key=lambda m: m.size)
-        assert longest.size < 6, (a, b, own[a][longest.a:longest.a + longest.size])
+        assert longest.size < 6, (a, b, own[a][longest.a : longest.a + longest.size])
 
 
 def test_seeds_are_capped_as_ablate_caps_its_runs_before_any_run_is_planned(capsys):

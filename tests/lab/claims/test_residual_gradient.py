@@ -11,7 +11,10 @@ from blocklab.lab.claims.residual_gradient import FAMILIES, LOG10_OVERFLOW, LOG1
 
 
 def numbers(spread, shallow, deep, residual):
-    arm = {"log10_ratio": [spread(shallow), spread(deep)], "null_deepest": list(reversed(spread(deep, width=0.012)))}
+    arm = {
+        "log10_ratio": [spread(shallow), spread(deep)],
+        "null_deepest": list(reversed(spread(deep, width=0.012))),
+    }
     return {"depths": [2, 20], "families": {f: {residual: arm} for f in FAMILIES}}
 
 

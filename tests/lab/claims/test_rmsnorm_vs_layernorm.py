@@ -6,7 +6,11 @@ from blocklab.lab.claims import rmsnorm_vs_layernorm as claim
 
 def numbers(arm, ln=(100, 125, 150, 175, 200), rms=(100, 125, 150, 175, 200), null=(125, 100, 175, 150, 200)):
     acc = lambda steps: [0.5 if s is None else 0.995 for s in steps]
-    return {"standard": arm(acc(ln), list(ln)), "rms": arm(acc(rms), list(rms)), "null": arm(acc(null), list(null))}
+    return {
+        "standard": arm(acc(ln), list(ln)),
+        "rms": arm(acc(rms), list(rms)),
+        "null": arm(acc(null), list(null)),
+    }
 
 
 def test_comparable_steps_hold(arm):

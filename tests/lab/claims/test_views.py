@@ -30,9 +30,14 @@ def _setup(claim, setup, m):
 @pytest.fixture
 def report(arm, spread):
     """pre-norm-depth in its three setups (holds, fails, inconclusive) and gelu-approximations (holds)."""
-    numbers = lambda post: {"depths": [6, 20, 30], "deep": 20, "trains_at": 0.5,
-                            "pre": [arm(spread(0.95))] * 3, "post": [arm(spread(c)) for c in post],
-                            "null": arm(list(reversed(spread(post[0], width=0.012))))}
+    numbers = lambda post: {
+        "depths": [6, 20, 30],
+        "deep": 20,
+        "trains_at": 0.5,
+        "pre": [arm(spread(0.95))] * 3,
+        "post": [arm(spread(c)) for c in post],
+        "null": arm(list(reversed(spread(post[0], width=0.012)))),
+    }
     depth = [numbers((0.95, 0.15, 0.15)), numbers((0.95, 0.95, 0.95)), numbers((0.2, 0.15, 0.15))]
     gelu = {"tanh": {"max_err": 4.7e-4, "at": 2.7, "relative": 1.8e-4},
             "sigmoid": {"max_err": 2.03e-2, "at": 2.27, "relative": 9.1e-3}}  # fmt: skip
@@ -64,17 +69,23 @@ def test_a_synthetic_report_validates_and_a_disagreeing_confound_makes_the_claim
 def test_markdown_has_a_row_per_setup_with_its_numbers(report):
     lines = claims_markdown(report).splitlines()
     assert len(lines) == 2 + 3 + 1 + 2
-    caption = ("*blocklab claims (full, 40 training runs, 1234 s of training summed over runs, 30 read back "
-               "from an earlier invocation; 1 s, 2 jobs, load average 1.0 (max 1.5) on 2 cpus; registry "
-               "0123456789abcdef, code fedcba9876543210); torch 2, Python 3.11.*")
+    caption = (
+        "*blocklab claims (full, 40 training runs, 1234 s of training summed over runs, 30 read back "
+        "from an earlier invocation; 1 s, 2 jobs, load average 1.0 (max 1.5) on 2 cpus; registry "
+        "0123456789abcdef, code fedcba9876543210); torch 2, Python 3.11.*"
+    )
     assert lines[-1] == caption
     assert lines[2].startswith("| `pre-norm-depth` | **depends** (fragile) | xavier (source) | holds | ")
     assert "torch-init (confound) | fails" in lines[3]
     assert "fails: pre-norm trains better than post-norm at depth 20" in lines[3]
     # post-norm trains as pre-norm does at every depth: no effect under the condition, so "needs" fails
-    assert "(needs: under +0 [+0, +0], 5 seeds; without +0 [+0, +0], 5 seeds; margin 0.0432 (seed noise))" \
+    assert (
+        "(needs: under +0 [+0, +0], 5 seeds; without +0 [+0, +0], 5 seeds; margin 0.0432 (seed noise))"
         in lines[3]
-    assert "low-lr (confound) | inconclusive" in lines[4] and "control: post-norm trains at depth 6" in lines[4]
+    )
+    assert (
+        "low-lr (confound) | inconclusive" in lines[4] and "control: post-norm trains at depth 6" in lines[4]
+    )
     assert lines[5].startswith("| `gelu-approximations` | **holds** (robust) | exact (exact) | holds |")
 
 
@@ -98,8 +109,12 @@ def test_details_name_each_setup_its_tests_settings_controls_and_sensitivity(rep
     assert "    - holds: pre-norm trains better than post-norm at depth 20" in text
     assert "    - training: AdamW (weight decay on matrices and embeddings" in text
     assert "weight_decay 0.01" in text and "steps 400" in text
-    assert "Verdict: holds in the source setup (xavier), the opposite in torch-init; confounds: torch-init " \
-           "fails, low-lr inconclusive. Sensitivity: **fragile** (margin x0.5 holds, margin x2 holds, one evaluation earlier fails, half the budget fails)" in text
+    assert (
+        "Verdict: holds in the source setup (xavier), the opposite in torch-init; confounds: torch-init "
+        "fails, low-lr inconclusive. Sensitivity: **fragile** (margin x0.5 holds, margin x2 holds, one "
+        "evaluation earlier fails, half the budget fails)"
+        in text
+    )
     assert text.count("The source's setup") == 1  # not for the exact claim
 
 
