@@ -8,7 +8,13 @@ One module per claim (its statement, source, setups, measurement, verdict checks
 from .base import OVERALL, VERDICTS, Claim, Setup, Source, Test, Verdict, combine, from_tests
 from .registry import CLAIMS, REGISTRY, claims_html, run_claims, select, with_seeds
 from .runner import SCHEMA_VERSION, schema
-from .views import claims_details_markdown, claims_markdown, claims_summary_markdown, claims_table
+from .views import (
+    changelog_markdown,
+    claims_details_markdown,
+    claims_markdown,
+    claims_summary_markdown,
+    claims_table,
+)
 
 __all__ = [
     "CLAIMS",
@@ -21,6 +27,7 @@ __all__ = [
     "Source",
     "Test",
     "Verdict",
+    "changelog_markdown",
     "claims_details_markdown",
     "claims_html",
     "claims_markdown",

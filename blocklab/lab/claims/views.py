@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from matplotlib.figure import Figure
@@ -269,3 +269,20 @@ def claims_html(report: dict[str, Any], plotter: Plotter) -> str:
         f"<!doctype html><html><head><meta charset=utf-8><title>blocklab claims</title><style>{css}"
         f"</style></head><body>{''.join(parts)}</body></html>\n"
     )
+
+
+def changelog_markdown(changes: Sequence[Any]) -> str:
+    """The record's changelog (``changelog.CHANGES``), newest first: what changed, why, and each claim's
+    verdict before and after."""
+    if not changes:
+        return "No change since the first record.\n"
+    parts = []
+    for change in reversed(changes):
+        names = list(dict.fromkeys([*change.before, *change.after]))
+        rows = [f"| `{n}` | {change.before.get(n, '-')} | {change.after.get(n, '-')} |" for n in names]
+        parts.append("\n".join([
+            f"### {change.date} ({change.issue}; registry `{change.registry}`)", "",
+            f"**What.** {change.what}", "", f"**Why.** {change.why}", "",
+            "| claim | before | after |", "|---|---|---|", *rows, "",
+        ]))
+    return "\n".join(parts)
