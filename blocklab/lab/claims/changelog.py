@@ -47,17 +47,18 @@ ISSUE_36_BEFORE = {
 }
 
 ISSUE_36_WHAT = (
-    "Every verdict is a rule of lab.statistics fixed before the runs: a paired effect over 5 seeds with a 95% "
-    "t interval, one rule per word (beats, matches, at least, differs, needs; exact for arithmetic), margins "
-    "from the source's words or the seed noise of a null arm, a sensitivity label, the source setup deciding. "
-    "Compound claims split into one sentence each (pre-vs-post-gradient into post-norm-gradient and "
-    "pre-norm-gradient; residual-gradient and plain-gradient; layernorm-vs-batchnorm and layernorm-invariance; "
-    "rmsnorm-vs-layernorm and rmsnorm-cost; gelu-vs-relu's cost became an observation). Sweeps: warmup over "
-    "4 learning rates with the source's init and GPT-2's, the source's own 1e-3 restored as the source setup; "
-    "normalization over 5 learning rates at 6 layers without and with warmup and clipping. New claims for the "
-    "tutorials' testable statements: ffn-share, residual-formula, identity-block, gamma-beta-undo, "
-    "attention-overwrite, layernorm-whitens, attention-distance, embedding-gradient, residual-growth, "
-    "gelu-dead-neurons, expansion-ratio, pre-norm-small-data. Every training setting recorded per setup."
+    "Every verdict is a rule of lab.statistics fixed before the runs: a paired effect over 5 seeds with a "
+    "95% t interval, one rule per word (beats, matches, at least, differs, needs; exact for arithmetic), "
+    "margins from the source's words or the seed noise of a null arm, a sensitivity label, the source setup "
+    "deciding. Compound claims split into one sentence each (pre-vs-post-gradient into post-norm-gradient "
+    "and pre-norm-gradient; residual-gradient and plain-gradient; layernorm-vs-batchnorm and "
+    "layernorm-invariance; rmsnorm-vs-layernorm and rmsnorm-cost; gelu-vs-relu's cost became an "
+    "observation). Sweeps: warmup over 4 learning rates with the source's init and GPT-2's, the source's own "
+    "1e-3 restored as the source setup; normalization over 5 learning rates at 6 layers without and with "
+    "warmup and clipping. New claims for the tutorials' testable statements: ffn-share, residual-formula, "
+    "identity-block, gamma-beta-undo, attention-overwrite, layernorm-whitens, attention-distance, "
+    "embedding-gradient, residual-growth, gelu-dead-neurons, expansion-ratio, pre-norm-small-data. Every "
+    "training setting recorded per setup."
 )
 ISSUE_36_WHY = (
     "An independent review would not sign 7 of the 14 verdicts: thresholds were chosen per claim, rules and "

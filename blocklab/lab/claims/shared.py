@@ -4,11 +4,12 @@ number formatting and plot pieces. Each claim's module builds on these; nothing 
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 import time
 from collections.abc import Callable
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 import torch
@@ -19,7 +20,7 @@ from ...inspect.diagnostics import Diagnostics
 from ...nn.config import SAVED_BEFORE
 from ...nn.model import Transformer
 from ...nn.presets import preset
-from ...tasks import Task, get_task
+from ...tasks import Task, get_task, task_from_dict
 from ..grid import RunSpec, steps_to_target
 from ..statistics import Margin
 from .base import Results, Setup, Test
@@ -149,10 +150,16 @@ def _at(evals: list[tuple[int, float]], step: int, default: float) -> float:
     return next((v for s, v in reversed(evals) if s <= step), default)
 
 
+@cache
+def guess_loss(task: str) -> float:
+    """ln(vocabulary) of a task (its JSON): the loss of a uniform guess."""
+    return math.log(task_from_dict(json.loads(task)).tokenizer.vocab_size)
+
+
 def run_readings(run: dict[str, Any], budget: int) -> dict[str, dict[str, float]]:
     """One run's accuracy, lowest held-out loss, steps to TARGET, training loss and seconds per step under
-    each of READINGS: a diverged run counts as accuracy 0 and the worst loss of its evaluations (NaN when it
-    has none, which a test then refuses), a run that did not reach the target within the budget as one
+    each of READINGS, every number finite: a diverged run counts as accuracy 0 and a uniform guess's loss,
+    ln(vocabulary) (no better than guessing), a run that did not reach the target within the budget as one
     evaluation past it."""
     half, every = budget // 2, run["spec"]["train"]["eval_every"]
     acc = [] if run["diverged"] else _evaluations(run, "eval_accuracy")
@@ -161,7 +168,7 @@ def run_readings(run: dict[str, Any], budget: int) -> dict[str, dict[str, float]
     reached_at = None if run["diverged"] else steps_to_target(run["curve"], TARGET)
     censored = lambda cap: reached_at if reached_at is not None and reached_at <= cap else cap + every
     earlier = lambda evals, default: evals[-2][1] if len(evals) > 1 else (evals[-1][1] if evals else default)
-    worst_loss = max((v for _, v in _evaluations(run, "eval_loss")), default=math.nan)
+    worst_loss = guess_loss(json.dumps(run["spec"]["task"], sort_keys=True))  # a diverged run's losses
     return {
         "accuracy": {
             "final": acc[-1][1] if acc else 0.0,

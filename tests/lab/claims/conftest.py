@@ -41,7 +41,7 @@ def _run(
         "loss": train_loss,
         "seconds": seconds,
         "steps": last,
-        "spec": {"train": {"steps": budget, "eval_every": every}},
+        "spec": {"train": {"steps": budget, "eval_every": every}, "task": {"name": "listops"}},
     }
 
 
