@@ -36,7 +36,7 @@ from ...training.train_config import TrainConfig
 from .. import statistics
 from ..executors import Executor
 from ..grid import RunSpec, default_jobs, result_problem
-from . import rules
+from . import rules, shared
 from .base import Claim, Numbers, combine
 
 # 2: per-setup verdicts and numbers, sources, load average; 3: seeds, controls, observations;
@@ -63,7 +63,8 @@ def code_version(package: Path = PACKAGE) -> str:
 def registry_hash(claims: list[Claim]) -> str:
     """A hash of what the claims state before any run: each claim's sentence, source, method, setups,
     sizes and training settings, the source of its verdict, and the rules (``lab.statistics``,
-    ``claims.rules``). The notes, written from the results, are left out."""
+    ``claims.rules``, and the readings of ``claims.shared`` they are applied to). The notes, written from
+    the results, are left out."""
     stated = [
         {
             "name": c.name,
@@ -79,7 +80,9 @@ def registry_hash(claims: list[Claim]) -> str:
         }
         for c in claims
     ]
-    rule_code = inspect.getsource(statistics) + inspect.getsource(rules)
+    # the rules, and how a run becomes the numbers they read (readings, resolutions, null margins)
+    rule_code = "".join(inspect.getsource(part) for part in (
+        statistics, rules, shared.run_readings, shared.resolution, shared.null_margin))
     text = json.dumps(stated, sort_keys=True) + rule_code
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
