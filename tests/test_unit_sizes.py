@@ -1,9 +1,6 @@
 """Units a newcomer can read (issue 34, item 4): no library module over ``MAX_MODULE_LINES`` lines and no
 function over ``MAX_FUNCTION_LINES`` lines (decorators aside, its docstring included) unless a comment
 starting ``# long because`` sits on the line above its ``def`` (or its first decorator), saying why.
-
-blocklab/lab/ is left out while the claims lab there is rewritten (issue 36), and so is the claims
-command's registration in cli/lab.py, which that rewrite changes.
 """
 
 from __future__ import annotations
@@ -17,8 +14,6 @@ MAX_MODULE_LINES = 450
 MAX_FUNCTION_LINES = 60
 REASON = "# long because"
 PACKAGE = Path(bl.__file__).parent
-LEFT_OUT = ("lab/",)
-LEFT_OUT_FUNCTIONS = {("cli/lab.py", "add_commands")}
 
 
 def offenders(source: str, rel: str) -> list[str]:
@@ -32,7 +27,7 @@ def offenders(source: str, rel: str) -> list[str]:
         length = node.end_lineno - node.lineno + 1
         first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
         reasoned = first >= 2 and lines[first - 2].strip().startswith(REASON)
-        if length > MAX_FUNCTION_LINES and not reasoned and (rel, node.name) not in LEFT_OUT_FUNCTIONS:
+        if length > MAX_FUNCTION_LINES and not reasoned:
             found.append(f"{rel}:{node.lineno} {node.name}: {length} lines")
     return found
 
@@ -40,9 +35,7 @@ def offenders(source: str, rel: str) -> list[str]:
 def test_no_long_module_or_function_without_a_reason() -> None:
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        rel = path.relative_to(PACKAGE).as_posix()
-        if not rel.startswith(LEFT_OUT):
-            found += offenders(path.read_text(), rel)
+        found += offenders(path.read_text(), path.relative_to(PACKAGE).as_posix())
     assert not found, "\n".join(found)
 
 

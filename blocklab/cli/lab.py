@@ -40,6 +40,12 @@ from .args import (
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``diagnose``, ``ablate`` and ``claims``."""
+    _add_diagnose(sub)
+    _add_ablate(sub)
+    _add_claims(sub)
+
+
+def _add_diagnose(sub: argparse._SubParsersAction) -> None:
     p = add_command(
         sub, "diagnose",
         "Gradient flow (through the identity path and through each branch of every block) and forward "
@@ -53,6 +59,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_json_flag(p, "the diagnostics")
     p.set_defaults(func=cmd_diagnose)
 
+
+def _add_ablate(sub: argparse._SubParsersAction) -> None:
     p = add_command(
         sub, "ablate",
         "Train every combination of the --vary values, --seeds times each, and compare: accuracy, loss, "
@@ -88,6 +96,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_train_flags(p, {"threads": LAB_THREADS})  # each run one thread: --jobs runs them side by side
     p.set_defaults(func=cmd_ablate, owns=ablate_out)
 
+
+def _add_claims(sub: argparse._SubParsersAction) -> None:
     p = add_command(
         sub, "claims",
         "Test claims about the transformer block (pre-norm trains deeper stacks, warmup matters for "

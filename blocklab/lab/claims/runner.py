@@ -258,6 +258,34 @@ def _run_claims(
             advance(spec.key.split("/")[0])
     kept = len(results)  # runs read back from the folder, trained by an earlier invocation
     todo.sort(key=_cost, reverse=True)
+    with LoadSampler() as load, bar if bar else nullcontext():
+        measured, seconds = _train_and_measure(claims, quick, executor, store, specs, results, todo, advance)
+    return {
+        **_header(quick, executor, stamp),
+        "seconds": round(time.perf_counter() - start, 1),
+        "training": {
+            "runs": len(results),
+            "kept": kept,
+            "seconds": round(sum(r["seconds"] for r in results.values()), 1),
+        },
+        "load_average": load.summary(),
+        "claims": [_claim_report(c, quick, specs, measured, seconds) for c in claims],
+    }
+
+
+# long because the training runs and the untrained claims' measurement share its state across two threads
+def _train_and_measure(
+    claims: list[Claim],
+    quick: bool,
+    executor: Executor,
+    store: RunStore | None,
+    specs: dict[tuple[str, str], list[RunSpec]],
+    results: dict[str, dict[str, Any]],
+    todo: list[RunSpec],
+    advance: Callable[[str], None],
+) -> tuple[dict[tuple[str, str], Numbers], dict[tuple[str, str], float]]:
+    """Train ``todo`` (into ``results``) while the exact and init claims are measured beside; then measure
+    the training claims. Returns each setup's numbers and seconds."""
     measured: dict[tuple[str, str], Numbers] = {}
     seconds: dict[tuple[str, str], float] = {}
 
@@ -291,31 +319,20 @@ def _run_claims(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small models: one thread is fastest, and the workers have the other cores
     try:
-        with LoadSampler() as load, bar if bar else nullcontext():
-            beside.start()
-            # the training runs from this thread, so Ctrl-C reaches the executor's loop, which stops them
-            results.update(executor.run(todo, finished))
-            beside.join()
-            if failure:
-                raise failure[0]
-            for claim in (c for c in claims if c.runs):
-                measure(claim)
+        beside.start()
+        # the training runs from this thread, so Ctrl-C reaches the executor's loop, which stops them
+        results.update(executor.run(todo, finished))
+        beside.join()
+        if failure:
+            raise failure[0]
+        for claim in (c for c in claims if c.runs):
+            measure(claim)
     finally:  # a thread left inside torch when the interpreter exits aborts it (std::terminate, SIGABRT)
         stop.set()
         if beside.is_alive():
             beside.join()
         torch.set_num_threads(threads)
-    return {
-        **_header(quick, executor, stamp),
-        "seconds": round(time.perf_counter() - start, 1),
-        "training": {
-            "runs": len(results),
-            "kept": kept,
-            "seconds": round(sum(r["seconds"] for r in results.values()), 1),
-        },
-        "load_average": load.summary(),
-        "claims": [_claim_report(c, quick, specs, measured, seconds) for c in claims],
-    }
+    return measured, seconds
 
 
 QUICK_WARNING = (
