@@ -28,7 +28,6 @@ from typing import Any
 
 import torch
 
-from ... import __file__ as _package_file
 from ...files.atomic import refuse_links_below
 from ...files.folders import RESULT, check_owned, claim_folder, new_marker, write_marker
 from ...files.jsonfiles import read_json, write_json
@@ -43,7 +42,7 @@ from .base import Claim, Numbers, combine
 # 4: tests as paired effects with intervals, margins and sensitivity, training settings, registry hash and
 # code version (issue 36)
 SCHEMA_VERSION = 4
-PACKAGE = Path(_package_file).parent
+PACKAGE = Path(__file__).resolve().parents[2]  # blocklab/ (lab/claims/runner.py is two below it)
 # What a training run's numbers depend on: every module but the claims' own (their measure and verdict
 # run again each time), the command line and the explorer.
 NOT_TRAINING_CODE = ("lab/claims", "cli", "explore")
