@@ -135,5 +135,11 @@ CLAIM = Claim.of(
     ),
     quick={"passages": 2, "chars": 200},
     full={"passages": 20, "chars": 400},
-    notes="",
+    notes=(
+        "On the shipped MiniLM (6 layers), over 20 passages, the mean distance between a token and what "
+        "it attends to rises from 26.3 tokens in layer 1 to 36.5 in layer 6 (medians; the last layer over "
+        "the first +10.2, interval +9.8 .. +10.5, margin 1.7 from the passages' spread): holds. Layers "
+        "1-3 stay near 26 and the rise is in layers 4-6. Attention on [CLS] and [SEP], which would "
+        "inflate distances, is about 1% in both the first and the last layer."
+    ),
 )

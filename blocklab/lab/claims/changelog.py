@@ -67,4 +67,45 @@ ISSUE_36_WHY = (
     "scored on half their words."
 )
 
-CHANGES: tuple[Change, ...] = ()
+CHANGES: tuple[Change, ...] = (
+    Change(
+        date="2026-11-27",
+        issue="#36",
+        registry="900733d40e21da42",
+        what=ISSUE_36_WHAT,
+        why=ISSUE_36_WHY,
+        before=ISSUE_36_BEFORE,
+        after={
+            "residual-gradient": "depends",
+            "plain-gradient": "fails",
+            "post-norm-gradient": "depends",
+            "pre-norm-gradient": "fails",
+            "embedding-gradient": "fails",
+            "residual-growth": "fails",
+            "layernorm-moments": "holds",
+            "layernorm-invariance": "holds",
+            "gelu-approximations": "holds",
+            "param-counts": "holds",
+            "ffn-share": "fails",
+            "residual-formula": "fails",
+            "identity-block": "holds",
+            "gamma-beta-undo": "fails",
+            "attention-overwrite": "fails",
+            "layernorm-whitens": "fails",
+            "attention-distance": "holds",
+            "relu-sparsity": "holds",
+            "gelu-vs-relu": "inconclusive",
+            "gelu-dead-neurons": "fails",
+            "glu-variants": "fails",
+            "expansion-ratio": "holds",
+            "no-residual-depth": "holds",
+            "pre-vs-post-warmup": "inconclusive",
+            "norm-lr-robustness": "inconclusive",
+            "pre-norm-depth": "holds",
+            "pre-norm-small-data": "fails",
+            "layernorm-vs-batchnorm": "fails",
+            "rmsnorm-vs-layernorm": "holds",
+            "rmsnorm-cost": "depends",
+        },
+    ),
+)

@@ -119,5 +119,11 @@ CLAIM = Claim.of(
     ),
     quick={"d_model": 32, "batch": 16, "depth": 2, "seeds": 2},
     full={"d_model": 64, "batch": 64, "depth": 6, "seeds": 5},
-    notes="",
+    notes=(
+        "The token embedding's gradient norm is the same in post-norm and pre-norm stacks of 6 blocks "
+        "with PyTorch's init and with GPT-2's (ratio 1.00; paired log ratios +0.0009 and +0.0003 against "
+        "margins of 0.07 and 0.08), and smaller in post-norm with Xavier weights (0.76). Nothing here "
+        "gives post-norm's embeddings a stronger signal: the tutorial's sentence fails in all three "
+        "setups."
+    ),
 )

@@ -117,5 +117,12 @@ CLAIM = Claim.of(
     ),
     quick=TRAIN_QUICK,
     full=TRAIN_FULL,
-    notes="",
+    notes=(
+        "At the default learning rate no hidden unit dies with either activation (0.0% of units never "
+        "active after training, 5 of 5 seeds), so GELU cannot leave fewer: fails, robust. At a high "
+        "learning rate, where ReLU units can die, ReLU leaves 2.0% dead and GELU 1.3% (medians), but the "
+        "paired difference -0.007 has an interval (-0.046 .. +0.032) as wide as the seed noise (0.038): "
+        "inconclusive. The problem GELU is said to reduce does not arise on this task at the setting the "
+        "tutorials train with."
+    ),
 )

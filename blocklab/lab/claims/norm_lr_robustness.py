@@ -181,5 +181,15 @@ CLAIM = Claim.of(
         "higher": [1e-2, 1e-1],
         "trains_at": 0.9,
     },
-    notes="",
+    notes=(
+        "Plain Adam at 6 layers (the source setup): LayerNorm keeps training where no norm fails, at 1e-2 "
+        "93% against 0% held-out (paired +0.89, interval +0.69 .. +1.08) and at 1e-1 38% against 0%; no "
+        "LayerNorm run diverged over the sweep, 14 of 25 without a norm did. What leaves it inconclusive "
+        "is the other half of the rule: at the base rate 3e-3 both reach 100% and their paired difference "
+        "is 0.0 with an interval of +-0.0073, wider than the seed-noise margin of 0.0063, so 'changes "
+        "nothing at the base rate' cannot be shown at 5 seeds (it holds at twice the margin: fragile). "
+        "With warmup and clipping the same rule holds (+0.57 at 1e-2, +0.50 at 1e-1, the base rate within "
+        "+-0.0082 of a 0.0096 margin). Post-norm with LayerNorm fails from 1e-2 up as well (11%), so "
+        "there the norm helps only at 1e-1 (+0.11)."
+    ),
 )

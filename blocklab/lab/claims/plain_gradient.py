@@ -91,5 +91,15 @@ CLAIM = Claim.of(
     ),
     quick={"d_model": 32, "batch": 16, "depths": [2, 6], "seeds": 2},
     full={"d_model": 64, "batch": 64, "depths": [2, 6, 10, 20], "seeds": 5},
-    notes="",
+    notes=(
+        "Without residual connections the stack with no norm does what the claim says in every setup: the "
+        "first layer's share of the top's gradient falls from 0.0025 at 2 layers to 2e-23 at 20 with "
+        "PyTorch's init (log10 -20.0, interval -20.3 .. -19.8), or explodes with He weights (24 to 3e38). "
+        "But with a LayerNorm in the block (post-norm or pre-norm) the share barely moves between 2 and "
+        "20 layers (post 0.48 to 0.46, pre 0.17 to 0.16; paired log10 changes +0.04 and -0.02, intervals "
+        "about +-0.6), and 'differs' needs the interval beyond a margin of about 0.66: it fails, in all "
+        "five setups. So 'explodes or vanishes' fails as a statement about deep stacks: at initialization "
+        "the norms, not the residual, hold the gradient's scale here; the residual's role shows in "
+        "training (no-residual-depth)."
+    ),
 )

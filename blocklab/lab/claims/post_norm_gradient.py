@@ -152,5 +152,14 @@ CLAIM = Claim.of(
     ),
     quick={"d_model": 64, "batch": 32, "depths": [6], "seeds": 2},
     full={"d_model": 512, "batch": 64, "depths": [6, 12, 24], "seeds": 5},
-    notes="",
+    notes=(
+        "With Xavier weights (Xiong et al.'s setting) post-norm's W2 gradient is larger in the last third "
+        "of the layers than in the first at every depth: the ratio (medians) is 1.09 at 6 layers, 1.40 at "
+        "12 and 1.53 at 24, the paired log ratios +0.04, +0.15 and +0.17 all above zero by more than the "
+        "seed noise allows: holds, robust. With GPT-2's init the growth is smaller (1.04, 1.12, 1.16) and "
+        "at 6 layers within the noise, so that setup fails; with small token embeddings (0.02) none of "
+        "the three depths grows beyond the noise (1.03 to 1.32, intervals reaching below zero). Learned "
+        "positions keep it (1.09 to 1.28). The growth Xiong et al. derive is real in their setting and "
+        "shrinks with smaller initial weights."
+    ),
 )

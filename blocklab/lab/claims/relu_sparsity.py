@@ -136,5 +136,11 @@ CLAIM = Claim.of(
     ),
     quick=TRAIN_QUICK,
     full=TRAIN_FULL,
-    notes="",
+    notes=(
+        "At initialization ReLU zeroes 49% of the hidden units in each of the two layers with Xavier "
+        "weights and 49-50% with PyTorch's (the paired difference from one half -0.007 and -0.003, "
+        "intervals inside the source's 'about half', read as 5 percentage points): holds in both setups, "
+        "robust. Beyond the source: after training the zeros rise to 54-61% per layer, and no unit is "
+        "dead (0% never active on the held-out split), with 99-100% held-out accuracy."
+    ),
 )

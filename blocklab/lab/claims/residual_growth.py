@@ -138,5 +138,13 @@ CLAIM = Claim.of(
     ),
     quick={"d_model": 32, "batch": 16, "depth": 4, "seeds": 2},
     full={"d_model": 64, "batch": 64, "depth": 12, "seeds": 5},
-    notes="",
+    notes=(
+        "The first half holds: without a norm the residual stream grows over 12 blocks in every setup (x2 "
+        "with PyTorch's init, x230 with Xavier, x5.8e6 with He weights). The second half, that LayerNorm "
+        "keeps it in range, fails as a statement about the stream: in post-norm, where LayerNorm sits on "
+        "the stream, the stream shrinks slightly (x0.82, log ratio -0.09 against a 0.016 margin) instead "
+        "of keeping its size, and in pre-norm, the layout tutorials draw, no norm touches the stream at "
+        "all and it grows by 1.3x to 6.5x. What pre-norm's LayerNorms keep in range is each sublayer's "
+        "input, not the stream."
+    ),
 )

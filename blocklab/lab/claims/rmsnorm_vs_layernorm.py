@@ -120,5 +120,10 @@ CLAIM = Claim.of(
     setups=(SOURCE, torch_init(SOURCE)),
     quick=TRAIN_QUICK,
     full=TRAIN_FULL,
-    notes="",
+    notes=(
+        "Both norms reach 99% held-out on 5 of 5 seeds in both setups, in the same median steps (125 with "
+        "Xavier weights, 100 with PyTorch's init). The paired difference is -20 steps (interval -71 .. "
+        "+31) against a seed-noise margin of 74, and +5 (-9 .. +19) against one evaluation (25): holds in "
+        "both, fragile at half the margin. The cost half of the old claim is rmsnorm-cost."
+    ),
 )
