@@ -1,16 +1,16 @@
-"""Generation speed: blocklab's KV-cached ``generate`` vs ``transformers``' GPT-2 ``generate``.
+"""Generation speed: blocklab's KV-cached ``generate`` vs ``transformers``' ``generate``, on the shapes of
+GPT-2 small (124M) and SmolLM2-135M (a Llama: 30 layers, 576 wide, 9 query and 3 key/value heads).
 
-Both run the same randomly initialised GPT-2 (default: GPT-2 small's shape, 124M parameters),
-imported into blocklab through a Hugging Face folder, on the same prompts with the same settings
-(greedy, or with ``--sample`` temperature / top-k / top-p drawn from generators seeded alike), for
-the same number of new tokens. ``--ragged`` gives the batch's prompts different lengths (half to all
-of ``--prompt``), left-padded with an attention mask. The two are timed interleaved in one run and
-the best of ``--repeats`` is kept; the ratio is what to read (absolute tokens/s are noisy on a shared
-machine). Also reports whether both produced the same tokens.
+Each shape is a randomly initialised ``transformers`` model, imported into blocklab through a Hugging
+Face folder, so both run the same weights on the same prompts with the same settings: greedy, or sampled
+(temperature 0.8, top-k 50, top-p 0.95) from generators seeded alike, for the same number of new tokens,
+at batch 1 and 8 (``--ragged``: the batch's prompts of different lengths, left-padded with a mask). The
+two are timed interleaved in one process and the best of ``--repeats`` is kept; the speed-up (blocklab's
+tokens/s over transformers') is what to read, absolute tokens/s move with the machine's load. Each row
+also says whether both produced the same tokens.
 
-    .venv/bin/python benchmarks/generate.py [--layers 12 --d-model 768 --heads 12]
-        [--prompt 32 --new 64 --batch 1 --ragged --repeats 3]
-        [--sample --temperature 0.8 --top-k 50 --top-p 0.95 --seed 0]
+    .venv/bin/python benchmarks/generate.py [--shapes gpt2-small,smollm2-135m] [--batches 1,8]
+        [--decodings greedy,sampled] [--prompt 32 --new 64 --repeats 3 --threads 1 --ragged] [--tiny]
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import argparse
 import os
 import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -28,77 +30,98 @@ from blocklab.nn.generate import GenerationConfig, generate
 from blocklab.nn.tokens import pad_batch
 from blocklab.weights import load_pretrained
 
+SAMPLING = {"temperature": 0.8, "top_k": 50, "top_p": 0.95}
+TINY = {"gpt2-small": {"n_layer": 1, "n_embd": 64, "n_head": 2, "vocab_size": 100},
+        "smollm2-135m": {"num_hidden_layers": 1, "hidden_size": 64, "intermediate_size": 128,
+                         "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 100}}
 
-def _timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
-
-def main() -> None:
-    """Build the model, time both generators interleaved, print tokens/s and the ratio."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", type=int, default=12)
-    parser.add_argument("--d-model", type=int, default=768)
-    parser.add_argument("--heads", type=int, default=12)
-    parser.add_argument("--vocab", type=int, default=50257)
-    parser.add_argument("--prompt", type=int, default=32, help="prompt tokens")
-    parser.add_argument("--new", type=int, default=64, help="new tokens per sequence")
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--ragged", action="store_true", help="prompts of different lengths, left-padded")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--sample", action="store_true", help="sample instead of greedy")
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--top-k", type=int, default=None)
-    parser.add_argument("--top-p", type=float, default=None)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p) if args.sample else {}
-    settings = GenerationConfig(max_new_tokens=args.new, do_sample=args.sample,
-                                seed=args.seed if args.sample else None, **sampling)
+def build(shape: str, tiny: bool) -> Any:
+    """The transformers model of a shape (random weights, seeded)."""
+    import transformers
 
     torch.manual_seed(0)
-    config = GPT2Config(vocab_size=args.vocab, n_positions=1024, n_embd=args.d_model, n_layer=args.layers,
-                        n_head=args.heads, bos_token_id=0, eos_token_id=0)
-    hf = GPT2LMHeadModel(config).eval()
-    with tempfile.TemporaryDirectory() as folder:
-        hf.save_pretrained(folder)
-        model, _ = load_pretrained(folder)
-    lengths = torch.linspace(args.prompt, max(1, args.prompt // 2), args.batch).round().long().tolist() \
-        if args.ragged else [args.prompt] * args.batch
-    prompt, mask = pad_batch([torch.randint(0, args.vocab, (n,)).tolist() for n in lengths], 0, "left")
-    hf_sampling = {"top_k": args.top_k or 0, "top_p": args.top_p or 1.0, "temperature": args.temperature} \
-        if args.sample else {}
+    if shape == "gpt2-small":
+        fields = {"vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12}
+        config = transformers.GPT2Config(**{**fields, **(TINY[shape] if tiny else {})}, bos_token_id=0,
+                                         eos_token_id=0)
+        return transformers.GPT2LMHeadModel(config).eval()
+    fields = {"vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+              "num_attention_heads": 9, "num_key_value_heads": 3, "max_position_embeddings": 2048,
+              "rope_theta": 100000.0, "rms_norm_eps": 1e-5, "tie_word_embeddings": True}
+    config = transformers.LlamaConfig(**{**fields, **(TINY[shape] if tiny else {})}, bos_token_id=0,
+                                      eos_token_id=0)
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def _timed(fn: Callable[[], object], times: list[float]) -> None:
+    start = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - start)
+
+
+def compare(hf: Any, model: Any, batch: int, sampled: bool, args: argparse.Namespace) -> dict[str, Any]:
+    """Both generators on one setting: tokens/s of each (best of the repeats) and whether they agree."""
+    vocab = hf.config.vocab_size
+    lengths = torch.linspace(args.prompt, max(1, args.prompt // 2), batch).round().long().tolist() \
+        if args.ragged else [args.prompt] * batch
+    g = torch.Generator().manual_seed(batch)
+    rows = [torch.randint(1, vocab, (n,), generator=g).tolist() for n in lengths]
+    prompt, mask = pad_batch(rows, 0, "left")
+    sampling = SAMPLING if sampled else {}
+    settings = GenerationConfig(max_new_tokens=args.new, do_sample=sampled, seed=0 if sampled else None,
+                                **sampling)
 
     def ours() -> torch.Tensor:
         return generate(model, prompt, config=settings, attention_mask=mask)
 
     def theirs() -> torch.Tensor:
-        torch.manual_seed(args.seed)  # transformers samples from the global generator
+        torch.manual_seed(0)  # transformers samples from the global generator
         with torch.inference_mode():
             return hf.generate(prompt, attention_mask=mask, max_new_tokens=args.new, min_new_tokens=args.new,
-                               do_sample=args.sample, eos_token_id=None, pad_token_id=0, **hf_sampling)
+                               do_sample=sampled, eos_token_id=None, pad_token_id=0, **sampling)
 
     same = torch.equal(ours(), theirs())  # also the warm-up
-    times = {"blocklab": [], "transformers": []}
+    times: dict[str, list[float]] = {"blocklab": [], "transformers": []}
     for _ in range(args.repeats):  # interleaved, so both see the same machine load
-        times["blocklab"].append(_timed(ours))
-        times["transformers"].append(_timed(theirs))
-    tokens = args.batch * args.new
-    rate = {name: tokens / min(t) for name, t in times.items()}
-    n_params = sum(p.numel() for p in model.parameters())
-    decoding = f"sampled ({', '.join(f'{k}={v}' for k, v in sampling.items())})" if args.sample else "greedy"
-    print(f"GPT-2 shape: {args.layers} layers, d_model {args.d_model}, {args.heads} heads, "
-          f"vocab {args.vocab} ({n_params / 1e6:.1f}M parameters); batch {args.batch}, prompt {args.prompt}"
-          f"{' (ragged: ' + ','.join(map(str, lengths)) + ', left-padded)' if args.ragged else ''}, "
-          f"{args.new} new tokens, {decoding}, float32, {torch.get_num_threads()} threads, "
-          f"best of {args.repeats}; load average {os.getloadavg()[0]:.1f}")
-    for name, r in rate.items():
-        print(f"  {name:<13} {r:8.1f} tokens/s")
-    print(f"  ratio blocklab / transformers: {rate['blocklab'] / rate['transformers']:.2f}x")
-    print(f"  same tokens: {same}")
+        _timed(ours, times["blocklab"])
+        _timed(theirs, times["transformers"])
+    rate = {name: batch * args.new / min(t) for name, t in times.items()}
+    return {"rate": rate, "same": same}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", default="gpt2-small,smollm2-135m")
+    parser.add_argument("--batches", default="1,8")
+    parser.add_argument("--decodings", default="greedy,sampled")
+    parser.add_argument("--prompt", type=int, default=32, help="prompt tokens")
+    parser.add_argument("--new", type=int, default=64, help="new tokens per sequence")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--ragged", action="store_true", help="prompts of different lengths, left-padded")
+    parser.add_argument("--tiny", action="store_true", help="each shape at 1 layer, width 64 (a smoke run)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    shapes, batches = args.shapes.split(","), [int(b) for b in args.batches.split(",")]
+    decodings = args.decodings.split(",")
+    print(f"generate: prompt {args.prompt}{' (ragged, left-padded)' if args.ragged else ''}, {args.new} new "
+          f"tokens, float32, {args.threads} thread(s), best of {args.repeats} interleaved; sampled: "
+          f"{', '.join(f'{k} {v}' for k, v in SAMPLING.items())}; load average {os.getloadavg()[0]:.1f}")
+    print(f"{'shape':<14}{'batch':>6}  {'decoding':<9}{'blocklab tok/s':>16}{'transformers tok/s':>20}"
+          f"{'speed-up':>10}  same tokens")
+    for shape in shapes:
+        hf = build(shape, args.tiny)
+        with tempfile.TemporaryDirectory() as folder:
+            hf.save_pretrained(folder)
+            model, _ = load_pretrained(folder)
+        for batch in batches:
+            for decoding in decodings:
+                row = compare(hf, model, batch, decoding == "sampled", args)
+                ours, theirs = row["rate"]["blocklab"], row["rate"]["transformers"]
+                print(f"{shape:<14}{batch:>6}  {decoding:<9}{ours:>16.1f}{theirs:>20.1f}"
+                      f"{ours / theirs:>9.2f}x  {row['same']}")
+    print("speed-up: blocklab's tokens/s over transformers' (above 1: blocklab is faster)")
 
 
 if __name__ == "__main__":

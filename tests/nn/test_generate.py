@@ -146,6 +146,33 @@ def test_greedy_equals_transformers_greedy(gpt2):
     assert torch.equal(generate(model, prompt, max_new_tokens=20), hf_generate(hf, prompt, max_new_tokens=20))
 
 
+def test_a_weight_changed_after_a_first_generation_is_what_the_next_one_uses(gpt2):
+    """Nothing built from the weights at the first call (a concatenated q/k/v or gate/up matrix) is kept
+    stale: the same change to attention's q and the FFN's first matrix in both models, after a first
+    generation, gives transformers' tokens again, and other tokens than before."""
+    import copy
+    import dataclasses
+
+    hf = copy.deepcopy(gpt2[0])
+    model = bl.Transformer(dataclasses.replace(gpt2[1].config, fused=True)).eval()  # the fused kernels
+    model.load_state_dict(gpt2[1].state_dict())
+    prompt = torch.randint(0, VOCAB - 1, (2, 5), generator=torch.Generator().manual_seed(3))
+    before = generate(model, prompt, max_new_tokens=12)
+    d = model.config.d_model
+    g = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        for block, layer in zip(model.blocks, hf.transformer.h, strict=True):
+            dq = 0.5 * torch.randn(d, d, generator=g, dtype=torch.float64).float()  # (out, in)
+            dw = 0.5 * torch.randn(block.ffn.w1.weight.shape, generator=g, dtype=torch.float64).float()
+            block.attn.q.weight += dq
+            layer.attn.c_attn.weight[:, :d] += dq.T  # Conv1D: (in, out), q's columns first
+            block.ffn.w1.weight += dw
+            layer.mlp.c_fc.weight += dw.T
+    after = generate(model, prompt, max_new_tokens=12)
+    assert torch.equal(after, hf_generate(hf, prompt, max_new_tokens=12))
+    assert not torch.equal(after, before)
+
+
 def test_left_padded_batch_equals_each_prompt_alone_and_transformers_greedy(gpt2):
     hf, model = gpt2
     ids, mask, rows = left_padded([3, 7, 1, 5], seed=1)
