@@ -201,7 +201,8 @@ def test_sequence_longer_than_max_seq_len_and_empty_input(checkpoints: Path, cap
     too_long = one_error(["predict", "--checkpoint", ckpt, "--input", "I like transformers I like"], capsys)
     assert too_long == "blocklab: error: sequence length 5 exceeds max_seq_len=4"
     trace = one_error(["trace", "--preset", "tiny-lm", "--input", "I like transformers I like"], capsys)
-    assert trace == too_long
+    assert trace == ("blocklab: error: the input is 5 tokens and the model takes at most max_seq_len=4; "
+                     "preset tiny-lm is built for each run: --max-seq-len 5 builds it long enough")
     for empty in ("", "   "):
         message = one_error(["predict", "--checkpoint", ckpt, "--input", empty], capsys)
         assert message == f"blocklab: error: empty input {empty!r}: nothing to tokenize"

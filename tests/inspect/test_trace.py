@@ -314,6 +314,18 @@ def test_schema_rejects_a_record_without_statistics() -> None:
 # ---- the command ------------------------------------------------------------------------------------
 
 
+def test_an_input_longer_than_a_presets_max_seq_len_says_which_flag_builds_it_longer(
+        capsys: pytest.CaptureFixture) -> None:
+    """The tutorial's five tokens on tiny-lm (max_seq_len 4): refused naming --max-seq-len 5, which then
+    traces them (issue 40: the error said only 'sequence length 5 exceeds max_seq_len=4')."""
+    text = "<BOS> I like transformers <EOS>"
+    assert main(["trace", "--preset", "tiny-lm", "--input", text, "-q"]) == 2
+    said = capsys.readouterr().err
+    assert "the input is 5 tokens and the model takes at most max_seq_len=4" in said
+    assert "--max-seq-len 5" in said
+    assert main(["trace", "--preset", "tiny-lm", "--max-seq-len", "5", "--input", text, "-q"]) == 0
+
+
 def test_cli_trace_prints_the_walk_and_writes_json_and_html(tmp_path: Path,
                                                             capsys: pytest.CaptureFixture) -> None:
     out_json, out_html = tmp_path / "t.json", tmp_path / "t.html"

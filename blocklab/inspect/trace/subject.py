@@ -30,6 +30,8 @@ class Subject:
     tokenizer: Any
     source: str
     _vocab: list[str] | None = field(default=None, repr=False)
+    # what to do about an input longer than max_seq_len ({n}: its length); a preset is built anew
+    longer: str = "a model file's max_seq_len is fixed by its weights and config: shorten the input"
 
     def vocab(self) -> list[str] | None:
         """Every token of the vocabulary as text (``vocabulary``), worked out once per subject."""
@@ -49,7 +51,8 @@ def preset_subject(name: str, seed: int, overrides: dict[str, Any]) -> Subject:
     torch.manual_seed(seed)
     changed = "".join(f", {k}={v}" for k, v in overrides.items())
     return Subject(
-        Transformer(config).eval(), task.tokenizer if task else None, f"preset {name} (seed {seed}{changed})"
+        Transformer(config).eval(), task.tokenizer if task else None, f"preset {name} (seed {seed}{changed})",
+        longer=f"preset {name} is built for each run: --max-seq-len {{n}} builds it long enough",
     )
 
 
@@ -136,6 +139,10 @@ def trace_subject(subject: Subject, text: str | None, tokens: str | None, target
     --position, --stages): the command and ``blocklab explore`` share it, so they agree number for number."""
     tok = subject.tokenizer
     ids = input_ids(subject, text, tokens)
+    limit = subject.model.config.max_seq_len
+    if len(ids) > limit:
+        raise ValueError(f"the input is {len(ids)} tokens and the model takes at most max_seq_len={limit}; "
+                         + subject.longer.format(n=len(ids)))
     labels = tok.str_tokens(ids) if tok is not None else [str(i) for i in ids]  # as text, not vocab spelling
     aim = target_id(tok, target, subject.model.config.vocab_size) if target is not None else None
     with torch.no_grad():  # a forward that overflows: where it began, not a trace of NaNs
