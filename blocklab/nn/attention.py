@@ -256,6 +256,14 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
         z = ctx.unflatten(-1, (self.n_heads, self.d_k))  # (B, T, h, d_k)
         return torch.einsum("bthk,dhk->bthd", z, self.o.weight.view(self.d_model, self.n_heads, self.d_k))
 
+    def results_from_z(self, z: Tensor) -> Tensor:  # (..., T, h, d_k) -> (..., T, h, d_model)
+        """``head_results`` of a cached ``z`` (with or without its batch dimension, in any float dtype):
+        the same computation the forward observes, so the same numbers."""
+        ctx = z.flatten(-2).to(self.o.weight.dtype)
+        batched = ctx if ctx.dim() == 3 else ctx[None]
+        out = self.head_results(batched)
+        return (out if ctx.dim() == 3 else out[0]).to(z.dtype)
+
     def output(self, ctx: Tensor) -> Tensor:  # (B, T, h d_k) heads concatenated -> (B, T, d_model)
         """o(ctx), the ``out`` stage. The per-head ``result`` is computed beside it for observers;
         an intervention on ``result`` makes it the sum of the (replaced) results plus bo instead."""

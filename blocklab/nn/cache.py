@@ -341,23 +341,13 @@ def derivations(root: nn.Module, points: Mapping[str, nn.Module]) -> dict[str, t
         owner = modules.get(name)  # the module whose output this stage is, if any
         if name.endswith("attn.result") and not getattr(root, "use_attn_result", False):
             attention = modules[name.removesuffix(".result")]
-            found[name] = (name.removesuffix("result") + "z", _head_results(attention))
+            found[name] = (name.removesuffix("result") + "z", attention.results_from_z)
         elif name == "probs":
             found[name] = ("logits", lambda logits: torch.softmax(
                 logits if logits.dtype == torch.float64 else logits.float(), dim=-1))
         elif hasattr(owner, "hook_normalized") and not transformerlens_names(name, causal):
             found[name] = (name + ".normalized", _affine(owner))
     return found
-
-
-def _head_results(attention: nn.Module) -> Derive:
-    def derive(z: Tensor) -> Tensor:  # (..., T, h, d_k) -> (..., T, h, d_model), as the forward computes it
-        ctx = z.flatten(-2).to(attention.o.weight.dtype)
-        batched = ctx if ctx.dim() == 3 else ctx[None]
-        out = attention.head_results(batched)
-        return (out if ctx.dim() == 3 else out[0]).to(z.dtype)
-
-    return derive
 
 
 def _affine(norm: nn.Module) -> Derive:

@@ -31,9 +31,8 @@ class TransformerLensAnalysis(StreamDecomposition):
         for i, block in enumerate(self._blocks("compute_head_results")):
             name = f"blocks.{i}.attn.result"
             if name not in self._stages:
-                z = self[f"blocks.{i}.attn.z"]  # (B, T, h, d_head)
-                with torch.no_grad():
-                    self._stages[name] = torch.einsum("...hk,hkd->...hd", z, block.attn.W_O.to(z.dtype))
+                with torch.no_grad():  # (B, T, h, d_head) -> (B, T, h, d), as the forward computes it
+                    self._stages[name] = block.attn.results_from_z(self[f"blocks.{i}.attn.z"])
                 self._tl_keys = None  # the keys it iterates are spelled again
 
     def get_neuron_results(self, layer: int, neuron_slice: Where = None, pos_slice: Where = None) -> Tensor:
