@@ -33,7 +33,7 @@ from ..inspect.diagnostics import DiagnosticsLogger, diagnose
 from ..nn.presets import preset
 from ..tasks import task_from_dict
 from ..training.loop import TrainConfig, TrainingDiverged, resolve_threads, share_cores, train
-from ..training.resources import available_cores
+from ..training.resources import available_cores, deferred_interrupt
 
 
 @dataclass(frozen=True)
@@ -211,16 +211,22 @@ def end_with_parent(parent: int) -> None:
 def sigint_blocked() -> Iterator[None]:
     """SIGINT blocked in this thread meanwhile. A process started meanwhile begins with it blocked (the
     signal mask passes through fork and exec), so a Ctrl-C while a worker imports torch stays pending
-    there until ``_worker_init`` ignores it; this process still gets it, at once from another thread or
-    when the block ends."""
-    if not hasattr(signal, "pthread_sigmask"):  # Windows: no signal masks
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    there until ``_worker_init`` ignores it. This process may still receive it in another thread
+    (OpenMP's, a progress bar's), whose handler would raise KeyboardInterrupt here between a worker's
+    start and the sending of its start data: that worker, not yet in the pool, would read nothing
+    (EOFError in ``spawn_main``, a traceback on the terminal). So a Ctrl-C is only noted meanwhile,
+    and raised when the block ends."""
+    with deferred_interrupt(second_interrupts=False) as pressed:
+        if not hasattr(signal, "pthread_sigmask"):  # Windows: no signal masks
+            yield
+        else:
+            previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                yield
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    if pressed[0]:
+        raise KeyboardInterrupt
 
 
 def _worker_init(parent: int, workers: int) -> None:

@@ -48,10 +48,11 @@ def omp_threads() -> int | None:
 
 
 @contextmanager
-def deferred_interrupt(enabled: bool = True) -> Iterator[list[bool]]:
+def deferred_interrupt(enabled: bool = True, second_interrupts: bool = True) -> Iterator[list[bool]]:
     """While active, a first Ctrl-C (SIGINT) only sets ``flag[0]``, so the step in progress finishes
-    and can be checkpointed; a second one interrupts at once. Only in the main thread, and only
-    when SIGINT has Python's default handler (a worker that ignores it keeps ignoring it)."""
+    and can be checkpointed; a second one interrupts at once (unless ``second_interrupts`` is False:
+    then every one only sets the flag). Only in the main thread, and only when SIGINT has Python's
+    default handler (a worker that ignores it keeps ignoring it)."""
     flag = [False]
     usable = enabled and threading.current_thread() is threading.main_thread() and (
         signal.getsignal(signal.SIGINT) is signal.default_int_handler)
@@ -60,7 +61,7 @@ def deferred_interrupt(enabled: bool = True) -> Iterator[list[bool]]:
         return
 
     def handler(signum: int, frame: object) -> None:
-        if flag[0]:
+        if flag[0] and second_interrupts:
             raise KeyboardInterrupt
         flag[0] = True
 

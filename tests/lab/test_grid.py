@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -56,6 +57,36 @@ def test_no_worker_outlives_a_killed_grid(how: str, tmp_path: Path) -> None:
             except ProcessLookupError:
                 pass
         parent.wait()
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="no signal masks")
+@pytest.mark.usefixtures("ctrl_c")
+def test_a_ctrl_c_while_workers_start_is_raised_only_once_they_have_started() -> None:
+    """Issue 35 (seen in CI): SIGINT blocked in the main thread still reached the process through
+    another thread (OpenMP's, a progress bar's), and Python raised KeyboardInterrupt in the main thread
+    between a worker's start and the sending of its start data: that worker read nothing (EOFError
+    in spawn_main, a traceback under the interrupted line). The Ctrl-C now waits for the block's end."""
+    from blocklab.lab.grid import sigint_blocked
+
+    go, sent = threading.Event(), threading.Event()
+
+    def other_thread() -> None:  # started before the block: SIGINT is not blocked here
+        go.wait()
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # delivered to this thread
+        sent.set()
+
+    thread = threading.Thread(target=other_thread, daemon=True)
+    thread.start()
+    started = []
+    with pytest.raises(KeyboardInterrupt):
+        with sigint_blocked():
+            go.set()
+            assert sent.wait(10)
+            for _ in range(1000):  # bytecodes at which Python would run a pending handler
+                time.sleep(0)
+            started.append("the workers")
+    assert started == ["the workers"]
+    thread.join(10)
 
 
 def test_workers_share_the_cores() -> None:
