@@ -358,6 +358,7 @@ RECORDED: dict[str, str] = {
     "hooks-overhead": "python benchmarks/hooks_overhead.py --rounds 300",
     "cache-memory": "python benchmarks/cache_memory.py",
     "generate": "python benchmarks/generate.py",
+    "norm-cost": "python benchmarks/norm_cost.py",
     "time-to-target": "python benchmarks/time_to_target.py --seeds 0-9",
     "trainer-costs": "python benchmarks/time_to_target.py --costs",
     "optimizer-bits": "python benchmarks/optimizer_bits.py",

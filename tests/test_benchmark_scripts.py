@@ -66,6 +66,8 @@ SMOKE_RUNS = [
      "kept by the cache"),
     ("explore_latency.py --rounds 2 --models listops-seed", "a keystroke"),
     ("fused_by_shape.py --rounds 1", "load average"),
+    ("norm_cost.py --rounds 1 --widths 64 --dtypes bfloat16 --tokens 64 --layers 1 --step-rounds 1",
+     "a whole training step"),
     ("generate.py --tiny --batches 2 --prompt 4 --new 4 --repeats 1 --ragged", "x  True"),
     ("hooks_overhead.py --rounds 1", "of the forward"),
     ("optimizer_bits.py --steps 2", "fused"),

@@ -330,11 +330,17 @@ def test_fused_ffn_keeps_its_input_and_pre_activation_only() -> None:
     assert saved_activations(plain, plain, x)[0].nbytes == 4 * 15 * (16 + 40 + 40)
 
 
-def test_rms_and_eps_outside_layer_norm_keep_only_their_input() -> None:
+@pytest.mark.parametrize("fused", [True, False])
+def test_rms_and_eps_outside_norms_keep_their_input_and_statistics_as_aten_layer_norm_does(fused) -> None:
+    """x, and per row rstd (and mean where the kind centres): what F.layer_norm keeps, counted here too."""
     x = torch.randn(4, 9, 16, requires_grad=True)
-    for variant in ("rms", "eps_outside_sqrt"):
-        ln = LayerNorm(16, variant=variant)
-        assert saved_activations(ln, ln, x)[0].nbytes == 4 * 4 * 9 * 16
+    standard = LayerNorm(16, variant="standard")
+    assert saved_activations(standard, standard, x)[0].nbytes == 4 * 4 * 9 * (16 + 2)  # ATen's: x, mean, rstd
+    for variant, stats in (("rms", 1), ("eps_outside_sqrt", 2)):
+        ln = LayerNorm(16, variant=variant, fused=fused)
+        if variant == "eps_outside_sqrt" and not fused:
+            continue  # the module path's explicit math: autograd keeps what its ops need
+        assert saved_activations(ln, ln, x)[0].nbytes == 4 * 4 * 9 * (16 + stats)
 
 
 def test_fused_block_runs_in_bfloat16() -> None:
