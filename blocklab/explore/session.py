@@ -31,6 +31,7 @@ from torch import Tensor
 from ..inspect.diagnostics import path_tensors
 from ..inspect.nonfinite import NonFiniteError, refuse_nonfinite_output
 from ..inspect.trace.collect import trace_to_dict
+from ..inspect.trace.record import PER_HEAD_KINDS
 from ..inspect.trace.subject import Subject, input_ids, target_id, trace_subject
 from ..nn.attention import HEADS_FIRST
 from ..nn.config import ModelConfig
@@ -81,6 +82,7 @@ class Explored:
                                                             if n.startswith("blocks.0.")],
             "stages": self.subject.model.hook_names(),
             "norm_own_stages": list(LayerNorm.STAGES),  # a norm's inner stages: its numbers show them
+            "per_head_kinds": list(PER_HEAD_KINDS),  # stages whose features are heads side by side
         }
 
 

@@ -49,13 +49,14 @@ def serving(*flags: str) -> Iterator[str]:
 
 
 @contextmanager
-def browsing(*urls: str) -> Iterator[list[object]]:
-    """A tab per URL in one headless Chromium, each drawn, logging its errors in ``tab.errors``."""
+def browsing(*urls: str, width: int = 1400, height: int = 1000) -> Iterator[list[object]]:
+    """A tab per URL in one headless Chromium (a ``width`` x ``height`` window), each drawn, logging its
+    errors in ``tab.errors``."""
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         tabs = []
         for url in urls:
-            tab = browser.new_page(viewport={"width": 1400, "height": 1000})
+            tab = browser.new_page(viewport={"width": width, "height": height})
             tab.errors = []
             tab.on("console", lambda m, tab=tab: tab.errors.append(m.text) if m.type == "error" else None)
             tab.on("pageerror", lambda e, tab=tab: tab.errors.append(str(e)))
@@ -309,6 +310,21 @@ def oracle() -> dict[str, torch.Tensor]:
 NUMBER = r"(-?\d+\.\d{4})"
 
 
+def check_terms(tip: str, a: torch.Tensor, b: torch.Tensor, letter: str = "i") -> float:
+    """A product's tooltip against the oracle: its three largest terms a_i b_i (their i, a_i, b_i and
+    product, at the shown 4 decimals) and the other terms' sum; returns the shown terms + rest."""
+    terms = a * b
+    top = terms.abs().topk(3).indices.tolist()
+    rows = re.findall(rf"{letter} +(\d+): +{NUMBER} × +{NUMBER} = +{NUMBER}", tip)
+    assert [int(r[0]) for r in rows] == top, (tip, top)
+    for (_, ai, bi, product), i in zip(rows, top, strict=True):
+        assert (float(ai), float(bi), float(product)) == pytest.approx(
+            (float(a[i]), float(b[i]), float(terms[i])), abs=0.5e-4)
+    rest = float(re.search(rf"the other {a.numel() - 3} terms +{NUMBER}", tip).group(1))
+    assert rest == pytest.approx(float(terms.sum() - terms[top].sum()), abs=0.5e-4)
+    return sum(float(r[3]) for r in rows) + rest
+
+
 def check_dot_tip(tip: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                   value: float) -> None:
     """A dot product's tooltip against the oracle: the shown value, the three largest terms x_i W[j, i]
@@ -316,18 +332,10 @@ def check_dot_tip(tip: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.T
     and the shown parts adding up to the shown value."""
     shown = float(re.search(rf"= {NUMBER}\n", tip).group(1))
     assert shown == pytest.approx(value, abs=0.5e-4)
-    terms = x * weight
-    top = terms.abs().topk(3).indices.tolist()
-    rows = re.findall(rf"i +(\d+): +{NUMBER} × +{NUMBER} = +{NUMBER}", tip)
-    assert [int(r[0]) for r in rows] == top
-    for (_, xi, wi, product), i in zip(rows, top, strict=True):
-        assert (float(xi), float(wi), float(product)) == pytest.approx(
-            (float(x[i]), float(weight[i]), float(terms[i])), abs=0.5e-4)
-    rest = float(re.search(rf"the other {x.numel() - 3} terms +{NUMBER}", tip).group(1))
-    assert rest == pytest.approx(float(terms.sum() - terms[top].sum()), abs=0.5e-4)
+    parts = check_terms(tip, x, weight)
     b = float(re.search(rf"\+ \w+\[\d+\] +{NUMBER}$", tip).group(1)) if bias is not None else 0.0
     assert b == pytest.approx(float(bias) if bias is not None else 0.0, abs=0.5e-4)
-    assert sum(float(r[3]) for r in rows) + rest + b == pytest.approx(shown, abs=3e-4)  # 5 roundings
+    assert parts + b == pytest.approx(shown, abs=3e-4)  # 5 roundings
 
 
 def test_hovering_q_k_and_v_shows_the_normed_input_times_the_weights_row_plus_bias(pages: list) -> None:
@@ -359,6 +367,121 @@ def test_hovering_a_gated_activation_and_the_logits_shows_their_operands(pages: 
     assert explorer.errors == []
 
 
+@torch.no_grad()
+def block_oracle() -> dict[str, torch.Tensor]:
+    """Block 0 of the gated model written out in float64 from its input resid_pre and its weights: LN1,
+    q/k/v and their heads, the scores q k^T / sqrt(d_k), the softmax, z = weights @ v, out = z Wo^T + bo,
+    the residual sum, LN2, the FFN's W1, W3, silu gate and W2."""
+    model = gated_model()
+    _, cache = model.run_with_cache(torch.tensor([TOKENIZER.encode("Max ( 1 , 6 , 2 )")]),
+                                    names=["blocks.0.resid_pre"])
+    block, p = model.blocks[0], lambda t: t.detach().double()
+    x = p(cache["blocks.0.resid_pre"][0])  # (T, 64)
+    out = {"resid_pre": x, "ln1": layer_norm(x, block.ln1)}
+    for letter in "qkvo":
+        linear = getattr(block.attn, letter)
+        out[f"W{letter}"], out[f"b{letter}"] = p(linear.weight), p(linear.bias)
+    for letter in "qkv":
+        out[letter] = out["ln1"] @ out[f"W{letter}"].T + out[f"b{letter}"]
+        out[f"{letter}_heads"] = out[letter].view(8, 4, 16).transpose(0, 1)  # (h, T, d_k)
+    out["scores"] = out["q_heads"] @ out["k_heads"].transpose(1, 2) / 4.0  # sqrt(16); listops is not causal
+    out["weights"] = torch.softmax(out["scores"], -1)
+    out["z"] = (out["weights"] @ out["v_heads"]).transpose(0, 1).reshape(8, 64)
+    out["attn_out"] = out["z"] @ out["Wo"].T + out["bo"]
+    out["resid_mid"] = x + out["attn_out"]
+    out["ln2"] = layer_norm(out["resid_mid"], block.ln2)
+    for name in ("w1", "w2", "w3"):
+        linear = getattr(block.ffn, name)
+        out[name], out[name.replace("w", "b")] = p(linear.weight), p(linear.bias)
+    out["hidden"] = out["ln2"] @ out["w1"].T + out["b1"]
+    out["act"] = torch.nn.functional.silu(out["hidden"]) * (out["ln2"] @ out["w3"].T + out["b3"])
+    out["ffn_out"] = out["act"] @ out["w2"].T + out["b2"]
+    out["gamma2"], out["beta2"] = p(block.ln2.weight), p(block.ln2.bias)
+    return out
+
+
+def shown_value(tip: str) -> float:
+    """The number a tooltip is about (its second line: ``row · column = value``)."""
+    return float(re.search(rf" = {NUMBER}\n", tip).group(1))
+
+
+def test_hovering_scores_z_wo_w1_and_w2_shows_their_operands(pages: list) -> None:
+    """attn.scores = q . k / sqrt(d_k), attn.z = weights @ v, attn.out = z Wo + bo, ffn.hidden = W1 x + b1 and
+    ffn.out = W2 act + b2, each with its largest terms, against the block written out in torch."""
+    explorer, _ = pages
+    n = block_oracle()
+    head, t, key = 2, 6, 3
+    tip = hover(explorer, explorer_canvas("blocks.0.attn.scores", head), t, key)
+    q, k = n["q_heads"][head, t], n["k_heads"][head, key]
+    assert shown_value(tip) == pytest.approx(float(n["scores"][head, t, key]), abs=0.5e-4)
+    assert f"= attn.q[{t}] · attn.k[{key}] / sqrt(16)   (head {head})\n= {float(q @ k):.4f} / 4.0000\n" in tip
+    assert check_terms(tip, q, k) == pytest.approx(float(q @ k), abs=3e-4)
+    t, j = 5, 37  # head 2, dim 5
+    tip = hover(explorer, explorer_canvas("blocks.0.attn.z"), t, j)
+    assert shown_value(tip) == pytest.approx(float(n["z"][t, j]), abs=0.5e-4)
+    assert "attn.weights[head 2][5, k] × attn.v[k, dim 5]   (head 2, dim 5)" in tip
+    assert check_terms(tip, n["weights"][2, t], n["v_heads"][2, :, 5], "k") == pytest.approx(
+        float(n["z"][t, j]), abs=3e-4)
+    for stage, (t, j), x, weight, bias, value in (
+            ("attn.out", (4, 10), n["z"], "Wo", "bo", n["attn_out"]),
+            ("ffn.hidden", (3, 100), n["ln2"], "w1", "b1", n["hidden"]),
+            ("ffn.out", (7, 50), n["act"], "w2", "b2", n["ffn_out"])):
+        tip = hover(explorer, explorer_canvas(f"blocks.0.{stage}"), t, j)
+        words = {"Wo": "Wo", "w1": "W1", "w2": "W2"}[weight]
+        assert f"[{t}] · {words}[{j}] + {words.replace('W', 'b')}[{j}]\n" in tip, tip
+        check_dot_tip(tip, x[t], n[weight][j], n[bias][j], float(value[t, j]))
+    assert explorer.errors == []
+
+
+def test_hovering_a_layer_norm_shows_its_input_gamma_and_beta(pages: list) -> None:
+    explorer, _ = pages
+    n = block_oracle()
+    t, j = 2, 9
+    x = n["resid_mid"][t]
+    mu, denom = x.mean(), torch.sqrt(((x - x.mean()) ** 2).mean() + 1e-5)
+    z_hat = (x[j] - mu) / denom
+    tip = hover(explorer, explorer_canvas("blocks.0.ln2"), t, j)
+    assert shown_value(tip) == pytest.approx(float(n["ln2"][t, j]), abs=0.5e-4)
+    g, b = float(n["gamma2"][j]), float(n["beta2"][j])
+    assert f"= gamma[{j}] × z_hat + beta[{j}] = {g:.4f} × {float(z_hat):.4f} + {b:.4f}\n" in tip
+    assert (f"  z_hat = (x - mu) / sqrt(var+eps) = ({float(x[j]):.4f} - {float(mu):.4f}) / "
+            f"{float(denom):.4f} = {float(z_hat):.4f}") in tip
+    assert explorer.errors == []
+
+
+def test_a_number_is_explained_from_the_keyboard_alone(pages: list) -> None:
+    """Tab to the FFN's node of the diagram, Enter: the FFN output's map takes the focus (a visible ring);
+    the arrow keys move to a number, whose explanation is shown and put in the live region, the same words
+    the mouse gets there."""
+    explorer, _ = pages
+    explorer.focus("#input")
+    for _ in range(60):
+        explorer.keyboard.press("Tab")
+        if explorer.evaluate("document.activeElement.dataset && document.activeElement.dataset.stage") \
+                == "blocks.0.ffn.out":
+            break
+    else:
+        raise AssertionError("the FFN's node was not reached with Tab")
+    explorer.keyboard.press("Enter")
+    assert explorer.evaluate("document.activeElement.tagName") == "CANVAS"
+    assert explorer.evaluate("document.activeElement.closest('section').id") == "stage-blocks.0.ffn.out"
+    ring = explorer.evaluate("(() => { const s = getComputedStyle(document.activeElement); "
+                             "return [document.activeElement.matches(':focus-visible'), s.outlineStyle, "
+                             "s.outlineWidth]; })()")
+    assert ring == [True, "solid", "2px"]
+    for key in ["ArrowDown"] * 3 + ["ArrowRight"] * 5:
+        explorer.keyboard.press(key)
+    spoken = explorer.text_content("#explain-live")
+    assert explorer.is_visible("#tip") and explorer.text_content("#tip") == spoken
+    n = block_oracle()
+    assert spoken.startswith("blocks.0.ffn.out\n3 , · feature 5 = ")
+    check_dot_tip(spoken, n["act"][3], n["w2"][5], n["b2"][5], float(n["ffn_out"][3, 5]))
+    explorer.keyboard.press("Shift+Tab")  # the map before (ffn.act's), at its first number
+    assert explorer.text_content("#explain-live").startswith("blocks.0.ffn.act\n0 Max · feature 0 = ")
+    assert hover(explorer, explorer_canvas("blocks.0.ffn.out"), 3, 5) == spoken
+    assert explorer.errors == []
+
+
 def test_the_static_page_and_the_explorer_draw_with_one_script_and_explain_alike(
         pages: list, gated_server: str, static_page: Path) -> None:
     explorer, static = pages
@@ -385,7 +508,9 @@ def test_the_static_page_and_the_explorer_draw_with_one_script_and_explain_alike
     # hovering the same number of a stage says the same on both pages
     cells = [("blocks.0.attn.q", 0, 7, 21), ("blocks.0.attn.k", 0, 2, 9), ("blocks.0.attn.v", 0, 5, 63),
              ("blocks.0.ln1", 0, 4, 12), ("blocks.0.attn.weights", 2, 6, 3), ("blocks.0.resid_mid", 0, 1, 30),
-             ("blocks.0.ffn.act", 0, 6, 17)]
+             ("blocks.0.ffn.act", 0, 6, 17), ("blocks.0.attn.scores", 1, 3, 5), ("blocks.0.attn.z", 0, 2, 40),
+             ("blocks.0.attn.out", 0, 6, 8), ("blocks.0.ffn.hidden", 0, 1, 77),
+             ("blocks.0.ffn.out", 0, 0, 12), ("blocks.0.ln2", 0, 5, 3)]
     for stage, nth, row, column in cells:
         mine = hover(explorer, explorer_canvas(stage, nth), row, column)
         theirs = hover(static, static_canvas(stage, nth), row, column)
@@ -427,3 +552,61 @@ def test_a_no_residual_and_a_rezero_diagram_have_the_paths_they_should(kinds_ser
     assert none["formula"] == "no norm, no residual: y = MHA(x), z = FFN(y)"
     assert rezero["identity"] == 2 and rezero["sums"] == ["+α", "+α"]
     assert rezero["formula"] == "no norm, ReZero: y = x + α·(MHA(x)), z = y + α·(FFN(y))"
+
+
+# ---- the page at a laptop's width (issue 40 item 5) --------------------------------------------------------
+
+OVERFLOW = """() => Array.from(document.querySelectorAll('section.stage canvas')).map(c => {
+  const card = c.closest('section.stage'), inner = card.getBoundingClientRect(),
+        b = c.getBoundingClientRect(), pad = parseFloat(getComputedStyle(card).paddingRight);
+  return [card.id, b.right - (inner.right - pad), c.parentNode.scrollWidth - c.parentNode.clientWidth]; })"""
+
+
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_every_heatmap_fits_its_card_with_its_colour_scale(server: str, width: int) -> None:
+    """At 1280 x 720 each map was wider than its card and its colorbar scrolled out of view (at 1400 px
+    ffn.hidden and ffn.act still did): every map's right edge, colorbar included, is inside its card's
+    padding and nothing scrolls, in every group of the listops model and of tiny-lm."""
+    with browsing(server, width=width, height=720) as tabs:
+        page = tabs[0]
+        for model in ("listops-seed", "tiny-lm"):
+            page.select_option("#model", model)
+            for group in ("input", "block-0", "block-1", "after"):
+                before = page.evaluate("document.documentElement.dataset.rendered")
+                page.click(f"#groups button[data-group='{group}']")
+                page.wait_for_function(f"({RENDERED}) && document.documentElement.dataset.rendered !== "
+                                       f"{json.dumps(before)}", timeout=60_000)
+                maps = page.evaluate(OVERFLOW)
+                assert maps, (model, group)
+                assert [m for m in maps if m[1] > 0.5 or m[2] > 0] == [], (model, group)
+        assert page.errors == []
+
+
+def test_q_k_v_and_z_maps_separate_their_heads(page: object) -> None:
+    """A dark line between heads on explore's q/k/v/z maps (listops: 4 heads of 16), as on the static page."""
+    for stage in ("attn.q", "attn.k", "attn.v", "attn.z"):
+        dark = page.evaluate("""(id) => { const c = document.querySelector('#' + CSS.escape(id) + ' canvas'),
+          L = c.cell, g = c.getContext('2d'), dpr = c.width / parseFloat(c.style.width);
+          const y = Math.floor((L.top + L.ch / 2) * dpr);
+          const at = (x) => Array.from(g.getImageData(Math.floor(x * dpr), y, 1, 1).data.slice(0, 3));
+          return [16, 32, 48].map(k => at(L.left + k * L.cw - 0.5)).concat([at(L.left + 8.5 * L.cw)]); }""",
+                             f"stage-blocks.0.{stage}")
+        assert dark[:3] == [[29, 36, 51]] * 3 and dark[3] != [29, 36, 51], (stage, dark)
+    assert page.errors == []
+
+
+def test_an_error_marks_the_trace_below_as_stale(page: object) -> None:
+    page.fill("#input", "Max ( 1 , 6 , 2 ) oops")  # a word outside the vocabulary
+    page.wait_for_function("document.documentElement.dataset.rendered === 'error'", timeout=60_000)
+    stages = page.locator("#stages")
+    assert stages.get_attribute("data-stale") == "true"
+    assert float(page.evaluate("getComputedStyle(document.getElementById('stages')).opacity")) < 0.6
+    assert page.is_visible("#stale")
+    assert "still those of the last input that traced (Max ( 1 , 6 , 2 ))" in page.text_content("#stale")
+    assert page.locator("#status.error").is_visible()
+    page.fill("#input", "Min ( 3 , 9 , 4 )")
+    page.wait_for_function(RENDERED, timeout=60_000)
+    assert stages.get_attribute("data-stale") is None and not page.is_visible("#stale")
+    assert float(page.evaluate("getComputedStyle(document.getElementById('stages')).opacity")) == 1
+    assert "hook API" not in page.text_content("body")  # jargon: the page says what an intervention does
+    assert [e for e in page.errors if "status of 400" not in e] == []  # the typo's answer, logged by Chromium

@@ -49,16 +49,24 @@
   }
   var tip = $("tip");
   function heatmap(s, m, name, how) {
-    // stage s's map m (rows, labels, columns shown) drawn by heatmap.js at this page's cell size, the chosen
-    // position outlined; hovering a cell shows its value and ``how`` it was computed, with its operands
-    var R = m.rows.length, cols = m.rows[0].length, canvas = document.createElement("canvas");
+    // stage s's map m (rows, labels, columns shown) drawn by heatmap.js with cells as wide as the stage
+    // cards allow (its colorbar in view), a separator between heads, the chosen position outlined;
+    // hovering a cell, or moving to it with the arrow keys, shows its value and ``how`` it was computed
+    var R = m.rows.length, canvas = document.createElement("canvas");
     m.range = H.range(m.rows, m.sequential); m.bar = true; m.decimals = DECIMALS;
+    m.group = !s.heads && state.model.per_head_kinds.indexOf(s.kind) >= 0 ? s.shape[s.shape.length - 1] : 0;
     m.selected = state.position === null || s.positions.indexOf(state.position) < 0 ? null : s.positions.indexOf(state.position);
-    H.draw(canvas, m, { cw: Math.max(3, Math.min(24, Math.floor(620 / cols))), ch: R > 24 ? 9 : 14 });
+    var width = cardWidth();  // a head's map: two side by side where their cells can be 10 px or more
+    if (s.heads && H.fit(m, width / 2 - 9, 24) >= 10) { width = width / 2 - 9; }
+    H.draw(canvas, m, { cw: H.fit(m, width, 24), ch: R > 24 ? 9 : 14 });
     H.hover(canvas, tip, name, m, how);
     var wrap = document.createElement("div");
     wrap.className = "scroll"; wrap.appendChild(canvas);
     return wrap;
+  }
+  function cardWidth() {  // the width inside a stage card: the stages column less a card's padding and border
+    var box = $("stages"), style = getComputedStyle(box);
+    return box.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight) - 2 * 14 - 2;
   }
 
   // ---- the model's groups and the block diagram (from the layouts table) --------------------------------
@@ -161,7 +169,12 @@
       }
       var go = function () { focusStage(stage); };
       g.addEventListener("click", go);
-      g.addEventListener("keydown", function (e) { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); go(); } });
+      g.addEventListener("keydown", function (e) {  // from the keyboard: on to the stage's first map
+        if (e.key !== "Enter" && e.key !== " ") { return; }
+        e.preventDefault(); go();
+        var map = document.querySelector("section.stage.current canvas");
+        if (map) { map.focus({ preventScroll: true }); }
+      });
     });
     root.setAttribute("height", String(nodes.length * rowH + 10));
     root.setAttribute("viewBox", "0 0 " + W + " " + (nodes.length * rowH + 10));
@@ -533,6 +546,17 @@
   });
 
   // ---- re-tracing as one types ---------------------------------------------------------------------------
+  function stale(on) {
+    // after an error the numbers below are the last input's, not what the box holds: say so and grey them
+    var box = $("stages"), note = $("stale");
+    box.classList.toggle("stale", on);
+    if (on) { box.setAttribute("data-stale", "true"); } else { box.removeAttribute("data-stale"); }
+    note.hidden = !on || !state.trace;
+    if (on && state.trace) {
+      note.textContent = "The numbers below are still those of the last input that traced (" +
+        state.trace.input.tokens.join(" ") + "), not of the text above: fix the input to trace it.";
+    }
+  }
   function retrace(delay) {
     clearTimeout(state.timer);
     state.timer = setTimeout(run, delay);
@@ -547,6 +571,7 @@
     post("trace", { stages: groupStages(state.group) }).then(function (trace) {
       if (serial !== state.serial) { return; }  // a newer input is on its way
       state.trace = trace;
+      stale(false);
       if (state.position !== null && state.position >= trace.input.tokens.length) { state.position = null; }
       drawTokens(trace); drawStages(trace);
       setStatus("traced " + trace.input.tokens.length + " tokens in " + Math.round(performance.now() - started) + " ms");
@@ -556,6 +581,7 @@
     }).catch(function (e) {
       if (serial === state.serial) {
         setStatus(e.message, true);
+        stale(true);
         document.documentElement.setAttribute("data-rendered", "error");
       }
     });

@@ -27,6 +27,7 @@ from ...nn.config import ModelConfig
 from ...nn.embedding import embedding_parts
 from ...nn.hooks import select_names
 from ...nn.layouts import LAYOUTS
+from ...nn.norm_kinds import NORM_KINDS
 from ...nn.norms import LayerNorm, NoNorm
 from .explain import explain_all  # words about the numbers, kept apart from the numbers
 from .operands import sources, stage_operands
@@ -95,15 +96,17 @@ def _rows(name: str, x: Tensor, positions: list[int]) -> tuple[Tensor, Tensor | 
 
 
 def _norm_numbers(module: nn.Module, x: Tensor, positions: list[int]) -> NormNumbers:
-    """mu, var, denominator and z_hat of a LayerNorm for its input ``x`` (1, T, d), in float64."""
-    s = module.stats(x.detach()[0, positions].to(torch.float64))
+    """mu, var, denominator and z_hat of a LayerNorm for its input ``x`` (1, T, d), its input there,
+    gamma and beta, in float64."""
+    rows = x.detach()[0, positions].to(torch.float64)
+    s = module.stats(rows)
     z = s.z_hat
+    gamma, beta = (t.detach().double() if t is not None else None for t in (module.gamma, module.bias))
     return NormNumbers(
-        variant=module.variant, eps=module.eps,
-        input_l2=x.detach()[0, positions].to(torch.float64).norm(dim=-1),
+        variant=module.variant, eps=module.eps, input_l2=rows.norm(dim=-1),
         mu=s.mu[:, 0], var=s.var[:, 0], denom=s.denom[:, 0], z_hat=z,
         z_hat_mean=z.mean(-1), z_hat_var=z.var(-1, unbiased=False),
-        expected_var=(s.var / s.denom**2)[:, 0],
+        expected_var=(s.var / s.denom**2)[:, 0], x=rows, gamma=gamma, beta=beta,
     )
 
 
@@ -205,7 +208,7 @@ def collect_trace(
     config: ModelConfig = model.config
     # a norm's scale is shown with the norm (its denominator), not as a stage of its own
     shown = select_names([n for n in model.hook_names() if not n.endswith(NORM_OWN_SUFFIXES)], names)
-    reads = sources(config, shown)  # what the hover's formulas read (operands.py)
+    reads = sources(model, shown)  # what the hover's formulas read (operands.py)
     cache, embed_inputs, model = _run(model, ids, target, _needed(model, shown, reads))
     with torch.autocast("cpu", enabled=False):  # the numbers are read in float32/64, not the forward's dtype
         input_of = norm_input_stages(config)
@@ -230,7 +233,8 @@ def _needed(model: nn.Module, shown: list[str], reads: dict) -> list[str]:
     # the embed stage's parts are read even when only `embed` is asked for
     needed += [p for p in EMBED_PARTS if "embed" in shown and p not in needed and p in model.hook_names()]
     needed += [n for n in ("logits", *stream_stages(model)) if n not in needed]
-    return needed + [n for n in dict.fromkeys(reads.values()) if n not in needed]
+    read = dict.fromkeys(n for names in reads.values() for n in names)
+    return needed + [n for n in read if n not in needed]
 
 
 def _run(model: nn.Module, ids: list[int], target: int | None, needed: list[str]
@@ -336,6 +340,7 @@ def stage_to_dict(stage: Stage) -> dict:
             "variant": n.variant, "eps": n.eps,
             **{k: json_numbers(getattr(n, k)) for k in
                ("mu", "var", "denom", "z_hat_mean", "z_hat_var", "expected_var", "input_l2", "z_hat")},
+            **norm_operands(n),
         }
     if stage.frac_le_zero is not None:
         record["frac_le_zero"] = json_numbers(stage.frac_le_zero)
@@ -351,6 +356,16 @@ def stage_to_dict(stage: Stage) -> dict:
     return record
 
 
+def norm_operands(n: NormNumbers) -> dict:
+    """What a norm's number is computed from, beside mu and the denominator: its input x, gamma and beta
+    (null where the norm has none), and z_hat's formula in words (``(x - mu) / sqrt(var+eps)``)."""
+    kind = NORM_KINDS[n.variant]
+    denominator = kind.denominator if kind.eps_inside_root else f"({kind.denominator})"
+    return {"x": json_numbers(n.x), "formula": ("(x - mu) / " if kind.centres else "x / ") + denominator,
+            "gamma": json_numbers(n.gamma) if n.gamma is not None else None,
+            "beta": json_numbers(n.beta) if n.beta is not None else None}
+
+
 def operands_to_dict(o: Operands) -> dict:
     """A stage's ``Operands`` as JSON: kind and reads, and the fields its kind has."""
     record: dict = {"kind": o.kind, "reads": o.reads}
@@ -358,11 +373,14 @@ def operands_to_dict(o: Operands) -> dict:
         record["function"] = o.function
     if o.gate is not None:
         record["gate"] = json_numbers(o.gate)
+    if o.kind in ("dot", "qk", "mix"):
+        record.update(n=o.n, index=o.index.tolist(), x=json_numbers(o.x), w=json_numbers(o.w),
+                      rest=json_numbers(o.rest))
     if o.kind == "dot":
-        record.update(weight=o.weight, bias=o.bias, columns=o.columns, n=o.n,
-                      index=o.index.tolist(), x=json_numbers(o.x), w=json_numbers(o.w),
-                      rest=json_numbers(o.rest),
+        record.update(weight=o.weight, bias=o.bias, columns=o.columns,
                       bias_values=json_numbers(o.bias_values) if o.bias_values is not None else None)
+    if o.kind == "qk":
+        record["scale"] = o.scale
     return record
 
 

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from ...nn.layouts import LAYOUTS
-from .collect import json_numbers, operands_to_dict
+from .collect import json_numbers, norm_operands, operands_to_dict
 from .record import MAX_COLUMNS, PER_HEAD_KINDS, STAT_NAMES, Stage, Trace
 from .text import (
     PARTS_HEADERS,
@@ -95,7 +95,8 @@ class Page:
         if stage.heads is not None:
             record["heads"] = json_numbers(stage.heads)
         if stage.norm is not None:
-            record["norm"] = {k: json_numbers(getattr(stage.norm, k)) for k in ("mu", "denom", "z_hat")}
+            record["norm"] = {**{k: json_numbers(getattr(stage.norm, k)) for k in ("mu", "denom", "z_hat")},
+                              **norm_operands(stage.norm)}
         if stage.operands is not None:
             record["operands"] = operands_to_dict(stage.operands)
         self.stages[stage.name] = record
@@ -342,6 +343,7 @@ h3 .shape { color: var(--muted); font-weight: 400; font-size: 12.5px; margin-lef
 figure { margin: 6px 0 10px; }
 .scroll { overflow-x: auto; max-width: 100%; }
 canvas.heatmap { display: block; }
+canvas.heatmap:focus-visible { outline: 2px solid var(--accent); outline-offset: -2px; }
 figcaption { color: var(--muted); font-size: 12px; margin-top: 3px; display: flex; align-items: center;
              gap: 8px; }
 .heads { display: flex; flex-wrap: wrap; gap: 6px 22px; align-items: flex-start; }
@@ -381,19 +383,17 @@ SCRIPT = r"""
     m.name = H.title(s, m.head);
   });
   function scaleOf(m) { return m.scales ? m.scales[mode] : [m.vmin, m.vmax]; }
-  function longest(labels) { return Math.max.apply(null, labels.map(function (s) { return s.length; })); }
   function size(canvas, m) {  // cells as large as the section's width allows
-    var C = m.rows[0].length, R = m.rows.length, headMap = !!m.scales, ownBar = !headMap || mode === "head";
-    var box = canvas.closest("section") || document.body;
-    var avail = Math.max(240, box.clientWidth - 40), left = 12 + 7 * longest(m.rowLabels);
-    var range = scaleOf(m), bar = ownBar ? H.barRoom(range[0], range[1], m.decimals) : 4, cw;
-    if (headMap) {  // as many heads side by side as fit with cells of 10 px or more, then as wide as allowed
+    var C = m.rows[0].length, R = m.rows.length, cw;
+    var box = canvas.closest("section") || document.body, avail = Math.max(240, box.clientWidth - 40);
+    if (m.scales) {  // as many heads side by side as fit with cells of 10 px or more, then as wide as allowed
       var heads = canvas.closest(".heads").querySelectorAll("canvas.heatmap").length;
-      var room = avail - (ownBar ? 0 : 100);  // the layer's shared colorbar takes one slot
-      var perRow = Math.max(1, Math.min(heads, Math.floor(room / (left + bar + 22 + 10 * C))));
-      cw = Math.max(4, Math.min(28, Math.floor((room / perRow - left - bar - 22) / C)));
+      var room = avail - (m.bar ? 0 : 100), side = H.margins(m);  // a shared colorbar takes one slot
+      var beside = side.left + side.right + 22;
+      var perRow = Math.max(1, Math.min(heads, Math.floor(room / (beside + 10 * C))));
+      cw = Math.max(4, Math.min(28, Math.floor((room / perRow - beside) / C)));
     } else {
-      cw = Math.max(2, Math.min(m.colLabels ? 44 : 26, Math.floor((avail - left - bar) / C)));
+      cw = H.fit(m, avail, m.colLabels ? 44 : 26);
     }
     return { cw: cw, ch: R > 30 ? 10 : Math.max(12, Math.min(17, cw)) };
   }

@@ -21,9 +21,10 @@ PER_HEAD_KINDS: tuple[str, ...] = ("attn.q", "attn.k", "attn.v", "attn.z", "attn
 
 @dataclass
 class NormNumbers:
-    """What a LayerNorm computed, one row per position of its stage: mu, var, denom (P,);
-    z_hat (P, d) before gamma/beta; the measured mean and variance of z_hat and the variance
-    it must have, var / denom^2 (= var / (var + eps) for the standard variant)."""
+    """What a LayerNorm computed, one row per position of its stage: its input x (P, d); mu, var, denom
+    (P,); z_hat (P, d) before gamma/beta; the measured mean and variance of z_hat and the variance it must
+    have, var / denom^2 (= var / (var + eps) for the standard variant); gamma and beta (d,), None where the
+    norm has none."""
 
     variant: str
     eps: float
@@ -35,18 +36,22 @@ class NormNumbers:
     z_hat_mean: Tensor
     z_hat_var: Tensor
     expected_var: Tensor
+    x: Tensor | None = None
+    gamma: Tensor | None = None
+    beta: Tensor | None = None
 
 
 @dataclass
 class Operands:
-    """How a stage's numbers were computed: ``kind`` (sum, act, gated, softmax, dot) and the stages it
-    reads, in the formula's order. ``function``: the activation (act) or the gate (gated).
+    """How a stage's numbers were computed: ``kind`` (sum, act, gated, softmax, dot, qk, mix) and the
+    stages it reads, in the formula's order. ``function``: the activation (act) or the gate (gated).
 
-    gated: ``gate`` (P, F) gate(hidden), which is no stage. dot: ``weight`` and ``bias`` name the
-    matrix and the bias; ``columns`` the output features covered (None: all); ``n`` the terms in each
-    number; per position and covered feature the ``TERMS`` largest terms' input features ``index``
-    (P, C, K), the input's values there ``x`` and the weight's ``w``; ``rest`` (P, C) the other terms'
-    sum; ``bias_values`` (C,) or None."""
+    gated: ``gate`` (P, F) gate(hidden), which is no stage. The products (dot, qk, mix) are sums of ``n``
+    terms a_i b_i: per number the ``TERMS`` largest terms' ``index`` i, ``x`` a_i and ``w`` b_i (..., K)
+    and ``rest`` the other terms' sum. dot (P, C, K): a_i the input's feature i, b_i = W[j, i];
+    ``weight`` and ``bias`` name the matrix and the bias; ``columns`` the output features covered (None:
+    all); ``bias_values`` (C,) or None. qk (h, P, T, K): q_i k_i of one head, the sum divided by
+    ``scale`` = sqrt(d_k). mix (P, h d_k, K): i is a key, a_i its weight, b_i v's feature there."""
 
     kind: str
     reads: list[str]
@@ -61,6 +66,7 @@ class Operands:
     w: Tensor | None = None
     rest: Tensor | None = None
     bias_values: Tensor | None = None
+    scale: float = 0.0
 
 
 @dataclass
