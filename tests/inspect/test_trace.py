@@ -182,8 +182,8 @@ def test_printed_numbers_equal_the_cached_values_at_the_printed_precision() -> N
             pos = int(row[0])
             assert row[1] == TOKENIZER.tokens(IDS)[pos]
             for label, cell in zip(header[2:], row[2:], strict=True):
-                if name == "blocks.0.attn.q":  # columns are head.dim
-                    head, dim = map(int, label.split("."))
+                if name == "blocks.0.attn.q":  # columns are h<head>:<dim>, which cannot read as a number
+                    head, dim = map(int, re.fullmatch(r"h(\d+):(\d+)", label).groups())
                     value = x[head, pos, dim]
                 else:
                     value = x[pos, vocab[label] if name == "logits" else int(label)]
@@ -221,6 +221,27 @@ def test_printed_numbers_equal_the_cached_values_at_the_printed_precision() -> N
                 assert close_at(cell, float(w[head, int(row[0]), key]), d)
                 compared += 1
     assert compared > 3000
+
+
+@pytest.mark.parametrize("preset, text, fields", [
+    ("listops-seed", "Max ( 1 , 6 , 2 ) Min ( 3 , 9 , 4 )", {"max_seq_len": 16}),  # 16 keys per head
+    ("tiny-lm", "<BOS> I like transformers <EOS>", {"max_seq_len": 5}),
+])
+def test_every_table_fits_an_80_column_terminal(preset: str, text: str, fields: dict) -> None:
+    """At 80 columns a vector's chunk was 82 wide (the token column counted narrower than its heading) and
+    a head's matrix of 16 keys did not fit at all, so the terminal wrapped their rows: every row of every
+    table (its title aside, which wraps as words do) is now at most 80 wide, and the keys come in chunks."""
+    from blocklab.inspect.trace.subject import preset_subject, trace_subject
+    from blocklab.inspect.trace.text import grid as table
+    from blocklab.inspect.trace.text import lens_table, stage_grids, top_k_table
+
+    trace = trace_subject(preset_subject(preset, 0, fields), text, None)
+    grids = [g for s in trace.stages if s.kind != "loss" for g in stage_grids(trace, s, 4, 16, 80)]
+    grids += [table(*t) for t in (top_k_table(trace, trace.predictions, 4), lens_table(trace, 80))]
+    rows = [line for g in grids for line, style in g.lines if style != "dim" or line.startswith("─")]
+    assert len(rows) > 500 and max(len(line) for line in rows) <= 80
+    heads = [line for g in grids for line, _ in g.lines if line.startswith("head 0: query rows")]
+    assert preset == "tiny-lm" or any(line.endswith("key columns 0-7") for line in heads), heads
 
 
 def test_one_position_and_the_loss() -> None:

@@ -126,7 +126,7 @@ def _qkv(s: Stage, w: Walk) -> str:
     if attn is not None and letter != "q" and attn.n_kv_heads != attn.n_heads:
         heads += f", each shared by {attn.n_heads // attn.n_kv_heads} query heads (grouped-query)"
     bias = f" + b{letter}" if attn is not None and attn.q.bias is not None else ""
-    return f"{role}: the attention input times W{letter}^T{bias}, {heads} (columns head.dim)"
+    return f"{role}: the attention input times W{letter}^T{bias}, {heads} (columns hH:D, head H's feature D)"
 
 
 PAIRS = {"half": "feature m with feature m + {half}", "interleaved": "features 2m and 2m + 1"}
@@ -199,7 +199,7 @@ def _head_norms(s: Stage, heads: int) -> list[float]:
 def _z(s: Stage, w: Walk) -> str:
     norms = _head_norms(s, s.shape[-2])
     return (f"z: each head's weighted sum of the values (weights @ v), heads side by side (columns "
-            f"head.dim), before Wo; mean L2 norm per head {', '.join(_n(v) for v in norms)}")
+            f"hH:D), before Wo; mean L2 norm per head {', '.join(_n(v) for v in norms)}")
 
 
 def _result(s: Stage, w: Walk) -> str:

@@ -122,10 +122,11 @@ def parts_grid(trace: Trace, stage: Stage, decimals: int) -> Grid:
     return grid(PARTS_TITLE, ["pos", "token", *PARTS_HEADERS], rows)
 
 
-def norm_headers(variant: str) -> list[str]:
-    """Column names of the LayerNorm table: mu, var, the denominator, z_hat mean/var, var/denominator^2."""
+def norm_headers(variant: str, short: bool = False) -> list[str]:
+    """Column names of the LayerNorm table: mu, var, the denominator, z_hat mean/var, var/denominator^2
+    (``short``: the denominator called ``denom``, for a narrow terminal; the title then says what it is)."""
     kind = NORM_KINDS[variant]
-    denom, var = kind.denominator, kind.var_name
+    denom, var = "denom" if short else kind.denominator, kind.var_name
     return ["mu", var, denom, "z_hat mean", "z_hat var", f"{var}/{denom}^2"]
 
 
@@ -135,21 +136,26 @@ def norm_cells(n: NormNumbers, i: int, decimals: int) -> list[str]:
     return plain + [fmt(float(v[i]), decimals + 4) for v in (n.z_hat_var, n.expected_var)]
 
 
-def norm_grid(trace: Trace, stage: Stage, decimals: int) -> Grid:
-    """The LayerNorm's own numbers per position: mu, var, the denominator; z_hat's mean and variance."""
+def norm_grid(trace: Trace, stage: Stage, decimals: int, width: int) -> Grid:
+    """The LayerNorm's own numbers per position: mu, var, the denominator; z_hat's mean and variance (the
+    last column headed in short where the table would be wider than ``width``)."""
     n = stage.norm
     rows = [_row_label(trace, p) + norm_cells(n, i, decimals) for i, p in enumerate(stage.positions)]
     title = f"{stage.norm_module}, eps {n.eps:g}: the numbers it used"
-    return grid(title, ["pos", "token", *norm_headers(n.variant)], rows)
+    full = grid(title, ["pos", "token", *norm_headers(n.variant)], rows)
+    short = ["pos", "token", *norm_headers(n.variant, short=True)]
+    denom = NORM_KINDS[n.variant].denominator
+    return full if full.width <= width else grid(f"{title} (denom = {denom})", short, rows)
 
 
 def column_labels(stage: Stage, features: int) -> list[str]:
-    """Feature labels: vocabulary tokens (logits, probs), head.dim (q, k, v, z, result), else the index."""
+    """Feature labels: vocabulary tokens (logits, probs), ``h1:5`` (head 1's feature 5: q, k, v, z, result;
+    not ``1.5``, which reads as a number), else the index."""
     if stage.columns is not None:
         return list(stage.columns)
     if stage.kind in PER_HEAD_KINDS:
         d_k = stage.shape[-1]
-        return [f"{j // d_k}.{j % d_k}" for j in range(features)]
+        return [f"h{j // d_k}:{j % d_k}" for j in range(features)]
     return [str(j) for j in range(features)]
 
 
@@ -188,17 +194,28 @@ def top_k_table(trace: Trace, found: Sequence[TopK], decimals: int) -> Table:
     return title, ["pos", "token", "rank", "next token", "p", "logit"], rows
 
 
-def lens_table(trace: Trace) -> Table:
-    """The logit lens: each stream stage read through the final norm and the head."""
+def lens_table(trace: Trace, width: int = 0) -> Table:
+    """The logit lens: each stream stage read through the final norm and the head (as many top tokens as
+    fit ``width`` columns, 0: all)."""
     k = len(trace.lens[0].ids)
+    while width and k > 1 and _lens_width(trace, k) > width:
+        k -= 1
     ranked = trace.lens[0].target_rank is not None
-    rows = [[lens.stage,
-             *(f"{token!r} {fmt(prob, 2)}" for token, prob in zip(lens.tokens, lens.probs, strict=True)),
+    tops = [zip(lens.tokens[:k], lens.probs[:k], strict=True) for lens in trace.lens]
+    rows = [[lens.stage, *(f"{t!r} {fmt(p, 2)}" for t, p in top),
              *([str(lens.target_rank)] if ranked else [])]
-            for lens in trace.lens]
+            for lens, top in zip(trace.lens, tops, strict=True)]
     title = (f"logit lens at {trace.label(trace.lens[0].position)}: each stream stage through the final norm "
              "and the head, its top tokens with p")
     return title, ["stage", *(f"top {i + 1}" for i in range(k)), *(["target rank"] if ranked else [])], rows
+
+
+def _lens_width(trace: Trace, k: int) -> int:
+    """The logit lens table's width with ``k`` top tokens per stage."""
+    cells = [[len(lens.stage)] + [len(f"{t!r} 0.00") for t in lens.tokens[:k]] for lens in trace.lens]
+    widths = [max(max(c[i] for c in cells), len(f"top {i}") if i else 5) for i in range(k + 1)]
+    ranked = len("target rank") + 2 if trace.lens[0].target_rank is not None else 0
+    return sum(widths) + 2 * k + ranked
 
 
 def vector_grids(
@@ -212,9 +229,8 @@ def vector_grids(
     labels = [all_labels[j] for j in columns]
     cells = [[fmt(float(row[j]), decimals) for j in columns] for row in rows]
     cell_w = max([len(c) for row in cells for c in row] + [len(lab) for lab in labels])
-    label_w = max(3, len(str(max(stage.positions)))) + 2 + max(len(trace.tokens[p]) for p in stage.positions)
     labels = [lab.rjust(cell_w) for lab in labels]  # one width for every column of a vector
-    per_chunk = max(1, (width - label_w) // (cell_w + 2))
+    per_chunk = _per_chunk(trace, stage, cell_w, width)
     if shown == F:
         note = f"{title}, {F} features"
     elif stage.kind in VOCAB_KINDS:
@@ -230,14 +246,29 @@ def vector_grids(
     ]
 
 
+def _per_chunk(trace: Trace, stage: Stage, cell_w: int, width: int) -> int:
+    """How many columns ``cell_w`` wide fit ``width`` beside the ``pos`` and ``token`` columns (each at least
+    as wide as its heading), two spaces apart."""
+    tokens = max([len("token")] + [len(trace.tokens[p]) for p in stage.positions])
+    label_w = max(len("pos"), len(str(max(stage.positions)))) + 2 + tokens
+    return max(1, (width - label_w) // (cell_w + 2))
+
+
 def head_grids(trace: Trace, stage: Stage, decimals: int, width: int) -> list[Grid]:
-    """One matrix per head, side by side where they fit: rows are query positions, columns keys."""
+    """One matrix per head, side by side where they fit: rows are query positions, columns keys (in
+    chunks of keys where one head's matrix is wider than ``width``)."""
     heads, _, T = stage.heads.shape
+    keys = [trace.tokens[k] for k in range(T)]
+    cells = [[[fmt(float(v), decimals) for v in stage.heads[h, i]] for i in range(len(stage.positions))]
+             for h in range(heads)]
+    cell_w = max([len(c) for head in cells for row in head for c in row] + [len(k) for k in keys])
+    step = _per_chunk(trace, stage, cell_w, width)
     grids = [
-        grid(f"head {h}: query rows, key columns", ["pos", "token", *(trace.tokens[k] for k in range(T))],
-             [_row_label(trace, p) + [fmt(float(v), decimals) for v in stage.heads[h, i]]
+        grid(f"head {h}: query rows, key columns" + (f" {start}-{min(T, start + step) - 1}" * (step < T)),
+             ["pos", "token", *(k.rjust(cell_w) for k in keys[start:start + step])],
+             [_row_label(trace, p) + [c.rjust(cell_w) for c in cells[h][i][start:start + step]]
               for i, p in enumerate(stage.positions)])
-        for h in range(heads)
+        for h in range(heads) for start in range(0, T, step)
     ]
     return side_by_side(grids, width)
 
@@ -249,21 +280,26 @@ def render_stage(trace: Trace, stage: Stage, decimals: int, max_features: int, w
                          (stage.explanation, "italic"), "\n")
     if stage.kind == "loss":
         return text.append(f"loss = {fmt(float(stage.rows[0, 0]), decimals)}\n", style="bold")
+    for g in stage_grids(trace, stage, decimals, max_features, width):
+        text.append("\n").append_text(to_text(g))
+    return text
+
+
+def stage_grids(trace: Trace, stage: Stage, decimals: int, max_features: int, width: int) -> list[Grid]:
+    """A stage's tables, each within ``width`` columns (their titles aside, which wrap as words do)."""
     grids = [stats_grid(trace, stage, decimals)]
     if stage.parts is not None:
         grids.append(parts_grid(trace, stage, decimals))
     if stage.heads is not None:
         grids += head_grids(trace, stage, decimals, width)
     elif stage.norm is not None:
-        grids.append(norm_grid(trace, stage, decimals))
+        grids.append(norm_grid(trace, stage, decimals, width))
         for rows, title in ((stage.norm.z_hat, "z_hat = (z - mu) / denominator, before gamma/beta"),
                             (stage.rows, "after gamma * z_hat + beta")):
             grids += vector_grids(trace, stage, rows, title, decimals, max_features, width)
     else:
         grids += vector_grids(trace, stage, stage.rows, "vector", decimals, max_features, width)
-    for g in grids:
-        text.append("\n").append_text(to_text(g))
-    return text
+    return grids
 
 
 def header(trace: Trace) -> Group:
@@ -304,5 +340,5 @@ def render_text(
         console.print(render_stage(trace, stage, decimals, max_features, width))
     if trace.predictions and shows_predictions(trace):
         console.print(Rule("predictions", style="blue"))
-        for table in (top_k_table(trace, trace.predictions, decimals), lens_table(trace)):
+        for table in (top_k_table(trace, trace.predictions, decimals), lens_table(trace, width)):
             console.print(to_text(grid(*table)), "")
