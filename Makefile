@@ -6,7 +6,7 @@ RUN ?= runs/listops
 PYTEST_ARGS ?= -n 2
 DOCS_PAGES ?=
 
-.PHONY: train test lint bench docs docs-check results clean
+.PHONY: train test lint bench gpu-check docs docs-check results clean
 
 # blocklab alone (what `make train` needs), then the test extra on top for the targets that test or lint.
 $(VENV)/.base-installed: pyproject.toml
@@ -42,6 +42,10 @@ lint: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(VENV)/bin/blocklab bench --quick
+
+# On a lent GPU: the CUDA tests and every GPU figure against its peers in one run (scripts/gpu-check.sh).
+gpu-check: $(VENV)/.installed
+	bash scripts/gpu-check.sh
 
 # Regenerate every output shown in README.md and docs/ from real runs (DOCS_PAGES=docs/x.md for some pages;
 # times and rates are measured on this machine), then build the site into site/.

@@ -54,20 +54,22 @@ def build(shape: str, tiny: bool) -> Any:
     return transformers.LlamaForCausalLM(config).eval()
 
 
-def _timed(fn: Callable[[], object], times: list[float]) -> None:
+def _timed(fn: Callable[[], object], times: list[float], device: torch.device) -> None:
     start = time.perf_counter()
     fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # the time of the work, not of its launch
     times.append(time.perf_counter() - start)
 
 
 def compare(hf: Any, model: Any, batch: int, sampled: bool, args: argparse.Namespace) -> dict[str, Any]:
     """Both generators on one setting: tokens/s of each (best of the repeats) and whether they agree."""
-    vocab = hf.config.vocab_size
+    vocab, device = hf.config.vocab_size, torch.device(getattr(args, "device", "cpu"))
     lengths = torch.linspace(args.prompt, max(1, args.prompt // 2), batch).round().long().tolist() \
         if args.ragged else [args.prompt] * batch
     g = torch.Generator().manual_seed(batch)
     rows = [torch.randint(1, vocab, (n,), generator=g).tolist() for n in lengths]
-    prompt, mask = pad_batch(rows, 0, "left")
+    prompt, mask = (t.to(device) for t in pad_batch(rows, 0, "left"))
     sampling = SAMPLING if sampled else {}
     settings = GenerationConfig(max_new_tokens=args.new, do_sample=sampled, seed=0 if sampled else None,
                                 **sampling)
@@ -84,10 +86,19 @@ def compare(hf: Any, model: Any, batch: int, sampled: bool, args: argparse.Names
     same = torch.equal(ours(), theirs())  # also the warm-up
     times: dict[str, list[float]] = {"blocklab": [], "transformers": []}
     for _ in range(args.repeats):  # interleaved, so both see the same machine load
-        _timed(ours, times["blocklab"])
-        _timed(theirs, times["transformers"])
+        _timed(ours, times["blocklab"], device)
+        _timed(theirs, times["transformers"], device)
     rate = {name: batch * args.new / min(t) for name, t in times.items()}
     return {"rate": rate, "same": same}
+
+
+def models(shape: str, tiny: bool, device: str = "cpu") -> tuple[Any, Any]:
+    """(transformers' model, blocklab's import of it through a Hugging Face folder), on ``device``."""
+    hf = build(shape, tiny)
+    with tempfile.TemporaryDirectory() as folder:
+        hf.save_pretrained(folder)
+        model, _ = load_pretrained(folder)
+    return hf.to(device), model.to(device)
 
 
 def main() -> None:
@@ -111,10 +122,7 @@ def main() -> None:
     print(f"{'shape':<14}{'batch':>6}  {'decoding':<9}{'blocklab tok/s':>16}{'transformers tok/s':>20}"
           f"{'speed-up':>10}  same tokens")
     for shape in shapes:
-        hf = build(shape, args.tiny)
-        with tempfile.TemporaryDirectory() as folder:
-            hf.save_pretrained(folder)
-            model, _ = load_pretrained(folder)
+        hf, model = models(shape, args.tiny)
         for batch in batches:
             for decoding in decodings:
                 row = compare(hf, model, batch, decoding == "sampled", args)

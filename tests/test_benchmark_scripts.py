@@ -78,7 +78,10 @@ SMOKE_RUNS = [
     ("time_to_target.py --seeds 0", "blocklab time / plain time"),
     ("time_to_target.py --costs --steps 3", "bare (none of the above)"),
     ("train_loop.py --steps 3 --rounds 1", "blocklab.training.loop time / plain loop time"),
+    ("train_step.py --layers 1 --vocab 256 --batch 1 --seq 16 --rounds 1", "speed-up: the peer's step time"),
 ]
+# Scripts CI runs itself, in the mode named (not again here): the line .ci/run holds for each.
+RUN_BY_CI = {"gpu_check.py": "bash scripts/gpu-check.sh --device cpu --quick"}
 
 
 @pytest.mark.parametrize(("command", "expected"), SMOKE_RUNS, ids=[c for c, _ in SMOKE_RUNS])
@@ -93,4 +96,6 @@ def test_every_benchmark_script_still_runs(command, expected, tmp_path) -> None:
 
 def test_every_benchmark_script_has_a_smoke_run() -> None:
     scripts = {p.name for p in BENCHMARKS.glob("*.py")}
-    assert scripts == {command.split()[0] for command, _ in SMOKE_RUNS}
+    assert scripts == {command.split()[0] for command, _ in SMOKE_RUNS} | set(RUN_BY_CI)
+    ci = (BENCHMARKS.parent / ".ci" / "run").read_text()
+    assert all(line in ci for line in RUN_BY_CI.values())
