@@ -85,6 +85,7 @@ class HFTokenizer(TransformersTokenizerCalls):
                              "true or false")
         self.clean_up_tokenization_spaces = clean_up_tokenization_spaces  # the folder's (transformers' too)
         self._vocab_size = self._tok.get_vocab_size(with_added_tokens=True)  # O(vocab) per call: ask once
+        self._byte_level = _byte_level(self._tok)
 
     @property
     def vocab_size(self) -> int:
@@ -138,6 +139,16 @@ class HFTokenizer(TransformersTokenizerCalls):
         single = [[i] for i in id_list(ids, ID_LIMIT)]
         return self._tok.decode_batch(single, skip_special_tokens=False)
 
+    def piece_bytes(self, ids: Sequence[int] | Tensor) -> list[bytes | None]:
+        """Each id's bytes where the vocabulary spells bytes (a byte-level BPE's ``âĤ¬`` is
+        ``b"\\xe2\\x82\\xac"``, whole or part of a character); None for an added token, beyond the vocabulary,
+        or in a tokenizer whose pieces are text."""
+        if not self._byte_level:
+            return [None] * len(id_list(ids, ID_LIMIT))
+        special = set(self._tok.get_added_tokens_decoder())
+        return [None if i in special or not spelled else _spelled_bytes(spelled)
+                for i, spelled in zip(id_list(ids, ID_LIMIT), self.tokens(ids), strict=True)]
+
     def to_dict(self) -> dict[str, Any]:
         """The checkpoint spec: ``{"kind": "hf_tokenizers", "json": ..., "special_tokens": ...}``, and
         ``"default_prepend_bos": false`` where the family says so (GPT-NeoX),
@@ -160,6 +171,32 @@ class HFTokenizer(TransformersTokenizerCalls):
 
     def __repr__(self) -> str:
         return f"HFTokenizer(vocab_size={self.vocab_size}, special_tokens={self.special_tokens})"
+
+
+def _byte_level(tok: Any) -> bool:
+    """Whether the tokenizer decodes bytes spelled one character each (GPT-2's ``ByteLevel`` decoder)."""
+    if tok.decoder is None:
+        return False
+    state = parse_json(tok.decoder.__getstate__(), "the tokenizer's decoder", object_check("decoder"))
+    return any(part.get("type") == "ByteLevel" for part in state.get("decoders", [state]))
+
+
+def _byte_alphabet() -> dict[str, int]:
+    """GPT-2's spelling of the 256 bytes as characters, inverted: a printable byte is its own character,
+    the others (space, controls, ...) are U+0100 onwards in byte order (``Ġ`` is the space)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), 256)]
+    others = [b for b in range(256) if b not in printable]
+    return {**{chr(b): b for b in printable}, **{chr(256 + n): b for n, b in enumerate(others)}}
+
+
+BYTE_ALPHABET = _byte_alphabet()
+
+
+def _spelled_bytes(spelled: str) -> bytes | None:
+    """A byte-level piece's bytes, or None when a character is not one of the alphabet's."""
+    if any(c not in BYTE_ALPHABET for c in spelled):
+        return None
+    return bytes(BYTE_ALPHABET[c] for c in spelled)
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -326,7 +326,7 @@ def test_a_hugging_face_folder_is_served_as_blocklab_trace_reads_it(tmp_path: Pa
     from blocklab.cli import build_parser
     from blocklab.cli.explore import models_for_args
 
-    folder, _ = tiny_gpt2_folder
+    folder, bpe = tiny_gpt2_folder
     models = models_for_args(build_parser().parse_args(["explore", "--model", str(folder),
                                                         "--preset", "tiny-lm"]))
     assert list(models) == ["tiny-lm", "gpt2-tiny"]
@@ -338,7 +338,33 @@ def test_a_hugging_face_folder_is_served_as_blocklab_trace_reads_it(tmp_path: Pa
                  "--json", str(out), "-q"]) == 0
     assert answer.json() == json.loads(out.read_text())
     step = client.post("/api/step", json={"model": "gpt2-tiny", "input": "The cat sat"}).json()
-    assert step["input"] == "The cat sat" + step["token"]
+    assert step["input"] == "The cat sat" + bpe.decode([step["id"]])
+    assert step["token"] == bpe.decode([step["id"]]).replace(" ", "␣")  # a word of the text: no byte piece
+
+
+def test_byte_pieces_and_leading_spaces_are_visible_in_tokens_and_bars(tiny_gpt2_folder) -> None:
+    """'€' is three byte-level pieces: the trace labels them <0xE2> <0x82> <0xAC> (bytes computed here),
+    and the bars of the most likely next tokens label a byte piece and ' cat' the same way, not as '\ufffd'
+    and an invisible space."""
+    from blocklab.cli import build_parser
+    from blocklab.cli.explore import models_for_args
+
+    folder, bpe = tiny_gpt2_folder
+    explored = models_for_args(build_parser().parse_args(["explore", "--model", str(folder)]))["gpt2-tiny"]
+    client = TestClient(create_app({"gpt2-tiny": explored}))
+    trace = client.post("/api/trace", json={"model": "gpt2-tiny", "input": "€ cat"}).json()
+    expected = [*(f"<0x{b:02X}>" for b in "€".encode()), "␣cat"]
+    assert trace["input"]["tokens"] == expected == ["<0xE2>", "<0x82>", "<0xAC>", "␣cat"]
+    model = explored.subject.model
+    first, second = bpe.token_to_id("â"), bpe.token_to_id("Ġcat")  # the byte 0xE2; ' cat'
+    direction = torch.nn.functional.normalize(torch.ones(model.config.d_model), dim=0)
+    with torch.no_grad():  # the last stream is the final norm's bias, u: logits 10 and 5, the rest about 0
+        model.ln_f.weight.zero_()
+        model.ln_f.bias.copy_(direction)
+        model.head.weight[first], model.head.weight[second] = 10 * direction, 5 * direction
+    bars = client.post("/api/predict", json={"model": "gpt2-tiny", "input": "€ cat"}).json()["plain"]
+    assert bars["ids"][:2] == [first, second]
+    assert bars["tokens"][:2] == ["<0xE2>", "␣cat"]
 
 
 def test_gradients_of_heads_first_stages_are_per_position_in_a_qk_norm_res_post_model() -> None:

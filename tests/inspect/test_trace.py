@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from html import unescape
 from pathlib import Path
 
 import jsonschema
@@ -20,6 +21,7 @@ from rich.console import Console
 
 import blocklab as bl
 from blocklab.cli import main
+from blocklab.cli.trace import model_subject
 from blocklab.inspect.trace import (
     SCHEMA_PATH,
     Trace,
@@ -617,7 +619,59 @@ def test_a_byte_level_bpe_model_is_traced_in_text_not_vocabulary_spelling(tmp_pa
                  "--json", str(out), "-q"]) == 0
     record = json.loads(out.read_text())
     VALIDATOR.validate(record)
-    assert record["input"]["tokens"] == ["The", " cat", " sat"]  # as to_str_tokens, not 'Ġcat'
+    assert record["input"]["tokens"] == ["The", "␣cat", "␣sat"]  # text, its leading space shown; not 'Ġcat'
     assert record["target"]["id"] == bpe.token_to_id("Ġmat")  # --target given as text
     assert all("Ġ" not in token for p in record["predictions"] for token in p["tokens"])
     assert record["lens"][-1]["target_rank"] >= 1
+
+
+def test_byte_pieces_are_labelled_by_their_bytes_and_edge_spaces_shown_in_text_json_and_page(
+        tmp_path: Path, tiny_gpt2_folder, capsys: pytest.CaptureFixture) -> None:
+    """'€' is three byte-level pieces, none a whole UTF-8 character: each is labelled by its byte (not
+    three identical '\ufffd'), ' cat' as '␣cat', in the JSON, the terminal, the page and the vocabulary."""
+    from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
+
+    folder, bpe = tiny_gpt2_folder
+    ids = bpe.encode("€ cat").ids
+    byte_of = {char: byte for byte, char in bytes_to_unicode().items()}  # transformers' GPT-2 byte table
+    pieces = [bytes(byte_of[c] for c in bpe.id_to_token(i)) for i in ids]
+    assert pieces == [b"\xe2", b"\x82", b"\xac", b" cat"]
+    expected = [*(f"<0x{b:02X}>" for b in "€".encode()), "␣cat"]
+    assert expected == ["<0xE2>", "<0x82>", "<0xAC>", "␣cat"]
+    out, page = tmp_path / "trace.json", tmp_path / "trace.html"
+    assert main(["trace", "--model", str(folder), "--input", "€ cat", "--json", str(out), "--html", str(page),
+                 "--width", "100", "--stages", "embed"]) == 0
+    assert json.loads(out.read_text())["input"]["tokens"] == expected
+    assert "input: <0xE2> <0x82> <0xAC> ␣cat" in capsys.readouterr().out
+    chips = re.findall(r'<span class="tok"><b>\d+</b>(.*?)</span>', page.read_text())
+    assert [unescape(chip) for chip in chips] == expected
+    vocab = model_subject(str(folder)).vocab()
+    assert [vocab[i] for i in ids] == expected
+    assert len(set(vocab)) == len(vocab)  # 128 bytes that are no character alone: 128 labels, not one
+    assert vocab[bpe.token_to_id("Ċ")] == "↵" and vocab[bpe.token_to_id("Ġ")] == "␣"
+
+
+class PiecesTokenizer:
+    """Three pieces as a byte-level tokenizer gives them (text, with U+FFFD for cut characters), their
+    vocabulary spellings and, for the first two, their bytes."""
+
+    raw = [b"a\xe2", b"\x82\xac b", b"  \t\r", b"\xff"]
+
+    def str_tokens(self, ids: list[int]) -> list[str]:
+        return [self.raw[i].decode("utf-8", errors="replace") for i in ids]
+
+    def tokens(self, ids: list[int]) -> list[str]:
+        return [f"spelled{i}" for i in ids]
+
+    def piece_bytes(self, ids: list[int]) -> list[bytes | None]:
+        return [self.raw[i] if i < 2 else None for i in ids]
+
+
+def test_token_labels_keep_whole_characters_and_show_cut_bytes_spaces_and_controls() -> None:
+    """Whole characters stay text beside a cut one's bytes; spaces at the ends, tabs and control bytes are
+    shown (a space inside stays as it is); a cut piece without bytes (a SentencePiece byte token) shows its
+    spelling."""
+    from blocklab.inspect.trace.subject import token_labels
+
+    assert token_labels(PiecesTokenizer(), [0, 1, 2, 3]) == ["a<0xE2>", "<0x82><0xAC> b", "␣␣⇥<0x0D>",
+                                                             "spelled3"]

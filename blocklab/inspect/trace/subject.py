@@ -66,12 +66,57 @@ def preset_config(name: str, overrides: dict[str, Any]) -> ModelConfig:
 
 
 def vocabulary(tokenizer: Any, size: int) -> list[str] | None:
-    """Every token of the model's vocabulary as the text it stands for (GPT-2's ``Ġcat`` is ``" cat"``,
-    as ``to_str_tokens``), or None when the tokenizer cannot name them all."""
+    """Every token of the model's vocabulary labelled as ``token_labels`` labels the input's, or None when
+    the tokenizer cannot name them all."""
     try:
-        return list(tokenizer.str_tokens(list(range(size)))) if tokenizer is not None else None
+        return token_labels(tokenizer, list(range(size))) if tokenizer is not None else None
     except (ValueError, TypeError, AttributeError):
         return None
+
+
+# what a label shows for a character a reader would not see: spaces at either end, line breaks, tabs
+SHOWN = {" ": "␣", "\n": "↵", "\t": "⇥"}
+
+
+def token_labels(tokenizer: Any, ids: list[int]) -> list[str]:
+    """Each id as the text it stands for, shown so that a reader sees every byte of it: GPT-2's ``Ġcat``
+    is ``␣cat`` (spaces at either end as ``␣``, line breaks ``↵``, tabs ``⇥``, other control bytes
+    ``<0x0D>``), a piece that is not whole UTF-8 characters (byte-level BPE cuts ``€`` into three) is its
+    bytes, ``<0xE2>``, where ``to_str_tokens`` gives three identical ``�``. The one labelling of tokens of
+    the tracer's text and page and explore's."""
+    texts = list(tokenizer.str_tokens(ids))
+    cut = [i for i, text in enumerate(texts) if "\ufffd" in text]
+    if cut:  # its bytes where the tokenizer spells them (byte-level BPE), else its spelling (``<0xE2>``)
+        found = tokenizer.piece_bytes([ids[i] for i in cut]) if hasattr(tokenizer, "piece_bytes") else None
+        spelled = tokenizer.tokens([ids[i] for i in cut])
+        for n, i in enumerate(cut):
+            texts[i] = _shown_bytes(found[n]) if found and found[n] is not None else spelled[n]
+    return [_visible(text) for text in texts]
+
+
+def _shown_bytes(raw: bytes) -> str:
+    """Bytes as text, each byte that is not part of a whole UTF-8 character as ``<0xE2>``."""
+    shown, start = [], 0
+    while start < len(raw):
+        try:
+            shown.append(raw[start:].decode("utf-8"))
+            break
+        except UnicodeDecodeError as error:
+            good = raw[start:start + error.start].decode("utf-8")
+            bad = raw[start + error.start:start + error.end]
+            shown.append(good + "".join(f"<0x{b:02X}>" for b in bad))
+            start += error.end
+    return "".join(shown)
+
+
+def _visible(text: str) -> str:
+    """``text`` with its spaces at either end, line breaks, tabs and control bytes made visible."""
+    core = text.strip(" ")
+    lead = len(text) - len(text.lstrip(" ")) if core else len(text)
+    trail = len(text) - len(text.rstrip(" ")) if core else 0
+    shown = [SHOWN.get(c, c) if c in "\n\t" else f"<0x{ord(c):02X}>" if ord(c) < 32 or ord(c) == 127 else c
+             for c in core]
+    return SHOWN[" "] * lead + "".join(shown) + SHOWN[" "] * trail
 
 
 def parse_token_ids(text: str, flag: str = "--tokens") -> list[int]:
@@ -143,7 +188,7 @@ def trace_subject(subject: Subject, text: str | None, tokens: str | None, target
     if len(ids) > limit:
         raise ValueError(f"the input is {len(ids)} tokens and the model takes at most max_seq_len={limit}; "
                          + subject.longer.format(n=len(ids)))
-    labels = tok.str_tokens(ids) if tok is not None else [str(i) for i in ids]  # as text, not vocab spelling
+    labels = token_labels(tok, ids) if tok is not None else [str(i) for i in ids]  # text, not vocab spelling
     aim = target_id(tok, target, subject.model.config.vocab_size) if target is not None else None
     with torch.no_grad():  # a forward that overflows: where it began, not a trace of NaNs
         batch = torch.tensor([ids])
