@@ -64,8 +64,8 @@ MACHINE_DEPENDENT: dict[str, str] = {
 _MASK = re.compile("|".join(f"(?:{p})" for p in MACHINE_DEPENDENT.values()))
 
 __all__ = ["MACHINE_DEPENDENT", "api_reference", "cli_reference", "emit", "explore_shots", "fields_table",
-           "head", "lines_matching", "listed", "machine", "mask_table", "py_above", "recorded", "render",
-           "results_json", "run", "setup", "sh"]
+           "head", "kernels", "lines_matching", "listed", "machine", "mask_table", "py_above", "recorded",
+           "render", "results_json", "run", "same_kernels", "setup", "sh"]
 
 MODE = os.environ.get("DOCGEN_MODE", "write")  # "write", "check" or "record"; set by main()
 # write --keep-measured: where a block's fresh output differs from the shown one only in machine-dependent
@@ -223,14 +223,28 @@ def lines_matching(*patterns: str) -> Callable[[str], str]:
 
 
 def machine() -> str:
-    """The machine a measurement ran on, in words."""
+    """The machine a measurement ran on, in words, with the CPU kernels its commands ran."""
     import torch
 
     cpu = next((line.split(":", 1)[1].strip() for line in _read_lines("/proc/cpuinfo")
                 if line.startswith("model name")), platform.processor() or platform.machine())
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return (f"{os.cpu_count()} CPUs ({cpu}, {platform.machine()}), {platform.system()}, "
-            f"torch {torch.__version__}, load average {load:.2f}")
+            f"torch {torch.__version__}, ATen CPU kernels {kernels()}, load average {load:.2f}")
+
+
+def kernels() -> str:
+    """The ATen CPU kernels the pages' commands run, as torch reports them under their environment (AVX2
+    where SAME_KERNELS_EVERYWHERE applies; a recorded run's are the machine's best)."""
+    return run('python -c "import torch; print(torch.backends.cpu.get_cpu_capability())"')
+
+
+def same_kernels() -> None:
+    """The sentence saying which kernels produced a page's numbers and how to reproduce them."""
+    setting = " ".join(f"{name}={value}" for name, value in SAME_KERNELS_EVERYWHERE.items())
+    emit(f"Every output on these pages was produced with ATen's {kernels()} CPU kernels (`{setting}`, "
+         f"which the docs' generator sets): on a CPU with AVX-512, `export {setting}` first to see the same "
+         "digits; without it a 4th digit and the step a training run stops at can differ.\n", exact=True)
 
 
 def _read_lines(path: str) -> list[str]:

@@ -2,6 +2,9 @@
 the virtual environment anywhere (CI puts it inside the checkout, this machine outside)."""
 
 import importlib.util
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,3 +44,19 @@ def test_a_progress_bars_last_frame_is_machine_dependent(docgen):
     slow = "train ━━━" + " " * 40 + "75/1000 0:00:31 loss 0.0471  acc 99.8%  2,466 tok/s"
     assert docgen._masked(quick) == docgen._masked(slow)
     assert docgen._masked(quick) != docgen._masked(slow.replace("75/1000", "76/1000"))
+
+
+def test_the_machine_caption_names_the_cpu_kernels_the_commands_ran(docgen, monkeypatch):
+    """The caption says which ATen kernels produced the numbers: AVX2 where the pages pin them (on an
+    AVX-512 machine, not the machine's default), the machine's best for a recorded run."""
+    monkeypatch.setattr(docgen, "_outputs", {})  # run() caches per session; each mode asks torch anew
+    monkeypatch.setattr(docgen, "MODE", "write")
+    assert ", ATen CPU kernels AVX2, load average " in docgen.machine()
+    monkeypatch.setattr(docgen, "_outputs", {})
+    monkeypatch.setattr(docgen, "MODE", "record")
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    ask = "import torch; print(torch.backends.cpu.get_cpu_capability())"
+    best = subprocess.run([sys.executable, "-c", ask],
+                          env={k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"},
+                          capture_output=True, text=True, check=True).stdout.strip()
+    assert f", ATen CPU kernels {best}, " in docgen.machine()
