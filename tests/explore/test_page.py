@@ -433,6 +433,24 @@ def test_hovering_scores_z_wo_w1_and_w2_shows_their_operands(pages: list) -> Non
     assert explorer.errors == []
 
 
+def test_hovering_a_heads_result_shows_its_z_times_its_own_columns_of_wo(pages: list) -> None:
+    """attn.result[t, h 64 + j] = z[t, head h] . Wo[j, head h's 16 columns], without bo: its largest terms,
+    against block 0 written out in torch; the four heads' results plus bo are attn.out."""
+    explorer, _ = pages
+    n = block_oracle()
+    z, wo = n["z"].view(8, 4, 16), n["Wo"].view(64, 4, 16)  # (T, h, d_k), (d_model, h, d_k)
+    results = torch.einsum("thi,jhi->thj", z, wo)  # (T, h, d_model)
+    assert torch.allclose(results.sum(1) + n["bo"], n["attn_out"])
+    for head, t, j in ((2, 5, 40), (0, 1, 7), (3, 7, 63)):
+        tip = hover(explorer, explorer_canvas("blocks.0.attn.result"), t, head * 64 + j)
+        assert shown_value(tip) == pytest.approx(float(results[t, head, j]), abs=0.5e-4)
+        assert (f"= attn.z[{t}, head {head}] · Wo[{j}, head {head}'s 16 columns]   "
+                f"(head {head}, feature {j}; no bias") in tip, tip
+        value = float(results[t, head, j])
+        assert check_terms(tip, z[t, head], wo[j, head]) == pytest.approx(value, abs=3e-4)
+    assert explorer.errors == []
+
+
 def test_hovering_a_layer_norm_shows_its_input_gamma_and_beta(pages: list) -> None:
     explorer, _ = pages
     n = block_oracle()
@@ -509,8 +527,8 @@ def test_the_static_page_and_the_explorer_draw_with_one_script_and_explain_alike
     cells = [("blocks.0.attn.q", 0, 7, 21), ("blocks.0.attn.k", 0, 2, 9), ("blocks.0.attn.v", 0, 5, 63),
              ("blocks.0.ln1", 0, 4, 12), ("blocks.0.attn.weights", 2, 6, 3), ("blocks.0.resid_mid", 0, 1, 30),
              ("blocks.0.ffn.act", 0, 6, 17), ("blocks.0.attn.scores", 1, 3, 5), ("blocks.0.attn.z", 0, 2, 40),
-             ("blocks.0.attn.out", 0, 6, 8), ("blocks.0.ffn.hidden", 0, 1, 77),
-             ("blocks.0.ffn.out", 0, 0, 12), ("blocks.0.ln2", 0, 5, 3)]
+             ("blocks.0.attn.out", 0, 6, 8), ("blocks.0.attn.result", 0, 3, 150),
+             ("blocks.0.ffn.hidden", 0, 1, 77), ("blocks.0.ffn.out", 0, 0, 12), ("blocks.0.ln2", 0, 5, 3)]
     for stage, nth, row, column in cells:
         mine = hover(explorer, explorer_canvas(stage, nth), row, column)
         theirs = hover(static, static_canvas(stage, nth), row, column)

@@ -373,10 +373,10 @@ def operands_to_dict(o: Operands) -> dict:
         record["function"] = o.function
     if o.gate is not None:
         record["gate"] = json_numbers(o.gate)
-    if o.kind in ("dot", "qk", "mix"):
+    if o.kind in ("dot", "qk", "mix", "head_dot"):
         record.update(n=o.n, index=o.index.tolist(), x=json_numbers(o.x), w=json_numbers(o.w),
                       rest=json_numbers(o.rest))
-    if o.kind == "dot":
+    if o.kind in ("dot", "head_dot"):
         record.update(weight=o.weight, bias=o.bias, columns=o.columns,
                       bias_values=json_numbers(o.bias_values) if o.bias_values is not None else None)
     if o.kind == "qk":

@@ -167,7 +167,7 @@ var blocklabHeatmap = (function () {
     var f = function (v) { return fmt(v, decimals); };
     var o = s.operands;
     if (s.norm && s.norm.z_hat) { return norm(s, f); }
-    var carried = o && ["dot", "qk", "mix"].indexOf(o.kind) >= 0;  // the products carry their operands
+    var carried = o && ["dot", "qk", "mix", "head_dot"].indexOf(o.kind) >= 0;  // the products carry their operands
     if (!o || (!carried && !o.reads.every(function (name) { return stages[name]; }))) { return null; }
     var read = o.reads.map(function (name) { return stages[name]; }), names = o.reads.map(short);
     if (o.kind === "sum") {
@@ -213,9 +213,22 @@ var blocklabHeatmap = (function () {
         return terms(lines, o.n, o.index[r][j], o.x[r][j], o.w[r][j], o.rest[r][j], "k", f).join("\n");
       };
     }
+    var at = {};  // dot, head_dot: feature -> its place among the covered columns
+    (o.columns || s.values[0].map(function (_, j) { return j; })).forEach(function (j, i) { at[j] = i; });
+    if (o.kind === "head_dot") {
+      var d_model = s.shape[3];
+      return function (r, c) {
+        var i = at[c];
+        if (i === undefined) { return ""; }
+        var p = s.positions[r], h = Math.floor(c / d_model), j = c % d_model, idx = o.index[r][i];
+        var lines = ["= " + names[0] + "[" + p + ", head " + h + "] · " + o.weight + "[" + j + ", head " + h + "'s " +
+          o.n + " columns]   (head " + h + ", feature " + j + "; no bias: bo is added once, to the heads' sum)",
+          "  the " + o.n + " terms " + names[0] + "[" + p + ", head " + h + ", i] × " + o.weight + "[" + j + ", head " + h +
+          ", i], the " + idx.length + " largest:"];
+        return terms(lines, o.n, idx, o.x[r][i], o.w[r][i], o.rest[r][i], "i", f).join("\n");
+      };
+    }
     if (o.kind === "dot") {
-      var at = {};  // feature -> its place among the covered columns
-      (o.columns || s.values[0].map(function (_, j) { return j; })).forEach(function (j, i) { at[j] = i; });
       var input = names[0], d_head = s.shape.length === 4 && ["attn.q", "attn.k", "attn.v"].indexOf(s.kind) >= 0 ? s.shape[3] : 0;
       return function (r, j) {
         var i = at[j];

@@ -10,9 +10,10 @@ One ``Operands`` record per stage that has a formula over other stages (and the 
               ffn.linear with W3, ffn.out with W2 over ffn.act; logits with the vocabulary matrix)
     qk        attn.scores[h, t, k] = q[t, head h] . k[k, head h] / sqrt(d_k)     (-inf where masked)
     mix       attn.z[t, h d_k + i] = sum over the keys k of attn.weights[h, t, k] v[k, head h, i]
+    head_dot  attn.result[t, h d_model + j] = z[t, head h] . Wo[j, head h's d_k columns]   (no bo)
 
 Operands that are stages are named (``reads``): their numbers are in the trace. Numbers that are no
-stage are carried: the gate's values gate(h), and for the three products (dot, qk, mix) their largest
+stage are carried: the gate's values gate(h), and for the products (dot, qk, mix, head_dot) their largest
 terms a_i b_i (the ``TERMS`` largest in size, with i, a_i and b_i) and the sum of the other terms (and
 a dot's bias), so the shown terms + the rest (+ the bias; qk: then over sqrt(d_k)) give the stage's
 number. They are read from the forward's own cache and the model's own weights and functions (the
@@ -80,6 +81,8 @@ def sources(model: nn.Module, names: list[str]) -> dict[str, list[str]]:
             out[name] = _qk(prefix, hooks)
         elif kind == "attn.z":
             out[name] = [prefix + "attn.weights", prefix + "attn.v"]
+        elif kind == "attn.result":
+            out[name] = [prefix + "attn.z"]
     return {name: reads for name, reads in out.items() if all(r in hooks for r in reads)}
 
 
@@ -130,6 +133,27 @@ def z_operands(stage: Stage, cache: dict[str, Tensor], reads: list[str]) -> Oper
     return Operands("mix", reads, n=weights.shape[-1], **{k: t.flatten(1, 2) for k, t in terms.items()})
 
 
+def result_operands(stage: Stage, attn: nn.Module, cache: dict[str, Tensor], reads: list[str],
+                    columns: list[int] | None) -> Operands:
+    """attn.result[t, h d_model + j] = z[t, head h] . Wo[j, head h's d_k columns]: the terms z_i Wo[j, i]
+    of each covered feature (``columns``, None: all). No bias: bo is added once, to the heads' sum."""
+    z = cache[reads[0]][0, stage.positions].to(torch.float64)  # (P, h, d_k)
+    heads, d_k = z.shape[-2:]
+    weight = attn.o.weight.detach().to(torch.float64)  # (d_model, h d_k)
+    covered = torch.tensor(columns if columns is not None else range(heads * weight.shape[0]))
+    head, j = covered // weight.shape[0], covered % weight.shape[0]
+    rows = weight.view(weight.shape[0], heads, d_k)[j, head]  # (C, d_k): feature j's weights over head h
+    terms = largest_terms(z[:, head], rows[None])  # (P, C, K)
+    return Operands("head_dot", reads, weight="Wo", columns=columns, n=d_k, bias_values=None, **terms)
+
+
+def _covered(stage: Stage) -> list[int] | None:
+    """The features a page shows of ``stage`` (a vocabulary's largest), None when it shows them all."""
+    F = stage.rows.shape[1]
+    columns = shown_columns(stage, stage.rows, min(F, MAX_COLUMNS))
+    return None if columns == list(range(F)) else columns
+
+
 def _adds_up(o: Operands, values: Tensor) -> bool:
     """Whether a product's shown terms + rest (+ bias, / scale) give the stage's finite numbers: they do
     not where an intervention replaced the stage after its operands were computed (a zeroed head's z)."""
@@ -153,9 +177,7 @@ def stage_operands(stage: Stage, config: ModelConfig, modules: dict[str, nn.Modu
     path, weight, bias, _ = DOT_STAGES.get(stage.kind, ("", "", "", None))
     linear = modules.get(prefix + path) if own and path else None
     if isinstance(linear, nn.Linear):
-        F = stage.rows.shape[1]
-        columns = shown_columns(stage, stage.rows, min(F, MAX_COLUMNS))  # what a page shows
-        columns = None if columns == list(range(F)) else columns
+        columns = _covered(stage)
         terms = dot(cache[own[0]][0, positions].flatten(1), linear, columns)
         o = Operands("dot", own, weight=weight, bias=bias if linear.bias is not None else "",
                      columns=columns, n=linear.weight.shape[1], **terms)
@@ -164,6 +186,10 @@ def stage_operands(stage: Stage, config: ModelConfig, modules: dict[str, nn.Modu
         o = (scores_operands(stage, modules[prefix + "attn"], cache, own) if stage.kind == "attn.scores"
              else z_operands(stage, cache, own))
         return o if _adds_up(o, stage.heads if stage.kind == "attn.scores" else stage.rows) else None
+    if stage.kind == "attn.result" and own:
+        columns = _covered(stage)
+        o = result_operands(stage, modules[prefix + "attn"], cache, own, columns)
+        return o if _adds_up(o, stage.rows if columns is None else stage.rows[:, columns]) else None
     sums = [s for s in layout.sums if s.name == stage.kind]
     if sums and stage.block is not None and config.residual == "add":  # other residuals scale x or F
         return Operands("sum", [prefix + n for n in (sums[0].x, *sums[0].branches)])

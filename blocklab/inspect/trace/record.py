@@ -43,15 +43,16 @@ class NormNumbers:
 
 @dataclass
 class Operands:
-    """How a stage's numbers were computed: ``kind`` (sum, act, gated, softmax, dot, qk, mix) and the
-    stages it reads, in the formula's order. ``function``: the activation (act) or the gate (gated).
+    """How a stage's numbers were computed: ``kind`` (sum, act, gated, softmax, dot, qk, mix, head_dot) and
+    the stages it reads, in the formula's order. ``function``: the activation (act) or the gate (gated).
 
     gated: ``gate`` (P, F) gate(hidden), which is no stage. The products (dot, qk, mix) are sums of ``n``
     terms a_i b_i: per number the ``TERMS`` largest terms' ``index`` i, ``x`` a_i and ``w`` b_i (..., K)
     and ``rest`` the other terms' sum. dot (P, C, K): a_i the input's feature i, b_i = W[j, i];
     ``weight`` and ``bias`` name the matrix and the bias; ``columns`` the output features covered (None:
     all); ``bias_values`` (C,) or None. qk (h, P, T, K): q_i k_i of one head, the sum divided by
-    ``scale`` = sqrt(d_k). mix (P, h d_k, K): i is a key, a_i its weight, b_i v's feature there."""
+    ``scale`` = sqrt(d_k). mix (P, h d_k, K): i is a key, a_i its weight, b_i v's feature there. head_dot
+    (P, C, K), a head's result: i is a feature of head h, a_i = z[t, h d_k + i], b_i = Wo[j, h d_k + i]."""
 
     kind: str
     reads: list[str]
