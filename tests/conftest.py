@@ -21,6 +21,29 @@ def _seed() -> None:
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _no_main_run(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The README's run (runs/listops after `make train`) is the developer's, not the tests': trace and
+    explore look for it where there is none; a test that wants one points ``MAIN_RUN`` at its own."""
+    import blocklab.cli.defaults
+
+    absent = tmp_path_factory.getbasetemp() / "no-run" / "listops"
+    monkeypatch.setattr(blocklab.cli.defaults, "MAIN_RUN", absent)
+
+
+@pytest.fixture
+def main_run_folder(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    """The README's main run, trained here for a few steps (``blocklab train``), where trace and explore
+    look for it (``MAIN_RUN``); its folder."""
+    import blocklab.cli.defaults
+    from blocklab.cli import main
+
+    run = tmp_path / "runs" / "listops"
+    assert main(["train", "--out", str(run), "--steps", "3", "--no-report", "-q"]) == 0
+    monkeypatch.setattr(blocklab.cli.defaults, "MAIN_RUN", run)
+    return run
+
+
 @pytest.fixture
 def ctrl_c() -> Iterator[Callable[..., Callable[[object], None]]]:
     """Ctrl-C as a terminal delivers it, whatever the suite was launched from.

@@ -35,6 +35,7 @@ from ..training.train_config import TRAIN_FIELDS, TrainConfig
 if TYPE_CHECKING:
     from ..lab.executors import Executor
 
+from .defaults import DEFAULT_PRESET, MAIN_OR_PRESET
 from .parser import (  # noqa: F401  (re-exported: the command modules take them from here)
     HelpFormatter,
     Parser,
@@ -244,14 +245,16 @@ def public_fields(cls: type) -> list[dataclasses.Field]:
     return [f for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")]
 
 
-def add_config_flags(parser: argparse.ArgumentParser, with_preset: bool = True) -> None:
-    """``--preset NAME`` plus one flag per ModelConfig field (``--d-model``)."""
+def add_config_flags(parser: argparse.ArgumentParser, with_preset: bool = True,
+                     default_preset: str | None = DEFAULT_PRESET) -> None:
+    """``--preset NAME`` plus one flag per ModelConfig field (``--d-model``); ``default_preset`` None: the
+    command opens the main run when there is one (``main_run``), else ``DEFAULT_PRESET``."""
     group = parser.add_argument_group(
         "model config", "ModelConfig fields; each overrides the preset (ModelConfig validates them)"
     )
     if with_preset:
-        group.add_argument("--preset", default="listops-seed", type=parse_name, metavar="NAME",
-                           help=one_of(PRESETS, "listops-seed"))
+        group.add_argument("--preset", default=default_preset, type=parse_name, metavar="NAME",
+                           help=one_of(PRESETS, default_preset or MAIN_OR_PRESET))
     for f in public_fields(ModelConfig):
         kind, metavar, values = _field_parser(f.name, f.default, f.type)
         default = "auto" if f.name == "final_norm" else shown(f.default)

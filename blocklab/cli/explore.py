@@ -30,6 +30,7 @@ from .args import (
     parse_vary,
     set_fields,
 )
+from .defaults import DEFAULT_PRESET, MAIN_OR_PRESET, NO_MAIN_RUN, main_run
 from .trace import Subject
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -51,7 +52,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--preset", dest="presets", action="append", default=[], type=parse_name, metavar="NAME",
                    help="serve this preset, built with --seed and the config flags (repeatable); "
-                        + one_of(PRESETS, "listops-seed when no --model is given"))
+                        + one_of(PRESETS, MAIN_OR_PRESET))
     p.add_argument("--vary", action="append", default=[], metavar="FIELD=V1,V2",
                    help="also serve each preset with this ModelConfig field at each value, the same seed, "
                         "to compare side by side (repeatable: the grid is the product), e.g. "
@@ -87,9 +88,11 @@ def models_for_args(args: argparse.Namespace) -> dict:
             unique, n = f"{name} ({n})", n + 1
         planned.append((unique, config, from_file, build))
 
-    for label, name, fields in preset_variants(args):
+    named = args.presets or args.models or args.vary or set_fields(args, FIELDS)
+    run = None if named else main_run()  # nothing named: the README's run, else the preset (and a note)
+    for label, name, fields in [] if run else preset_variants(args):
         plan(label, preset_config(name, fields), False, partial(preset_subject, name, args.seed, fields))
-    for path in args.models:  # located and sized from the header or config.json: no weight read yet
+    for path in [run] if run else args.models:  # located and sized from the header or config.json
         plan(Path(path).name or path, config_of(locate(path)), True,
              partial(model_subject, path, args.allow_nonfinite))
     counts = [(sum(not f for _, _, f, _ in planned), "preset"), (len(args.models), "--model")]
@@ -100,6 +103,7 @@ def models_for_args(args: argparse.Namespace) -> dict:
     served: dict[str, Explored] = {}
     for label, _, _, build in planned:
         subject = build()
+        subject.notes += [] if named or run else [NO_MAIN_RUN]
         served[label] = Explored(label, subject, example(subject))
     return served
 
@@ -108,7 +112,7 @@ def preset_variants(args: argparse.Namespace) -> list[tuple[str, str, dict[str, 
     """(label, preset, its fields) for each --preset and each --vary combination of it (the preset as
     built once when a combination leaves it unchanged); UsageError for flags that name no preset field."""
     overrides = set_fields(args, FIELDS)
-    presets = args.presets or ([] if args.models else ["listops-seed"])
+    presets = args.presets or ([] if args.models else [DEFAULT_PRESET])
     if overrides and not presets:
         raise UsageError(f"config flags ({', '.join(overrides)}) apply to --preset, not to --model")
     grid = parse_vary(args.vary)
@@ -145,6 +149,15 @@ def example(subject: Subject) -> str:
     return ""
 
 
+def notes_by_model(models: dict) -> dict[str, list[str]]:
+    """Each note of the served models -> the models it is about, in the order served."""
+    found: dict[str, list[str]] = {}
+    for name, explored in models.items():
+        for note in explored.subject.notes:
+            found.setdefault(note, []).append(name)
+    return found
+
+
 def cmd_explore(args: argparse.Namespace) -> int:
     """Build the models, then serve until Ctrl-C."""
     from ..explore.app import require_server_packages, serve
@@ -163,6 +176,8 @@ def cmd_explore(args: argparse.Namespace) -> int:
     def started(url: str) -> None:
         print(f"blocklab explore: {len(models)} model{'s' * (len(models) != 1)} ({', '.join(models)}) "
               f"at {url}  (Ctrl-C stops)", flush=True)
+        for note, names in notes_by_model(models).items():
+            print(f"blocklab explore: note ({', '.join(names)}): {note}", flush=True)
         if args.open:
             import webbrowser
 

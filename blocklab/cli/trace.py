@@ -15,7 +15,7 @@ import torch
 from ..files.folders import write_output_file
 from ..inspect.trace.collect import trace_to_dict
 from ..inspect.trace.record import Trace
-from ..inspect.trace.subject import Subject, preset_subject, trace_subject
+from ..inspect.trace.subject import ENCODER_NOTE, Subject, preset_subject, trace_subject
 from ..nn.config import FIELDS
 from .args import (
     add_command,
@@ -32,6 +32,7 @@ from .args import (
     say_written,
     set_fields,
 )
+from .defaults import DEFAULT_PRESET, NO_MAIN_RUN, main_run
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -43,7 +44,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "statistics and the vectors themselves. The model is a preset with weights drawn from --seed, or "
         "--model (a trained or imported model, with its tokenizer).",
     )
-    add_config_flags(p)
+    add_config_flags(p, default_preset=None)
     add_seed_flag(p, "seed the preset's weights are drawn with")
     add_model_flag(p, required=False, what="trace this model instead of a preset")
     p.add_argument("--input", metavar="TEXT",
@@ -83,11 +84,28 @@ MIN_WIDTH = 40  # narrower, the tables' columns no longer fit one number each
 
 
 def model_subject(path: str, allow_nonfinite: bool = False) -> Subject:
-    """A trained or imported model with its stored tokenizer (anything ``blocklab.load`` reads)."""
+    """A trained or imported model with its stored tokenizer (anything ``blocklab.load`` reads). A model
+    that is not causal and was trained on no task of blocklab's (an imported BERT) has no next-token head."""
     from ..weights.load import load
 
     loaded = load(path, allow_nonfinite=allow_nonfinite)
-    return Subject(loaded.model, loaded.tokenizer, loaded.source.describe())
+    encoder = not loaded.model.config.causal and "task" not in loaded.meta
+    return Subject(loaded.model, loaded.tokenizer, loaded.source.describe(),
+                   notes=[ENCODER_NOTE] if encoder else [], next_token=not encoder)
+
+
+def named_or_default(preset: str | None, seed: int, overrides: dict[str, Any],
+                     allow_nonfinite: bool = False) -> Subject:
+    """The preset named (with ``overrides``); with none and no config flag, the README's main run when it
+    holds a checkpoint, else ``DEFAULT_PRESET``, whose notes say its weights are random and how to train."""
+    if preset is not None or overrides:
+        return preset_subject(preset or DEFAULT_PRESET, seed, overrides)
+    run = main_run()
+    if run is not None:
+        return model_subject(run, allow_nonfinite)
+    subject = preset_subject(DEFAULT_PRESET, seed, overrides)
+    subject.notes.append(NO_MAIN_RUN)
+    return subject
 
 
 def collect_for_args(args: argparse.Namespace, overrides: dict[str, Any]) -> Trace:
@@ -100,7 +118,7 @@ def collect_for_args(args: argparse.Namespace, overrides: dict[str, Any]) -> Tra
             raise ValueError(f"config flags ({', '.join(overrides)}) apply to --preset, not to --model")
         subject = model_subject(args.model, args.allow_nonfinite)
     else:
-        subject = preset_subject(args.preset, args.seed, overrides)
+        subject = named_or_default(args.preset, args.seed, overrides, args.allow_nonfinite)
     subject.model.to(compute.device)
     with compute.autocast():
         return trace_subject(subject, args.input, args.tokens, args.target, args.position, args.stages)

@@ -48,6 +48,7 @@ from .args import (
     set_fields,
     task_from_args,
 )
+from .defaults import default_out
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -185,7 +186,7 @@ def resumed_configs(args: argparse.Namespace, folder: Path) -> tuple[ModelConfig
 
 def train_out(args: argparse.Namespace) -> Path:
     """The run folder ``train`` writes: ``--out``, else ``runs/TASK``."""
-    return Path(args.out) if args.out else Path("runs") / (args.task or DEFAULT_TASK)
+    return Path(args.out) if args.out else default_out(args.task or DEFAULT_TASK)
 
 
 def train_command(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
@@ -29,7 +30,21 @@ from .session import Explored, Request, RequestError, gradients, predict, step, 
 MAX_BODY = 64 * 1024  # bytes of one request body
 STATIC = {"explore.js": "text/javascript", "explore.css": "text/css", "heatmap.js": "text/javascript"}
 INSTALL_HINT = "blocklab explore needs Starlette and uvicorn: pip install 'blocklab[explore]'"
-ACTIONS = {"trace": trace, "predict": predict, "step": step, "gradients": gradients}
+
+
+def _of_next_tokens(action: Callable[[Request], dict]) -> Callable[[Request], dict]:
+    """``action`` (next-token bars, a generation step), refused (409, in the model's own words) for a
+    model without a next-token head (an encoder)."""
+    def checked(request: Request) -> dict:
+        subject = request.entry.subject
+        if not subject.next_token:
+            raise RequestError(f"{request.entry.name}: {'; '.join(subject.notes)}", 409)
+        return action(request)
+    return checked
+
+
+ACTIONS = {"trace": trace, "predict": _of_next_tokens(predict), "step": _of_next_tokens(step),
+           "gradients": gradients}
 
 
 def _static(name: str) -> str:

@@ -76,6 +76,7 @@ class Explored:
         c = self.subject.model.config
         return {
             "name": self.name, "source": self.subject.source, "config": c.to_dict(), "example": self.example,
+            "notes": self.subject.notes, "next_token": self.subject.next_token,
             "layout": layout_to_dict(c), "tokenizer": self.subject.tokenizer is not None,
             "max_tokens": self.max_tokens, "block_stages": [n.split(".", 2)[2] for n in
                                                             self.subject.model.hook_names()

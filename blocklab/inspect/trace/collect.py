@@ -387,7 +387,7 @@ def operands_to_dict(o: Operands) -> dict:
 def trace_to_dict(trace: Trace) -> dict:
     """The whole trace as JSON-ready data (format ``blocklab-trace``, version ``TRACE_VERSION``)."""
     return {
-        "format": TRACE_FORMAT, "version": TRACE_VERSION, "source": trace.source,
+        "format": TRACE_FORMAT, "version": TRACE_VERSION, "source": trace.source, "notes": trace.notes,
         "config": trace.config.to_dict(),
         "input": {"text": trace.text, "ids": trace.ids, "tokens": trace.tokens},
         "positions": trace.positions, "target": trace.target,

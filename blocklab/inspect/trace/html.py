@@ -268,7 +268,9 @@ def render_html(trace: Trace, decimals: int = 4) -> str:
                       separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
     return TEMPLATE.format(
         title=_e(f"blocklab trace · {' '.join(trace.tokens)}"), css=CSS, script=HEATMAP_JS + SCRIPT,
-        data=data, source=_e(trace.source), model=_e(model), chips=chips, target=target, overview=overview,
+        data=data, source=_e(trace.source), model=_e(model),
+        notes="".join(f'<p class="note"><b>note:</b> {_e(note)}</p>' for note in trace.notes), chips=chips,
+        target=target, overview=overview,
         toc="".join(toc), body="".join(body), scale=_scale_control() if page.bars else "",
     )
 
@@ -297,7 +299,7 @@ TEMPLATE = """<!doctype html>
 <ul><li class="group"><a href="#overview">Overview</a></li>{toc}</ul></nav>
 <main>
 <header><h1>Every number of one forward pass</h1>
-<p class="source">{source}</p><p class="model">{model}</p>
+<p class="source">{source}</p>{notes}<p class="model">{model}</p>
 <div class="tokens">{chips}</div>{target}
 </header>
 {scale}
@@ -327,6 +329,7 @@ body { margin: 0; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, 
 main { margin-left: 210px; padding: 20px 28px 60px; max-width: 1320px; }
 header h1 { margin: 0 0 4px; font-size: 22px; }
 .source, .model { margin: 2px 0; color: var(--muted); }
+.note { margin: 6px 0; padding: 6px 10px; background: #fff4d6; border-left: 4px solid #d99a00; }
 .tokens { margin: 10px 0 4px; display: flex; flex-wrap: wrap; gap: 6px; }
 .tok { background: var(--card); border: 1px solid var(--line); border-radius: 6px; padding: 3px 9px;
        font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 15px; }

@@ -130,6 +130,8 @@ class Trace:
     stages: list[Stage] = field(default_factory=list)
     predictions: list[TopK] = field(default_factory=list)  # the model's top k at each shown position
     lens: list[TopK] = field(default_factory=list)  # the logit lens at the last shown position, per stage
+    # what a reader must know before the numbers, in plain sentences: random weights, no next-token head
+    notes: list[str] = field(default_factory=list)
 
     def stage(self, name: str) -> Stage:
         """The stage called ``name``; KeyError listing the names otherwise."""

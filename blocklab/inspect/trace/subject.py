@@ -32,6 +32,9 @@ class Subject:
     _vocab: list[str] | None = field(default=None, repr=False)
     # what to do about an input longer than max_seq_len ({n}: its length); a preset is built anew
     longer: str = "a model file's max_seq_len is fixed by its weights and config: shorten the input"
+    # what a reader must know before the numbers, in plain sentences (random weights; no next-token head)
+    notes: list[str] = field(default_factory=list)
+    next_token: bool = True  # whether its logits predict the next token (an encoder's do not)
 
     def vocab(self) -> list[str] | None:
         """Every token of the vocabulary as text (``vocabulary``), worked out once per subject."""
@@ -53,7 +56,15 @@ def preset_subject(name: str, seed: int, overrides: dict[str, Any]) -> Subject:
     return Subject(
         Transformer(config).eval(), task.tokenizer if task else None, f"preset {name} (seed {seed}{changed})",
         longer=f"preset {name} is built for each run: --max-seq-len {{n}} builds it long enough",
+        notes=[f"the weights are random: preset {name} drawn with seed {seed}, not trained, so what it "
+               "predicts means nothing"],
     )
+
+
+# what a model without a next-token head says in place of its predictions and logit lens
+ENCODER_NOTE = ("this model is an encoder: each position attends to both sides (causal=false) and no head "
+                "was trained to predict the next token (its logits are the last hidden state times the tied "
+                "embeddings), so no next-token prediction, logit lens or generation is shown")
 
 
 def preset_config(name: str, overrides: dict[str, Any]) -> ModelConfig:
@@ -193,15 +204,9 @@ def trace_subject(subject: Subject, text: str | None, tokens: str | None, target
     with torch.no_grad():  # a forward that overflows: where it began, not a trace of NaNs
         batch = torch.tensor([ids])
         refuse_nonfinite_output(subject.model, subject.model(batch), "logits", batch)
-    return collect_trace(
-        subject.model,
-        ids,
-        labels,
-        position=position,
-        target=aim,
-        target_token=target,
-        vocab=subject.vocab(),
-        names=stages,
-        source=subject.source,
-        text=text,
-    )
+    trace = collect_trace(subject.model, ids, labels, position=position, target=aim, target_token=target,
+                          vocab=subject.vocab(), names=stages, source=subject.source, text=text)
+    trace.notes = list(subject.notes)
+    if not subject.next_token:  # numbers of a head nobody trained: not shown as predictions
+        trace.predictions, trace.lens = [], []
+    return trace

@@ -309,6 +309,7 @@ def header(trace: Trace) -> Group:
              f"d_ff {c.d_ff}, {c.activation}, norm {c.norm}, residual {c.residual}, vocab {c.vocab_size}")
     lines = [
         Text.assemble(("blocklab trace", "bold"), f"  {trace.source}"),
+        *(Text.assemble(("note: ", "bold yellow"), note) for note in trace.notes),
         Text(f"model: {model}"),
         Text(f"input: {' '.join(trace.tokens)}   "
              f"({len(trace.ids)} tokens; ids {' '.join(map(str, trace.ids))})"),
