@@ -46,12 +46,16 @@ _EXPORTS = {
     "NonFiniteError": ".inspect.nonfinite",
     "ParamCount": ".nn.params",
     "preset": ".nn.presets",
+    "read_weights_file": ".weights.by_stage",
     "PRESETS": ".nn.presets",
     "Residual": ".nn.block",
     "run_with_cache": ".nn.cache",
+    "set_weights_by_stage": ".weights.by_stage",
     "Transformer": ".nn.model",
     "TransformerBlock": ".nn.block",
     "TRANSFORMERLENS_ALIASES": ".nn.hook_names",
+    "weights_by_stage": ".weights.by_stage",
+    "write_weights_file": ".weights.by_stage",
 }
 
 __all__ = [
@@ -81,7 +85,11 @@ __all__ = [
     "layer_norm_stats",
     "load",
     "preset",
+    "read_weights_file",
     "run_with_cache",
+    "set_weights_by_stage",
+    "weights_by_stage",
+    "write_weights_file",
     "__version__",
 ]
 

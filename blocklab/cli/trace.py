@@ -15,7 +15,7 @@ import torch
 from ..files.folders import write_output_file
 from ..inspect.trace.collect import trace_to_dict
 from ..inspect.trace.record import Trace
-from ..inspect.trace.subject import ENCODER_NOTE, Subject, preset_subject, trace_subject
+from ..inspect.trace.subject import ENCODER_NOTE, RANDOM_NOTE, Subject, preset_subject, trace_subject
 from ..nn.config import FIELDS
 from .args import (
     add_command,
@@ -72,6 +72,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--width", type=at_least(MIN_WIDTH), metavar="N",
                    help=f"width of the tables, >= {MIN_WIDTH} (default: the terminal's, else 160)")
+    p.add_argument("--weights", type=parse_path, metavar="FILE",
+                   help="set the model's weights from this file (.json or .safetensors) named by stage: "
+                        "embedding, blocks.0.attn.Wq (or Wq.h0 per head), ..., ffn.W1, ln1.gamma, W_vocab "
+                        "(docs/tutorial.md); --write-weights writes every entry the model takes")
+    p.add_argument("--write-weights", dest="write_weights", type=parse_path, metavar="FILE",
+                   help="write the model's weights (after --weights) to this .json or .safetensors file, "
+                        "named by stage, one head per entry, to read and edit")
     add_json_flag(p, "the trace (blocklab/inspect/trace/schema.json)")
     p.add_argument("--html", type=parse_path, metavar="FILE",
                    help="also write a self-contained HTML page with heatmaps")
@@ -108,6 +115,16 @@ def named_or_default(preset: str | None, seed: int, overrides: dict[str, Any],
     return subject
 
 
+def set_file_weights(subject: Subject, path: str) -> None:
+    """The subject's weights from a file named by stage (``weights.by_stage``); its source and notes say so
+    (the note that its weights are random goes)."""
+    from ..weights.by_stage import read_weights_file, set_weights_by_stage
+
+    set_weights_by_stage(subject.model, read_weights_file(path), source=f"the weights in {path}")
+    subject.source += f", weights from {path}"
+    subject.notes = [n for n in subject.notes if not n.startswith(RANDOM_NOTE)]
+
+
 def collect_for_args(args: argparse.Namespace, overrides: dict[str, Any]) -> Trace:
     """The model and input the flags name, traced on ``--device`` in ``--dtype``."""
     from ..device import resolve_compute
@@ -119,6 +136,12 @@ def collect_for_args(args: argparse.Namespace, overrides: dict[str, Any]) -> Tra
         subject = model_subject(args.model, args.allow_nonfinite)
     else:
         subject = named_or_default(args.preset, args.seed, overrides, args.allow_nonfinite)
+    if args.weights:
+        set_file_weights(subject, args.weights)
+    if args.write_weights:
+        from ..weights.by_stage import weights_by_stage, write_weights_file
+
+        write_weights_file(args.write_weights, weights_by_stage(subject.model), flag="--write-weights")
     subject.model.to(compute.device)
     with compute.autocast():
         return trace_subject(subject, args.input, args.tokens, args.target, args.position, args.stages)
@@ -144,6 +167,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
             console.width = 160
         render_text(trace, console, decimals=args.decimals, max_features=args.max_features)
     say_written(args.json)
+    say_written(args.write_weights, to_stderr=True)
     if args.html:
         from ..inspect.trace.html import render_html
 

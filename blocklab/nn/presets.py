@@ -73,6 +73,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         vocab_size=6, max_seq_len=4, d_model=16, n_heads=2, n_layers=2, d_ff=64,
         activation="relu", norm_position="post", causal=True, embed_scale="sqrt_d_model", embed_std=1.0,
     ),
+    # The tutorials' worked pipeline (docs/tutorial.md): tiny-lm's vocabulary and sentence, one post-norm
+    # block, x0 = E[t] + PE[p] with no factor, long enough for the whole sentence <BOS> ... <EOS>.
+    "tutorial": dict(
+        vocab_size=6, max_seq_len=5, d_model=16, n_heads=2, n_layers=1, d_ff=64,
+        activation="relu", norm_position="post", causal=True, embed_scale="none", embed_std=1.0,
+    ),
     "gpt2": _gpt(12, 768, 12, 1024),
     "gpt2-medium": _gpt(24, 1024, 16, 1024),
     "gpt2-large": _gpt(36, 1280, 20, 1024),
@@ -109,7 +115,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 # The task each toy preset is shaped for (its vocabulary and length): its tokenizer comes with it.
-PRESET_TASKS: dict[str, str] = {"listops-seed": "listops", "tiny-lm": "tiny-lm", "llama-seed": "listops"}
+PRESET_TASKS: dict[str, str] = {"listops-seed": "listops", "tiny-lm": "tiny-lm", "tutorial": "tiny-lm",
+                                "llama-seed": "listops"}
 
 # How each preset sizes its input embedding (ModelConfig embed_scale, embed_std, pos_std; the
 # reasons are in blocklab/nn/embedding.py). `blocklab params --preset NAME` prints the line.
@@ -117,6 +124,8 @@ EMBEDDING_CHOICES: dict[str, str] = {
     **{name: "Vaswani et al. 2017 (section 3.4; tensor2tensor's init): tok = sqrt(d_model) E[t], "
              "E ~ N(0, 1/d_model), so token entries start at std 1 beside the sinusoidal code's 1/sqrt(2)"
        for name in ("listops-seed", "tiny-lm")},
+    "tutorial": "the tutorials' worked pipeline: x0 = E[t] + PE[p], no factor, E ~ N(0, 1) (the weights a "
+                "learner gives with --weights replace it)",
     **{name: "GPT-2's released code (openai/gpt-2 src/model.py): x0 = wte[t] + wpe[p], no factor, "
              "wte ~ N(0, 0.02^2), wpe ~ N(0, 0.01^2)"
        for name in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")},

@@ -16,7 +16,7 @@ import torch
 
 from ...nn.config import ModelConfig
 from ...nn.model import Transformer
-from ...nn.presets import PRESET_TASKS
+from ...nn.presets import PRESET_TASKS, PRESETS
 from ..nonfinite import refuse_nonfinite_output
 from .collect import collect_trace
 from .record import Trace
@@ -43,6 +43,9 @@ class Subject:
         return self._vocab or None
 
 
+RANDOM_NOTE = "the weights are random:"  # how a note saying so begins
+
+
 def preset_subject(name: str, seed: int, overrides: dict[str, Any]) -> Subject:
     """A preset's model built with ``torch.manual_seed(seed)``; its task's tokenizer if it has one."""
     from ...nn.memory import check_memory
@@ -56,8 +59,8 @@ def preset_subject(name: str, seed: int, overrides: dict[str, Any]) -> Subject:
     return Subject(
         Transformer(config).eval(), task.tokenizer if task else None, f"preset {name} (seed {seed}{changed})",
         longer=f"preset {name} is built for each run: --max-seq-len {{n}} builds it long enough",
-        notes=[f"the weights are random: preset {name} drawn with seed {seed}, not trained, so what it "
-               "predicts means nothing"],
+        notes=[f"{RANDOM_NOTE} preset {name} drawn with seed {seed}, not trained, so what it predicts "
+               "means nothing"],
     )
 
 
@@ -73,7 +76,10 @@ def preset_config(name: str, overrides: dict[str, Any]) -> ModelConfig:
     from ...tasks import get_task
 
     task = get_task(PRESET_TASKS[name]) if name in PRESET_TASKS else None
-    return preset(name, **{**(task.config_overrides() if task else {}), **overrides})
+    dictated = task.config_overrides() if task else {}
+    if "max_seq_len" in dictated:  # the task's length is a least: the tutorial's preset takes <EOS> too
+        dictated["max_seq_len"] = max(dictated["max_seq_len"], PRESETS[name]["max_seq_len"])
+    return preset(name, **{**dictated, **overrides})
 
 
 def vocabulary(tokenizer: Any, size: int) -> list[str] | None:
