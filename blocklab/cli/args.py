@@ -189,6 +189,7 @@ FIELD_HELP = {
     "eps": "the norms' epsilon",
     "bias": "biases in the linear layers and norms",
     "qkv_bias": "biases on q, k and v alone (Qwen2); auto: as --bias",
+    "o_bias": "a bias on attention's output projection; auto: as --bias (GPT-J has none)",
     "causal": "each position sees only itself and earlier ones (a language model)",
     "sliding_window": "causal attention to the last N positions only (Mistral); none: all",
     "qk_norm": "a norm (the --norm variant) on queries and keys before the scores: per head (Qwen3) or "
@@ -200,6 +201,7 @@ FIELD_HELP = {
     "rope_scaling": "rotary only: Llama 3's scaling, JSON: '{\"rope_type\": \"llama3\", \"factor\": 8, ...}'",
     "positions_from_mask": "an attention mask sets each row's positions from its first real token (OPT)",
     "tie_embeddings": "the output head shares the token embedding's weights",
+    "head_bias": "a bias on the output head (GPT-J, Phi)",
     "final_norm": "a norm after the last block",
     "dropout": "dropout probability while training",
     "type_vocab_size": "BERT's token-type (segment) embeddings; 0: none",

@@ -67,14 +67,15 @@ def _formulas(c: ModelConfig) -> dict[str, str]:
     from ..nn.activation_kinds import activation_kind
 
     d, L = c.d_model, c.n_layers
-    b = " + 4d" if c.bias else ""
+    b = {(True, True): " + 4d", (True, False): " + 3d", (False, True): " + d", (False, False): ""}[
+        c.has_qkv_bias, c.has_o_bias]  # q, k, v's biases and o's
     n_in = str(activation_kind(c.activation).ffn_kind.input_matrices + 1)  # and w2
     ln = NORM_KINDS[c.norm].parameters_in_words(c.bias)
     d_q, d_kv = c.n_heads * c.d_head, c.kv_heads * c.d_head  # q's and o's width (d unless head_dim); k's, v's
     q_part = "2d^2" if d_q == d else f"2d x {d_q}"
     qk_norms = {"none": "", "head": " + 2 QK-norms of d_k",
                 "all_heads": " + QK-norms of d_q, d_kv"}[c.qk_norm]
-    biases = " + biases" if c.bias or c.has_qkv_bias else ""
+    biases = " + biases" if c.has_o_bias or c.has_qkv_bias else ""
     return {
         "embed": f"vocab {c.vocab_size} x d {d}",
         "pos": f"max_seq_len {c.max_seq_len} x d {d}",
@@ -84,5 +85,6 @@ def _formulas(c: ModelConfig) -> dict[str, str]:
         "blocks.ffn": f"L {L} x ({n_in} d d_ff{' + biases' if c.bias else ''}), d_ff {c.d_ff}",
         **{f"blocks.{norm}": f"L {L} x {ln}" for norm in LAYOUTS[c.norm_position].norms},
         "ln_f": ln,
-        "head": "tied to embed (shared)" if c.tie_embeddings else f"d {d} x vocab {c.vocab_size}",
+        "head": ("tied to embed (shared)" if c.tie_embeddings else f"d {d} x vocab {c.vocab_size}")
+                + (f" + bias of {c.vocab_size}" if c.head_bias else ""),
     }

@@ -89,6 +89,7 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
         fused: bool = True,
         n_kv_heads: int | None = None,
         qkv_bias: bool | None = None,
+        o_bias: bool | None = None,
         rotary: bool = False,
         sliding_window: int | None = None,
         qk_norm: str = "none",
@@ -119,12 +120,10 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
         self.q = nn.Linear(d_model, self.d_attn, bias=in_bias, **factory)
         self.k = nn.Linear(d_model, kv_heads * self.d_k, bias=in_bias, **factory)
         self.v = nn.Linear(d_model, kv_heads * self.d_k, bias=in_bias, **factory)
-        self.o = nn.Linear(self.d_attn, d_model, bias=bias, **factory)
-        self.dropout_p = dropout
+        self.o = nn.Linear(self.d_attn, d_model, bias=bias if o_bias is None else o_bias, **factory)
+        self.dropout_p, self.use_fast_path, self.qk_norm = dropout, True, qk_norm
         self.resid_dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
-        self.use_fast_path = True
         self.fused = fused  # the qkv matmul keeps the parameters, not their concatenation, for backward
-        self.qk_norm = qk_norm
         self.q_norm = self.k_norm = None
         if qk_norm != "none":  # head: d_k wide, shared by the heads; all_heads: as wide as q and k
             self.q_norm, self.k_norm = (LayerNorm(width, eps, norm, bias, fused=fused, **factory)
@@ -366,16 +365,18 @@ class KVCache:
 
 
 def attention_parameter_count(d_model: int, bias: bool, kv_dim: int | None = None,
-                              qkv_bias: bool | None = None, q_dim: int | None = None) -> int:
+                              qkv_bias: bool | None = None, q_dim: int | None = None,
+                              o_bias: bool | None = None) -> int:
     """Wq and Wo d q_dim each (q_dim = h d_k; d unless the heads' width is given), Wk and Wv d kv_dim
     each (kv_dim = n_kv_heads d_k; d without grouped queries): 4 d^2 for multi-head attention; plus
-    the biases (q, k, v: ``qkv_bias``, as ``bias`` when unset; o: ``bias``). QK-norm's norms are
+    the biases (q, k, v: ``qkv_bias``, o: ``o_bias``, each as ``bias`` when unset). QK-norm's norms are
     counted as norms (``qk_norm_widths``)."""
     q_dim = d_model if q_dim is None else q_dim
     kv_dim = d_model if kv_dim is None else kv_dim
     in_bias = bias if qkv_bias is None else qkv_bias
+    out_bias = bias if o_bias is None else o_bias
     return 2 * d_model * q_dim + 2 * d_model * kv_dim + ((q_dim + 2 * kv_dim) if in_bias else 0) \
-        + (d_model if bias else 0)
+        + (d_model if out_bias else 0)
 
 
 def qk_norm_widths(qk_norm: str, d_k: int, n_heads: int, kv_heads: int) -> tuple[int, ...]:

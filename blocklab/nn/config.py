@@ -108,6 +108,7 @@ class ModelConfig:
     eps: float = DEFAULT_EPS
     bias: bool = True
     qkv_bias: bool | None = None  # biases on q, k and v (None: as bias; Qwen2 has them, without any other)
+    o_bias: bool | None = None  # a bias on attention's output projection (None: as bias; GPT-J has none)
     causal: bool = False
     sliding_window: int | None = None  # causal attention to the last N positions only (Mistral); None: all
     # a norm (the block's variant) on q and k before the scores: per head (Qwen3) or over all heads
@@ -128,6 +129,7 @@ class ModelConfig:
     # (OPT's forward does; GPT-2's, Llama's and BERT's count from 0 whatever the mask, as blocklab's default)
     positions_from_mask: bool = False
     tie_embeddings: bool = False
+    head_bias: bool = False  # a bias on the output head (GPT-J, Phi); a tied head keeps its own bias
     final_norm: bool | None = None  # None: as the layout says (off for post-norm, on for the others)
     dropout: float = 0.0
     type_vocab_size: int = 0  # BERT's token-type (segment) embeddings; 0 = none
@@ -177,6 +179,11 @@ class ModelConfig:
         return self.bias if self.qkv_bias is None else self.qkv_bias
 
     @property
+    def has_o_bias(self) -> bool:
+        """Whether attention's output projection has a bias: ``o_bias``, or as ``bias`` when unset."""
+        return self.bias if self.o_bias is None else self.o_bias
+
+    @property
     def _block_kinds(self) -> tuple[Layout, ResidualKind, NormKind]:
         return LAYOUTS[self.norm_position], RESIDUAL_KINDS[self.residual], NORM_KINDS[self.norm]
 
@@ -217,7 +224,8 @@ class ModelConfig:
 FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ModelConfig) if f.init)
 # Fields whose unset value (None) stands for one derived from other fields, and the property resolving
 # it: two configs whose fields resolve alike build the same model (n_kv_heads=None and n_kv_heads=n_heads).
-RESOLVED_BY: dict[str, str] = {"n_kv_heads": "kv_heads", "qkv_bias": "has_qkv_bias", "head_dim": "d_head"}
+RESOLVED_BY: dict[str, str] = {"n_kv_heads": "kv_heads", "qkv_bias": "has_qkv_bias", "o_bias": "has_o_bias",
+                               "head_dim": "d_head"}
 
 
 def resolved(config: ModelConfig, name: str) -> Any:
@@ -266,8 +274,8 @@ def _violations(c: ModelConfig) -> list[str]:
         need(c.pos_encoding == "learned",
              f"pos_std={c.pos_std!r} initialises learned positions, but pos_encoding={c.pos_encoding!r} "
              "has none: leave pos_std unset or use pos_encoding='learned'")
-    for name in ("bias", "causal", "tie_embeddings", "final_norm", "embed_norm", "positions_from_mask",
-                 "keep_residual", "checkpoint_blocks"):
+    for name in ("bias", "causal", "tie_embeddings", "head_bias", "final_norm", "embed_norm",
+                 "positions_from_mask", "keep_residual", "checkpoint_blocks"):
         value = getattr(c, name)
         need(isinstance(value, bool), f"{name}={value!r} must be true or false")
     _attention_violations(c, need)
@@ -319,8 +327,10 @@ def _attention_violations(c: ModelConfig, need: Callable[[bool, str], None]) -> 
         need(_is_int(c.n_kv_heads) and c.n_kv_heads >= 1 and c.n_heads % c.n_kv_heads == 0,
              f"n_kv_heads={c.n_kv_heads!r} must be an integer >= 1 dividing n_heads={c.n_heads} "
              "(or unset: one key/value head per query head)")
-    need(c.qkv_bias is None or isinstance(c.qkv_bias, bool),
-         f"qkv_bias={c.qkv_bias!r} must be true, false or unset (as bias)")
+    for name in ("qkv_bias", "o_bias"):
+        value = getattr(c, name)
+        need(value is None or isinstance(value, bool),
+             f"{name}={value!r} must be true, false or unset (as bias)")
     if c.sliding_window is not None:
         need(_is_int(c.sliding_window) and c.sliding_window >= 1,
              f"sliding_window={c.sliding_window!r} must be an integer >= 1 (or unset: no window)")

@@ -28,7 +28,8 @@ from torch import Tensor, nn
 
 from .batchnorm import BatchNorm
 from .hooks import HookPoint
-from .kernels import NormKernel, layer_norm, norm_kernel
+from .kernels import layer_norm
+from .norm_kernels import NormKernel, norm_kernel
 from .norm_kinds import NORM_KINDS, NormKind, layer_norm_variants
 
 NORM_VARIANTS = layer_norm_variants()  # the per-position kinds the package ships

@@ -42,7 +42,7 @@ def block_parameter_counts(config: ModelConfig) -> dict[str, int]:
                    for width in qk_norm_widths(c.qk_norm, c.d_head, c.n_heads, c.kv_heads))
     counts = {
         "attn": attention_parameter_count(c.d_model, c.bias, c.kv_heads * c.d_head, c.qkv_bias,
-                                          c.n_heads * c.d_head) + qk_norms,
+                                          c.n_heads * c.d_head, c.o_bias) + qk_norms,
         "ffn": ffn_parameter_count(c.d_model, c.d_ff, c.activation, c.bias),
     }
     counts |= {norm: _norm(c) for norm in layout.norms}
@@ -66,7 +66,8 @@ def count_parameters(config: ModelConfig) -> ParamCount:
         components[f"blocks.{name}"] = count * c.n_layers
     if c.final_norm:
         components["ln_f"] = _norm(c)
-    components["head"] = 0 if c.tie_embeddings else c.vocab_size * c.d_model
+    weights = 0 if c.tie_embeddings else c.vocab_size * c.d_model
+    components["head"] = weights + (c.vocab_size if c.head_bias else 0)
     components = {k: v for k, v in components.items() if v or k == "head"}
     return ParamCount(sum(components.values()), components, per_layer | {"total": sum(per_layer.values())})
 

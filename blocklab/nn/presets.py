@@ -49,6 +49,7 @@ PUBLISHED_TOTALS: dict[str, int] = {
     "smollm2-135m": 134_515_008,
     "qwen2.5-0.5b": 494_032_768,
     "pythia-160m": 162_322_944,
+    "phi-2": 2_779_683_840,
     "mistral-7b": 7_241_732_096,
 }
 
@@ -112,6 +113,18 @@ PRESETS: dict[str, dict[str, Any]] = {
         activation="gelu", norm_position="parallel", causal=True, pos_encoding="rotary",
         rotary_fraction=0.25, eps=1e-5, embed_scale="none", embed_std=0.02, init="default",
     ),
+    # attention and the FFN side by side after one shared norm, partial rotary, a biased head
+    "phi-2": dict(
+        vocab_size=51200, max_seq_len=2048, d_model=2560, n_heads=32, n_layers=32, d_ff=10240,
+        activation="gelu_tanh", norm_position="parallel_shared", causal=True, pos_encoding="rotary",
+        rotary_fraction=0.4, eps=1e-5, head_bias=True, embed_scale="none", embed_std=0.02, init="default",
+    ),
+    "gpt-j-6b": dict(
+        vocab_size=50400, max_seq_len=2048, d_model=4096, n_heads=16, n_layers=28, d_ff=16384,
+        activation="gelu_tanh", norm_position="parallel_shared", causal=True, pos_encoding="rotary",
+        rotary_fraction=0.25, rotary_style="interleaved", qkv_bias=False, o_bias=False, eps=1e-5,
+        head_bias=True, embed_scale="none", embed_std=0.02, init="default",
+    ),
 }
 
 # The task each toy preset is shaped for (its vocabulary and length): its tokenizer comes with it.
@@ -140,6 +153,10 @@ EMBEDDING_CHOICES: dict[str, str] = {
        for name in ("llama-seed", "llama-3.2-1b", "smollm2-135m", "qwen2.5-0.5b", "mistral-7b")},
     "pythia-160m": "GPT-NeoX's layout: x0 = E[t], no factor, E ~ N(0, 0.02^2); rotary positions on 25% of "
                    "each head, inside attention",
+    "phi-2": "Phi's layout: x0 = E[t], no factor, E ~ N(0, 0.02^2); rotary positions on 40% of each head, "
+             "inside attention",
+    "gpt-j-6b": "GPT-J's layout: x0 = E[t], no factor, E ~ N(0, 0.02^2); rotary positions on 64 of each "
+                "head's 256 features (adjacent pairs), inside attention",
 }
 
 

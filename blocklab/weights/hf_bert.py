@@ -19,6 +19,7 @@ from typing import Any
 
 from ..nn.config import ModelConfig
 from .hf_map import (
+    PLAIN_BIASES,
     PretrainedError,
     WeightMap,
     check_exportable,
@@ -66,7 +67,8 @@ EMBEDDINGS = {"word_embeddings": "embed", "position_embeddings": "pos", "token_t
 ARCHITECTURE = dict(
     norm_position="post", norm="standard", residual="add", bias=True, causal=False,
     pos_encoding="learned", embed_norm=True, final_norm=False, tie_embeddings=True,
-    embed_scale="none", positions_from_mask=False)  # x0 = LayerNorm(word + position + token_type): no factor
+    embed_scale="none", positions_from_mask=False,  # x0 = LayerNorm(word + position + token_type): no factor
+    **PLAIN_BIASES)
 # How BERT initialises its tables (initializer_range): imported configs say so.
 INIT = dict(embed_std=0.02, init="default")
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..nn.config import ModelConfig
-from .hf_map import WeightMap, check_exportable, export_activation, hf_value, renamed, require
+from .hf_map import PLAIN_BIASES, WeightMap, check_exportable, export_activation, hf_value, renamed, require
 from .hf_tokenizer import HFTokenizer
 
 MODEL_TYPE = "gpt2"
@@ -43,7 +43,8 @@ LAYER_CONV1D = {"attn.c_proj": "attn.o", "mlp.c_fc": "ffn.w1", "mlp.c_proj": "ff
 ARCHITECTURE = dict(
     norm_position="pre", norm="standard", residual="add", bias=True, causal=True,
     pos_encoding="learned", embed_norm=False, final_norm=True, type_vocab_size=0,
-    embed_scale="none", positions_from_mask=False)  # x0 = wte[t] + wpe[p]: no factor on the token rows
+    embed_scale="none", positions_from_mask=False,  # x0 = wte[t] + wpe[p]: no factor on the token rows
+    **PLAIN_BIASES)
 # How transformers initialises GPT2Model's tables (initializer_range): imported configs say so.
 INIT = dict(embed_std=0.02, init="default")
 

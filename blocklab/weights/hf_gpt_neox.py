@@ -20,6 +20,7 @@ from typing import Any
 
 from ..nn.config import ModelConfig
 from .hf_map import (
+    PLAIN_BIASES,
     PretrainedError,
     WeightMap,
     check_exportable,
@@ -52,7 +53,7 @@ LAYOUTS = {True: "parallel", False: "pre"}  # use_parallel_residual -> norm_posi
 ARCHITECTURE = dict(
     norm="standard", residual="add", bias=True, causal=True, pos_encoding="rotary", rotary_style="half",
     embed_norm=False, final_norm=True, type_vocab_size=0, embed_scale="none", n_kv_heads=None,
-    qkv_bias=None, sliding_window=None, rope_scaling=None, positions_from_mask=False)
+    qkv_bias=None, sliding_window=None, rope_scaling=None, positions_from_mask=False, **PLAIN_BIASES)
 INIT = dict(embed_std=0.02, init="default")  # initializer_range: how transformers draws every weight
 
 

@@ -24,6 +24,12 @@ class PretrainedError(ValueError):
     """A model folder or file that cannot be used: names the file and the key or field at fault."""
 
 
+# The biases of most families: attention's output projection has one where every linear has one (o_bias
+# unset: as bias), the head has none. A family module's ARCHITECTURE takes them (import sets them, export
+# refuses a model that differs: its weights would have no place in the family's files).
+PLAIN_BIASES: dict[str, Any] = {"o_bias": None, "head_bias": False}
+
+
 @dataclass(frozen=True)
 class WeightMap:
     """Hugging Face tensor ``hf`` = cat(blocklab tensors ``ours``, dim 0), transposed if ``conv1d``;
@@ -46,6 +52,23 @@ def renamed(hf_prefix: str, ours_prefix: str, modules: dict[str, str], conv1d: b
         for hf, us in modules.items()
         for p in params
     ]
+
+
+def same_dropouts(hf: dict[str, Any], defaults: dict[str, Any], fields: tuple[str, ...]) -> float:
+    """The one dropout probability blocklab has, from config.json's several (residual, embedding,
+    attention); PretrainedError naming them when they differ."""
+    values = {field: float(hf_value(hf, defaults, field)) for field in fields}
+    if len(set(values.values())) > 1:
+        given = ", ".join(f"{k}={v!r}" for k, v in values.items())
+        raise PretrainedError(f"config.json {given}: blocklab has one dropout probability for all of them; "
+                              "set them equal")
+    return values[fields[0]]
+
+
+def head_rows(hf_name: str, config: ModelConfig) -> list[WeightMap]:
+    """The LM head's rows: its weight unless tied to the embedding, and its bias where it has one."""
+    params = (() if config.tie_embeddings else ("weight",)) + (("bias",) if config.head_bias else ())
+    return renamed("", "", {hf_name: "head"}, params=params)
 
 
 def to_hf(state: dict[str, Tensor], rows: list[WeightMap]) -> dict[str, Tensor]:

@@ -12,15 +12,8 @@ from torch.autograd import gradcheck
 from blocklab import ModelConfig, Transformer, TransformerBlock
 from blocklab.bench.footprint import LiveBytes, saved_activations
 from blocklab.nn.activations import ACTIVATION_NAMES, is_gated
-from blocklab.nn.kernels import (
-    act_kernel,
-    act_linear,
-    layer_norm,
-    layer_norm_backward,
-    norm_kernel,
-    norm_linear,
-    residual_norm_linear,
-)
+from blocklab.nn.kernels import act_kernel, act_linear, layer_norm, norm_linear, residual_norm_linear
+from blocklab.nn.norm_kernels import layer_norm_backward, norm_kernel
 from blocklab.nn.norm_kinds import NORM_KINDS
 from blocklab.nn.norms import NORM_VARIANTS, LayerNorm
 

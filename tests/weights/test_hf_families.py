@@ -12,6 +12,7 @@ written back and read by ``transformers`` (the same logits) and by blocklab (bit
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -58,7 +59,21 @@ CASES = {
         **SHAPE, rotary_pct=0.25, use_parallel_residual=True)),
     "neox-sequential-half": (transformers.GPTNeoXForCausalLM, transformers.GPTNeoXConfig(
         **SHAPE, rotary_pct=0.5, rotary_emb_base=100, use_parallel_residual=False, tie_word_embeddings=True)),
+    # Phi (phi-2's shape in small): one shared norm before attention and the FFN side by side, partial
+    # rotary in halves, biases everywhere, a biased head
+    "phi-shared-norm-partial": (transformers.PhiForCausalLM, transformers.PhiConfig(
+        **SHAPE, partial_rotary_factor=0.5, rope_theta=500.0)),
+    "phi-gqa-tied-biased-head": (transformers.PhiForCausalLM, transformers.PhiConfig(
+        **SHAPE, num_key_value_heads=2, partial_rotary_factor=0.25, tie_word_embeddings=True)),
+    # GPT-J: the shared-norm parallel block, adjacent-pair partial rotary, bias-free attention
+    "gptj-interleaved-quarter": (transformers.GPTJForCausalLM, transformers.GPTJConfig(
+        vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, rotary_dim=2, n_inner=48,
+        bos_token_id=1, eos_token_id=2)),
+    "gptj-full-rotary-tied": (transformers.GPTJForCausalLM, transformers.GPTJConfig(
+        vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, rotary_dim=8,
+        tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)),
 }
+SHARED_NORM = ("phi", "gptj")  # model types of the parallel block with one norm
 
 
 def _tokenizer_json() -> str:
@@ -103,8 +118,9 @@ def test_the_config_is_read_as_the_family_says(case):
     assert c.pos_encoding == "rotary" and c.causal
     assert c.kv_heads == getattr(h, "num_key_value_heads", h.num_attention_heads)
     assert c.tie_embeddings == h.tie_word_embeddings
-    layout = "res_post" if name.startswith("olmo2") else "pre"
+    layout = {"olmo2": "res_post", **{t: "parallel_shared" for t in SHARED_NORM}}.get(h.model_type, "pre")
     assert c.norm_position == ("parallel" if getattr(h, "use_parallel_residual", False) else layout)
+    assert c.head_bias == (h.model_type in SHARED_NORM)
     assert c.qk_norm == {"qwen3": "head", "olmo2": "all_heads"}.get(h.model_type, "none")
     assert c.sliding_window == (h.sliding_window if name.startswith("mistral") else None)
     assert loaded.model_type == h.model_type
@@ -131,10 +147,21 @@ def _gemma_rms_norm_in_the_inputs_dtype(self, x):
     return (1.0 + self.weight) * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
 
 
+def _gptj_attention_in_the_inputs_dtype(self, query, key, value, attention_mask=None, head_mask=None):
+    """transformers' GPT-J attention core (GPTJAttention._attn), without its casts to float32 (of q and k,
+    and of its scale sqrt(d_k), rounded to float32 at init)."""
+    weights = torch.matmul(query, key.transpose(-1, -2)) / math.sqrt(self.head_dim)
+    if attention_mask is not None:
+        weights = weights + attention_mask[:, :, :, : key.shape[-2]]
+    weights = torch.softmax(weights, dim=-1).to(value.dtype)
+    return torch.matmul(weights, value), weights
+
+
 def test_logits_equal_transformers_float64(case, monkeypatch):
-    """transformers computes the rotary angles in float32 in every model (blocklab too, rotary.py) and
-    the Llama family's RMSNorm in float32 even in a float64 model; with that norm run in float64, the
-    two float64 models agree to 1e-10."""
+    """transformers computes the rotary angles in float32 in every model (blocklab too, rotary.py), the
+    Llama family's RMSNorm in float32 even in a float64 model, and GPT-J's attention scores; with those
+    run in float64 (and GPT-J's logits read before its final cast to float32), the two float64 models
+    agree to 1e-10."""
     _, hf, folder, _ = case
     for module in (transformers.models.llama.modeling_llama.LlamaRMSNorm,
                    transformers.models.mistral.modeling_mistral.MistralRMSNorm,
@@ -144,12 +171,17 @@ def test_logits_equal_transformers_float64(case, monkeypatch):
         monkeypatch.setattr(module, "forward", _rms_norm_in_the_inputs_dtype)
     monkeypatch.setattr(transformers.models.gemma.modeling_gemma.GemmaRMSNorm, "forward",
                         _gemma_rms_norm_in_the_inputs_dtype)
+    monkeypatch.setattr(transformers.models.gptj.modeling_gptj.GPTJAttention, "_attn",
+                        _gptj_attention_in_the_inputs_dtype)
     model = read_pretrained(folder).model.double()
     hf64 = type(hf)(hf.config).double().eval()
     hf64.load_state_dict(hf.state_dict())
     tokens = _ids(2, (2, 30))
     with torch.no_grad():
-        assert (model(tokens) - hf64(tokens).logits).abs().max().item() < 1e-10
+        out = hf64(tokens, output_hidden_states=True)
+        # GPT-J's forward casts its logits to float32 at the end: its head on the last hidden state instead
+        theirs = out.logits if out.logits.dtype == torch.float64 else hf64.lm_head(out.hidden_states[-1])
+        assert (model(tokens) - theirs).abs().max().item() < 1e-10
 
 
 def test_every_hidden_state_and_attention_pattern_equals_transformers(case):
@@ -249,11 +281,19 @@ def test_blocklab_load_and_every_model_command_take_the_folder(case, capsys):
     ("gemma", {"attention_bias": True}, "attention_bias"),
     ("gpt_neox", {"attention_bias": False}, "attention_bias"),
     ("gpt_neox", {"hidden_dropout": 0.1}, "hidden_dropout"),
+    ("phi", {"qk_layernorm": True}, "qk_layernorm"),
+    ("phi", {"resid_pdrop": 0.1}, "resid_pdrop=0.1"),
+    ("phi", {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "rope_scaling"),
+    ("phi", {"hidden_act": "silu"}, "hidden_act"),
+    ("gptj", {"rotary_dim": None}, "rotary_dim=64"),  # absent: transformers' default, wider than a head
+    ("gptj", {"rotary_dim": 3}, "rotary_dim=3"),
+    ("gptj", {"attn_pdrop": 0.1}, "attn_pdrop=0.1"),
 ])
 def test_a_config_field_the_import_cannot_honour_is_refused_by_name(tmp_path, family, changes, field):
     cls, config = {"llama": CASES["llama-mha-untied"], "qwen2": CASES["qwen2-qkv-bias-tied"],
                    "qwen3": CASES["qwen3-qk-norm-gqa"], "olmo2": CASES["olmo2-gqa"],
-                   "gpt_neox": CASES["pythia-parallel-quarter"],
+                   "gpt_neox": CASES["pythia-parallel-quarter"], "phi": CASES["phi-shared-norm-partial"],
+                   "gptj": CASES["gptj-interleaved-quarter"],
                    "gemma": CASES["gemma-wide-heads-mqa"]}[family]
     torch.manual_seed(0)
     cls(config).save_pretrained(str(tmp_path))
@@ -308,7 +348,7 @@ def test_export_refuses_a_layout_whose_config_json_would_read_back_as_another_mo
 
 
 @pytest.mark.parametrize("name", ["llama-3.2-1b", "smollm2-135m", "qwen2.5-0.5b", "pythia-160m",
-                                  "mistral-7b"])
+                                  "mistral-7b", "phi-2", "gpt-j-6b"])
 def test_each_presets_total_equals_transformers_model_of_its_config_and_the_published_figure(name):
     """The preset's count from the shapes, the transformers model its exported config.json builds (on
     the meta device: no memory), and the released checkpoint's published total agree."""
@@ -321,9 +361,10 @@ def test_each_presets_total_equals_transformers_model_of_its_config_and_the_publ
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(hf_config)
     total = sum(p.numel() for p in model.parameters())  # a tied head counted once
-    assert bl.count_parameters(config).total == total == PUBLISHED_TOTALS[name]
-    assert hf_config.model_type == {"pythia-160m": "gpt_neox", "qwen2.5-0.5b": "qwen2",
-                                    "mistral-7b": "mistral"}.get(name, "llama")
+    # GPT-J's model card says 6,053,381,344, not its checkpoint's tensors: no published figure to check
+    assert bl.count_parameters(config).total == total == PUBLISHED_TOTALS.get(name, total)
+    assert hf_config.model_type == {"pythia-160m": "gpt_neox", "qwen2.5-0.5b": "qwen2", "phi-2": "phi",
+                                    "mistral-7b": "mistral", "gpt-j-6b": "gptj"}.get(name, "llama")
 
 
 
