@@ -70,6 +70,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         metavar="GLOB",
         help="only stages matching this glob (repeatable), e.g. 'blocks.0.*' or '*.ln1'",
     )
+    p.add_argument("--walk", action="store_true",
+                   help="print the forward pass as the tutorials teach it, step by step, as grids of "
+                        "numbers: embeddings, positions, Q/K/V per head, QK^T, scaled, masked, exp, row "
+                        "sums, "
+                        "weights, weights @ V, concatenation, Wo, residual sum, the norm's mu, var, "
+                        "denominator, z_hat, gamma, beta, W1 x + b1, activation, W2, ..., logits "
+                        "(docs/tutorial.md)")
     p.add_argument("--width", type=at_least(MIN_WIDTH), metavar="N",
                    help=f"width of the tables, >= {MIN_WIDTH} (default: the terminal's, else 160)")
     p.add_argument("--weights", type=parse_path, metavar="FILE",
@@ -165,7 +172,14 @@ def cmd_trace(args: argparse.Namespace) -> int:
             console.width = args.width
         elif not console.is_terminal:
             console.width = 160
-        render_text(trace, console, decimals=args.decimals, max_features=args.max_features)
+        if args.walk:
+            from ..inspect.trace.text import header
+            from ..inspect.trace.walk import render_walk
+
+            console.print(header(trace))
+            render_walk(trace, console, args.decimals, console.width)
+        else:
+            render_text(trace, console, decimals=args.decimals, max_features=args.max_features)
     say_written(args.json)
     say_written(args.write_weights, to_stderr=True)
     if args.html:
