@@ -27,11 +27,12 @@ from .args import (
     at_least,
     one_of,
     parse_name,
+    parse_path,
     parse_vary,
     set_fields,
 )
 from .defaults import DEFAULT_PRESET, MAIN_OR_PRESET, NO_MAIN_RUN, main_run
-from .trace import Subject
+from .trace import Subject, set_file_weights
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 # the input the page starts with: the first its tokenizer reads (a task's vocabulary refuses the others)
@@ -60,6 +61,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_config_flags(p, with_preset=False)
     add_seed_flag(p, "seed the presets' weights are drawn with")
     add_model_flag(p, required=False, what="serve this model (repeatable)", repeatable=True)
+    p.add_argument("--weights", type=parse_path, metavar="FILE",
+                   help="set each preset's weights from this file (.json or .safetensors) named by stage, as "
+                        "'trace --weights' does (docs/tutorial.md)")
     p.add_argument("--host", default="127.0.0.1", metavar="HOST",
                    help="the address to listen on; anything but 127.0.0.1/localhost lets other machines "
                         "use the models (default: 127.0.0.1)")
@@ -101,8 +105,10 @@ def models_for_args(args: argparse.Namespace) -> dict:
                        f"explore's {what}",
                        "serve fewer (--preset, --vary, --model) or smaller ones")
     served: dict[str, Explored] = {}
-    for label, _, _, build in planned:
+    for label, _, from_file, build in planned:
         subject = build()
+        if args.weights and not from_file:
+            set_file_weights(subject, args.weights)
         subject.notes += [] if named or run else [NO_MAIN_RUN]
         served[label] = Explored(label, subject, example(subject))
     return served

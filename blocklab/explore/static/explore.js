@@ -48,6 +48,7 @@
     return a !== 0 && a < 1e-3 ? v.toExponential(2) : v.toFixed(DECIMALS);
   }
   var tip = $("tip");
+  var NUMBERS_UP_TO = 32;  // a map at most this many columns and rows shows its numbers when they fit its card
   function heatmap(s, m, name, how) {
     // stage s's map m (rows, labels, columns shown) drawn by heatmap.js with cells as wide as the stage
     // cards allow (its colorbar in view), a separator between heads, the chosen position outlined;
@@ -57,8 +58,14 @@
     m.group = !s.heads && state.model.per_head_kinds.indexOf(s.kind) >= 0 ? s.shape[s.shape.length - 1] : 0;
     m.selected = state.position === null || s.positions.indexOf(state.position) < 0 ? null : s.positions.indexOf(state.position);
     var width = cardWidth();  // a head's map: two side by side where their cells can be 10 px or more
-    if (s.heads && H.fit(m, width / 2 - 9, 24) >= 10) { width = width / 2 - 9; }
-    H.draw(canvas, m, { cw: H.fit(m, width, 24), ch: R > 24 ? 9 : 14 });
+    var need = H.numberWidth(m);  // a small map whose numbers fit in its cells shows them (the tutorial's sizes)
+    if (s.heads && H.fit(m, width / 2 - 9, need) >= (m.rows[0].length <= NUMBERS_UP_TO ? need : 10)) { width = width / 2 - 9; }
+    var small = m.rows[0].length <= NUMBERS_UP_TO && R <= NUMBERS_UP_TO;
+    var numbers = small && H.fit(m, width, need) >= need;
+    if (small && !numbers) {  // the numbers without a colour scale beside them, where only that fits
+      m.bar = false; numbers = H.fit(m, width, need) >= need; m.bar = !numbers;
+    }
+    H.draw(canvas, m, numbers ? { cw: need, ch: 18, numbers: true } : { cw: H.fit(m, width, 24), ch: R > 24 ? 9 : 14 });
     H.hover(canvas, tip, name, m, how);
     var wrap = document.createElement("div");
     wrap.className = "scroll"; wrap.appendChild(canvas);

@@ -68,6 +68,16 @@ var blocklabHeatmap = (function () {
     var room = margins(m);
     return Math.max(1, Math.min(most, Math.floor((width - room.left - room.right) / m.rows[0].length)));
   }
+  function cellText(v, decimals) { return v === null ? "-inf" : v.toFixed(decimals); }  // null: a masked score
+  var NUMBER_FONT = "10px ui-monospace, Menlo, monospace";  // a number in its cell
+  function numberWidth(m) {
+    // the px a cell needs to show its number (m.decimals digits; -inf where masked), with a little air
+    var widest = 0;
+    probe.font = NUMBER_FONT;
+    m.rows.forEach(function (r) { r.forEach(function (v) { widest = Math.max(widest, probe.measureText(cellText(v, m.decimals)).width); }); });
+    probe.font = FONT;
+    return Math.ceil(widest) + 6;
+  }
   function draw(canvas, m, size) {
     // m: rows (null: masked), rowLabels, colLabels (or null), sequential, range [lo, hi], decimals,
     // group (a separator every group columns: heads), bar (its own colorbar), selected (a row outlined);
@@ -98,6 +108,17 @@ var blocklabHeatmap = (function () {
         g.fillRect(left + c * cw, top + r * ch, cw, ch);
       }
     }
+    if (size.numbers) {  // a small map: each cell's number on it, dark or light ink against its colour
+      g.textAlign = "center"; g.font = NUMBER_FONT;
+      for (var nr = 0; nr < R; nr++) {
+        for (var nc = 0; nc < C; nc++) {
+          var nv = m.rows[nr][nc], t = nv === null ? 0.5 : (nv - lo) / (hi - lo);
+          g.fillStyle = nv !== null && (t < 0.2 || (!m.sequential && t > 0.8) || (m.sequential && t > 0.6)) ? "#fff" : INK;
+          g.fillText(cellText(nv, m.decimals), left + nc * cw + cw / 2, top + nr * ch + ch / 2);
+        }
+      }
+      g.font = FONT;
+    }
     if (m.group) {
       g.fillStyle = "#1d2433";  // head boundaries
       for (var s = m.group; s < C; s += m.group) { g.fillRect(left + s * cw - 1, top - 3, 2, R * ch + 6); }
@@ -120,7 +141,7 @@ var blocklabHeatmap = (function () {
       g.lineWidth = 1; g.strokeStyle = "#fff"; g.strokeRect(cx + 0.5, cy + 0.5, Math.max(1, cw - 1), Math.max(1, ch - 1));
     }
     if (m.bar) { colorbar(g, left + C * cw + 10, top, barHeight, lo, hi, m.sequential, m.decimals); }
-    canvas.cell = { left: left, top: top, cw: cw, ch: ch, R: R, C: C };
+    canvas.cell = { left: left, top: top, cw: cw, ch: ch, R: R, C: C, numbers: !!size.numbers };
   }
 
   // ---- a stage's numbers and their explanations ------------------------------------------------------------
@@ -288,7 +309,7 @@ var blocklabHeatmap = (function () {
       var L = canvas.cell;
       r = Math.max(0, Math.min(L.R - 1, r)); c = Math.max(0, Math.min(L.C - 1, c));
       canvas.cursor = [r, c];
-      draw(canvas, m, { cw: L.cw, ch: L.ch });
+      draw(canvas, m, { cw: L.cw, ch: L.ch, numbers: L.numbers });
       var b = canvas.getBoundingClientRect(), words = text(name, m, r, c, how);
       show(tip, words, b.left + L.left + (c + 1) * L.cw + 8, b.top + L.top + (r + 1) * L.ch + 6);
       announce(words);
@@ -297,7 +318,7 @@ var blocklabHeatmap = (function () {
       var at = canvas.cursor || [m.selected === null || m.selected === undefined ? 0 : m.selected, 0];
       cursor(at[0], at[1]);
     });
-    canvas.addEventListener("blur", function () { tip.hidden = true; canvas.cursor = null; draw(canvas, m, { cw: canvas.cell.cw, ch: canvas.cell.ch }); });
+    canvas.addEventListener("blur", function () { tip.hidden = true; canvas.cursor = null; draw(canvas, m, { cw: canvas.cell.cw, ch: canvas.cell.ch, numbers: canvas.cell.numbers }); });
     canvas.addEventListener("keydown", function (e) {
       var step = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] }[e.key];
       var at = canvas.cursor || [0, 0];
@@ -310,6 +331,7 @@ var blocklabHeatmap = (function () {
   }
 
   return { DIV: DIV, SEQ: SEQ, FONT: FONT, INK: INK, mix: mix, number: number, fmt: fmt, range: range,
+    numberWidth: numberWidth,
            barRoom: barRoom, colorbar: colorbar, margins: margins, fit: fit, draw: draw, title: title, rows: rows, explain: explain,
            text: text, hover: hover, announce: announce };
 })();
