@@ -153,7 +153,11 @@ class ActivationCache(TransformerLensAnalysis, Mapping[str, Tensor]):
             return self._stages
         if self._tl_keys is None:
             config = getattr(self.model, "config", None)
-            self._tl_keys = _transformerlens_keys(self._stages, getattr(config, "causal", True))
+            self._tl_keys = []
+            for key in _transformerlens_keys(self._stages, getattr(config, "causal", True)):
+                parts = key.split(".")  # a norm TransformerLens also names as its tied copy: both names
+                self._tl_keys += [key] + [".".join([*parts[:2], copy, *parts[3:]])
+                                          for copy, norm in self._copies(key).items() if parts[2] == norm]
         return self._tl_keys
 
     def __repr__(self) -> str:
@@ -207,9 +211,26 @@ class ActivationCache(TransformerLensAnalysis, Mapping[str, Tensor]):
             name = blocklab_name(key)
         except ValueError as error:
             raise KeyError(str(error)) from None
+        if name not in self._stages and "hook_" in key:
+            name = self._one_norm(name)
         if name not in self._stages:
             raise KeyError(self._missing(key, name))
         return name, "hook_" in key
+
+    def _copies(self, name: str) -> dict[str, str]:
+        """TransformerLens' names for the norms of the block stage ``name`` is in that are another norm's
+        (``Layout.transformerlens_copies``: {"ln2": "ln1"} in GPT-J's and Phi's block); {} elsewhere."""
+        parts, blocks = name.split("."), getattr(self.model, "blocks", None)
+        if blocks is None or len(parts) < 4 or parts[0] != "blocks" or not parts[1].isdigit() \
+                or int(parts[1]) >= len(blocks):
+            return {}
+        return dict(blocks[int(parts[1])].layout.transformerlens_copies)
+
+    def _one_norm(self, name: str) -> str:
+        """``blocks.0.ln2.scale`` -> ``blocks.0.ln1.scale`` where TransformerLens' ln2 is a copy of the
+        block's one norm (GPT-J, Phi); any other name unchanged."""
+        parts, copies = name.split("."), self._copies(name)
+        return ".".join([*parts[:2], copies[parts[2]], *parts[3:]]) if copies.get(parts[2]) else name
 
     def _layer_stage(self, written: str, layer: int) -> tuple[str, bool]:
         n = self.n_layers

@@ -324,8 +324,8 @@ class ModelWeights:
             if attn.v.bias is None:
                 continue
             folded = (attn.b_V[:, :, None] * attn.W_O).sum((0, 1))  # (d,): per query head
-            if attn.o.bias is None:
-                raise ValueError("fold_value_biases needs a bias on o to hold the value biases")
+            if attn.o.bias is None:  # GPT-J's o (its v has one after fold_ln): as TransformerLens' b_O
+                attn.o.bias = nn.Parameter(torch.zeros_like(attn.o.weight[:, 0]))
             attn.o.bias += folded
             attn.v.bias.zero_()
         self.weights_processed = [*getattr(self, "weights_processed", []), "fold_value_biases"]
@@ -406,8 +406,8 @@ def _fold(norm: nn.Module, linears: list[nn.Linear], centre: bool) -> None:
     gamma, beta = norm.gamma, getattr(norm, "bias", None)  # gamma: offset + weight (None: the kind has none)
     for linear in linears:
         if beta is not None:
-            if linear.bias is None:
-                raise ValueError("fold_ln: a norm with a bias needs a bias on every layer it feeds")
+            if linear.bias is None:  # GPT-J's q, k, v: beta becomes their bias, as TransformerLens' b_Q
+                linear.bias = nn.Parameter(torch.zeros_like(linear.weight[:, 0]))
             linear.bias += linear.weight @ beta  # with the unfolded weight
         if gamma is not None:
             linear.weight *= gamma  # scales column j by gamma_j

@@ -88,6 +88,10 @@ class Layout:
     steps: tuple[Step, ...]
     final_norm: bool  # a stack of these blocks ends with a norm before the head by default
     lean: bool = False  # block.py registers a lean wiring for it (kernels.py), taken where the config allows
+    # TransformerLens' names for a norm this block has once: (its name there, this block's norm). Its
+    # HookedTransformer gives a block with one norm feeding both branches two tied norms (GPT-J, Phi: ln2 a
+    # copy of ln1 feeding the MLP alone): the cache reads the copy's names as the one norm's stages
+    transformerlens_copies: tuple[tuple[str, str], ...] = ()
     norm_on_stream: bool = field(init=False)  # a norm's output is the residual stream (post-norm)
 
     def __post_init__(self) -> None:
@@ -242,7 +246,7 @@ LAYOUTS: dict[str, Layout] = {
              Sublayer("attn", "ln1"),
              Sublayer("ffn", "ln1"),
              Sum("resid_post", "resid_pre", ("attn.out", "ffn.out"), "res1")),
-            final_norm=True,
+            final_norm=True, transformerlens_copies=(("ln2", "ln1"),),
         ),
     )
 }

@@ -1,0 +1,105 @@
+"""The shared-norm parallel families (Phi, GPT-J) against TransformerLens' HookedTransformer built by its own
+config reader and weight converters from the same local folder (no network): tokens, logits, the cache at
+every TransformerLens hook name (TransformerLens gives these blocks two tied norms, ln1 and ln2, where the
+block has one), the processed weights' logits, and a hook that edits a head."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import blocklab as bl
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformer_lens")
+from tokenizers import ByteLevelBPETokenizer  # noqa: E402
+from transformer_lens import HookedTransformer, HookedTransformerConfig  # noqa: E402
+from transformer_lens.loading_from_pretrained import convert_hf_model_config  # noqa: E402
+from transformer_lens.pretrained.weight_conversions import convert_gptj_weights, convert_phi_weights  # noqa: E402
+
+EOT = "<|endoftext|>"
+TEXT = "The cat sat on the mat. The dog sat on the log. A cat and a dog sat on a mat and a log."
+FAMILIES = {  # name -> (transformers model of a vocabulary size, TransformerLens' converter)
+    "phi": (lambda vocab: transformers.PhiForCausalLM(transformers.PhiConfig(
+        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        max_position_embeddings=64, partial_rotary_factor=0.5, bos_token_id=0, eos_token_id=0)),
+        convert_phi_weights),
+    "gptj": (lambda vocab: transformers.GPTJForCausalLM(transformers.GPTJConfig(  # TL's d_mlp is 4 d
+        vocab_size=vocab, n_embd=32, n_layer=2, n_head=4, n_positions=64, rotary_dim=4, bos_token_id=0,
+        eos_token_id=0)), convert_gptj_weights),
+}
+
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def pair(request, tmp_path_factory):
+    """(blocklab's import of a random folder of the family, TransformerLens' HookedTransformer of it,
+    unprocessed, and both after TransformerLens' processing)."""
+    build, convert = FAMILIES[request.param]
+    folder = tmp_path_factory.mktemp(request.param)
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator([TEXT] * 20, vocab_size=300, min_frequency=1, special_tokens=[EOT])
+    torch.manual_seed(3)
+    hf = build(bpe.get_vocab_size()).eval()
+    with torch.no_grad():  # spread the weights: norms and biases too, so that processing them matters
+        for p in hf.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    hf.save_pretrained(str(folder))
+    (folder / "tokenizer.json").write_text(bpe._tokenizer.to_str())
+    (folder / "special_tokens_map.json").write_text(json.dumps({"bos_token": EOT, "eos_token": EOT}))
+    transformers.PreTrainedTokenizerFast(
+        tokenizer_file=str(folder / "tokenizer.json"), bos_token=EOT, eos_token=EOT, unk_token=EOT,
+        pad_token=EOT).save_pretrained(str(folder))
+    cfg = HookedTransformerConfig.unwrap(convert_hf_model_config(str(folder)))
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
+    theirs = HookedTransformer(cfg, tokenizer=tokenizer)
+    theirs.load_and_process_state_dict(convert(hf, cfg), fold_ln=False, center_unembed=False,
+                                       center_writing_weights=False, fold_value_biases=False)
+    processed = HookedTransformer(cfg, tokenizer=tokenizer)
+    processed.load_and_process_state_dict(convert(hf, cfg))  # from_pretrained's processing
+    ours_processed = bl.load(folder).model
+    ours_processed.process_weights_()
+    return bl.load(folder).model, theirs.eval(), ours_processed, processed.eval()
+
+
+def test_tokens_logits_and_the_cache_at_every_transformerlens_name(pair):
+    ours, theirs, *_ = pair
+    tokens = theirs.to_tokens([TEXT[:40], TEXT[10:50]])
+    assert torch.equal(ours.to_tokens([TEXT[:40], TEXT[10:50]]), tokens)  # BOS as TransformerLens decides
+    with torch.no_grad():
+        torch.testing.assert_close(ours(tokens), theirs(tokens), rtol=0, atol=1e-4)
+        _, their_cache = theirs.run_with_cache(tokens)
+        _, our_cache = ours.run_with_cache(tokens)
+    assert any(name.endswith("ln2.hook_normalized") for name in their_cache)  # TransformerLens' tied norm
+    assert set(their_cache) <= set(our_cache.keys())  # a filter over the keys finds what it finds there
+    for name, want in their_cache.items():
+        torch.testing.assert_close(our_cache[name], want, rtol=0, atol=2e-4, msg=name)
+
+
+def test_processed_weights_give_transformerlens_logits_and_weights(pair):
+    _, _, ours, theirs = pair
+    tokens = theirs.to_tokens(TEXT[:50])
+    with torch.no_grad():
+        torch.testing.assert_close(ours(tokens), theirs(tokens), rtol=0, atol=1e-4)
+    for name in ("W_Q", "W_K", "W_V", "W_O", "b_O", "W_in", "b_in", "W_out", "b_out", "W_U", "b_U"):
+        torch.testing.assert_close(getattr(ours, name), getattr(theirs, name), rtol=0, atol=1e-5, msg=name)
+
+
+def test_a_hook_on_a_head_edits_what_transformerlens_edits_and_one_on_the_tied_copy_is_refused(pair):
+    """TransformerLens' ln2 in these blocks is a copy of ln1 feeding the MLP alone: editing it there edits
+    the MLP's input only; blocklab's block has one norm feeding both branches, so an edit under that name
+    is refused by name (reading it gives ln1's values, above)."""
+    ours, theirs, *_ = pair
+    tokens = theirs.to_tokens(TEXT[:30])
+
+    def zero_head_2(v, hook):  # (B, T, heads, d_head) under TransformerLens' names
+        v[:, :, 2] = 0.0
+        return v
+
+    with torch.no_grad():
+        got = ours.run_with_hooks(tokens, fwd_hooks=[("blocks.1.attn.hook_v", zero_head_2)])
+        want = theirs.run_with_hooks(tokens, fwd_hooks=[("blocks.1.attn.hook_v", zero_head_2)])
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
+    with pytest.raises(ValueError, match=r"blocks\.0\.ln2\.hook_normalized.*ln1"):
+        ours.run_with_hooks(tokens, fwd_hooks=[("blocks.0.ln2.hook_normalized", lambda x, hook: 2 * x)])
