@@ -373,6 +373,8 @@ RECORDED: dict[str, str] = {
     "cache-memory": "python benchmarks/cache_memory.py",
     "generate": "python benchmarks/generate.py",
     "norm-cost": "python benchmarks/norm_cost.py",
+    "train-step": "python benchmarks/train_step.py",
+    "gpu-check-cpu": "python benchmarks/gpu_check.py --device cpu --quick --out gpu-check",
     "time-to-target": "python benchmarks/time_to_target.py --seeds 0-9",
     "trainer-costs": "python benchmarks/time_to_target.py --costs",
     "optimizer-bits": "python benchmarks/optimizer_bits.py",
