@@ -34,6 +34,7 @@ from .parser import COMMAND_SUMMARIES, Parser, RawDescriptionHelpFormatter
 COMMAND_GROUPS = (
     "training",  # train, eval, predict
     "trace",  # trace
+    "explain",  # explain
     "explore",  # explore
     "lab",  # diagnose, ablate, claims
     "weights",  # import, embed, generate

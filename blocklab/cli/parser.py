@@ -24,6 +24,7 @@ COMMAND_SUMMARIES: dict[str, str] = {
     "eval": "held-out loss and accuracy of a trained model",
     "predict": 'a trained model\'s answer to a query, e.g. --input "Max ( 3 , 9 , 4 )"',
     "trace": "walk one input through the model and print every stage's numbers",
+    "explain": "type a vector into a norm, an activation or the FFN and see each step's numbers",
     "explore": "a live web page over one or more models: trace as you type, predict, ablate",
     "diagnose": "gradient flow and activation statistics of a model at initialization",
     "ablate": "train a grid of configs x seeds; summary table, summary.json, report.html",

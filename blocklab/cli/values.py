@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -135,6 +137,25 @@ def parse_target(text: str) -> float:
     if value is None:
         raise argparse.ArgumentTypeError(f"{text!r}: this flag needs an accuracy, {TARGET_RULE}")
     return value
+
+
+def parse_numbers(text: str) -> list[float]:
+    """A vector a learner types: ``4,2,0,-2``, ``"4 2 0 -2"`` or ``"[4, 2, 0, -2]"``; finite numbers only."""
+    parts = [p for p in re.split(r"[,\s]+", text.strip().strip("[]()").strip()) if p]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"{text!r} holds no numbers; give them separated by commas, e.g. "
+                                         "4,2,0,-2")
+    numbers = []
+    for part in parts:
+        try:
+            number = float(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r} in {text!r} is not a number; give numbers separated "
+                                             "by commas, e.g. 4,2,0,-2") from None
+        if not math.isfinite(number):
+            raise argparse.ArgumentTypeError(f"{part!r} in {text!r} is not a finite number")
+        numbers.append(number)
+    return numbers
 
 
 def parse_path(text: str) -> str:

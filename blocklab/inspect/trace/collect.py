@@ -95,7 +95,7 @@ def _rows(name: str, x: Tensor, positions: list[int]) -> tuple[Tensor, Tensor | 
     return x[positions], None
 
 
-def _norm_numbers(module: nn.Module, x: Tensor, positions: list[int]) -> NormNumbers:
+def norm_numbers(module: nn.Module, x: Tensor, positions: list[int]) -> NormNumbers:
     """mu, var, denominator and z_hat of a LayerNorm for its input ``x`` (1, T, d), its input there,
     gamma and beta, in float64."""
     rows = x.detach()[0, positions].to(torch.float64)
@@ -296,7 +296,7 @@ def _stage(name: str, value: Tensor, positions: list[int], config: ModelConfig, 
         module = r.modules.get(module_path or name)
         stage.norm_module = _norm_label(module)
         if isinstance(module, LayerNorm) and module_path in r.norm_inputs:
-            stage.norm = _norm_numbers(module, r.norm_inputs[module_path], positions)
+            stage.norm = norm_numbers(module, r.norm_inputs[module_path], positions)
     if kind in ("ffn.hidden", "ffn.act"):
         stage.frac_le_zero = (rows <= 0).to(torch.float64).mean(-1)
     if name == "embed" and "tok" in r.cache:

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from ...nn.layouts import LAYOUTS
 from ...nn.norm_kinds import NORM_KINDS
-from .record import Stage, Trace
+from .record import NormNumbers, Stage, Trace
 from .text import fmt, grid, to_text
 
 GRID_COLUMNS = 64  # a step this wide or narrower is printed number by number (the tutorial's d_ff is 64)
@@ -48,6 +48,38 @@ def _features(n: int, prefix: str = "") -> list[str]:
     return [f"{prefix}{j}" for j in range(n)]
 
 
+def make_step(title: str, formula: str, values: Tensor, rows: list[str], columns: list[str] | None,
+              stage: str, per_row: bool = True) -> WalkStep:
+    """A step of ``values``: a matrix (R, C) as it is; a vector one number per row (``per_row``: a row
+    statistic such as mu) or one row (a parameter such as gamma); columns numbered when not named."""
+    values = values if values.dim() == 2 else values.reshape(-1, 1) if per_row else values[None]
+    columns = columns if columns is not None else _features(values.shape[1])
+    return WalkStep(title, formula, values, rows, columns, stage)
+
+
+def norm_steps(n: NormNumbers, name: str, module: str, output: Tensor, rows: list[str],
+               stage: str) -> list[WalkStep]:
+    """A per-position norm's steps for its input rows: the input, mu (a kind that centres), var (or the mean
+    square), the denominator with its eps, z_hat, gamma and beta (where the norm has them), the output."""
+    kind = NORM_KINDS[n.variant]
+
+    def step(title: str, formula: str, values: Tensor, columns: list[str] | None = None,
+             labels: list[str] | None = None) -> WalkStep:
+        return make_step(f"{name}: {title}", formula, values, labels or rows, columns, stage, labels is None)
+
+    steps = [step("input", f"the {module}'s input", n.x)]
+    if kind.centres:
+        steps.append(step("mu", "the mean of each row", n.mu, ["mu"]))
+    steps += [step(kind.var_name, f"{kind.var_name} of each row (divided by d)", n.var, [kind.var_name]),
+              step(kind.denominator, f"eps = {n.eps:g}", n.denom, ["denom"]),
+              step("z_hat", ("(x - mu) / " if kind.centres else "x / ") + "denom", n.z_hat)]
+    for param, what in ((n.gamma, "gamma"), (n.beta, "beta")):
+        if param is not None:
+            steps.append(step(what, f"the norm's {what}, one per feature", param, labels=[what]))
+    steps.append(step("output", "gamma * z_hat" + (" + beta" if n.beta is not None else ""), output))
+    return steps
+
+
 class _Walker:
     """Builds the steps of one trace; one method per stage kind that has steps (``KINDS``)."""
 
@@ -59,9 +91,8 @@ class _Walker:
 
     def add(self, stage: Stage, title: str, formula: str, values: Tensor, columns: list[str] | None = None,
             rows: list[str] | None = None) -> None:
-        values = values if values.dim() == 2 else values.reshape(-1, 1) if rows is None else values[None]
-        cols = columns if columns is not None else _features(values.shape[1])
-        self.steps.append(WalkStep(title, formula, values, rows or self.tokens, cols, stage.name))
+        self.steps.append(make_step(title, formula, values, rows or self.tokens, columns, stage.name,
+                                    per_row=rows is None))
 
     def where(self, stage: Stage) -> str:
         return "" if stage.block is None else f"block {stage.block}: "
@@ -130,18 +161,8 @@ class _Walker:
             if s.norm_module:
                 self.add(s, f"{self.where(s)}{s.short}", f"{s.norm_module}", s.rows)
             return
-        n, kind, name = s.norm, NORM_KINDS[s.norm.variant], f"{self.where(s)}{s.short}"
-        self.add(s, f"{name}: input", f"the {s.norm_module}'s input", n.x)
-        if kind.centres:
-            self.add(s, f"{name}: mu", "the mean of each row", n.mu, ["mu"])
-        self.add(s, f"{name}: {kind.var_name}", f"{kind.var_name} of each row (divided by d)", n.var,
-                 [kind.var_name])
-        self.add(s, f"{name}: {kind.denominator}", f"eps = {n.eps:g}", n.denom, ["denom"])
-        self.add(s, f"{name}: z_hat", ("(x - mu) / " if kind.centres else "x / ") + "denom", n.z_hat)
-        for param, what in ((n.gamma, "gamma"), (n.beta, "beta")):
-            if param is not None:
-                self.add(s, f"{name}: {what}", f"the norm's {what}, one per feature", param, rows=[what])
-        self.add(s, f"{name}: output", "gamma * z_hat" + (" + beta" if n.beta is not None else ""), s.rows)
+        name = f"{self.where(s)}{s.short}"
+        self.steps += norm_steps(s.norm, name, s.norm_module, s.rows, self.tokens, s.name)
 
     def logits(self, s: Stage) -> None:
         self.add(s, "logits", "x W_vocab^T: a score per vocabulary token", s.rows, s.columns)
@@ -178,9 +199,9 @@ def walk_steps(trace: Trace) -> list[WalkStep]:
     return walker.steps
 
 
-def step_grids(step: WalkStep, decimals: int, width: int) -> list:
-    """One step as grids of its numbers in column chunks that fit ``width`` (rows labelled by token); a step
-    wider than ``GRID_COLUMNS``: each row's min, mean, max and L2 instead."""
+def step_grids(step: WalkStep, decimals: int, width: int, corner: str = "token") -> list:
+    """One step as grids of its numbers in column chunks that fit ``width``, rows labelled under ``corner``
+    (by token); a step wider than ``GRID_COLUMNS``: each row's min, mean, max and L2 instead."""
     values, columns = step.values, step.columns
     if values.shape[1] > GRID_COLUMNS:
         finite = torch.where(torch.isfinite(values), values, torch.zeros((), dtype=values.dtype))
@@ -188,22 +209,27 @@ def step_grids(step: WalkStep, decimals: int, width: int) -> list:
         columns = ["min", "mean", "max", "L2"]
     cells = [[fmt(float(v), decimals) for v in row] for row in values]
     cell_w = max([len(c) for row in cells for c in row] + [len(c) for c in columns])
-    label_w = max(len(r) for r in [*step.rows, "token"])
+    label_w = max(len(r) for r in [*step.rows, corner])
     per = max(1, (width - label_w) // (cell_w + 2))
-    return [grid("", ["token", *(c.rjust(cell_w) for c in columns[start:start + per])],
+    return [grid("", [corner, *(c.rjust(cell_w) for c in columns[start:start + per])],
                  [[label.ljust(label_w), *(c.rjust(cell_w) for c in row[start:start + per])]
                   for label, row in zip(step.rows, cells, strict=True)])
             for start in range(0, len(columns), per)]
 
 
-def render_walk(trace: Trace, console, decimals: int, width: int) -> None:
-    """Print the walk: each step numbered, its title and formula, then its numbers."""
+def render_steps(steps: list[WalkStep], console, decimals: int, width: int, corner: str = "token") -> None:
+    """Print steps: each numbered, its title and formula, then its numbers (``step_grids``)."""
     from rich.text import Text
 
     wide = f" (wider than {GRID_COLUMNS}: each row's min, mean, max, L2)"
-    for i, step in enumerate(walk_steps(trace), 1):
+    for i, step in enumerate(steps, 1):
         heading = Text.assemble((f"{i}. {step.title}", "bold cyan"), "  ", (step.formula, "dim"),
                                 (wide if step.values.shape[1] > GRID_COLUMNS else "", "dim"))
         console.print(heading)
-        for g in step_grids(step, decimals, width):
+        for g in step_grids(step, decimals, width, corner):
             console.print(to_text(g))
+
+
+def render_walk(trace: Trace, console, decimals: int, width: int) -> None:
+    """Print the walk of a trace (``render_steps`` of ``walk_steps``)."""
+    render_steps(walk_steps(trace), console, decimals, width)
