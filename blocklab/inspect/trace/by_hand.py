@@ -77,7 +77,7 @@ def activations_by_hand(x: Tensor, names: list[str] | None = None) -> list[WalkS
         function = implementation(kind)[0]
         formula = _first_line(function.__doc__)
         if kind.gated:
-            formula = f"the gate {function.__name__}: {formula}; the FFN multiplies it by W3 x + b3"
+            formula = f"the gate {function.__name__}: {formula}; the FFN takes it times W3 x + b3"
         steps.append(make_step(name, formula, function(x), [name], None, name, per_row=False))
     return steps
 
