@@ -15,16 +15,21 @@ import torch
 from ..nn.activation_kinds import ACTIVATION_KINDS
 from ..nn.config import DEFAULT_EPS
 from ..nn.norm_kinds import NORM_KINDS
+from ..nn.presets import PRESETS
 from .args import (
     add_command,
+    add_json_flag,
     add_model_flag,
     at_least,
+    emit_json,
+    one_of,
     parse_float,
     parse_int,
     parse_name,
     parse_names,
     parse_path,
     parse_seed,
+    say_written,
 )
 from .trace import MIN_WIDTH
 from .values import parse_numbers
@@ -57,18 +62,18 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("what", choices=list(FLAGS), metavar="WHAT", help=f"one of: {', '.join(FLAGS)}")
     p.add_argument("vector", type=parse_numbers, metavar="VECTOR",
                    help='the numbers, e.g. 4,2,0,-2 or "[4, 2, 0, -2]"')
-    p.add_argument("--norm", choices=list(NORM_KINDS), metavar="KIND",
+    p.add_argument("--norm", choices=list(NORM_KINDS), metavar="NAME",
                    help=f"norm: the kind, one of {', '.join(NORM_KINDS)} (default: standard, LayerNorm)")
     p.add_argument("--eps", type=parse_float, metavar="X", help=f"norm: its eps (default: {DEFAULT_EPS:g})")
     p.add_argument("--gamma", type=parse_numbers, metavar="VECTOR",
                    help="norm: gamma, one number per element (default: ones)")
     p.add_argument("--beta", type=parse_numbers, metavar="VECTOR",
                    help="norm: beta, one number per element (default: zeros; RMSNorm has none)")
-    p.add_argument("--activation", type=parse_names, metavar="NAMES",
+    p.add_argument("--activation", type=parse_names, metavar="NAME",
                    help="activation: these kinds, comma-separated (default: all: "
                         f"{', '.join(ACTIVATION_KINDS)}); ffn: the preset's activation replaced by this one")
     p.add_argument("--preset", type=parse_name, metavar="NAME",
-                   help=f"ffn: the preset (default: {FFN_PRESET})")
+                   help=f"ffn: the preset, {one_of(PRESETS, FFN_PRESET)}")
     p.add_argument("--seed", type=parse_seed, metavar="N",
                    help="ffn: the seed of the preset's weights (default: 0)")
     add_model_flag(p, required=False, what="ffn: this model's FFN instead of a preset's")
@@ -80,6 +85,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="digits after the decimal point, 0 to 12 (default: 4)")
     p.add_argument("--width", type=at_least(MIN_WIDTH), metavar="N",
                    help=f"width of the grids, >= {MIN_WIDTH} (default: the terminal's, else 160)")
+    add_json_flag(p, "the steps (title, formula, rows, columns, values)")
     p.set_defaults(func=cmd_explain)
 
 
@@ -146,6 +152,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
     refuse_other_flags(args)
     torch.set_num_threads(1)  # one vector: a second thread costs more than it brings
     what, notes, steps = explain_steps(args)
+    data = {"what": args.what, "subject": what, "notes": notes,
+            "steps": [{"title": s.title, "formula": s.formula, "rows": s.rows, "columns": s.columns,
+                       "values": s.values.tolist()} for s in steps]}
+    if emit_json(args.json, data):
+        return 0
     console = Console(highlight=False)
     console.width = args.width or (console.width if console.is_terminal else 160)
     console.print(Text.assemble((f"blocklab explain {args.what}", "bold"), "  ", what))
@@ -153,4 +164,5 @@ def cmd_explain(args: argparse.Namespace) -> int:
         console.print(f"note: {note}", style="yellow", markup=False)
     console.print()
     render_steps(steps, console, args.decimals, console.width, corner="")
+    say_written(args.json)
     return 0

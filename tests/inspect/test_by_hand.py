@@ -213,3 +213,11 @@ def test_refusals_name_what_is_allowed(capsys, argv: list[str], message: str) ->
     err = capsys.readouterr().err
     assert err.startswith("blocklab: error: ") and err.count("\n") == 1
     assert message in err
+
+
+def test_json_holds_the_same_steps(capsys) -> None:
+    assert main(["explain", "norm", "4,2,0,-2", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    steps = {s["title"]: s["values"] for s in data["steps"]}
+    assert steps["LayerNorm: mu"] == [[1.0]] and steps["LayerNorm: var"] == [[5.0]]
+    assert steps["LayerNorm: sqrt(var+eps)"] == [[math.sqrt(5.0 + EPS)]]
