@@ -114,6 +114,7 @@ def base_argv(command: str, models: Path) -> list[str]:
         "eval": ["--model", listops],
         "predict": ["--model", listops, "--input", "Max ( 1 , 2 , 3 )"],
         "trace": ["--input", "Max ( 1 , 2 , 3 )", "-q"],
+        "explain": ["norm", "4,2,0,-2"],
         "diagnose": ["--batch-size", "2"],
         "ablate": [*small_run, "--jobs", "1", "--log-diagnostics", "0"],
         "claims": ["--list"],
