@@ -7,8 +7,9 @@
 Grouped-query attention (``n_kv_heads`` = h_kv < h; multi-query at h_kv = 1) gives each group of
 h / h_kv query heads one key and value head: Wk and Wv are (h_kv d_k, d), the KV cache holds h_kv
 heads. With rotary positions (rotary.py) each head's queries and keys are rotated by their positions
-after the split (the ``rot_q``, ``rot_k`` stages). A sliding window (``sliding_window`` = w) lets a
-query see only the last w positions, itself included (Mistral).
+after the split (the ``rot_q``, ``rot_k`` stages). With ALiBi (alibi.py) each head's scores get its
+bias -m_h |i - j| before the mask: the ``scores`` stage includes it. A sliding window (``sliding_window``
+= w) lets a query see only the last w positions, itself included (Mistral).
 
 QK-norm (``qk_norm``) normalises the queries and keys before they are rotated and multiplied, so the
 scores' size no longer grows with the weights' (Dehghani et al. 2023; Wortsman et al. 2023):
@@ -41,6 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .alibi import alibi_bias, alibi_slopes
 from .circuits import AttentionWeights
 from .hooks import HookPoint
 from .kernels import norm_linear
@@ -96,9 +98,10 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
         norm: str = "rms",
         eps: float = 1e-6,
         d_head: int | None = None,
+        alibi: bool = False,
     ) -> None:
         """``qk_norm``: one of QK_NORMS; ``norm`` (a LayerNorm variant) and ``eps`` are its norms' (they
-        have a bias where ``bias`` and the variant allow one)."""
+        have a bias where ``bias`` and the variant allow one). ``alibi``: ALiBi's bias on the scores."""
         super().__init__()
         if n_heads < 1 or (d_head is None and d_model % n_heads):
             raise ValueError(f"MultiHeadAttention n_heads={n_heads} must divide d_model={d_model} "
@@ -116,6 +119,7 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
         self.d_k = d_model // n_heads if d_head is None else d_head
         self.d_attn = n_heads * self.d_k  # the heads' width, concatenated (d_model unless d_head is given)
         self.n_kv_heads, self.sliding_window = kv_heads, sliding_window
+        self.alibi = tuple(alibi_slopes(n_heads)) if alibi else None  # fixed numbers: no parameter, no buffer
         in_bias = bias if qkv_bias is None else qkv_bias
         self.q = nn.Linear(d_model, self.d_attn, bias=in_bias, **factory)
         self.k = nn.Linear(d_model, kv_heads * self.d_k, bias=in_bias, **factory)
@@ -204,9 +208,18 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
             allowed = keys if allowed is None else allowed & keys
         return allowed
 
-    def _scores(self, q: Tensor, k: Tensor, allowed: Tensor | None) -> Tensor:
-        """Q K^T / sqrt(d_k), -inf where a key is not visible: (B, h, T, past + T)."""
+    def _bias(self, T: int, past: int, like: Tensor) -> Tensor | None:
+        """ALiBi's -m_h |i - j| (1, h, T, past + T) in ``like``'s dtype (computed in float64), or None."""
+        if self.alibi is None:
+            return None
+        slopes = torch.tensor(self.alibi, dtype=torch.float64, device=like.device)
+        return alibi_bias(slopes, T, past).to(like.dtype)[None]
+
+    def _scores(self, q: Tensor, k: Tensor, allowed: Tensor | None, past: int = 0) -> Tensor:
+        """Q K^T / sqrt(d_k) (+ ALiBi's bias), -inf where a key is not visible: (B, h, T, past + T)."""
         scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
+        bias = self._bias(q.shape[2], past, scores)
+        scores = scores if bias is None else scores + bias
         return scores if allowed is None else scores.masked_fill(~allowed, float("-inf"))
 
     @staticmethod
@@ -218,9 +231,10 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
         blind = ~allowed.any(dim=-1, keepdim=True)  # (B|1, 1, T|1, 1): queries that see no key
         return torch.softmax(scores.masked_fill(blind, 0.0), dim=-1).masked_fill(blind, 0.0)
 
-    def _explicit(self, q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None) -> tuple[Tensor, Tensor]:
+    def _explicit(self, q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, past: int = 0
+                  ) -> tuple[Tensor, Tensor]:
         k, v = self._shared(k), self._shared(v)
-        scores = self.hook_scores(self._scores(q, k, allowed))  # (B, h, T, T)
+        scores = self.hook_scores(self._scores(q, k, allowed, past))  # (B, h, T, T)
         weights = self.hook_weights(self._softmax(scores, allowed))  # (B, h, T, T)
         dropped = F.dropout(weights, self.dropout_p, self.training) if self.dropout_p else weights
         return dropped @ v, weights  # (B, h, T, d_k)
@@ -232,7 +246,7 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
         if self.hook_scores.observers or self.hook_weights.observers:
             allowed = self._allowed(key_padding_mask, q.shape[2], q.device, past)
             with torch.no_grad():
-                scores = self._scores(q, self._shared(k), allowed)
+                scores = self._scores(q, self._shared(k), allowed, past)
             self.hook_scores.observe(lambda: scores)
             self.hook_weights.observe(lambda: self._softmax(scores, allowed))
 
@@ -290,19 +304,22 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
         weights = None
         if explicit:
             allowed = self._allowed(key_padding_mask, T, q.device, past)
-            ctx, weights = self._explicit(q, k, v, allowed)
+            ctx, weights = self._explicit(q, k, v, allowed, past)
         else:
             # is_causal alone lets SDPA skip building the mask; padding needs the full bool mask, and
             # so do several new queries after a cached past (SDPA's is_causal aligns top-left).
             # One new query after the past sees every key: no mask at all.
             offset_causal = self.causal and past > 0 and T > 1
             windowed = self.sliding_window is not None and past + T > self.sliding_window
-            needs_mask = key_padding_mask is not None or offset_causal or windowed
+            bias = self._bias(T, past, q)  # ALiBi: the mask becomes the bias, -inf where not allowed
+            needs_mask = key_padding_mask is not None or offset_causal or windowed or bias is not None
             allowed = self._allowed(key_padding_mask, T, q.device, past) if needs_mask else None
+            mask = allowed if bias is None else bias if allowed is None \
+                else bias.masked_fill(~allowed, -math.inf)
             ctx = F.scaled_dot_product_attention(
-                q, self._shared(k), self._shared(v), attn_mask=allowed,
+                q, self._shared(k), self._shared(v), attn_mask=mask,
                 dropout_p=self.dropout_p if self.training else 0.0,
-                is_causal=self.causal and allowed is None and past == 0,
+                is_causal=self.causal and allowed is None and bias is None and past == 0,
             )
             self._observe_scores_and_weights(q, k, key_padding_mask, past)
         # SDPA's CPU kernel lays its output out as (B, T, h, d_k): this concat is then a view, so
@@ -335,7 +352,8 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
         return (f"d_model={self.d_model}, n_heads={self.n_heads}, d_k={self.d_k}, causal={self.causal}"
                 + (f", n_kv_heads={self.n_kv_heads}" if self.n_kv_heads != self.n_heads else "")
                 + (f", sliding_window={self.sliding_window}" if self.sliding_window is not None else "")
-                + (f", qk_norm={self.qk_norm!r}" if self.qk_norm != "none" else ""))
+                + (f", qk_norm={self.qk_norm!r}" if self.qk_norm != "none" else "")
+                + (", alibi=True" if self.alibi is not None else ""))
 
 
 class KVCache:

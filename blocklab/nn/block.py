@@ -105,7 +105,8 @@ class TransformerBlock(HookedModule):
         self.attn = MultiHeadAttention(
             c.d_model, c.n_heads, causal=c.causal, bias=c.bias, dropout=c.dropout, fused=fused,
             n_kv_heads=c.n_kv_heads, qkv_bias=c.qkv_bias, o_bias=c.o_bias, rotary=c.pos_encoding == "rotary",
-            sliding_window=c.sliding_window, qk_norm=c.qk_norm, norm=c.norm, eps=c.eps, d_head=c.head_dim)
+            sliding_window=c.sliding_window, qk_norm=c.qk_norm, norm=c.norm, eps=c.eps, d_head=c.head_dim,
+            alibi=c.pos_encoding == "alibi")
         self.ffn = FeedForward(c.d_model, c.d_ff, c.activation, bias=c.bias, dropout=c.dropout, fused=fused)
         for norm in self.layout.norms:
             setattr(self, norm, build_norm(c.norm, c.d_model, c.eps, c.bias, fused=fused))

@@ -28,7 +28,8 @@ NORMS = tuple(NORM_KINDS)  # as the package ships it; validation reads the table
 _NO_NORM = next(name for name, kind in NORM_KINDS.items() if not kind.normalises)  # for messages
 NORM_POSITIONS = tuple(LAYOUTS)  # the block layouts (layouts.LAYOUTS: where the norms sit, how it is wired)
 RESIDUALS = tuple(RESIDUAL_KINDS)  # residual_kinds.py: one record each
-POS_ENCODINGS = ("sinusoidal", "learned", "rotary", "none")  # rotary: rotary.py, inside attention
+# rotary (rotary.py) and alibi (alibi.py) act inside attention: nothing is added to x0
+POS_ENCODINGS = ("sinusoidal", "learned", "rotary", "alibi", "none")
 FUSED_CHOICES = (True, False, "auto")
 DEFAULT_EPS = 1e-5
 

@@ -146,11 +146,12 @@ class LearnedPositions(nn.Embedding):
 
 
 def build_positions(config: ModelConfig) -> nn.Module | None:
-    """The positional encoding x0 adds, as the config names it (None for "rotary" and "none")."""
+    """The positional encoding x0 adds, as the config names it (None for "rotary", "alibi", "none")."""
     table = {
         "sinusoidal": lambda: SinusoidalPositions(config.max_seq_len, config.d_model),
         "learned": lambda: LearnedPositions(config.max_seq_len, config.d_model),
         "rotary": lambda: None,  # nothing added to x0: attention rotates queries and keys (rotary.py)
+        "alibi": lambda: None,  # nothing added to x0: attention biases its scores by distance (alibi.py)
         "none": lambda: None,
     }
     return table[config.pos_encoding]()

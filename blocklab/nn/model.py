@@ -1,7 +1,8 @@
 """The stack (docs/concepts.md#the-stack): embeddings, positions, N blocks, final norm, LM head, loss.
 
     x0 = tok + pos                         tok = scale * E[tokens], pos = PE[positions] (embedding.py;
-                                           rotary positions add nothing here: attention rotates q, k)
+                                           rotary positions and ALiBi add nothing here: attention
+                                           rotates q, k / biases its scores by distance)
     x_{l+1} = Block_l(x_l)                 l = 0..N-1
     logits = ln_f(x_N) @ W_vocab^T         ln_f for pre-norm; head optionally tied to Embed
     loss = cross_entropy(logits, targets)  targets of -100 (padding) are ignored
@@ -22,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import tl_generate
+from .alibi import check_alibi_positions
 from .attention import KVCache
 from .block import TransformerBlock, deepnorm_beta
 from .circuits import ModelWeights, Unembed
@@ -202,6 +204,8 @@ class Transformer(HookedModule, ModelWeights, TransformerLensModel):
         self._check_tokens(tokens, past, position_ids)
         key_padding_mask = attention_mask == 0 if attention_mask is not None else None  # True at padding
         pad = key_padding_mask[:, past:] if key_padding_mask is not None else None  # these tokens' own
+        if position_ids is not None and self.config.pos_encoding == "alibi":
+            check_alibi_positions(position_ids, pad)
         x = self._embed(tokens, past, position_ids, token_type_ids, pad)
         angles = None
         if self.rotary is not None:  # each token's position in its own sequence: past, past + 1, ...

@@ -100,14 +100,14 @@ def _embed(s: Stage, w: Walk) -> str:
     c = w.trace.config
     parts = ["token part"]
     parts += {"sinusoidal": ["sinusoidal position code"], "learned": ["learned positions"], "none": [],
-              "rotary": []}[c.pos_encoding]  # rotary positions act inside attention (rot_q, rot_k)
+              "rotary": [], "alibi": []}[c.pos_encoding]  # both act inside attention (rot_q, rot_k; scores)
     if c.type_vocab_size:
         parts.append("token-type embedding")
     words = f"x0 = {' + '.join(parts)}"
     if s.norm_module:
         words += f", normalized with {s.norm_module}"
     share = ""
-    if s.parts is not None and c.pos_encoding not in ("none", "rotary"):
+    if s.parts is not None and c.pos_encoding not in ("none", "rotary", "alibi"):
         mean_share = float(s.parts.tok_share.mean())
         share = f"; token share ||tok|| / (||tok|| + ||pos||) {mean_share:.1%} (mean over positions)"
     return f"embedding: {words}; mean L2 norm per position {_n(_l2(s))}{share}"
@@ -173,7 +173,11 @@ def _qk_norm(s: Stage, w: Walk) -> str:
 def _scores(s: Stage, w: Walk) -> str:
     attn = w.module(s.name.rsplit(".", 1)[0])
     d_k = attn.d_k if attn is not None else s.shape[-1]
-    text = (f"scores: q . k / sqrt(d_k) = / {_n(math.sqrt(d_k))} for every head, query (row) and key; "
+    alibi = getattr(attn, "alibi", None)
+    bias = "" if alibi is None else (
+        " - m_h |i - j| (ALiBi: a penalty per step between query i and key j, "
+        f"slopes m_h {', '.join(_n(m) for m in alibi)} for heads 0..{len(alibi) - 1})")
+    text = (f"scores: q . k / sqrt(d_k) = / {_n(math.sqrt(d_k))}{bias} for every head, query (row) and key; "
             f"range {_n(float(s.stats['min'].min()))} to {_n(float(s.stats['max'].max()))}")
     if s.masked is not None:
         text += f"; {int(s.masked.sum())} entries masked to -inf (keys a query may not see)"

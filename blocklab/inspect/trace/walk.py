@@ -128,8 +128,9 @@ class _Walker:
                 self.add(s, f"{where}: QK^T", f"Q K^T, before the scale (d_k = {q.shape[1]})", q @ k.T,
                          self.keys)
                 self.add(s, f"{where}: scaled", f"Q K^T / sqrt(d_k) = / {d_k:.6g}", q @ k.T / d_k, self.keys)
-            self.add(s, f"{where}: masked", "scaled + mask: -inf where a query may not see the key"
-                     if self.c.causal else "scaled (no mask)", s.heads[h], self.keys)
+            alibi = " - m_h |i - j| (ALiBi)" if self.c.pos_encoding == "alibi" else ""
+            self.add(s, f"{where}: masked", f"scaled{alibi} + mask: -inf where a query may not see the key"
+                     if self.c.causal else f"scaled{alibi} (no mask)", s.heads[h], self.keys)
             exp = torch.exp(s.heads[h])  # exp(-inf) = 0: a masked key gets no weight
             self.add(s, f"{where}: exp", "softmax, step 1: exp of each score", exp, self.keys)
             self.add(s, f"{where}: row sums", "softmax, step 2: each query's sum of exp", exp.sum(-1),
