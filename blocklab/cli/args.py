@@ -194,7 +194,7 @@ FIELD_HELP = {
     "sliding_window": "causal attention to the last N positions only (Mistral); none: all",
     "qk_norm": "a norm (the --norm variant) on queries and keys before the scores: per head (Qwen3) or "
                "over all heads at once (OLMo 2)",
-    "pos_encoding": "the position code added to the token embedding (rotary, alibi: inside attention instead)",
+    "pos_encoding": "the position code added to the token embedding (rotary, alibi: inside attention)",
     "rotary_fraction": "rotary only: the share of each head rotated (Pythia: 0.25)",
     "rotary_base": "rotary only: the frequencies' base theta",
     "rotary_style": "rotary only: half (Llama, GPT-NeoX) or interleaved (GPT-J) pairs",

@@ -208,7 +208,7 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
             allowed = keys if allowed is None else allowed & keys
         return allowed
 
-    def _bias(self, T: int, past: int, like: Tensor) -> Tensor | None:
+    def _alibi_bias(self, T: int, past: int, like: Tensor) -> Tensor | None:
         """ALiBi's -m_h |i - j| (1, h, T, past + T) in ``like``'s dtype (computed in float64), or None."""
         if self.alibi is None:
             return None
@@ -218,7 +218,7 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
     def _scores(self, q: Tensor, k: Tensor, allowed: Tensor | None, past: int = 0) -> Tensor:
         """Q K^T / sqrt(d_k) (+ ALiBi's bias), -inf where a key is not visible: (B, h, T, past + T)."""
         scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
-        bias = self._bias(q.shape[2], past, scores)
+        bias = self._alibi_bias(q.shape[2], past, scores)
         scores = scores if bias is None else scores + bias
         return scores if allowed is None else scores.masked_fill(~allowed, float("-inf"))
 
@@ -311,7 +311,7 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
             # One new query after the past sees every key: no mask at all.
             offset_causal = self.causal and past > 0 and T > 1
             windowed = self.sliding_window is not None and past + T > self.sliding_window
-            bias = self._bias(T, past, q)  # ALiBi: the mask becomes the bias, -inf where not allowed
+            bias = self._alibi_bias(T, past, q)  # ALiBi: the mask becomes the bias, -inf where not allowed
             needs_mask = key_padding_mask is not None or offset_causal or windowed or bias is not None
             allowed = self._allowed(key_padding_mask, T, q.device, past) if needs_mask else None
             mask = allowed if bias is None else bias if allowed is None \
