@@ -97,8 +97,7 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
         qk_norm: str = "none",
         norm: str = "rms",
         eps: float = 1e-6,
-        d_head: int | None = None,
-        alibi: bool = False,
+        d_head: int | None = None, alibi: bool = False,
     ) -> None:
         """``qk_norm``: one of QK_NORMS; ``norm`` (a LayerNorm variant) and ``eps`` are its norms' (they
         have a bias where ``bias`` and the variant allow one). ``alibi``: ALiBi's bias on the scores."""
