@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -41,6 +40,7 @@ import train_step as training
 from blocklab.bench.blocks import VARIANTS, Shape, build_candidates, make_input, train_step
 from blocklab.bench.runner import BOOTSTRAP, speed_ratios
 from blocklab.bench.stats import time_rounds
+from blocklab.files.jsonfiles import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 CUDA_TESTS = ("tests/test_device.py",)
@@ -158,7 +158,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="runs/gpu-check",
                         help="folder for report.json (default: %(default)s)")
     args = parser.parse_args(argv)
-    device = torch.device(args.device)
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        print(f"gpu-check: --device {args.device!r} is not a device: cuda, cuda:N or cpu", file=sys.stderr)
+        return 2
+    if device.type not in ("cuda", "cpu"):
+        print(f"gpu-check: --device {args.device!r}: the check runs on cuda, cuda:N or cpu", file=sys.stderr)
+        return 2
     if device.type == "cuda" and not torch.cuda.is_available():
         print("gpu-check: no CUDA GPU here (torch.cuda.is_available() is False); "
               "use --device cpu --quick to check the script itself", file=sys.stderr)
@@ -178,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     print_table(report)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
+    write_json(out / "report.json", report)  # atomically, never through a link
     print(f"written: {out / 'report.json'}")
     return 0 if report["tests"]["status"] in (0, 5) else 1
 

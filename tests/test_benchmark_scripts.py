@@ -99,3 +99,12 @@ def test_every_benchmark_script_has_a_smoke_run() -> None:
     assert scripts == {command.split()[0] for command, _ in SMOKE_RUNS} | set(RUN_BY_CI)
     ci = (BENCHMARKS.parent / ".ci" / "run").read_text()
     assert all(line in ci for line in RUN_BY_CI.values())
+
+
+@pytest.mark.parametrize("device", ["foo", "mps", "cuda:x"])
+def test_the_gpu_check_refuses_a_device_it_cannot_run_on_in_one_line(device, tmp_path) -> None:
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "gpu_check.py"), "--device", device,
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and device in done.stderr
+    assert not (tmp_path / "out").exists()  # nothing written

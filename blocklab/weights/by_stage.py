@@ -30,6 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from ..files.folders import write_output_file
+from ..files.jsonfiles import parse_json
 from ..files.reading import read_regular_bytes
 
 # PyTorch's parameter name -> the stage name (a regular expression and its replacement), first match wins
@@ -176,12 +177,9 @@ def read_weights_file(path: str | Path) -> dict[str, Tensor]:
             raise ValueError(f"{path}: not a readable safetensors file ({e})") from None
     if path.suffix != ".json":
         raise ValueError(f"{path}: a weights file is {FILE_KINDS}")
-    try:
-        entries = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(entries, dict):
-        raise ValueError(f"{path}: a weights file holds one JSON object of name -> array of numbers")
+    is_object = lambda value: None if isinstance(value, dict) else \
+        "a weights file holds one JSON object of name -> array of numbers"
+    entries = parse_json(data, str(path), is_object)  # strict, depth-capped JSON: one line when it is not
     return {name: _tensor(path, name, value) for name, value in entries.items()}
 
 

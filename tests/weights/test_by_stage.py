@@ -123,6 +123,8 @@ def test_an_entry_that_does_not_fit_is_refused_by_name(change, message: str) -> 
     ('{"embedding": "ones"}', "entry embedding is not a number or a rectangular array of numbers"),
     ("[1, 2]", "a weights file holds one JSON object"),
     ("{", "not valid JSON"),
+    ('{"embedding": ' + "[" * 100_000 + "]" * 100_000 + "}", "JSON nested deeper than"),  # not a crash
+    ('{"embedding": [NaN]}', "not valid JSON"),  # strict JSON: no NaN or Infinity
 ])
 def test_a_malformed_json_file_is_refused_naming_the_entry(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "w.json"
