@@ -34,6 +34,7 @@ from ..nn.embedding import embedding_parts
 from ..nn.layouts import LAYOUTS
 from ..nn.memory import check_memory
 from ..nn.model import Transformer
+from ..nn.moe import expert_token_counts
 from ..nn.norm_kinds import NORM_KINDS
 from ..nn.norms import layer_norm_stats
 from ..tasks import Task
@@ -62,6 +63,9 @@ class LayerDiagnostics:
     ffn_frac_le0: float  # fraction of FFN pre-activations <= 0
     ffn_dead: float  # fraction of hidden units <= 0 at every position
     attn_entropy: list[float]  # per head, nats, mean over query positions
+    # a mixture of experts: the (token, choice) pairs each expert was given (the FFN fractions above are
+    # over every expert's hidden units, each on its own tokens); [] for a dense FFN
+    expert_tokens: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -138,7 +142,10 @@ def _group_norms(grads: dict[str, Tensor]) -> dict[str, float]:
 def _stage_names(model: Transformer) -> list[str]:
     """The hook points diagnostics read: residual stream, branches, norms, FFN hidden, attention weights."""
     layout = LAYOUTS[model.config.norm_position]
-    wanted = {"resid_pre", "ffn.hidden", "attn.weights", *layout.norms}
+    c = model.config
+    ffn = [f"ffn.experts.{e}.hidden" for e in range(c.n_experts)] + ["ffn.expert_indices"] if c.n_experts \
+        else ["ffn.hidden"]
+    wanted = {"resid_pre", *ffn, "attn.weights", *layout.norms}
     wanted |= {stage for c in layout.connections.values() for stage in (c.x, c.branch, c.out, *c.others)}
     wanted |= set(layout.norm_inputs.values())
     parts = [name for name in ("tok", "pos") if name in model.hook_names()]
@@ -176,7 +183,7 @@ def _forward_stats(
             for ln, stage in LAYOUTS[c.norm_position].norm_inputs.items():
                 stats = layer_norm_stats(at(stage)[valid].double(), c.eps, c.norm)
                 norm_inputs[ln] = {"mu": float(stats.mu.mean()), "var": float(stats.var.mean())}
-        hidden = at("ffn.hidden")[valid]  # (N_valid, d_ff)
+        hidden, counts = _ffn_hidden(c.n_experts, at, valid)
         weights = at("attn.weights").double()  # (B, h, T, T); masked keys have weight 0
         entropy = torch.special.entr(weights).sum(-1)  # (B, h, T)
         per_head = entropy.permute(0, 2, 1)[valid].mean(0)  # (h,)
@@ -184,11 +191,26 @@ def _forward_stats(
             "resid_norm": float(x.norm(dim=-1).mean()),
             "resid_var": float(x.var(unbiased=False)),
             "norm_inputs": norm_inputs,
-            "ffn_frac_le0": float((hidden <= 0).double().mean()),
-            "ffn_dead": float((hidden <= 0).all(dim=0).double().mean()),
+            "ffn_frac_le0": sum(int((h <= 0).sum()) for h in hidden) / max(sum(h.numel() for h in hidden), 1),
+            "ffn_dead": float(torch.stack([(h <= 0).all(dim=0).double().mean() for h in hidden]).mean()),
             "attn_entropy": [float(h) for h in per_head],
+            "expert_tokens": counts,
         })
     return rows
+
+
+def _ffn_hidden(n_experts: int, at: Any, valid: Tensor) -> tuple[list[Tensor], list[int]]:
+    """The FFN's hidden pre-activations on the valid positions: [(N_valid, d_ff)] for a dense FFN; for a
+    mixture each expert's on the valid tokens it was given, and how many (token, choice) pairs each got."""
+    if not n_experts:
+        return [at("ffn.hidden")[valid]], []
+    indices = at("ffn.expert_indices")  # (B, T, k)
+    chosen, keep = indices.reshape(-1, indices.shape[-1]), valid.reshape(-1)  # (N, k), (N,)
+    hidden = []
+    for e in range(n_experts):  # the expert's rows are its tokens in order (moe.MixtureOfExperts.forward)
+        token = torch.where(chosen == e)[0]
+        hidden.append(at(f"ffn.experts.{e}.hidden")[keep[token]])  # (N_valid_e, d_ff)
+    return hidden, expert_token_counts(indices, n_experts, valid).tolist()
 
 
 def path_tensors(
@@ -250,7 +272,8 @@ def _diagnose(
         (_, loss), cache = model.run_with_cache(
             tokens, targets=targets, attention_mask=attention_mask, names=_stage_names(model), detach=False
         )
-        stages = [name for name in cache if name.startswith("blocks.")]
+        # (a mixture's expert indices are integers: no gradient)
+        stages = [name for name in cache if name.startswith("blocks.") and cache[name].requires_grad]
         params = {n: p for n, p in model.named_parameters() if n.startswith("blocks.") and p.requires_grad}
         wrt = [cache[n] for n in stages] + list(params.values())
         all_grads = torch.autograd.grad(loss, wrt, retain_graph=True, allow_unused=True)

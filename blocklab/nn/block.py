@@ -40,6 +40,7 @@ from .hooked import HookedModule
 from .hooks import HookPoint, any_attached, any_intervention, hook_points, name_hook_points
 from .kernels import norm_linear, residual_norm_linear, residual_sum
 from .layouts import LAYOUTS, Norm, Sublayer, Sum
+from .moe import MixtureOfExperts
 from .norms import build_norm
 from .rotary import Angles
 
@@ -107,7 +108,10 @@ class TransformerBlock(HookedModule):
             n_kv_heads=c.n_kv_heads, qkv_bias=c.qkv_bias, o_bias=c.o_bias, rotary=c.pos_encoding == "rotary",
             sliding_window=c.sliding_window, qk_norm=c.qk_norm, norm=c.norm, eps=c.eps, d_head=c.head_dim,
             alibi=c.pos_encoding == "alibi")
-        self.ffn = FeedForward(c.d_model, c.d_ff, c.activation, bias=c.bias, dropout=c.dropout, fused=fused)
+        self.ffn = FeedForward(c.d_model, c.d_ff, c.activation, bias=c.bias, dropout=c.dropout, fused=fused) \
+            if not c.n_experts else MixtureOfExperts(
+                c.d_model, c.d_ff, c.activation, c.n_experts, c.experts_per_token, c.router_softmax,
+                c.renormalize_top_k, c.shared_expert_d_ff, bias=c.bias, dropout=c.dropout, fused=fused)
         for norm in self.layout.norms:
             setattr(self, norm, build_norm(c.norm, c.d_model, c.eps, c.bias, fused=fused))
         for residual in self.layout.residuals:
@@ -122,7 +126,7 @@ class TransformerBlock(HookedModule):
         self._points = list(hook_points(self).values())
 
     @property
-    def mlp(self) -> FeedForward:
+    def mlp(self) -> FeedForward | MixtureOfExperts:
         """TransformerLens' name for the FFN (``ffn``)."""
         return self.ffn
 

@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import names
 from .activation_kinds import ACTIVATION_KINDS
 from .attention import QK_NORMS
+from .ffn_kinds import MOE_FIELDS, ROUTINGS, moe_violations
 from .init_schemes import INIT_SCHEMES
 from .layouts import LAYOUTS, Layout, block_formula, block_title
 from .norm_kinds import NORM_KINDS, NormKind, is_layer_norm, layer_norm_variants
@@ -56,6 +57,7 @@ CHOICES: dict[str, Collection[str]] = {
     "rotary_style": ROTARY_STYLES,
     "qk_norm": QK_NORMS,
     "init": tuple(INIT_SCHEMES),
+    "router_softmax": ROUTINGS.keys(),
 }
 
 
@@ -141,6 +143,14 @@ class ModelConfig:
     keep_residual: bool = False  # lean path's speed mode: keep the residual sum (d floats/token) for backward
     checkpoint_blocks: bool = False  # recompute each block in backward: memory flat in depth
     init: str = "torch"  # how the linear weights start (init_schemes.INIT_SCHEMES; why torch: its docstring)
+    # a mixture of experts in place of the FFN (blocklab/nn/moe.py): n_experts FFNs of d_ff, each token sent
+    # to experts_per_token of them; the other fields apply only with n_experts >= 1 (ffn_kinds.MOE_FIELDS)
+    n_experts: int = 0  # 0: one dense FFN
+    experts_per_token: int = 2  # k of top-k
+    router_softmax: str = "before_top_k"  # ffn_kinds.ROUTINGS: softmax over all E, or over the k largest
+    renormalize_top_k: bool = True  # divide the k weights by their sum (Mixtral; Qwen2-MoE does not)
+    shared_expert_d_ff: int = 0  # a shared expert every token goes through, behind a sigmoid gate (Qwen2-MoE)
+    router_aux_loss_coef: float = 0.01  # the load-balancing loss' weight in training (Switch Transformer)
     # fields that were derived from others (not given): ``replace`` derives them again
     _derived: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
 
@@ -149,7 +159,7 @@ class ModelConfig:
         set_("d_ff", resolve_d_ff(self.d_ff, self.d_model) if isinstance(self.d_model, int) else self.d_ff)
         if isinstance(self.rope_scaling, dict):  # a copy: changing the caller's dict changes no config
             set_("rope_scaling", dict(self.rope_scaling))
-        for name in ("eps", "embed_std", "pos_std", "rotary_fraction", "rotary_base"):  # 1 -> 1.0: equal
+        for name in ("eps", "embed_std", "pos_std", "rotary_fraction", "rotary_base", "router_aux_loss_coef"):
             value = getattr(self, name)
             if isinstance(value, int) and not isinstance(value, bool):
                 set_(name, float(value))
@@ -202,7 +212,7 @@ class ModelConfig:
     def uses_lean_path(self) -> bool:
         """Whether each block runs its lean wiring (kernels.py) rather than module by module."""
         wired = (self.norm_position in LEAN_NORM_POSITIONS and self.residual in LEAN_RESIDUALS
-                 and is_layer_norm(self.norm) and self.dropout == 0)
+                 and is_layer_norm(self.norm) and self.dropout == 0 and self.n_experts == 0)
         return wired and self.components_fused
 
     @property
@@ -288,6 +298,8 @@ def _violations(c: ModelConfig) -> list[str]:
     need(_is_int(c.type_vocab_size) and c.type_vocab_size >= 0,
          f"type_vocab_size={c.type_vocab_size!r} must be an integer >= 0")
     _residual_violations(c, need)
+    for message in moe_violations(c.n_experts, {name: getattr(c, name) for name in MOE_FIELDS}):
+        need(False, message)
     if not errors:  # the rules across fields read fields already known to be valid
         _inapplicable_fields(c, need)
     return errors
@@ -374,6 +386,8 @@ def _why_no_lean_path(c: ModelConfig) -> str:
         return f"norm={c.norm!r} has no lean wiring (only the LayerNorm variants)"
     if c.dropout:
         return f"dropout={c.dropout!r} has no lean wiring (only dropout 0)"
+    if c.n_experts:
+        return f"n_experts={c.n_experts!r} has no lean wiring (a mixture of experts runs module by module)"
     if c.fused == "auto":
         return (f"fused='auto' runs d_model={c.d_model} module by module (lean from {LEAN_MIN_D_MODEL}); "
                 "set fused=true")

@@ -7,7 +7,8 @@ The estimate, in bytes, for float32 (4 bytes a value), P parameters, N = batch x
     optimizer    8 P                          AdamW keeps two moments per parameter
     activations  4 N (L a + 3 d + 3 V)        training: what autograd keeps for backward
 
-per token and layer, on the lean path (``config.uses_lean_path``),
+per token and layer (a mixture of experts: ``moe_values_per_token`` in place of the FFN's terms),
+on the lean path (``config.uses_lean_path``),
 a = 6 d + f d_ff + h (+ 2 h T with the explicit attention path):
 the block input, q, k, v and the attention output (5 d), the input of the second sublayer
 (d), the FFN activation (f = 1; 2 for gated activations, which add w3's output), one softmax
@@ -104,7 +105,20 @@ def activation_values_per_token(config: ModelConfig, seq_len: int, explicit_atte
         attention += 2 * d_q
     if c.uses_lean_path:
         return 6 * c.d_model + ffn + attention
-    return 8 * c.d_model + 2 * ffn + attention + 4  # (module path) norms' outputs and stats, act(h)
+    ffn_kept = 2 * ffn if not c.n_experts else moe_values_per_token(c)
+    return 8 * c.d_model + ffn_kept + attention + 4  # (module path) norms' outputs and stats, act(h)
+
+
+def moe_values_per_token(config: ModelConfig) -> int:
+    """Values a mixture of experts keeps per token for backward: the router's probabilities (E), and for
+    each of the token's k experts its copy of the token (d), what the expert keeps (f d_ff on its lean
+    path, 2 f d_ff module by module), its output before the weight (d), the weight, its index (int64: 2);
+    a shared expert adds what it keeps and its gate's input (d) and output (1)."""
+    c = config
+    kept = (1 if c.components_fused else 2) * activation_kind(c.activation).ffn_kind.input_matrices
+    routed = c.experts_per_token * (2 * c.d_model + kept * c.d_ff + 3)
+    shared = kept * c.shared_expert_d_ff + c.d_model + 1 if c.shared_expert_d_ff else 0
+    return c.n_experts + routed + shared
 
 
 def estimate_memory(

@@ -8,24 +8,35 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .activation_kinds import activation_kind
 from .attention import attention_parameter_count, qk_norm_widths
 from .config import ModelConfig
 from .feedforward import ffn_parameter_count
+from .ffn_kinds import moe_parameters
 from .layouts import LAYOUTS
 from .norms import norm_parameter_count
 
 
 @dataclass(frozen=True)
 class ParamCount:
-    """``total`` and its breakdown: ``components`` sum to the total; ``per_layer`` is one block."""
+    """``total`` and its breakdown: ``components`` sum to the total; ``per_layer`` is one block.
+    ``active``: the parameters one token is computed with (a mixture of experts uses k of its E experts;
+    otherwise the total)."""
 
     total: int
     components: dict[str, int] = field(default_factory=dict)
     per_layer: dict[str, int] = field(default_factory=dict)
+    active: int | None = None  # None: every parameter (no experts)
+
+    @property
+    def active_per_token(self) -> int:
+        """``active``, or the total when every parameter computes each token."""
+        return self.total if self.active is None else self.active
 
     def to_dict(self) -> dict[str, object]:
-        """``{"total": int, "components": {...}, "per_layer": {...}}``."""
-        return {"total": self.total, "components": dict(self.components), "per_layer": dict(self.per_layer)}
+        """``{"total": int, "components": {...}, "per_layer": {...}}`` (and ``"active"`` with experts)."""
+        out = {"total": self.total, "components": dict(self.components), "per_layer": dict(self.per_layer)}
+        return out if self.active is None else {**out, "active": self.active}
 
 
 def _norm(config: ModelConfig) -> int:
@@ -33,9 +44,9 @@ def _norm(config: ModelConfig) -> int:
 
 
 def block_parameter_counts(config: ModelConfig) -> dict[str, int]:
-    """One block's parameters by submodule: attn, ffn, then each norm of its layout (ln1, ln2; sandwich
-    adds ln1_out, ln2_out) and ``residual`` (rezero's learned scalar per connection); attn includes
-    QK-norm's two norms."""
+    """One block's parameters by submodule: attn, ffn (a mixture of experts: router, experts and
+    shared_expert in its place), then each norm of its layout (ln1, ln2; sandwich adds ln1_out, ln2_out)
+    and ``residual`` (rezero's learned scalar per connection); attn includes QK-norm's two norms."""
     c = config
     layout = LAYOUTS[c.norm_position]
     qk_norms = sum(norm_parameter_count(width, c.norm, c.bias)
@@ -43,8 +54,12 @@ def block_parameter_counts(config: ModelConfig) -> dict[str, int]:
     counts = {
         "attn": attention_parameter_count(c.d_model, c.bias, c.kv_heads * c.d_head, c.qkv_bias,
                                           c.n_heads * c.d_head, c.o_bias) + qk_norms,
-        "ffn": ffn_parameter_count(c.d_model, c.d_ff, c.activation, c.bias),
     }
+    if c.n_experts:
+        counts |= moe_parameters(activation_kind(c.activation).ffn_kind, c.d_model, c.d_ff, c.bias,
+                                 c.n_experts, c.shared_expert_d_ff)
+    else:
+        counts["ffn"] = ffn_parameter_count(c.d_model, c.d_ff, c.activation, c.bias)
     counts |= {norm: _norm(c) for norm in layout.norms}
     if c.residual == "rezero":
         counts["residual"] = len(layout.residuals)  # one learned scalar per residual connection
@@ -69,7 +84,11 @@ def count_parameters(config: ModelConfig) -> ParamCount:
     weights = 0 if c.tie_embeddings else c.vocab_size * c.d_model
     components["head"] = weights + (c.vocab_size if c.head_bias else 0)
     components = {k: v for k, v in components.items() if v or k == "head"}
-    return ParamCount(sum(components.values()), components, per_layer | {"total": sum(per_layer.values())})
+    total = sum(components.values())
+    # the experts a token skips: E - k of them in every layer
+    idle = (c.n_experts - c.experts_per_token) * per_layer["experts"] // c.n_experts if c.n_experts else 0
+    return ParamCount(total, components, per_layer | {"total": sum(per_layer.values())},
+                      total - idle * c.n_layers if c.n_experts else None)
 
 
 def format_count(n: int) -> str:

@@ -38,6 +38,7 @@ from ..inspect.nonfinite import NonFiniteError, check_parameters, watch_step
 from ..nn.config import ModelConfig
 from ..nn.memory import check_memory
 from ..nn.model import Transformer
+from ..nn.moe import balancing_term
 from ..tasks import IGNORE_INDEX, Task, get_task
 from .batches import batch_indices
 from .callbacks import Callback, StepContext, layer_grad_norms, layer_groups  # noqa: F401 - re-exported
@@ -306,6 +307,7 @@ class _Run:
         x, y = x.to(self.device), y.to(self.device)
         with self.compute.autocast():
             _, loss = self.ddp(x, y, attention_mask=mask)
+            balance = balancing_term(self.model, mask)  # None without experts
         if procs.world_size == 1:
             self.progress.loss = loss.item()
         else:  # the global batch's mean; each process's loss weighted so DDP's average is that mean
@@ -314,6 +316,9 @@ class _Run:
             if n_local * procs.world_size != n_global:
                 loss = loss * (n_local * procs.world_size / max(n_global, 1))
         row: dict[str, Any] = {"step": step, "loss": self.progress.loss, "lr": lr}
+        if balance is not None:  # Switch Transformer's balancing term, added to what backward sees
+            row["aux_loss"] = balance[0].item()
+            loss = loss + balance[1]
         if not math.isfinite(self.progress.loss):
             raise self._diverged(row, f"the training loss is {self.progress.loss}")
         self.optimizer.zero_grad(set_to_none=True)

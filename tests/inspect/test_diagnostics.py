@@ -281,3 +281,27 @@ def test_logging_diagnostics_during_training_does_not_change_the_run():
     assert len(diag[2]["grad_resid"]) == 3 and len(diag[2]["ln1_in_var"]) == 2
     with pytest.raises(ValueError, match="log-diagnostics"):
         DiagnosticsLogger(0)
+
+
+def test_a_mixture_reports_each_experts_tokens_and_its_hidden_units_without_padding() -> None:
+    # the oracle: torch forward hooks on each router (top-k of its logits) and on each expert's w1
+    torch.manual_seed(0)
+    config = bl.ModelConfig(vocab_size=20, max_seq_len=T, d_model=16, n_heads=2, d_ff=24, n_layers=2,
+                            norm="rms", norm_position="pre", causal=True, n_experts=4, experts_per_token=2)
+    model = bl.Transformer(config)
+    seen: dict[str, torch.Tensor] = {}
+    for i, block in enumerate(model.blocks):
+        block.ffn.router.register_forward_hook(lambda m, a, out, i=i: seen.__setitem__(f"{i}.router", out))
+        for e, expert in enumerate(block.ffn.experts):
+            expert.w1.register_forward_hook(lambda m, a, out, k=f"{i}.{e}": seen.__setitem__(k, out))
+    tokens = torch.randint(0, 20, (B, T))
+    mask = torch.ones(B, T, dtype=torch.long)
+    mask[0, :3] = 0  # left padding: its tokens are routed, but not counted
+    diag = diagnose(model, tokens, tokens, mask)
+    for i, layer in enumerate(diag.layers):
+        chosen = seen[f"{i}.router"].topk(2, dim=-1).indices  # (B, T, 2)
+        assert layer.expert_tokens == torch.bincount(chosen[mask.bool()].flatten(), minlength=4).tolist()
+        keep = mask.bool().flatten()
+        hidden = [seen[f"{i}.{e}"][keep[torch.where(chosen.reshape(-1, 2) == e)[0]]] for e in range(4)]
+        everything = torch.cat(hidden)
+        assert layer.ffn_frac_le0 == pytest.approx(float((everything <= 0).double().mean()), abs=1e-12)

@@ -48,6 +48,8 @@ VARIANTS = {
     "causal": dict(causal=True, norm_position="pre"), "bert-like": dict(embed_norm=True, type_vocab_size=2),
     "llama-like": dict(causal=True, norm_position="pre", norm="rms", activation="swiglu", bias=False,
                        pos_encoding="rotary", n_kv_heads=1, rotary_base=100.0),
+    "mixtral-like": dict(causal=True, norm_position="pre", norm="rms", activation="swiglu", bias=False,
+                         n_experts=4, experts_per_token=2, shared_expert_d_ff=8),
     **{f"act-{a}": dict(activation=a) for a in bl.ACTIVATION_NAMES},
 }
 
@@ -276,7 +278,9 @@ def test_json_validates_and_has_one_record_per_stage(variant: str) -> None:
         _, cache = model.run_with_cache(torch.tensor([ids]), targets=targets, names="*")
     # every stage, but a norm's scale: shown with the norm's own numbers (its denominator)
     norms_own = (".scale", ".normalized")  # a norm's inner stages: its own numbers show them
-    assert [s["name"] for s in doc["stages"]] == [n for n in cache if not n.endswith(norms_own)]
+    # an expert's stages hold the tokens routed to it (N_e, d_ff), not positions: expert_weights shows them
+    assert [s["name"] for s in doc["stages"]] == [n for n in cache if not n.endswith(norms_own)
+                                                  and ".ffn.experts." not in n]
     for record in doc["stages"]:
         x = cache[record["name"]]
         assert record["shape"] == list(x.shape)
@@ -324,6 +328,27 @@ def test_the_qk_norm_stage_says_over_what_and_each_heads_length_before_and_after
     over = ("each head's d_k = 16 features, one gamma of 16 shared by the 4 heads" if qk_norm == "head"
             else "all 4 heads' 64 features at once")
     assert f"QK-norm (queries): RMSNorm over {over}" in words
+
+
+@pytest.mark.parametrize("k, renormalize", [(2, True), (3, False)])
+def test_the_expert_weights_stage_says_where_each_token_went_with_which_weight(k: int, renormalize: bool
+                                                                                ) -> None:
+    """expert_weights' sentence: each shown position's experts and weights, against softmax and top-k of
+    the router's output read by a torch forward hook (not blocklab's stages)."""
+    model = listops_model(norm_position="pre", norm="rms", causal=True, activation="swiglu", n_experts=4,
+                          experts_per_token=k, renormalize_top_k=renormalize)
+    seen = []
+    model.blocks[1].ffn.router.register_forward_hook(lambda m, a, out: seen.append(out.detach()))
+    trace = collect_trace(model, IDS, TOKENIZER.tokens(IDS), position=5)
+    words = next(s for s in trace.stages if s.name == "blocks.1.ffn.expert_weights").explanation
+    weights, experts = torch.softmax(seen[0][0].double(), dim=-1).topk(k, dim=-1)  # (T, k)
+    if renormalize:
+        weights = weights / weights.sum(-1, keepdim=True)
+    for p in trace.positions:
+        route = ", ".join(f"expert {int(e)} ({float(w):.4g})"
+                          for e, w in zip(experts[p], weights[p], strict=True))
+        assert f"{trace.label(p)} -> {route}" in words, words
+    assert ("renormalised to sum 1" if renormalize else "not renormalised") in words
 
 
 def test_schema_rejects_a_record_without_statistics() -> None:

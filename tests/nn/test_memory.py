@@ -55,6 +55,12 @@ def _peak_step_bytes(model: Transformer, tokens: torch.Tensor) -> int:
         ModelConfig(vocab_size=50, max_seq_len=64, d_model=128, n_heads=4, n_layers=3, d_ff=512,
                     norm="rms", norm_position="pre", causal=True, qk_norm="all_heads",
                     fused=True),  # the lean path, QK-norm over all heads
+        ModelConfig(vocab_size=50, max_seq_len=64, d_model=128, n_heads=4, n_kv_heads=2, n_layers=3,
+                    d_ff=256, activation="swiglu", norm="rms", norm_position="pre", bias=False, causal=True,
+                    pos_encoding="rotary", n_experts=4, experts_per_token=2),  # Mixtral's block (module path)
+        ModelConfig(vocab_size=50, max_seq_len=64, d_model=128, n_heads=4, n_layers=3, d_ff=128, norm="rms",
+                    norm_position="pre", causal=True, n_experts=3, experts_per_token=1,
+                    shared_expert_d_ff=128, fused=True),  # lean experts, a shared expert
         pytest.param(ModelConfig(vocab_size=500, max_seq_len=64, d_model=128, n_heads=4, n_layers=2, d_ff=512,
                                  causal=True, checkpoint_blocks=True), marks=pytest.mark.slow),
     ],

@@ -206,6 +206,7 @@ from blocklab.nn.config import (  # noqa: E402
     resolved,
 )
 from blocklab.nn.init_schemes import INIT_SCHEMES  # noqa: E402
+from blocklab.nn.moe import balancing_term  # noqa: E402
 
 ALTERNATIVES: dict[str, list] = {
     "vocab_size": [19],
@@ -247,6 +248,12 @@ ALTERNATIVES: dict[str, list] = {
     "keep_residual": [True, False],
     "checkpoint_blocks": [True, False],
     "init": list(INIT_SCHEMES),
+    "n_experts": [0, 3],
+    "experts_per_token": [1, 3],
+    "router_softmax": ["before_top_k", "after_top_k"],
+    "renormalize_top_k": [True, False],
+    "shared_expert_d_ff": [0, 8],
+    "router_aux_loss_coef": [0.0],
 }
 SMALL = dict(d_model=16, n_heads=2, d_ff=32)  # the listops shape, narrower: the test builds ~150 models
 BASES = {
@@ -257,6 +264,9 @@ BASES = {
     # the modern block: rotary positions (where their options are observable), grouped queries, causal
     "llama-like": ModelConfig(**SMALL, norm_position="pre", norm="rms", activation="swiglu", bias=False,
                               causal=True, pos_encoding="rotary", n_kv_heads=1),
+    # the mixture of experts (Mixtral's block, smaller): each other field's alternatives work with experts
+    "mixtral-like": ModelConfig(**SMALL, norm_position="pre", norm="rms", activation="swiglu", bias=False,
+                                causal=True, pos_encoding="rotary", n_experts=4, experts_per_token=2),
 }
 
 
@@ -283,7 +293,9 @@ def _fingerprint(config: ModelConfig) -> list:
         train_out = model.train()(tokens)
     kept = saved_activations(model, lambda t: model(t, targets=t)[1], tokens)[0].nbytes
     model.zero_grad()
-    model(tokens, targets=tokens)[1].backward()
+    loss = model(tokens, targets=tokens)[1]
+    balance = balancing_term(model)  # what training adds to the loss with experts (training/loop.py)
+    (loss if balance is None else loss + balance[1]).backward()
     no_grad = torch.zeros(())
     grads = torch.stack([p.grad.norm() if p.grad is not None else no_grad for p in model.parameters()])
     try:
@@ -292,7 +304,8 @@ def _fingerprint(config: ModelConfig) -> list:
     except ValueError:
         accepts_12 = False
     shapes = sorted((k, tuple(v.shape)) for k, v in model.state_dict().items())
-    return [shapes, eval_out, masked_out, train_out, grads, kept, accepts_12]
+    return [shapes, eval_out, masked_out, train_out, grads, kept, accepts_12,
+            None if balance is None else balance[1].detach()]
 
 
 def _same(a: list, b: list) -> bool:

@@ -859,3 +859,37 @@ def test_a_language_model_run_reports_token_accuracy_and_perplexity_everywhere(t
     assert main(["eval", "--model", str(out), "--json", "-"]) == 0
     record = json.loads(capsys.readouterr().out)
     assert record["accuracy"] == record["token_accuracy"] == pytest.approx(evals[-1]["eval_accuracy"])
+
+
+def test_a_mixture_of_experts_trains_with_transformers_balancing_loss_added() -> None:
+    # the oracle: a plain AdamW loop adding coef * transformers' load_balancing_loss_func of the routers'
+    # logits (read by torch forward hooks on each router, not by blocklab's own bookkeeping)
+    from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
+
+    config, task = tiny(n_experts=4, experts_per_token=2, activation="swiglu", bias=False,
+                        router_aux_loss_coef=0.5)
+    c = TrainConfig(steps=3, batch_size=8, lr=3e-3, warmup=0, min_lr_ratio=1.0, grad_clip=0.0,
+                    weight_decay=0.0, log_every=1, seed=5, **QUIET)
+    result = train(config, c, task)
+    torch.manual_seed(5)
+    model = bl.Transformer(config)
+    logits: list[torch.Tensor] = []
+    for block in model.blocks:
+        block.ffn.router.register_forward_hook(lambda m, i, out: logits.append(out.reshape(-1, 4)))
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.98), weight_decay=0.0)
+    data, expected = task.split("train"), []
+    for step in range(1, 4):
+        idx = batch_indices(step, len(data), 8, seed=5)
+        logits.clear()
+        _, loss = model(data.inputs[idx], data.targets[idx])
+        aux = load_balancing_loss_func(tuple(logits), 4, 2)
+        expected += [loss.item(), aux.item()]
+        opt.zero_grad()
+        (loss + 0.5 * aux).backward()
+        opt.step()
+    reported = [v for r in result.history for v in (r["loss"], r["aux_loss"])]
+    assert reported == pytest.approx(expected, rel=1e-5)
+    assert all(r["aux_loss"] >= 1.0 - 1e-6 for r in result.history)  # its minimum is 1 (balanced)
+    for (name, ours), theirs in zip(result.model.state_dict().items(), model.state_dict().values(),
+                                    strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6, msg=name)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from ...nn.activation_kinds import ACTIVATION_KINDS
+from ...nn.ffn_kinds import ROUTINGS
 from ...nn.layouts import LAYOUTS
 from ...nn.norm_kinds import NORM_KINDS
 from ...nn.rotary import inverse_frequencies, rotary_dim
@@ -288,7 +289,36 @@ def _ffn_act(s: Stage, w: Walk) -> str:
 
 def _ffn_out(s: Stage, w: Walk) -> str:
     ffn = _ffn_module(s, w)
+    if getattr(ffn, "n_experts", 0):
+        shared = " plus the shared expert times its sigmoid gate" if ffn.shared is not None else ""
+        return (f"mixture out: each token's {ffn.top_k} experts' outputs (d_ff {ffn.d_ff} -> d_model "
+                f"{ffn.d_model} each) times their weights, summed{shared}; mean L2 norm {_n(_l2(s))}")
     return f"FFN contract: d_ff {ffn.d_ff} -> d_model {ffn.d_model} with W2; mean L2 norm {_n(_l2(s))}"
+
+
+def _router_logits(s: Stage, w: Walk) -> str:
+    ffn = _ffn_module(s, w)
+    return (f"router: one logit per expert, x Wr^T (d_model {ffn.d_model} -> {ffn.n_experts} experts); "
+            f"{ROUTINGS[ffn.router_softmax].label} picks each token's {ffn.top_k}")
+
+
+def _expert_indices(s: Stage, w: Walk) -> str:
+    ffn = _ffn_module(s, w)
+    return f"the {ffn.top_k} experts each token goes to, of {ffn.n_experts}, highest router logit first"
+
+
+def _expert_weights(s: Stage, w: Walk) -> str:
+    """Which experts each shown position went to, with which weights."""
+    ffn = _ffn_module(s, w)
+    indices = w.sibling(s, "ffn.expert_indices")
+    routes = "; ".join(
+        f"{w.trace.label(p)} -> " + ", ".join(f"expert {int(e)} ({_n(float(v))})" for e, v in zip(ie, iv,
+                                                                                               strict=True))
+        for p, ie, iv in zip(s.positions, indices.rows, s.rows, strict=True)) if indices is not None else ""
+    routing = ROUTINGS[ffn.router_softmax]
+    renormalised = "" if routing.renormalises else ", renormalised to sum 1" if ffn.renormalize else \
+        ", not renormalised"
+    return f"expert weights ({routing.label}{renormalised}): {routes}"
 
 
 def _top(s: Stage, w: Walk) -> tuple[str, str, float]:
@@ -329,6 +359,8 @@ EXPLAINERS: dict[str, Callable[[Stage, Walk], str]] = {
     "attn.z": _z, "attn.result": _result,
     "attn.out": _attn_out, "resid_mid": _residual, "resid_post": _residual, "norm": _norm,
     "ffn.hidden": _ffn_hidden, "ffn.linear": _ffn_linear, "ffn.act": _ffn_act, "ffn.out": _ffn_out,
+    "ffn.router_logits": _router_logits, "ffn.expert_indices": _expert_indices,
+    "ffn.expert_weights": _expert_weights,
     "logits": _logits, "probs": _probs, "loss": _loss,
 }
 
