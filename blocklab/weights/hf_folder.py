@@ -40,7 +40,7 @@ from ..training.checkpoint import (
 )
 from ..training.runfiles import OWNED
 from . import hf_bert, hf_gpt2, hf_gpt_neox, hf_gptj, hf_opt, hf_phi
-from .hf_llama import GEMMA, LLAMA, MISTRAL, OLMO2, QWEN2, QWEN3
+from .hf_llama import GEMMA, LLAMA, MISTRAL, MIXTRAL, OLMO2, QWEN2, QWEN3
 from .hf_map import Family, PretrainedError, from_hf, is_ignored, refused_part, to_hf
 from .hf_tokenizer import HFTokenizer, load_folder_tokenizer
 
@@ -50,7 +50,7 @@ from .hf_tokenizer import HFTokenizer, load_folder_tokenizer
 FAMILIES: dict[str, Family] = {  # type: ignore[dict-item]
     "bert": hf_bert, "gpt2": hf_gpt2, "qwen2": QWEN2, "llama": LLAMA, "mistral": MISTRAL,
     "gpt_neox": hf_gpt_neox, "qwen3": QWEN3, "olmo2": OLMO2, "gemma": GEMMA, "opt": hf_opt, "phi": hf_phi,
-    "gptj": hf_gptj,
+    "gptj": hf_gptj, "mixtral": MIXTRAL,
 }
 MAX_LISTED = 8  # keys named in one error message
 

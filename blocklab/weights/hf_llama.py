@@ -16,7 +16,14 @@ embeddings times sqrt(hidden_size) and heads 256 wide,
 Qwen3 QK-norm per head, and a head width of its own (``head_dim``, 128 whatever hidden_size:
 Qwen3-0.6B's 16 heads of 128 on a width of 1024; Llama and Mistral may set one too). OLMo 2 normalises each
 sublayer's output instead of its input (layout ``res_post``: post_attention_layernorm -> ln1_out,
-post_feedforward_layernorm -> ln2_out) and its QK-norm spans all heads. A config field blocklab
+post_feedforward_layernorm -> ln2_out) and its QK-norm spans all heads. Mixtral puts a mixture of experts
+(blocklab/nn/moe.py) in the MLP's place:
+
+    model.layers.{i}.block_sparse_moe.gate                  -> blocks.{i}.ffn.router
+    model.layers.{i}.block_sparse_moe.experts.{e}.w1, w2, w3 -> blocks.{i}.ffn.experts.{e}.w1, w2, w3
+
+with softmax over the experts before top-k and the k weights renormalised (num_experts_per_tok of
+num_local_experts); its router_aux_loss_coef is the training coefficient. A config field blocklab
 cannot honour (another rope scaling, biases on o or the MLP, attention dropout, per-layer windows)
 is refused, naming it.
 """
@@ -76,6 +83,7 @@ class LlamaFamily:
     IGNORED: tuple[str, ...] = (r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq", r"lm_head\.weight")
     default_prepend_bos: bool = True  # as TransformerLens (the tokenizers add their own BOS)
     activations: dict[str, str] = field(default_factory=lambda: {"silu": "swiglu"})  # hidden_act -> blocklab
+    experts: bool = False  # a mixture of experts in the MLP's place (Mixtral: MIXTRAL_EXPERTS)
 
     def config_from_hf(self, hf: dict[str, Any]) -> ModelConfig:
         """ModelConfig from a config.json of this family; every field blocklab cannot honour refused."""
@@ -92,6 +100,7 @@ class LlamaFamily:
         if head_dim is not None and isinstance(heads, int) and head_dim * heads == d_model:
             head_dim = None  # the width the heads have anyway: unset, as blocklab writes it
         return ModelConfig(
+            **(self._experts_from_hf(hf) if self.experts else {}),
             vocab_size=get("vocab_size"), max_seq_len=get("max_position_embeddings"), d_model=d_model,
             n_heads=heads, n_kv_heads=get("num_key_value_heads"), head_dim=head_dim,
             n_layers=get("num_hidden_layers"),
@@ -101,6 +110,16 @@ class LlamaFamily:
             qkv_bias=True if self.qkv_bias else None, activation=activation, **self.architecture_fields,
             **INIT,
         )
+
+    def _experts_from_hf(self, hf: dict[str, Any]) -> dict[str, Any]:
+        """The mixture's fields from config.json (Mixtral's names); router jitter refused (training noise
+        blocklab does not draw)."""
+        require(hf, self.defaults, "router_jitter_noise", (0, 0.0))
+        fields = {ours: hf_value(hf, self.defaults, theirs) for theirs, ours in MIXTRAL_EXPERTS.items()}
+        if not (isinstance(fields["n_experts"], int) and fields["n_experts"] >= 1):
+            raise PretrainedError(f"config.json num_local_experts={fields['n_experts']!r}: {self.name} needs "
+                                  "at least one expert")
+        return fields
 
     @property
     def architecture_fields(self) -> dict[str, Any]:
@@ -120,6 +139,8 @@ class LlamaFamily:
     def hf_config(self, config: ModelConfig, tokenizer: HFTokenizer | None = None) -> dict[str, Any]:
         """config.json for ``transformers``' class of this family."""
         needed = {**self.architecture_fields, "qkv_bias": True if self.qkv_bias else None}
+        if not self.experts:
+            needed["n_experts"] = 0  # no place for experts in the family's files
         hidden_act = {ours: theirs for theirs, ours in self.activations.items()}
         if config.activation not in hidden_act:  # named as the family's first activation
             check_exportable(config, self.name, {**needed, "activation": next(iter(hidden_act))})
@@ -144,6 +165,9 @@ class LlamaFamily:
             out["use_sliding_window"] = False
         if "head_dim" in self.defaults:  # Qwen3's default is 128 whatever the width
             out["head_dim"] = c.d_head
+        if self.experts:
+            out |= {theirs: getattr(c, ours) for theirs, ours in MIXTRAL_EXPERTS.items()}
+            out["router_jitter_noise"] = 0.0
         return out
 
     def weight_map(self, config: ModelConfig) -> list[WeightMap]:
@@ -151,6 +175,11 @@ class LlamaFamily:
         rows = [WeightMap("model.embed_tokens.weight", ("embed.weight",))]
         for i in range(config.n_layers):
             rows += renamed(f"model.layers.{i}.", f"blocks.{i}.", self.layer, params=("weight",))
+            if self.experts:
+                experts = {f"block_sparse_moe.experts.{e}.{w}": f"ffn.experts.{e}.{w}"
+                           for e in range(config.n_experts) for w in ("w1", "w2", "w3")}
+                rows += renamed(f"model.layers.{i}.", f"blocks.{i}.",
+                                {"block_sparse_moe.gate": "ffn.router", **experts}, params=("weight",))
             if config.has_qkv_bias:
                 rows += renamed(f"model.layers.{i}.", f"blocks.{i}.",
                                 {f"self_attn.{n}_proj": f"attn.{n}" for n in "qkv"}, params=("bias",))
@@ -198,6 +227,16 @@ GEMMA = LlamaFamily("gemma", "Gemma", "GemmaForCausalLM", {
     "max_position_embeddings": 8192, "tie_word_embeddings": True},
     fixes={"norm": "rms_plus_one", "embed_scale": "sqrt_d_model"},
     activations={"gelu_pytorch_tanh": "geglu_tanh", "gelu": "geglu"})
+# Mixtral's config.json fields for its mixture -> blocklab's (the routing is fixed: ARCHITECTURE's fixes)
+MIXTRAL_EXPERTS = {"num_local_experts": "n_experts", "num_experts_per_tok": "experts_per_token",
+                   "router_aux_loss_coef": "router_aux_loss_coef"}
+MIXTRAL = LlamaFamily("mixtral", "Mixtral", "MixtralForCausalLM", {
+    **MISTRAL.defaults, "rms_norm_eps": 1e-5, "rope_theta": 1e6, "sliding_window": None,
+    "num_local_experts": 8, "num_experts_per_tok": 2, "router_aux_loss_coef": 0.001,
+    "router_jitter_noise": 0.0},
+    window=True, experts=True, fixes={"router_softmax": "before_top_k", "renormalize_top_k": True,
+                                      "shared_expert_d_ff": 0},
+    layer={hf: ours for hf, ours in LAYER.items() if not hf.startswith("mlp.")})
 OLMO2 = LlamaFamily("olmo2", "OLMo 2", "Olmo2ForCausalLM", {
     **{k: v for k, v in LLAMA_DEFAULTS.items() if k not in ("mlp_bias", "pretraining_tp", "head_dim")},
     "vocab_size": 50304, "rms_norm_eps": 1e-5}, fixes={"qk_norm": "all_heads", "norm_position": "res_post"},

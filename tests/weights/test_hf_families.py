@@ -72,6 +72,14 @@ CASES = {
     "gptj-full-rotary-tied": (transformers.GPTJForCausalLM, transformers.GPTJConfig(
         vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, rotary_dim=8,
         tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)),
+    # Mixtral: a mixture of experts in the MLP's place (softmax, top-k, renormalised), Mistral's attention
+    "mixtral-top2-gqa-untied": (transformers.MixtralForCausalLM, transformers.MixtralConfig(
+        **SHAPE, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2)),
+    "mixtral-top1-window-tied": (transformers.MixtralForCausalLM, transformers.MixtralConfig(
+        **SHAPE, num_key_value_heads=1, num_local_experts=3, num_experts_per_tok=1, sliding_window=5,
+        tie_word_embeddings=True)),
+    "mixtral-top3-mha": (transformers.MixtralForCausalLM, transformers.MixtralConfig(
+        **SHAPE, num_key_value_heads=4, num_local_experts=5, num_experts_per_tok=3, rope_theta=500.0)),
 }
 SHARED_NORM = ("phi", "gptj")  # model types of the parallel block with one norm
 
@@ -122,7 +130,9 @@ def test_the_config_is_read_as_the_family_says(case):
     assert c.norm_position == ("parallel" if getattr(h, "use_parallel_residual", False) else layout)
     assert c.head_bias == (h.model_type in SHARED_NORM)
     assert c.qk_norm == {"qwen3": "head", "olmo2": "all_heads"}.get(h.model_type, "none")
-    assert c.sliding_window == (h.sliding_window if name.startswith("mistral") else None)
+    assert c.sliding_window == (h.sliding_window if name.startswith(("mistral", "mixtral")) else None)
+    assert (c.n_experts, c.experts_per_token) == ((h.num_local_experts, h.num_experts_per_tok)
+                                                  if h.model_type == "mixtral" else (0, 2))
     assert loaded.model_type == h.model_type
     assert bl.count_parameters(c).total == sum(p.numel() for p in hf.parameters())
 
@@ -157,9 +167,25 @@ def _gptj_attention_in_the_inputs_dtype(self, query, key, value, attention_mask=
     return torch.matmul(weights, value), weights
 
 
+def _mixtral_moe_in_the_inputs_dtype(self, hidden_states):
+    """transformers' MixtralSparseMoeBlock.forward with its routing softmax in the inputs' dtype (it asks
+    for float32): the same sums, token by token."""
+    batch, length, width = hidden_states.shape
+    x = hidden_states.view(-1, width)
+    router_logits = self.gate(x)
+    weights, chosen = torch.topk(torch.softmax(router_logits, dim=1), self.top_k, dim=-1)
+    weights = weights / weights.sum(dim=-1, keepdim=True)
+    out = torch.zeros_like(x)
+    for e, expert in enumerate(self.experts):
+        token, slot = torch.where(chosen == e)
+        out.index_add_(0, token, expert(x[token]) * weights[token, slot, None])
+    return out.view(batch, length, width), router_logits
+
+
 def test_logits_equal_transformers_float64(case, monkeypatch):
     """transformers computes the rotary angles in float32 in every model (blocklab too, rotary.py), the
-    Llama family's RMSNorm in float32 even in a float64 model, and GPT-J's attention scores; with those
+    Llama family's RMSNorm in float32 even in a float64 model, Mixtral's routing softmax, and GPT-J's
+    attention scores; with those
     run in float64 (and GPT-J's logits read before its final cast to float32), the two float64 models
     agree to 1e-10."""
     _, hf, folder, _ = case
@@ -167,10 +193,13 @@ def test_logits_equal_transformers_float64(case, monkeypatch):
                    transformers.models.mistral.modeling_mistral.MistralRMSNorm,
                    transformers.models.qwen2.modeling_qwen2.Qwen2RMSNorm,
                    transformers.models.qwen3.modeling_qwen3.Qwen3RMSNorm,
-                   transformers.models.olmo2.modeling_olmo2.Olmo2RMSNorm):
+                   transformers.models.olmo2.modeling_olmo2.Olmo2RMSNorm,
+                   transformers.models.mixtral.modeling_mixtral.MixtralRMSNorm):
         monkeypatch.setattr(module, "forward", _rms_norm_in_the_inputs_dtype)
     monkeypatch.setattr(transformers.models.gemma.modeling_gemma.GemmaRMSNorm, "forward",
                         _gemma_rms_norm_in_the_inputs_dtype)
+    monkeypatch.setattr(transformers.models.mixtral.modeling_mixtral.MixtralSparseMoeBlock, "forward",
+                        _mixtral_moe_in_the_inputs_dtype)
     monkeypatch.setattr(transformers.models.gptj.modeling_gptj.GPTJAttention, "_attn",
                         _gptj_attention_in_the_inputs_dtype)
     model = read_pretrained(folder).model.double()
@@ -204,6 +233,24 @@ def test_every_hidden_state_and_attention_pattern_equals_transformers(case):
                             strict=True):
         torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-4)
     assert mine.hidden_states[0].requires_grad  # not detached: gradients flow as in transformers
+
+
+def test_router_logits_and_expert_choices_equal_transformers(case):
+    _, hf, _, loaded = case
+    if hf.config.model_type != "mixtral":
+        pytest.skip("no experts in this family")
+    tokens = _ids(8, (2, 15))
+    with torch.no_grad():
+        out = hf(tokens, output_router_logits=True)
+        _, cache = loaded.model.run_with_cache(tokens)
+    k = hf.config.num_experts_per_tok
+    for i, theirs in enumerate(out.router_logits):  # (B T, E) per layer
+        ours = cache[f"blocks.{i}.ffn.router_logits"]
+        torch.testing.assert_close(ours.reshape(theirs.shape), theirs, rtol=0, atol=1e-5)
+        weights, chosen = torch.softmax(theirs, dim=-1).topk(k, dim=-1)
+        assert torch.equal(cache[f"blocks.{i}.ffn.expert_indices"].reshape(chosen.shape), chosen)
+        torch.testing.assert_close(cache[f"blocks.{i}.ffn.expert_weights"].reshape(weights.shape),
+                                   weights / weights.sum(-1, keepdim=True), rtol=0, atol=1e-6)
 
 
 def _hf_generate(hf, prompt, mask, **settings):
@@ -288,13 +335,17 @@ def test_blocklab_load_and_every_model_command_take_the_folder(case, capsys):
     ("gptj", {"rotary_dim": None}, "rotary_dim=64"),  # absent: transformers' default, wider than a head
     ("gptj", {"rotary_dim": 3}, "rotary_dim=3"),
     ("gptj", {"attn_pdrop": 0.1}, "attn_pdrop=0.1"),
+    ("mixtral", {"router_jitter_noise": 0.1}, "router_jitter_noise"),
+    ("mixtral", {"num_local_experts": 0}, "num_local_experts=0"),
+    ("mixtral", {"num_experts_per_tok": 5}, "experts_per_token=5"),
 ])
 def test_a_config_field_the_import_cannot_honour_is_refused_by_name(tmp_path, family, changes, field):
     cls, config = {"llama": CASES["llama-mha-untied"], "qwen2": CASES["qwen2-qkv-bias-tied"],
                    "qwen3": CASES["qwen3-qk-norm-gqa"], "olmo2": CASES["olmo2-gqa"],
                    "gpt_neox": CASES["pythia-parallel-quarter"], "phi": CASES["phi-shared-norm-partial"],
                    "gptj": CASES["gptj-interleaved-quarter"],
-                   "gemma": CASES["gemma-wide-heads-mqa"]}[family]
+                   "gemma": CASES["gemma-wide-heads-mqa"],
+                   "mixtral": CASES["mixtral-top2-gqa-untied"]}[family]
     torch.manual_seed(0)
     cls(config).save_pretrained(str(tmp_path))
     written = json.loads((tmp_path / "config.json").read_text())
