@@ -7,7 +7,9 @@ Face folder, so both run the same weights on the same prompts with the same sett
 at batch 1 and 8 (``--ragged``: the batch's prompts of different lengths, left-padded with a mask). The
 two are timed interleaved in one process and the best of ``--repeats`` is kept; the speed-up (blocklab's
 tokens/s over transformers') is what to read, absolute tokens/s move with the machine's load. Each row
-also says whether both produced the same tokens.
+also says whether both produced the same tokens. At batch 1 blocklab's steps read packed copies of the
+weights (nn/packed.py), made once by the first call (the untimed warm-up, which transformers gets too);
+their size is printed per shape.
 
     .venv/bin/python benchmarks/generate.py [--shapes gpt2-small,smollm2-135m] [--batches 1,8]
         [--decodings greedy,sampled] [--prompt 32 --new 64 --repeats 3 --threads 1 --ragged] [--tiny]
@@ -27,6 +29,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 
 from blocklab.nn.generate import GenerationConfig, generate
+from blocklab.nn.packed import packed_bytes
 from blocklab.nn.tokens import pad_batch
 from blocklab.weights import load_pretrained
 
@@ -129,6 +132,8 @@ def main() -> None:
                 ours, theirs = row["rate"]["blocklab"], row["rate"]["transformers"]
                 print(f"{shape:<14}{batch:>6}  {decoding:<9}{ours:>16.1f}{theirs:>20.1f}"
                       f"{ours / theirs:>9.2f}x  {row['same']}")
+        print(f"{shape}: packed copies for batch 1 {packed_bytes(model) / 2**20:.0f} MiB beside "
+              f"{sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20:.0f} MiB of weights")
     print("speed-up: blocklab's tokens/s over transformers' (above 1: blocklab is faster)")
 
 

@@ -48,7 +48,11 @@ from .hooks import HookPoint
 from .kernels import norm_linear
 from .norm_kinds import is_layer_norm, layer_norm_variants
 from .norms import LayerNorm
+from .packed import packed_linear, packing
 from .rotary import Angles
+
+# SDPA's enable_gqa (torch 2.5): key/value heads shared by groups of query heads without a copy
+_SDPA_SHARES_GROUPS = "enable_gqa" in (F.scaled_dot_product_attention.__doc__ or "")
 
 # What QK-norm normalises over (module docstring): nothing, each head's features, or all heads' at once.
 QK_NORMS = ("none", "head", "all_heads")
@@ -148,6 +152,10 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
         than the matmul it saves); so also whenever autograd is off (inference, generation): the one matmul
         only pays where backward keeps x alone instead of the concatenated weights.
         """
+        if packing(x, self.q, self.k, self.v):  # one token of one sequence: one GEMV over the packed weights
+            sizes = [w.shape[0] for w in self.qkv_weights()]
+            qkv = packed_linear(self, "qkv", x, self.qkv_weights(), (self.q.bias, self.k.bias, self.v.bias))
+            return self.split_heads(*qkv.split(sizes, dim=-1), angles)
         if separate or not torch.is_grad_enabled():
             return self.split_heads(self.q(x), self.k(x), self.v(x), angles)
         if self.fused:  # q, k, v: views of one matmul's output, each with its own gradient
@@ -192,13 +200,24 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
         groups = self.n_heads // self.n_kv_heads
         return kv if groups == 1 else kv.repeat_interleave(groups, dim=1)
 
+    def _sdpa_groups(self, k: Tensor) -> bool:
+        """Whether SDPA shares the key/value heads itself (``enable_gqa``, torch >= 2.5): no copy of the keys
+        and values repeated per query head, which a decoding step would otherwise make in every layer.
+        Without autograd only: its backward is not implemented everywhere (and training saves the copy)."""
+        return self.n_kv_heads != self.n_heads and _SDPA_SHARES_GROUPS and not torch.is_grad_enabled() \
+            and k.device.type == "cpu"
+
+    def _sdpa_kv(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        return (k, v) if self._sdpa_groups(k) else (self._shared(k), self._shared(v))
+
     def _allowed(
         self, key_padding_mask: Tensor | None, T: int, device: torch.device, past: int = 0
     ) -> Tensor | None:
         """Bool mask, True where query i (at position past + i) may attend to key j:
         (B|1, 1, T|1, past + T), or None. key_padding_mask covers all past + T keys."""
         allowed = None
-        if self.causal:
+        # one query after the past (decoding) is the last position: causality hides nothing from it
+        if self.causal and (T > 1 or self.sliding_window is not None):
             allowed = torch.ones(T, past + T, dtype=torch.bool, device=device).tril(past)[None, None]
             if self.sliding_window is not None:  # and only the last w positions: j > past + i - w
                 allowed = allowed & torch.ones_like(allowed).triu(past - self.sliding_window + 1)
@@ -284,7 +303,8 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
             out = out + self.o.bias if self.o.bias is not None else out
         else:
             self.hook_result.observe(lambda: self.head_results(ctx))
-            out = self.o(ctx)
+            out = packed_linear(self, "o", ctx, (self.o.weight,), (self.o.bias,)) if packing(ctx, self.o) \
+                else self.o(ctx)
         return self.hook_out(self.resid_dropout(out))
 
     def observe_output(self, ctx: Tensor) -> None:
@@ -316,9 +336,9 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
             mask = allowed if bias is None else bias if allowed is None \
                 else bias.masked_fill(~allowed, -math.inf)
             ctx = F.scaled_dot_product_attention(
-                q, self._shared(k), self._shared(v), attn_mask=mask,
-                dropout_p=self.dropout_p if self.training else 0.0,
+                q, *self._sdpa_kv(k, v), attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0,
                 is_causal=self.causal and allowed is None and bias is None and past == 0,
+                **({"enable_gqa": True} if self._sdpa_groups(k) else {}),
             )
             self._observe_scores_and_weights(q, k, key_padding_mask, past)
         # SDPA's CPU kernel lays its output out as (B, T, h, d_k): this concat is then a view, so

@@ -41,6 +41,7 @@ from torch import Tensor, nn
 from .factored import FactoredMatrix
 from .layouts import LAYOUTS, Norm, Sublayer
 from .norm_kinds import NORM_KINDS
+from .packed import packed_linear, packing
 
 # the norm kinds that subtract the mean: centring the writers is free (the record says which)
 CENTRING_NORMS = tuple(name for name, kind in NORM_KINDS.items() if kind.per_position and kind.centres)
@@ -152,6 +153,11 @@ class FeedForwardWeights:
 class Unembed(nn.Linear):
     """The LM head, ``nn.Linear(d, vocab)``, with TransformerLens' names for its weights
     (``model.unembed.W_U``)."""
+
+    def forward(self, x: Tensor) -> Tensor:  # (..., d) -> (..., vocab)
+        """The logits; one row while decoding reads the head's packed (d, vocab) copy (nn/packed.py)."""
+        return packed_linear(self, "head", x, (self.weight,), (self.bias,)) if packing(x) \
+            else super().forward(x)
 
     @property
     def W_U(self) -> Tensor:  # (d, vocab)

@@ -16,6 +16,7 @@ from .activation_kinds import activation_kind
 from .circuits import FeedForwardWeights
 from .hooks import HookPoint
 from .kernels import act_kernel, act_linear, norm_linear
+from .packed import packed_linear, packing
 
 
 class FeedForward(FeedForwardWeights, nn.Module):
@@ -71,6 +72,10 @@ class FeedForward(FeedForwardWeights, nn.Module):
         costs no concatenation of the weights on every call (issue 38: 1.45 s of 8.7 s of a generation)."""
         if self.fused and torch.is_grad_enabled():
             return norm_linear(x, None, None, None, self.in_weights(), self.in_bias())
+        inputs = (self.w1,) if self.w3 is None else (self.w1, self.w3)
+        if packing(x, *inputs):  # one token of one sequence: one GEMV over the packed [W1 | W3]
+            h = packed_linear(self, "in", x, self.in_weights(), [m.bias for m in inputs])
+            return h.split(self.d_ff, dim=-1)
         return (self.w1(x),) if self.w3 is None else (self.w1(x), self.w3(x))
 
     def gate(self, h1: Tensor) -> Tensor:  # (B, T, d_ff)

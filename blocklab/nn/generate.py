@@ -56,6 +56,7 @@ import torch
 from torch import Tensor
 
 from .attention import KVCache
+from .packed import packed_decoding
 from .tokens import BatchEncoding, positions_from_mask, prepends_bos
 
 if TYPE_CHECKING:  # annotations only: the model calls generate (Transformer.generate)
@@ -83,6 +84,7 @@ class GenerationConfig:
     pad_id: int | None = None  # fills finished rows (default: the tokenizer's pad id, else the first stop id)
     window_shift: int = 1  # columns dropped when the window is full
     use_cache: bool = True  # KV cache; False re-runs the window each step (same tokens)
+    pack_weights: bool = True  # batch 1: one-token steps read weights laid out for it (nn/packed.py)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop_ids", tuple(self.stop_ids))
@@ -136,6 +138,7 @@ def _violations(c: GenerationConfig) -> list[str]:
     need(c.do_sample is None or isinstance(c.do_sample, bool), f"do_sample={c.do_sample!r} must be true, "
          "false or None (sample when temperature, top_k or top_p is set)")
     need(isinstance(c.use_cache, bool), f"use_cache={c.use_cache!r} must be true or false")
+    need(isinstance(c.pack_weights, bool), f"pack_weights={c.pack_weights!r} must be true or false")
     need(_is_number(c.temperature) and c.temperature > 0, f"temperature={c.temperature!r} must be > 0")
     need(c.temperature_end is None or (_is_number(c.temperature_end) and c.temperature_end > 0),
          f"temperature_end={c.temperature_end!r} must be > 0 (or None: a constant temperature)")
@@ -288,7 +291,9 @@ class Window:
         hidden = self.model.encode(step, attention_mask=seen, kv_cache=self.cache,
                                    position_ids=positions.clamp(min=0))  # (B, T_step, d_model)
         logits = self.model.head(hidden[:, -1]).float()  # only the last position predicts
-        if not bool(torch.isfinite(logits).all()):  # argmax of NaNs is id 0, multinomial fails
+        # argmax of NaNs is id 0, multinomial fails; a NaN or Inf makes the sum non-finite (checked first:
+        # 20x cheaper), which a sum of finite logits can be too, by overflow: then each logit is checked
+        if not bool(torch.isfinite(logits.sum())) and not bool(torch.isfinite(logits).all()):
             raise NonFiniteLogits(logits, tokens[:, first:L], seen)
         return logits
 
@@ -376,7 +381,8 @@ def generate(
     was_training = model.training
     model.eval()
     try:
-        return _decode(model, tokens, mask, config, on_token)
+        with packed_decoding(config.pack_weights):
+            return _decode(model, tokens, mask, config, on_token)
     finally:
         model.train(was_training)
 

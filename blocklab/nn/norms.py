@@ -91,6 +91,8 @@ def _module_path(kind: NormKind, fused: bool, kernel: NormKernel) -> Callable:
 
 def _kernel_pair(kernel: NormKernel, x: Tensor, weight: Tensor | None, bias: Tensor | None,
                  eps: float) -> Tensor:
+    if not torch.is_grad_enabled():  # nothing is saved for a backward: the forward kernel alone (decoding)
+        return kernel(x, weight, bias)[0]
     return layer_norm(x, kernel, weight, bias)  # saves x, mean and rstd (blocklab/nn/kernels.py)
 
 

@@ -21,6 +21,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 
 import blocklab as bl
 from blocklab.nn.generate import generate
+from blocklab.nn.packed import packed_bytes
 from blocklab.weights import read_pretrained, save_pretrained
 from blocklab.weights.hf_map import PretrainedError
 
@@ -274,6 +275,22 @@ def test_greedy_and_sampled_generation_equal_transformers_on_a_left_padded_batch
     sampled = dict(do_sample=True, top_k=10, top_p=0.9, temperature=1.2)
     ours = generate(loaded.model, ids, attention_mask=mask, max_new_tokens=20, seed=4, **sampled)
     torch.manual_seed(4)  # transformers draws from the global generator
+    assert torch.equal(ours, _hf_generate(hf, ids, mask, max_new_tokens=20, **sampled))
+
+
+def test_one_prompt_generates_transformers_tokens_through_the_packed_decode_weights(case):
+    """Batch 1: each one-token step reads the weights packed for it (nn/packed.py: q|k|v and W1|W3
+    concatenated, transposed where that streams faster, the head's own copy); greedy and sampled tokens are
+    transformers'."""
+    _, hf, _, loaded = case
+    ids = _ids(7, (1, 6))
+    mask = torch.ones_like(ids)
+    ours = generate(loaded.model, ids, max_new_tokens=20)
+    assert torch.equal(ours, _hf_generate(hf, ids, mask, max_new_tokens=20))
+    assert packed_bytes(loaded.model) > 0, "batch 1 decoding should have packed the weights"
+    sampled = dict(do_sample=True, top_k=10, top_p=0.9, temperature=1.2)
+    ours = generate(loaded.model, ids, max_new_tokens=20, seed=5, **sampled)
+    torch.manual_seed(5)
     assert torch.equal(ours, _hf_generate(hf, ids, mask, max_new_tokens=20, **sampled))
 
 
