@@ -194,6 +194,15 @@ FIELD_HELP = {
     "sliding_window": "causal attention to the last N positions only (Mistral); none: all",
     "qk_norm": "a norm (the --norm variant) on queries and keys before the scores: per head (Qwen3) or "
                "over all heads at once (OLMo 2)",
+    "n_experts": "a mixture of experts in the FFN's place: this many expert FFNs behind a router; "
+                 "0: one dense FFN",
+    "experts_per_token": "mixture only: k, the experts each token goes to (Mixtral: 2)",
+    "router_softmax": "mixture only: softmax over every expert then the k largest, or over the k largest "
+                      "logits",
+    "renormalize_top_k": "mixture only: divide the k weights by their sum (Mixtral; Qwen2-MoE does not)",
+    "shared_expert_d_ff": "mixture only: a shared expert of this width behind a sigmoid gate (Qwen2-MoE); "
+                          "0: none",
+    "router_aux_loss_coef": "mixture only: the load-balancing loss' weight in training (Switch Transformer)",
     "pos_encoding": "the position code added to the token embedding (rotary, alibi: inside attention)",
     "rotary_fraction": "rotary only: the share of each head rotated (Pythia: 0.25)",
     "rotary_base": "rotary only: the frequencies' base theta",

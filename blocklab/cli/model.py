@@ -19,7 +19,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "(no model is built), and compare with the published total of a known preset.",
     )
     add_config_flags(p)
-    add_json_flag(p, 'the count: {"total": int, "components": {...}, "per_layer": {...}}')
+    add_json_flag(p, 'the count: {"total": int, "components": {...}, "per_layer": {...}} (with experts also '
+                      '"active": int, "ffn_parts": {...})')
     p.set_defaults(func=cmd_params)
 
 
@@ -43,15 +44,23 @@ def cmd_params(args: argparse.Namespace) -> int:
     table.add_column("parameters", justify="right")
     table.add_column("share", justify="right")
     table.add_column("how", style="dim")
-    formulas = _formulas(c)
+    formulas, parts = _formulas(c), _part_formulas(c)
     for name, n in count.components.items():
         table.add_row(name, f"{n:,}", f"{100 * n / count.total:.1f}%", formulas.get(name, ""))
+        if name == "blocks.ffn":  # a mixture's parts, inside its row (the components sum without them)
+            for part, per_block in count.ffn_parts.items():
+                n = per_block * c.n_layers
+                table.add_row(f"  {part}", f"{n:,}", f"{100 * n / count.total:.1f}%", parts[part])
     table.add_section()
     table.add_row("total", f"{count.total:,}", "100%", "")
     console = Console()
     console.print(table)
     per_layer = ", ".join(f"{k} {v:,}" for k, v in count.per_layer.items())
     console.print(f"per block: {per_layer}")
+    if count.active is not None:
+        active = count.active
+        console.print(f"active per token: {active:,} ({100 * active / count.total:.1f}%: "
+                      f"{c.experts_per_token} of {c.n_experts} experts in each block)")
     if args.preset in PUBLISHED_TOTALS and config == preset(args.preset):
         published = PUBLISHED_TOTALS[args.preset]
         verdict = "equal" if published == count.total else f"differs by {count.total - published:+,}"
@@ -60,6 +69,19 @@ def cmd_params(args: argparse.Namespace) -> int:
         console.print(f"note: {PRESET_NOTES[args.preset]}")
     say_written(args.json)
     return 0
+
+
+def _part_formulas(c: ModelConfig) -> dict[str, str]:
+    """'How it is counted' for each part of a mixture of experts (the sub-rows of blocks.ffn)."""
+    from ..nn.activation_kinds import activation_kind
+
+    L, E = c.n_layers, c.n_experts
+    n_in, biases = activation_kind(c.activation).ffn_kind.input_matrices + 1, " + biases" if c.bias else ""
+    return {
+        "router": f"L {L} x E {E} x d",
+        "experts": f"L {L} x E {E} x ({n_in} d d_ff{biases})",
+        "shared_expert": f"L {L} x ({n_in} d {c.shared_expert_d_ff}{biases} + gate d)",
+    }
 
 
 def _formulas(c: ModelConfig) -> dict[str, str]:
@@ -82,7 +104,8 @@ def _formulas(c: ModelConfig) -> dict[str, str]:
         "token_type": f"{c.type_vocab_size} x d {d}",
         "blocks.attn": f"L {L} x (4d^2{b})" if d_q == d_kv == d and c.qk_norm == "none" else
                        f"L {L} x ({q_part} + 2d x {d_kv}{biases}{qk_norms})",
-        "blocks.ffn": f"L {L} x ({n_in} d d_ff{' + biases' if c.bias else ''}), d_ff {c.d_ff}",
+        "blocks.ffn": f"L {L} x (the parts below)" if c.n_experts else
+                      f"L {L} x ({n_in} d d_ff{' + biases' if c.bias else ''}), d_ff {c.d_ff}",
         **{f"blocks.{norm}": f"L {L} x {ln}" for norm in LAYOUTS[c.norm_position].norms},
         "ln_f": ln,
         "head": ("tied to embed (shared)" if c.tie_embeddings else f"d {d} x vocab {c.vocab_size}")

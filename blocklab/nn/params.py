@@ -21,12 +21,15 @@ from .norms import norm_parameter_count
 class ParamCount:
     """``total`` and its breakdown: ``components`` sum to the total; ``per_layer`` is one block.
     ``active``: the parameters one token is computed with (a mixture of experts uses k of its E experts;
-    otherwise the total)."""
+    otherwise the total). ``ffn_parts``: a mixture's ``ffn`` of one block split into its parts (router,
+    experts, shared_expert; they sum to ``per_layer["ffn"]``), empty without experts: the mixture stays one
+    ``ffn`` component, so that the FFN's share of a model reads the same with or without experts."""
 
     total: int
     components: dict[str, int] = field(default_factory=dict)
     per_layer: dict[str, int] = field(default_factory=dict)
     active: int | None = None  # None: every parameter (no experts)
+    ffn_parts: dict[str, int] = field(default_factory=dict)
 
     @property
     def active_per_token(self) -> int:
@@ -34,19 +37,31 @@ class ParamCount:
         return self.total if self.active is None else self.active
 
     def to_dict(self) -> dict[str, object]:
-        """``{"total": int, "components": {...}, "per_layer": {...}}`` (and ``"active"`` with experts)."""
+        """``{"total": int, "components": {...}, "per_layer": {...}}`` (and ``"active"``, ``"ffn_parts"`` with
+        experts)."""
         out = {"total": self.total, "components": dict(self.components), "per_layer": dict(self.per_layer)}
-        return out if self.active is None else {**out, "active": self.active}
+        experts = {"active": self.active, "ffn_parts": dict(self.ffn_parts)}
+        return out if self.active is None else {**out, **experts}
 
 
 def _norm(config: ModelConfig) -> int:
     return norm_parameter_count(config.d_model, config.norm, config.bias)
 
 
+def ffn_parts(config: ModelConfig) -> dict[str, int]:
+    """A mixture of experts' parameters in one block by part (router, experts, shared_expert); {} for a
+    dense FFN."""
+    c = config
+    if not c.n_experts:
+        return {}
+    return moe_parameters(activation_kind(c.activation).ffn_kind, c.d_model, c.d_ff, c.bias, c.n_experts,
+                          c.shared_expert_d_ff)
+
+
 def block_parameter_counts(config: ModelConfig) -> dict[str, int]:
-    """One block's parameters by submodule: attn, ffn (a mixture of experts: router, experts and
-    shared_expert in its place), then each norm of its layout (ln1, ln2; sandwich adds ln1_out, ln2_out)
-    and ``residual`` (rezero's learned scalar per connection); attn includes QK-norm's two norms."""
+    """One block's parameters by submodule: attn, ffn (a mixture of experts whole: ``ffn_parts`` splits
+    it), then each norm of its layout (ln1, ln2; sandwich adds ln1_out, ln2_out) and ``residual`` (rezero's
+    learned scalar per connection); attn includes QK-norm's two norms."""
     c = config
     layout = LAYOUTS[c.norm_position]
     qk_norms = sum(norm_parameter_count(width, c.norm, c.bias)
@@ -55,11 +70,9 @@ def block_parameter_counts(config: ModelConfig) -> dict[str, int]:
         "attn": attention_parameter_count(c.d_model, c.bias, c.kv_heads * c.d_head, c.qkv_bias,
                                           c.n_heads * c.d_head, c.o_bias) + qk_norms,
     }
-    if c.n_experts:
-        counts |= moe_parameters(activation_kind(c.activation).ffn_kind, c.d_model, c.d_ff, c.bias,
-                                 c.n_experts, c.shared_expert_d_ff)
-    else:
-        counts["ffn"] = ffn_parameter_count(c.d_model, c.d_ff, c.activation, c.bias)
+    parts = ffn_parts(c)
+    counts["ffn"] = sum(parts.values()) if parts else ffn_parameter_count(c.d_model, c.d_ff, c.activation,
+                                                                          c.bias)
     counts |= {norm: _norm(c) for norm in layout.norms}
     if c.residual == "rezero":
         counts["residual"] = len(layout.residuals)  # one learned scalar per residual connection
@@ -85,10 +98,11 @@ def count_parameters(config: ModelConfig) -> ParamCount:
     components["head"] = weights + (c.vocab_size if c.head_bias else 0)
     components = {k: v for k, v in components.items() if v or k == "head"}
     total = sum(components.values())
+    parts = ffn_parts(c)
     # the experts a token skips: E - k of them in every layer
-    idle = (c.n_experts - c.experts_per_token) * per_layer["experts"] // c.n_experts if c.n_experts else 0
+    idle = (c.n_experts - c.experts_per_token) * parts["experts"] // c.n_experts if parts else 0
     return ParamCount(total, components, per_layer | {"total": sum(per_layer.values())},
-                      total - idle * c.n_layers if c.n_experts else None)
+                      total - idle * c.n_layers if parts else None, parts)
 
 
 def format_count(n: int) -> str:

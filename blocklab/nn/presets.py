@@ -51,6 +51,7 @@ PUBLISHED_TOTALS: dict[str, int] = {
     "pythia-160m": 162_322_944,
     "phi-2": 2_779_683_840,
     "mistral-7b": 7_241_732_096,
+    "mixtral-8x7b": 46_702_792_704,
 }
 
 
@@ -108,6 +109,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     "qwen2.5-0.5b": _llama(151936, 32768, 896, 4864, 24, 14, 2, 1e-6, 1000000.0, tie_embeddings=True,
                            qkv_bias=True),
     "mistral-7b": _llama(32000, 32768, 4096, 14336, 32, 32, 8, 1e-5, 10000.0, sliding_window=4096),
+    # Mixtral's block with a mixture of experts for its FFN: 8 SwiGLU experts of d_ff 14336, each token sent
+    # to 2 (softmax over the 8, top-2, renormalised); no window
+    "mixtral-8x7b": _llama(32000, 32768, 4096, 14336, 32, 32, 8, 1e-5, 1000000.0, n_experts=8,
+                           experts_per_token=2, router_aux_loss_coef=0.02),
     "pythia-160m": dict(
         vocab_size=50304, max_seq_len=2048, d_model=768, n_heads=12, n_layers=12, d_ff=3072,
         activation="gelu", norm_position="parallel", causal=True, pos_encoding="rotary",
@@ -150,7 +155,8 @@ EMBEDDING_CHOICES: dict[str, str] = {
                  "N(0, 0.02^2) (BERT's code: a truncated normal of std 0.02)",
     **{name: "the Llama layout (transformers' initializer_range): x0 = E[t], no factor, E ~ N(0, 0.02^2); "
              "positions are rotary, inside attention, so x0 has no position part"
-       for name in ("llama-seed", "llama-3.2-1b", "smollm2-135m", "qwen2.5-0.5b", "mistral-7b")},
+       for name in ("llama-seed", "llama-3.2-1b", "smollm2-135m", "qwen2.5-0.5b", "mistral-7b",
+                    "mixtral-8x7b")},
     "pythia-160m": "GPT-NeoX's layout: x0 = E[t], no factor, E ~ N(0, 0.02^2); rotary positions on 25% of "
                    "each head, inside attention",
     "phi-2": "Phi's layout: x0 = E[t], no factor, E ~ N(0, 0.02^2); rotary positions on 40% of each head, "

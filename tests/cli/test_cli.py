@@ -28,6 +28,23 @@ def test_params_custom_shape_flags(capsys) -> None:
     assert out["per_layer"]["attn"] == 4 * 128 * 128
 
 
+def test_params_of_a_mixture_show_its_parts_inside_the_ffn_row_and_the_active_count(capsys) -> None:
+    """Mixtral 8x7B (published 46,702,792,704 of which 12,879,925,248 per token, top-2 of 8): the parts
+    are sub-rows of blocks.ffn, which holds the whole mixture (the components still sum to the total)."""
+    assert main(["params", "--preset", "mixtral-8x7b", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert sum(out["components"].values()) == out["total"] == 46_702_792_704
+    assert out["active"] == 12_879_925_248
+    assert out["ffn_parts"] == {"router": 8 * 4096, "experts": 8 * 3 * 4096 * 14336}
+    assert out["components"]["blocks.ffn"] == 32 * sum(out["ffn_parts"].values())
+    assert main(["params", "--preset", "mixtral-8x7b"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    ffn = next(i for i, line in enumerate(lines) if "blocks.ffn" in line)
+    rows = [line.split("│")[1].strip() for line in lines[ffn + 1:] if line.startswith("│")]
+    assert rows[:3] == ["router", "experts", "blocks.ln1"]
+    assert "active per token: 12,879,925,248 (27.6%: 2 of 8 experts in each block)" in lines
+
+
 def test_invalid_config_is_one_line_and_exit_2(capsys) -> None:
     assert main(["params", "--n-heads", "3"]) == 2
     err = capsys.readouterr().err

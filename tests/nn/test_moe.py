@@ -151,8 +151,15 @@ def test_params_counts_total_and_active_per_token(changes: dict) -> None:
     idle = config.n_experts - config.experts_per_token
     per_expert = sum(p.numel() for p in model.blocks[0].ffn.experts[0].parameters())
     assert count.active == count.total - idle * per_expert * config.n_layers
-    assert count.per_layer["router"] == sum(p.numel() for p in model.blocks[0].ffn.router.parameters())
-    assert count.per_layer["experts"] == sum(p.numel() for p in model.blocks[0].ffn.experts.parameters())
+    ffn = model.blocks[0].ffn
+    assert count.ffn_parts["router"] == sum(p.numel() for p in ffn.router.parameters())
+    assert count.ffn_parts["experts"] == sum(p.numel() for p in ffn.experts.parameters())
+    shared = [*ffn.shared.parameters(), *ffn.shared_gate.parameters()] if ffn.shared is not None else []
+    assert count.ffn_parts.get("shared_expert", 0) == sum(p.numel() for p in shared)
+    # the mixture stays one ffn component (what the FFN's share of a model reads), its parts summing to it
+    assert count.per_layer["ffn"] == sum(p.numel() for p in ffn.parameters()) == sum(count.ffn_parts.values())
+    assert count.components["blocks.ffn"] == count.per_layer["ffn"] * config.n_layers
+    assert sum(count.components.values()) == count.total
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])

@@ -415,11 +415,21 @@ def test_export_refuses_a_layout_whose_config_json_would_read_back_as_another_mo
                         tmp_path / "none")
 
 
-@pytest.mark.parametrize("name", ["llama-3.2-1b", "smollm2-135m", "qwen2.5-0.5b", "pythia-160m",
-                                  "mistral-7b", "phi-2", "gpt-j-6b"])
+PRESET_FAMILIES = {"llama-3.2-1b": "llama", "smollm2-135m": "llama", "qwen2.5-0.5b": "qwen2",
+                   "pythia-160m": "gpt_neox", "mistral-7b": "mistral", "phi-2": "phi", "gpt-j-6b": "gptj",
+                   "mixtral-8x7b": "mixtral"}
+# a mixture's parts by transformers' module names (the router: block_sparse_moe.gate or mlp.gate)
+MOE_PARTS = {"router": r"\.(block_sparse_moe|mlp)\.gate\.", "experts": r"\.experts\.",
+             "shared_expert": r"\.shared_expert(_gate)?\."}
+
+
+@pytest.mark.parametrize("name", list(PRESET_FAMILIES))
 def test_each_presets_total_equals_transformers_model_of_its_config_and_the_published_figure(name):
     """The preset's count from the shapes, the transformers model its exported config.json builds (on
-    the meta device: no memory), and the released checkpoint's published total agree."""
+    the meta device: no memory), and the released checkpoint's published total agree; a mixture's parts
+    (router, experts, shared expert) and its parameters per token are those of transformers' modules."""
+    import re
+
     from blocklab.nn.presets import PUBLISHED_TOTALS, preset
     from blocklab.weights.hf_folder import export_family
 
@@ -429,10 +439,19 @@ def test_each_presets_total_equals_transformers_model_of_its_config_and_the_publ
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(hf_config)
     total = sum(p.numel() for p in model.parameters())  # a tied head counted once
+    count = bl.count_parameters(config)
     # GPT-J's model card says 6,053,381,344, not its checkpoint's tensors: no published figure to check
-    assert bl.count_parameters(config).total == total == PUBLISHED_TOTALS.get(name, total)
-    assert hf_config.model_type == {"pythia-160m": "gpt_neox", "qwen2.5-0.5b": "qwen2", "phi-2": "phi",
-                                    "mistral-7b": "mistral", "gpt-j-6b": "gptj"}.get(name, "llama")
+    assert count.total == total == PUBLISHED_TOTALS.get(name, total)
+    assert hf_config.model_type == PRESET_FAMILIES[name]
+    if not config.n_experts:
+        return
+    named = dict(model.named_parameters())
+    for part, pattern in MOE_PARTS.items():
+        theirs = sum(p.numel() for key, p in named.items() if re.search(pattern, key))
+        assert count.ffn_parts.get(part, 0) * config.n_layers == theirs, part
+    one_expert = sum(p.numel() for key, p in named.items() if ".layers.0." in key and ".experts.0." in key)
+    idle = (config.n_experts - config.experts_per_token) * one_expert * config.n_layers
+    assert count.active == total - idle
 
 
 
