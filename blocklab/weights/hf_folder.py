@@ -40,17 +40,18 @@ from ..training.checkpoint import (
 )
 from ..training.runfiles import OWNED
 from . import hf_bert, hf_gpt2, hf_gpt_neox, hf_gptj, hf_opt, hf_phi
-from .hf_llama import GEMMA, LLAMA, MISTRAL, MIXTRAL, OLMO2, QWEN2, QWEN3
+from .hf_llama import GEMMA, LLAMA, MISTRAL, MIXTRAL, OLMO2, OLMOE, QWEN2, QWEN2_MOE, QWEN3, QWEN3_MOE
 from .hf_map import Family, PretrainedError, from_hf, is_ignored, refused_part, to_hf
 from .hf_tokenizer import HFTokenizer, load_folder_tokenizer
 
 # By config.json's model_type. Export tries them in this order and takes the first whose layout the
 # model has: Qwen2 (q/k/v biases), then Llama (no window), then Mistral (a window); Qwen3 and OLMo 2
-# (QK-norm per head, over all heads) take what has QK-norm.
+# (QK-norm per head, over all heads) take what has QK-norm; a mixture of experts is Mixtral's (renormalised,
+# no QK-norm), Qwen2-MoE's (a shared expert), Qwen3-MoE's (QK-norm per head) or OLMoE's (over all heads).
 FAMILIES: dict[str, Family] = {  # type: ignore[dict-item]
     "bert": hf_bert, "gpt2": hf_gpt2, "qwen2": QWEN2, "llama": LLAMA, "mistral": MISTRAL,
     "gpt_neox": hf_gpt_neox, "qwen3": QWEN3, "olmo2": OLMO2, "gemma": GEMMA, "opt": hf_opt, "phi": hf_phi,
-    "gptj": hf_gptj, "mixtral": MIXTRAL,
+    "gptj": hf_gptj, "mixtral": MIXTRAL, "qwen2_moe": QWEN2_MOE, "qwen3_moe": QWEN3_MOE, "olmoe": OLMOE,
 }
 MAX_LISTED = 8  # keys named in one error message
 

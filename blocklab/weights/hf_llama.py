@@ -23,9 +23,19 @@ post_feedforward_layernorm -> ln2_out) and its QK-norm spans all heads. Mixtral 
     model.layers.{i}.block_sparse_moe.experts.{e}.w1, w2, w3 -> blocks.{i}.ffn.experts.{e}.w1, w2, w3
 
 with softmax over the experts before top-k and the k weights renormalised (num_experts_per_tok of
-num_local_experts); its router_aux_loss_coef is the training coefficient. A config field blocklab
-cannot honour (another rope scaling, biases on o or the MLP, attention dropout, per-layer windows)
-is refused, naming it.
+num_local_experts); its router_aux_loss_coef is the training coefficient. Qwen2-MoE, Qwen3-MoE and OLMoE
+keep theirs in the MLP's own name (``MoELayout``), renormalise the k weights only with ``norm_topk_prob``,
+and take each expert's width from ``moe_intermediate_size`` (OLMoE: ``intermediate_size``):
+
+    model.layers.{i}.mlp.gate                                      -> blocks.{i}.ffn.router
+    model.layers.{i}.mlp.experts.{e}.gate_proj, up_proj, down_proj -> blocks.{i}.ffn.experts.{e}.w1, w3, w2
+    model.layers.{i}.mlp.shared_expert.gate_proj, up_proj, down_proj -> blocks.{i}.ffn.shared.w1, w3, w2
+    model.layers.{i}.mlp.shared_expert_gate                        -> blocks.{i}.ffn.shared_gate  (Qwen2-MoE)
+
+Qwen2-MoE adds its shared expert behind a sigmoid gate and Qwen2's q/k/v biases, Qwen3-MoE Qwen3's QK-norm
+per head, OLMoE a QK-norm over all heads in a pre-norm block. A config field blocklab cannot honour
+(another rope scaling, biases on o or the MLP, attention dropout, per-layer windows, dense layers among
+the mixtures, OLMoE's clip_qkv) is refused, naming it.
 """
 
 from __future__ import annotations
@@ -69,6 +79,28 @@ INIT = dict(embed_std=0.02, init="default")  # initializer_range: how transforme
 
 
 @dataclass(frozen=True)
+class MoELayout:
+    """Where a family keeps its mixture of experts (blocklab/nn/moe.py) and what its config.json calls it."""
+
+    module: str  # the layer's submodule holding router and experts: Mixtral's block_sparse_moe, others' mlp
+    fields: dict[str, str]  # config.json name -> ModelConfig field (n_experts first)
+    matrices: dict[str, str]  # an expert's linear layers -> FeedForward's
+    allowed: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # honoured with these values only
+    shared_expert: bool = False  # a shared expert behind a sigmoid gate, always (Qwen2-MoE)
+    dense_layers: bool = False  # config.json may make layers dense (decoder_sparse_step, mlp_only_layers)
+
+    def rows(self, n_experts: int, shared: bool) -> dict[str, str]:
+        """One layer's mixture modules -> blocklab's, inside model.layers.{i} and blocks.{i}."""
+        m, matrices = self.module, self.matrices.items()
+        rows = {f"{m}.gate": "ffn.router", **{f"{m}.experts.{e}.{theirs}": f"ffn.experts.{e}.{ours}"
+                                              for e in range(n_experts) for theirs, ours in matrices}}
+        if shared:
+            rows |= {f"{m}.shared_expert.{theirs}": f"ffn.shared.{ours}" for theirs, ours in matrices}
+            rows[f"{m}.shared_expert_gate"] = "ffn.shared_gate"
+        return rows
+
+
+@dataclass(frozen=True)
 class LlamaFamily:
     """One family of the Llama layout: its model_type, defaults and the fields it honours."""
 
@@ -83,7 +115,7 @@ class LlamaFamily:
     IGNORED: tuple[str, ...] = (r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq", r"lm_head\.weight")
     default_prepend_bos: bool = True  # as TransformerLens (the tokenizers add their own BOS)
     activations: dict[str, str] = field(default_factory=lambda: {"silu": "swiglu"})  # hidden_act -> blocklab
-    experts: bool = False  # a mixture of experts in the MLP's place (Mixtral: MIXTRAL_EXPERTS)
+    moe: MoELayout | None = None  # a mixture of experts in the MLP's place (Mixtral, Qwen-MoE, OLMoE)
 
     def config_from_hf(self, hf: dict[str, Any]) -> ModelConfig:
         """ModelConfig from a config.json of this family; every field blocklab cannot honour refused."""
@@ -99,8 +131,7 @@ class LlamaFamily:
         head_dim = get("head_dim") if "head_dim" in self.defaults else None
         if head_dim is not None and isinstance(heads, int) and head_dim * heads == d_model:
             head_dim = None  # the width the heads have anyway: unset, as blocklab writes it
-        return ModelConfig(
-            **(self._experts_from_hf(hf) if self.experts else {}),
+        fields = dict(
             vocab_size=get("vocab_size"), max_seq_len=get("max_position_embeddings"), d_model=d_model,
             n_heads=heads, n_kv_heads=get("num_key_value_heads"), head_dim=head_dim,
             n_layers=get("num_hidden_layers"),
@@ -110,15 +141,25 @@ class LlamaFamily:
             qkv_bias=True if self.qkv_bias else None, activation=activation, **self.architecture_fields,
             **INIT,
         )
+        return ModelConfig(**fields | (self._experts_from_hf(hf, fields["n_layers"]) if self.moe else {}))
 
-    def _experts_from_hf(self, hf: dict[str, Any]) -> dict[str, Any]:
-        """The mixture's fields from config.json (Mixtral's names); router jitter refused (training noise
-        blocklab does not draw)."""
-        require(hf, self.defaults, "router_jitter_noise", (0, 0.0))
-        fields = {ours: hf_value(hf, self.defaults, theirs) for theirs, ours in MIXTRAL_EXPERTS.items()}
-        if not (isinstance(fields["n_experts"], int) and fields["n_experts"] >= 1):
-            raise PretrainedError(f"config.json num_local_experts={fields['n_experts']!r}: {self.name} needs "
-                                  "at least one expert")
+    def _experts_from_hf(self, hf: dict[str, Any], n_layers: Any) -> dict[str, Any]:
+        """The mixture's fields from config.json (the family's names; an expert's width replaces d_ff where
+        it has its own); a value it cannot honour refused by name (router jitter: training noise blocklab
+        does not draw; clip_qkv; a layer made dense)."""
+        assert self.moe is not None
+        for name, allowed in self.moe.allowed.items():
+            value = hf.get(name, self.defaults[name])
+            if value not in allowed:
+                raise PretrainedError(f"config.json {name}={value!r} is not supported; blocklab supports "
+                                      + ", ".join(map(repr, allowed)))
+        fields = {ours: hf_value(hf, self.defaults, theirs) for theirs, ours in self.moe.fields.items()}
+        for theirs, ours in self.moe.fields.items():  # experts, and a shared one of some width
+            value = fields[ours]
+            if ours in ("n_experts", "shared_expert_d_ff") and not (isinstance(value, int) and value >= 1):
+                raise PretrainedError(f"config.json {theirs}={value!r}: {self.name} needs at least one")
+        if self.moe.dense_layers:
+            _refuse_dense_layers(hf, self.defaults, n_layers)
         return fields
 
     @property
@@ -139,8 +180,11 @@ class LlamaFamily:
     def hf_config(self, config: ModelConfig, tokenizer: HFTokenizer | None = None) -> dict[str, Any]:
         """config.json for ``transformers``' class of this family."""
         needed = {**self.architecture_fields, "qkv_bias": True if self.qkv_bias else None}
-        if not self.experts:
+        if not self.moe:
             needed["n_experts"] = 0  # no place for experts in the family's files
+        elif self.moe.shared_expert and not config.shared_expert_d_ff:
+            raise PretrainedError(f"this model has no {self.name} layout: ModelConfig shared_expert_d_ff=0 "
+                                  "(needs a shared expert)")
         hidden_act = {ours: theirs for theirs, ours in self.activations.items()}
         if config.activation not in hidden_act:  # named as the family's first activation
             check_exportable(config, self.name, {**needed, "activation": next(iter(hidden_act))})
@@ -165,9 +209,9 @@ class LlamaFamily:
             out["use_sliding_window"] = False
         if "head_dim" in self.defaults:  # Qwen3's default is 128 whatever the width
             out["head_dim"] = c.d_head
-        if self.experts:
-            out |= {theirs: getattr(c, ours) for theirs, ours in MIXTRAL_EXPERTS.items()}
-            out["router_jitter_noise"] = 0.0
+        if self.moe:
+            out |= {theirs: getattr(c, ours) for theirs, ours in self.moe.fields.items()}
+            out |= {name: allowed[0] for name, allowed in self.moe.allowed.items()}
         return out
 
     def weight_map(self, config: ModelConfig) -> list[WeightMap]:
@@ -175,11 +219,10 @@ class LlamaFamily:
         rows = [WeightMap("model.embed_tokens.weight", ("embed.weight",))]
         for i in range(config.n_layers):
             rows += renamed(f"model.layers.{i}.", f"blocks.{i}.", self.layer, params=("weight",))
-            if self.experts:
-                experts = {f"block_sparse_moe.experts.{e}.{w}": f"ffn.experts.{e}.{w}"
-                           for e in range(config.n_experts) for w in ("w1", "w2", "w3")}
+            if self.moe:
                 rows += renamed(f"model.layers.{i}.", f"blocks.{i}.",
-                                {"block_sparse_moe.gate": "ffn.router", **experts}, params=("weight",))
+                                self.moe.rows(config.n_experts, bool(config.shared_expert_d_ff)),
+                                params=("weight",))
             if config.has_qkv_bias:
                 rows += renamed(f"model.layers.{i}.", f"blocks.{i}.",
                                 {f"self_attn.{n}_proj": f"attn.{n}" for n in "qkv"}, params=("bias",))
@@ -194,6 +237,20 @@ class LlamaFamily:
 
     def export_key(self, key: str) -> str:
         return key
+
+
+def _refuse_dense_layers(hf: dict[str, Any], defaults: dict[str, Any], n_layers: Any) -> None:
+    """Qwen-MoE's layer i is a mixture when i is not in mlp_only_layers and (i + 1) % decoder_sparse_step
+    == 0, else a dense MLP: blocklab's layers all have one FFN kind, so any value making a layer dense is
+    refused (a step other than 1 makes layer 0 dense)."""
+    require(hf, defaults, "decoder_sparse_step", (1,))
+    listed = hf.get("mlp_only_layers") or []
+    if not isinstance(listed, list):
+        raise PretrainedError(f"config.json mlp_only_layers={listed!r} must be a list of layer numbers")
+    dense = [i for i in listed if isinstance(i, int) and 0 <= i < n_layers]
+    if dense:
+        raise PretrainedError(f"config.json mlp_only_layers={listed!r} makes layers {dense} dense MLPs among "
+                              "the mixtures; blocklab's layers all have the same FFN kind")
 
 
 def _rope_scaling(value: Any) -> dict[str, Any] | None:
@@ -227,16 +284,48 @@ GEMMA = LlamaFamily("gemma", "Gemma", "GemmaForCausalLM", {
     "max_position_embeddings": 8192, "tie_word_embeddings": True},
     fixes={"norm": "rms_plus_one", "embed_scale": "sqrt_d_model"},
     activations={"gelu_pytorch_tanh": "geglu_tanh", "gelu": "geglu"})
-# Mixtral's config.json fields for its mixture -> blocklab's (the routing is fixed: ARCHITECTURE's fixes)
-MIXTRAL_EXPERTS = {"num_local_experts": "n_experts", "num_experts_per_tok": "experts_per_token",
-                   "router_aux_loss_coef": "router_aux_loss_coef"}
+# Mixtral's mixture: its config.json fields -> blocklab's (the routing is fixed: the family's fixes)
 MIXTRAL = LlamaFamily("mixtral", "Mixtral", "MixtralForCausalLM", {
     **MISTRAL.defaults, "rms_norm_eps": 1e-5, "rope_theta": 1e6, "sliding_window": None,
     "num_local_experts": 8, "num_experts_per_tok": 2, "router_aux_loss_coef": 0.001,
     "router_jitter_noise": 0.0},
-    window=True, experts=True, fixes={"router_softmax": "before_top_k", "renormalize_top_k": True,
-                                      "shared_expert_d_ff": 0},
-    layer={hf: ours for hf, ours in LAYER.items() if not hf.startswith("mlp.")})
+    window=True, fixes={"router_softmax": "before_top_k", "renormalize_top_k": True, "shared_expert_d_ff": 0},
+    layer={hf: ours for hf, ours in LAYER.items() if not hf.startswith("mlp.")},
+    moe=MoELayout("block_sparse_moe", {"num_local_experts": "n_experts",
+                                       "num_experts_per_tok": "experts_per_token",
+                                       "router_aux_loss_coef": "router_aux_loss_coef"},
+                  {"w1": "w1", "w2": "w2", "w3": "w3"}, allowed={"router_jitter_noise": (0.0, 0)}))
+# Qwen2-MoE, Qwen3-MoE and OLMoE: softmax over all experts, the k largest, renormalised by norm_topk_prob
+QWEN_MOE_FIELDS = {"num_experts": "n_experts", "num_experts_per_tok": "experts_per_token",
+                   "moe_intermediate_size": "d_ff", "norm_topk_prob": "renormalize_top_k",
+                   "router_aux_loss_coef": "router_aux_loss_coef"}
+MOE_MATRICES = {"gate_proj": "w1", "up_proj": "w3", "down_proj": "w2"}
+MOE_DEFAULTS = {"num_experts_per_tok": 8, "norm_topk_prob": False, "router_aux_loss_coef": 0.001,
+                "decoder_sparse_step": 1, "mlp_only_layers": []}
+ROUTED = {"router_softmax": "before_top_k"}
+QWEN2_MOE = LlamaFamily("qwen2_moe", "Qwen2-MoE", "Qwen2MoeForCausalLM", {
+    **QWEN2.defaults, **MOE_DEFAULTS, "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24,
+    "num_attention_heads": 16, "num_key_value_heads": 16, "moe_intermediate_size": 1408,
+    "shared_expert_intermediate_size": 5632, "num_experts_per_tok": 4, "num_experts": 60, "qkv_bias": True},
+    qkv_bias=True, fixes=ROUTED, layer={hf: ours for hf, ours in LAYER.items() if not hf.startswith("mlp.")},
+    moe=MoELayout("mlp", {**QWEN_MOE_FIELDS, "shared_expert_intermediate_size": "shared_expert_d_ff"},
+                  MOE_MATRICES, allowed={"qkv_bias": (True,)}, shared_expert=True, dense_layers=True))
+QWEN3_MOE = LlamaFamily("qwen3_moe", "Qwen3-MoE", "Qwen3MoeForCausalLM", {
+    **QWEN3.defaults, **MOE_DEFAULTS, "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 24,
+    "num_attention_heads": 32, "num_key_value_heads": 4, "moe_intermediate_size": 768, "num_experts": 128,
+    "head_dim": None},  # Qwen3MoeConfig has no head_dim default: hidden_size / heads unless config.json says
+    fixes={**QWEN3.fixes, **ROUTED, "shared_expert_d_ff": 0},
+    layer={hf: ours for hf, ours in QWEN3.layer.items() if not hf.startswith("mlp.")},
+    moe=MoELayout("mlp", QWEN_MOE_FIELDS, MOE_MATRICES, dense_layers=True))
+OLMOE = LlamaFamily("olmoe", "OLMoE", "OlmoeForCausalLM", {
+    **{k: v for k, v in LLAMA_DEFAULTS.items() if k not in ("mlp_bias", "pretraining_tp", "head_dim")},
+    "vocab_size": 50304, "hidden_size": 2048, "intermediate_size": 2048, "num_hidden_layers": 16,
+    "num_attention_heads": 16, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "clip_qkv": None,
+    "num_experts_per_tok": 8, "num_experts": 64, "router_aux_loss_coef": 0.01, "norm_topk_prob": False},
+    fixes={"qk_norm": "all_heads", **ROUTED, "shared_expert_d_ff": 0},
+    layer={**{hf: ours for hf, ours in LAYER.items() if not hf.startswith("mlp.")}, **QK_NORMS},
+    moe=MoELayout("mlp", {k: v for k, v in QWEN_MOE_FIELDS.items() if k != "moe_intermediate_size"},
+                  MOE_MATRICES, allowed={"clip_qkv": (None,)}))
 OLMO2 = LlamaFamily("olmo2", "OLMo 2", "Olmo2ForCausalLM", {
     **{k: v for k, v in LLAMA_DEFAULTS.items() if k not in ("mlp_bias", "pretraining_tp", "head_dim")},
     "vocab_size": 50304, "rms_norm_eps": 1e-5}, fixes={"qk_norm": "all_heads", "norm_position": "res_post"},

@@ -1,5 +1,6 @@
 """The modern families against ``transformers`` (blocklab/weights/hf_llama.py, hf_gpt_neox.py):
-Llama, Mistral (sliding window), Qwen2 (q/k/v biases) and GPT-NeoX (parallel block, partial rotary).
+Llama, Mistral (sliding window), Qwen2 (q/k/v biases), GPT-NeoX (parallel block, partial rotary) and the
+mixtures of experts: Mixtral, Qwen2-MoE (a shared expert), Qwen3-MoE and OLMoE (QK-norm per head, all heads).
 
 For each family, small random models are built with ``transformers`` in several configs (tied and
 untied heads, grouped-query ratios, rotary fraction and theta, Llama 3's rope scaling, a window) and
@@ -81,7 +82,32 @@ CASES = {
         tie_word_embeddings=True)),
     "mixtral-top3-mha": (transformers.MixtralForCausalLM, transformers.MixtralConfig(
         **SHAPE, num_key_value_heads=4, num_local_experts=5, num_experts_per_tok=3, rope_theta=500.0)),
+    # Qwen2-MoE: experts of their own width (moe_intermediate_size), a shared expert behind a sigmoid gate,
+    # the k weights renormalised only with norm_topk_prob, Qwen2's q/k/v biases
+    "qwen2moe-shared-top2-gqa": (transformers.Qwen2MoeForCausalLM, transformers.Qwen2MoeConfig(
+        **SHAPE, num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24,
+        shared_expert_intermediate_size=40)),
+    "qwen2moe-renorm-top3-tied": (transformers.Qwen2MoeForCausalLM, transformers.Qwen2MoeConfig(
+        **SHAPE, num_key_value_heads=4, num_experts=6, num_experts_per_tok=3, norm_topk_prob=True,
+        moe_intermediate_size=16,
+        shared_expert_intermediate_size=24, tie_word_embeddings=True, rope_theta=500.0)),
+    # Qwen3-MoE: QK-norm per head, heads of their own width
+    "qwen3moe-renorm-top2-gqa": (transformers.Qwen3MoeForCausalLM, transformers.Qwen3MoeConfig(
+        **SHAPE, num_key_value_heads=2, head_dim=8, num_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=24, norm_topk_prob=True)),
+    "qwen3moe-wide-heads-top1-tied": (transformers.Qwen3MoeForCausalLM, transformers.Qwen3MoeConfig(
+        **SHAPE, num_key_value_heads=1, head_dim=16, num_experts=5, num_experts_per_tok=1,
+        moe_intermediate_size=16, tie_word_embeddings=True)),
+    # OLMoE: QK-norm over all heads in a pre-norm block, experts of intermediate_size
+    "olmoe-top2-mha": (transformers.OlmoeForCausalLM, transformers.OlmoeConfig(
+        **SHAPE, num_experts=4, num_experts_per_tok=2)),
+    "olmoe-renorm-top3-gqa-tied": (transformers.OlmoeForCausalLM, transformers.OlmoeConfig(
+        **SHAPE, num_key_value_heads=2, num_experts=6, num_experts_per_tok=3, norm_topk_prob=True,
+        tie_word_embeddings=True)),
 }
+# each mixture family's config.json name for its number of experts
+N_EXPERTS = {"mixtral": "num_local_experts", "qwen2_moe": "num_experts", "qwen3_moe": "num_experts",
+             "olmoe": "num_experts"}
 SHARED_NORM = ("phi", "gptj")  # model types of the parallel block with one norm
 
 
@@ -130,10 +156,16 @@ def test_the_config_is_read_as_the_family_says(case):
     layout = {"olmo2": "res_post", **{t: "parallel_shared" for t in SHARED_NORM}}.get(h.model_type, "pre")
     assert c.norm_position == ("parallel" if getattr(h, "use_parallel_residual", False) else layout)
     assert c.head_bias == (h.model_type in SHARED_NORM)
-    assert c.qk_norm == {"qwen3": "head", "olmo2": "all_heads"}.get(h.model_type, "none")
+    assert c.qk_norm == {"qwen3": "head", "qwen3_moe": "head", "olmo2": "all_heads",
+                         "olmoe": "all_heads"}.get(h.model_type, "none")
     assert c.sliding_window == (h.sliding_window if name.startswith(("mistral", "mixtral")) else None)
-    assert (c.n_experts, c.experts_per_token) == ((h.num_local_experts, h.num_experts_per_tok)
-                                                  if h.model_type == "mixtral" else (0, 2))
+    experts = N_EXPERTS.get(h.model_type)
+    assert (c.n_experts, c.experts_per_token) == ((getattr(h, experts), h.num_experts_per_tok)
+                                                  if experts else (0, 2))
+    assert c.renormalize_top_k == getattr(h, "norm_topk_prob", True)
+    assert c.shared_expert_d_ff == getattr(h, "shared_expert_intermediate_size", 0)
+    if experts:  # each expert's width: moe_intermediate_size where the family has one
+        assert c.d_ff == getattr(h, "moe_intermediate_size", h.intermediate_size)
     assert loaded.model_type == h.model_type
     assert bl.count_parameters(c).total == sum(p.numel() for p in hf.parameters())
 
@@ -183,6 +215,25 @@ def _mixtral_moe_in_the_inputs_dtype(self, hidden_states):
     return out.view(batch, length, width), router_logits
 
 
+def _routed_moe_in_the_inputs_dtype(self, hidden_states):
+    """transformers' Qwen2-MoE, Qwen3-MoE and OLMoE sparse blocks' forward with the routing softmax in the
+    inputs' dtype (they ask for float32): the same sums, token by token, the k weights renormalised with
+    norm_topk_prob, and Qwen2-MoE's shared expert behind its sigmoid gate."""
+    batch, length, width = hidden_states.shape
+    x = hidden_states.view(-1, width)
+    router_logits = self.gate(x)
+    weights, chosen = torch.topk(torch.softmax(router_logits, dim=1), self.top_k, dim=-1)
+    if self.norm_topk_prob:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    out = torch.zeros_like(x)
+    for e, expert in enumerate(self.experts):
+        token, slot = torch.where(chosen == e)
+        out.index_add_(0, token, expert(x[token]) * weights[token, slot, None])
+    if hasattr(self, "shared_expert"):
+        out = out + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
+    return out.view(batch, length, width), router_logits
+
+
 def test_logits_equal_transformers_float64(case, monkeypatch):
     """transformers computes the rotary angles in float32 in every model (blocklab too, rotary.py), the
     Llama family's RMSNorm in float32 even in a float64 model, Mixtral's routing softmax, and GPT-J's
@@ -195,8 +246,15 @@ def test_logits_equal_transformers_float64(case, monkeypatch):
                    transformers.models.qwen2.modeling_qwen2.Qwen2RMSNorm,
                    transformers.models.qwen3.modeling_qwen3.Qwen3RMSNorm,
                    transformers.models.olmo2.modeling_olmo2.Olmo2RMSNorm,
-                   transformers.models.mixtral.modeling_mixtral.MixtralRMSNorm):
+                   transformers.models.mixtral.modeling_mixtral.MixtralRMSNorm,
+                   transformers.models.qwen2_moe.modeling_qwen2_moe.Qwen2MoeRMSNorm,
+                   transformers.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeRMSNorm,
+                   transformers.models.olmoe.modeling_olmoe.OlmoeRMSNorm):
         monkeypatch.setattr(module, "forward", _rms_norm_in_the_inputs_dtype)
+    for module in (transformers.models.qwen2_moe.modeling_qwen2_moe.Qwen2MoeSparseMoeBlock,
+                   transformers.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeSparseMoeBlock,
+                   transformers.models.olmoe.modeling_olmoe.OlmoeSparseMoeBlock):
+        monkeypatch.setattr(module, "forward", _routed_moe_in_the_inputs_dtype)
     monkeypatch.setattr(transformers.models.gemma.modeling_gemma.GemmaRMSNorm, "forward",
                         _gemma_rms_norm_in_the_inputs_dtype)
     monkeypatch.setattr(transformers.models.mixtral.modeling_mixtral.MixtralSparseMoeBlock, "forward",
@@ -238,7 +296,7 @@ def test_every_hidden_state_and_attention_pattern_equals_transformers(case):
 
 def test_router_logits_and_expert_choices_equal_transformers(case):
     _, hf, _, loaded = case
-    if hf.config.model_type != "mixtral":
+    if hf.config.model_type not in N_EXPERTS:
         pytest.skip("no experts in this family")
     tokens = _ids(8, (2, 15))
     with torch.no_grad():
@@ -250,8 +308,11 @@ def test_router_logits_and_expert_choices_equal_transformers(case):
         torch.testing.assert_close(ours.reshape(theirs.shape), theirs, rtol=0, atol=1e-5)
         weights, chosen = torch.softmax(theirs, dim=-1).topk(k, dim=-1)
         assert torch.equal(cache[f"blocks.{i}.ffn.expert_indices"].reshape(chosen.shape), chosen)
+        if getattr(hf.config, "norm_topk_prob", True):  # Mixtral always; the others by norm_topk_prob
+            weights = weights / weights.sum(-1, keepdim=True)
+        # (the logits' float32 rounding, 1e-5, moves a weight by as much: OLMoE's by 1.3e-6)
         torch.testing.assert_close(cache[f"blocks.{i}.ffn.expert_weights"].reshape(weights.shape),
-                                   weights / weights.sum(-1, keepdim=True), rtol=0, atol=1e-6)
+                                   weights, rtol=0, atol=1e-5)
 
 
 def _hf_generate(hf, prompt, mask, **settings):
@@ -302,13 +363,17 @@ def test_the_tokenizer_comes_with_the_model(case):
 
 
 def test_export_loads_in_transformers_and_reads_back_bit_for_bit(case, tmp_path):
-    _, hf, _, loaded = case
+    _, hf, folder, loaded = case
     save_pretrained(loaded.model, tmp_path / "out", loaded.tokenizer)
     again = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "out")).eval()
     assert type(again) is type(hf)
+    # the same weights through the same code, each loaded from its file: a weight's address changes the
+    # last bit of some products (Qwen2-MoE's (1, d) shared_expert_gate gives 1.2e-7 at offset 56 mod 64
+    # against 0 at offset 0), so the model transformers built in memory is not the reference
+    original = type(hf).from_pretrained(str(folder)).eval()
     tokens = _ids(5)
     with torch.no_grad():
-        assert torch.equal(again(tokens).logits, hf(tokens).logits)  # the same weights through the same code
+        assert torch.equal(again(tokens).logits, original(tokens).logits)
     back = read_pretrained(tmp_path / "out")
     assert back.model.config == loaded.model.config
     for key, tensor in loaded.model.state_dict().items():
@@ -355,6 +420,19 @@ def test_blocklab_load_and_every_model_command_take_the_folder(case, capsys):
     ("mixtral", {"router_jitter_noise": 0.1}, "router_jitter_noise"),
     ("mixtral", {"num_local_experts": 0}, "num_local_experts=0"),
     ("mixtral", {"num_experts_per_tok": 5}, "experts_per_token=5"),
+    ("qwen2_moe", {"decoder_sparse_step": 2}, "decoder_sparse_step=2"),  # layer 0 a dense MLP
+    ("qwen2_moe", {"mlp_only_layers": [1]}, r"mlp_only_layers=\[1\] makes layers \[1\] dense"),
+    ("qwen2_moe", {"shared_expert_intermediate_size": 0}, "shared_expert_intermediate_size=0"),
+    ("qwen2_moe", {"num_experts": 0}, "num_experts=0"),
+    ("qwen2_moe", {"qkv_bias": False}, "qkv_bias=False"),
+    ("qwen2_moe", {"use_sliding_window": True}, "use_sliding_window"),
+    ("qwen3_moe", {"mlp_only_layers": [0, 1]}, "mlp_only_layers"),
+    ("qwen3_moe", {"decoder_sparse_step": 0}, "decoder_sparse_step=0"),
+    ("qwen3_moe", {"attention_bias": True}, "attention_bias"),
+    ("qwen3_moe", {"use_sliding_window": True}, "use_sliding_window"),
+    ("olmoe", {"clip_qkv": 8.0}, "clip_qkv=8.0"),
+    ("olmoe", {"attention_bias": True}, "attention_bias"),
+    ("olmoe", {"num_experts_per_tok": 7}, "experts_per_token=7"),
 ])
 def test_a_config_field_the_import_cannot_honour_is_refused_by_name(tmp_path, family, changes, field):
     cls, config = {"llama": CASES["llama-mha-untied"], "qwen2": CASES["qwen2-qkv-bias-tied"],
@@ -362,7 +440,9 @@ def test_a_config_field_the_import_cannot_honour_is_refused_by_name(tmp_path, fa
                    "gpt_neox": CASES["pythia-parallel-quarter"], "phi": CASES["phi-shared-norm-partial"],
                    "gptj": CASES["gptj-interleaved-quarter"],
                    "gemma": CASES["gemma-wide-heads-mqa"],
-                   "mixtral": CASES["mixtral-top2-gqa-untied"]}[family]
+                   "mixtral": CASES["mixtral-top2-gqa-untied"],
+                   "qwen2_moe": CASES["qwen2moe-shared-top2-gqa"],
+                   "qwen3_moe": CASES["qwen3moe-renorm-top2-gqa"], "olmoe": CASES["olmoe-top2-mha"]}[family]
     torch.manual_seed(0)
     cls(config).save_pretrained(str(tmp_path))
     written = json.loads((tmp_path / "config.json").read_text())
@@ -370,6 +450,22 @@ def test_a_config_field_the_import_cannot_honour_is_refused_by_name(tmp_path, fa
     (tmp_path / "config.json").write_text(json.dumps(changed))
     with pytest.raises(PretrainedError, match=field):
         read_pretrained(tmp_path)
+
+
+def test_qwen_moe_layers_named_dense_past_the_last_are_read_and_a_shared_expert_is_needed_to_export(tmp_path):
+    """transformers makes layer i dense only for i < num_hidden_layers in mlp_only_layers: one past the last
+    changes nothing and is read; a mixture without a shared expert has no Qwen2-MoE layout."""
+    from blocklab.weights.hf_folder import export_family, pretrained_config
+
+    cls, config = CASES["qwen2moe-shared-top2-gqa"]
+    torch.manual_seed(0)
+    cls(config).save_pretrained(str(tmp_path))
+    written = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**written, "mlp_only_layers": [2, 7]}))
+    ours = pretrained_config(tmp_path)
+    assert ours.n_experts == 4 and ours.shared_expert_d_ff == 40
+    with pytest.raises(PretrainedError, match="no Qwen2-MoE layout: ModelConfig shared_expert_d_ff=0"):
+        export_family(ours.replace(shared_expert_d_ff=0), "qwen2_moe")
 
 
 def test_export_chooses_the_family_whose_layout_the_model_has_and_says_why_not(tmp_path):
