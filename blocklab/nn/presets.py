@@ -55,8 +55,8 @@ PUBLISHED_TOTALS: dict[str, int] = {
 }
 
 
-def _llama(vocab: int, n_ctx: int, d_model: int, d_ff: int, n_layers: int, n_heads: int, n_kv_heads: int,
-           eps: float, theta: float, **more: Any) -> dict[str, Any]:
+def _llama(vocab: int, n_ctx: int, d_model: int, d_ff: int, n_layers: int, n_heads: int,
+           n_kv_heads: int | None, eps: float, theta: float, **more: Any) -> dict[str, Any]:
     """The Llama block (Llama, SmolLM, Mistral, Qwen2): pre-norm RMSNorm, SwiGLU, rotary positions,
     grouped-query attention, no biases, causal; every weight N(0, 0.02^2) (initializer_range)."""
     return dict(
@@ -113,6 +113,16 @@ PRESETS: dict[str, dict[str, Any]] = {
     # to 2 (softmax over the 8, top-2, renormalised); no window
     "mixtral-8x7b": _llama(32000, 32768, 4096, 14336, 32, 32, 8, 1e-5, 1000000.0, n_experts=8,
                            experts_per_token=2, router_aux_loss_coef=0.02),
+    # many small experts: Qwen3-MoE's 128 of d_ff 768, 8 per token, renormalised, QK-norm per head, heads of
+    # 128 on a width of 2048; OLMoE's 64 of 1024, 8 per token, not renormalised, QK-norm over all heads;
+    # Qwen1.5-MoE's 60 of 1408, 4 per token, not renormalised, and a shared expert of 5632 behind its gate
+    "qwen3-30b-a3b": _llama(151936, 40960, 2048, 768, 48, 32, 4, 1e-6, 1000000.0, head_dim=128,
+                            qk_norm="head", n_experts=128, experts_per_token=8, router_aux_loss_coef=0.001),
+    "olmoe-1b-7b": _llama(50304, 4096, 2048, 1024, 16, 16, None, 1e-5, 10000.0, qk_norm="all_heads",
+                          n_experts=64, experts_per_token=8, renormalize_top_k=False),
+    "qwen1.5-moe-a2.7b": _llama(151936, 8192, 2048, 1408, 24, 16, None, 1e-6, 1000000.0, qkv_bias=True,
+                                n_experts=60, experts_per_token=4, renormalize_top_k=False,
+                                shared_expert_d_ff=5632, router_aux_loss_coef=0.001),
     "pythia-160m": dict(
         vocab_size=50304, max_seq_len=2048, d_model=768, n_heads=12, n_layers=12, d_ff=3072,
         activation="gelu", norm_position="parallel", causal=True, pos_encoding="rotary",
@@ -156,7 +166,7 @@ EMBEDDING_CHOICES: dict[str, str] = {
     **{name: "the Llama layout (transformers' initializer_range): x0 = E[t], no factor, E ~ N(0, 0.02^2); "
              "positions are rotary, inside attention, so x0 has no position part"
        for name in ("llama-seed", "llama-3.2-1b", "smollm2-135m", "qwen2.5-0.5b", "mistral-7b",
-                    "mixtral-8x7b")},
+                    "mixtral-8x7b", "qwen3-30b-a3b", "olmoe-1b-7b", "qwen1.5-moe-a2.7b")},
     "pythia-160m": "GPT-NeoX's layout: x0 = E[t], no factor, E ~ N(0, 0.02^2); rotary positions on 25% of "
                    "each head, inside attention",
     "phi-2": "Phi's layout: x0 = E[t], no factor, E ~ N(0, 0.02^2); rotary positions on 40% of each head, "
