@@ -22,6 +22,27 @@ from .norm_kinds import NORM_KINDS
 POSITIONS = {"learned": "standard", "rotary": "rotary"}
 
 
+# TransformerLens' MoE (components/mlps/moe.py): softmax over all E, the top k, divided by their sum with
+# norm_topk_prob; each expert a gated MLP of d_mlp; no shared expert
+MOE_FIELDS = ("num_experts", "experts_per_token", "norm_topk_prob")
+
+
+def _experts(c: ModelConfig, gated: bool, values: dict[str, Any], refused: dict[str, str]) -> None:
+    """TransformerLens' MoE fields for ``c`` into ``values`` (None, None, False without experts, as it holds),
+    or each into ``refused`` naming the setting its MoE has no place for."""
+    if not c.n_experts:
+        values |= {"num_experts": None, "experts_per_token": None, "norm_topk_prob": False}
+        return
+    why = (f"shared_expert_d_ff={c.shared_expert_d_ff!r} (a shared expert)" if c.shared_expert_d_ff
+           else f"router_softmax={c.router_softmax!r}" if c.router_softmax != "before_top_k"
+           else f"activation={c.activation!r} (experts that are not gated MLPs)" if not gated else None)
+    if why is None:
+        values |= {"num_experts": c.n_experts, "experts_per_token": c.experts_per_token,
+                   "norm_topk_prob": c.renormalize_top_k}
+    else:
+        refused |= {name: f"{why} has no place in TransformerLens' MoE" for name in MOE_FIELDS}
+
+
 class TransformerLensConfig:
     """A read-only view of a model as TransformerLens' ``HookedTransformerConfig`` (``model.cfg``)."""
 
@@ -64,6 +85,7 @@ class TransformerLensConfig:
         else:
             refused["positional_embedding_type"] = \
                 f"pos_encoding={c.pos_encoding!r} has no TransformerLens positional_embedding_type"
+        _experts(c, act.ffn_kind.gated, values, refused)
         object.__setattr__(self, "_values", values)
         object.__setattr__(self, "_refused", refused)
 

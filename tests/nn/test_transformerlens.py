@@ -621,7 +621,8 @@ def test_left_padded_text_keeps_each_rows_positions_as_transformerlens_does(mode
 
 CFG_FIELDS = ("n_layers", "d_model", "n_heads", "d_head", "n_key_value_heads", "d_mlp", "d_vocab", "n_ctx",
               "act_fn", "normalization_type", "positional_embedding_type", "gated_mlp", "eps",
-              "default_prepend_bos", "parallel_attn_mlp", "attn_only", "use_attn_result")
+              "default_prepend_bos", "parallel_attn_mlp", "attn_only", "use_attn_result", "num_experts",
+              "experts_per_token", "norm_topk_prob")
 
 
 def test_model_cfg_holds_what_hooked_transformers_cfg_holds(models, llama):
@@ -642,6 +643,51 @@ def test_model_cfg_holds_what_hooked_transformers_cfg_holds(models, llama):
         _ = sinusoidal.cfg.n_params
     with pytest.raises(AttributeError, match="read-only"):
         sinusoidal.cfg.n_layers = 3
+
+
+MOE = dict(vocab_size=30, max_seq_len=16, d_model=16, n_heads=2, d_ff=24, activation="swiglu", norm="rms",
+           norm_position="pre", bias=False, causal=True, pos_encoding="rotary", n_experts=5)
+
+
+@pytest.mark.parametrize("k, renormalize", [(2, True), (3, False), (1, True)])
+def test_a_mixtures_cfg_builds_transformerlens_moe_computing_blocklabs_numbers(k, renormalize):
+    """model.cfg's num_experts, experts_per_token, norm_topk_prob and d_mlp make TransformerLens' own MoE;
+    given the mixture's weights (router -> W_gate; each expert's w1, w3, w2 -> W_gate, W_in, W_out) it
+    gives the same output and the same experts for every token."""
+    from transformer_lens.components.mlps.moe import MoE
+
+    torch.manual_seed(k)
+    model = bl.Transformer(bl.ModelConfig(**MOE, experts_per_token=k, renormalize_top_k=renormalize))
+    theirs = MoE(HookedTransformerConfig(**{name: model.cfg.to_dict()[name] for name in (
+        "n_layers", "d_model", "n_ctx", "d_head", "d_mlp", "act_fn", "gated_mlp", "num_experts",
+        "experts_per_token", "norm_topk_prob")}, d_vocab=30))
+    ffn = model.blocks[0].ffn
+    with torch.no_grad():
+        theirs.W_gate.weight.copy_(ffn.router.weight)
+        for expert, mine in zip(theirs.experts, ffn.experts, strict=True):
+            for their_name, our_name in (("W_gate", "w1"), ("W_in", "w3"), ("W_out", "w2")):
+                getattr(expert, their_name).weight.copy_(getattr(mine, our_name).weight)
+    x = 3 * torch.randn(2, 7, 16)  # (B, T, d): spread, so that the routes differ token to token
+    chosen = {}
+    theirs.hook_expert_indices.add_hook(lambda t, hook: chosen.setdefault("theirs", t))  # (B T, k)
+    with torch.no_grad():
+        torch.testing.assert_close(ffn(x), theirs(x), rtol=0, atol=1e-5)  # float32 sums: 1.1e-6 apart
+        ours = ffn.route(ffn.router(x))[1]  # (B, T, k)
+    assert torch.equal(ours.reshape(-1, k), chosen["theirs"])
+    assert len(set(ours.reshape(-1).tolist())) > 1
+
+
+def test_a_mixture_transformerlens_has_no_place_for_is_refused_by_name():
+    shared = bl.Transformer(bl.ModelConfig(**MOE, shared_expert_d_ff=8))
+    with pytest.raises(ValueError, match=r"model.cfg.num_experts: shared_expert_d_ff=8 \(a shared expert\) "
+                                         "has no place in TransformerLens' MoE"):
+        _ = shared.cfg.num_experts
+    after = bl.Transformer(bl.ModelConfig(**MOE, router_softmax="after_top_k"))
+    with pytest.raises(ValueError, match="router_softmax='after_top_k' has no place"):
+        _ = after.cfg.experts_per_token
+    dense_experts = bl.Transformer(bl.ModelConfig(**{**MOE, "activation": "gelu"}))
+    with pytest.raises(ValueError, match="activation='gelu' .experts that are not gated MLPs."):
+        _ = dense_experts.cfg.norm_topk_prob
 
 
 @pytest.mark.parametrize("patch", ["get_act_patch_resid_pre", "get_act_patch_attn_head_out_all_pos",
