@@ -194,6 +194,9 @@ FIELD_HELP = {
     "sliding_window": "causal attention to the last N positions only (Mistral); none: all",
     "qk_norm": "a norm (the --norm variant) on queries and keys before the scores: per head (Qwen3) or "
                "over all heads at once (OLMo 2)",
+    "attn_softcap": "cap the scores: X tanh(scores / X), before the mask (Gemma 2: 50); none: no cap",
+    "logit_softcap": "cap the logits at +-X: X tanh(logits / X) (Gemma 2: 30); none: no cap",
+    "query_pre_attn_scalar": "the attention scores times X^-1/2, not head-dim^-1/2 (Gemma 2); none: head-dim",
     "n_experts": "a mixture of experts in the FFN's place: this many expert FFNs behind a router; "
                  "0: one dense FFN",
     "experts_per_token": "mixture only: k, the experts each token goes to (Mixtral: 2)",

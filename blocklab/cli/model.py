@@ -61,6 +61,8 @@ def cmd_params(args: argparse.Namespace) -> int:
         active = count.active
         console.print(f"active per token: {active:,} ({100 * active / count.total:.1f}%: "
                       f"{c.experts_per_token} of {c.n_experts} experts in each block)")
+    for line in attention_notes(c):
+        console.print(line)
     if args.preset in PUBLISHED_TOTALS and config == preset(args.preset):
         published = PUBLISHED_TOTALS[args.preset]
         verdict = "equal" if published == count.total else f"differs by {count.total - published:+,}"
@@ -69,6 +71,19 @@ def cmd_params(args: argparse.Namespace) -> int:
         console.print(f"note: {PRESET_NOTES[args.preset]}")
     say_written(args.json)
     return 0
+
+
+def attention_notes(c: ModelConfig) -> list[str]:
+    """What a config does to the scores and logits beyond Q K^T / sqrt(d_head) (Gemma 2), in words."""
+    notes = []
+    if c.query_pre_attn_scalar is not None:
+        notes.append(f"attention scores: Q K^T / sqrt({c.query_pre_attn_scalar:g}) (query_pre_attn_scalar), "
+                     f"not / sqrt(d_head {c.d_head})")
+    if c.attn_softcap is not None:
+        notes.append(f"attention scores soft-capped: {c.attn_softcap:g} tanh(s / {c.attn_softcap:g})")
+    if c.logit_softcap is not None:
+        notes.append(f"logits soft-capped: {c.logit_softcap:g} tanh(logits / {c.logit_softcap:g})")
+    return notes
 
 
 def _part_formulas(c: ModelConfig) -> dict[str, str]:

@@ -8,7 +8,10 @@ Grouped-query attention (``n_kv_heads`` = h_kv < h; multi-query at h_kv = 1) giv
 h / h_kv query heads one key and value head: Wk and Wv are (h_kv d_k, d), the KV cache holds h_kv
 heads. With rotary positions (rotary.py) each head's queries and keys are rotated by their positions
 after the split (the ``rot_q``, ``rot_k`` stages). With ALiBi (alibi.py) each head's scores get its
-bias -m_h |i - j| before the mask: the ``scores`` stage includes it. A sliding window (``sliding_window``
+bias -m_h |i - j| before the mask: the ``scores`` stage includes it. Gemma 2 scales the scores by
+s^-1/2 (``scale`` = query_pre_attn_scalar^-1/2) instead of d_k^-1/2 and soft-caps them, cap tanh(scores /
+cap), before the mask (``softcap``; the ``scores`` stage is capped): SDPA cannot cap, so a capped
+attention always takes the explicit path. A sliding window (``sliding_window``
 = w) lets a query see only the last w positions, itself included (Mistral).
 
 QK-norm (``qk_norm``) normalises the queries and keys before they are rotated and multiplied, so the
@@ -84,27 +87,16 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
     QK_NORM_STAGES = ("q_norm", "k_norm")
 
     def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        causal: bool = False,
-        bias: bool = True,
-        dropout: float = 0.0,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
-        fused: bool = True,
-        n_kv_heads: int | None = None,
-        qkv_bias: bool | None = None,
-        o_bias: bool | None = None,
-        rotary: bool = False,
-        sliding_window: int | None = None,
-        qk_norm: str = "none",
-        norm: str = "rms",
-        eps: float = 1e-6,
-        d_head: int | None = None, alibi: bool = False,
+        self, d_model: int, n_heads: int, causal: bool = False, bias: bool = True, dropout: float = 0.0,
+        device: torch.device | str | None = None, dtype: torch.dtype | None = None, fused: bool = True,
+        n_kv_heads: int | None = None, qkv_bias: bool | None = None, o_bias: bool | None = None,
+        rotary: bool = False, sliding_window: int | None = None, qk_norm: str = "none", norm: str = "rms",
+        eps: float = 1e-6, d_head: int | None = None, alibi: bool = False, softcap: float | None = None,
+        scale: float | None = None,
     ) -> None:
         """``qk_norm``: one of QK_NORMS; ``norm`` (a LayerNorm variant) and ``eps`` are its norms' (they
-        have a bias where ``bias`` and the variant allow one). ``alibi``: ALiBi's bias on the scores."""
+        have a bias where ``bias`` and the variant allow one). ``alibi``: ALiBi's bias on the scores.
+        ``softcap``: the scores capped at +-softcap (tanh); ``scale``: their factor (None: d_k^-1/2)."""
         super().__init__()
         if n_heads < 1 or (d_head is None and d_model % n_heads):
             raise ValueError(f"MultiHeadAttention n_heads={n_heads} must divide d_model={d_model} "
@@ -123,6 +115,7 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
         self.d_attn = n_heads * self.d_k  # the heads' width, concatenated (d_model unless d_head is given)
         self.n_kv_heads, self.sliding_window = kv_heads, sliding_window
         self.alibi = tuple(alibi_slopes(n_heads)) if alibi else None  # fixed numbers: no parameter, no buffer
+        self.softcap, self.scale = softcap, scale
         in_bias = bias if qkv_bias is None else qkv_bias
         self.q = nn.Linear(d_model, self.d_attn, bias=in_bias, **factory)
         self.k = nn.Linear(d_model, kv_heads * self.d_k, bias=in_bias, **factory)
@@ -234,8 +227,12 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
         return alibi_bias(slopes, T, past).to(like.dtype)[None]
 
     def _scores(self, q: Tensor, k: Tensor, allowed: Tensor | None, past: int = 0) -> Tensor:
-        """Q K^T / sqrt(d_k) (+ ALiBi's bias), -inf where a key is not visible: (B, h, T, past + T)."""
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
+        """Q K^T / sqrt(d_k) (or times ``scale``; soft-capped; + ALiBi's bias), -inf where a key is not
+        visible: (B, h, T, past + T)."""
+        qk = q @ k.transpose(-2, -1)
+        scores = qk / math.sqrt(self.d_k) if self.scale is None else qk * self.scale
+        if self.softcap is not None:  # as transformers' Gemma 2: divide, tanh, multiply
+            scores = torch.tanh(scores / self.softcap) * self.softcap
         bias = self._alibi_bias(q.shape[2], past, scores)
         scores = scores if bias is None else scores + bias
         return scores if allowed is None else scores.masked_fill(~allowed, float("-inf"))
@@ -321,7 +318,7 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
         (B, T, h, d_k)); and the weights on the explicit path."""
         B, _, T, _ = q.shape
         weights = None
-        if explicit:
+        if explicit or self.softcap is not None:  # SDPA has no soft-capping
             allowed = self._allowed(key_padding_mask, T, q.device, past)
             ctx, weights = self._explicit(q, k, v, allowed, past)
         else:
@@ -337,7 +334,7 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
                 else bias.masked_fill(~allowed, -math.inf)
             ctx = F.scaled_dot_product_attention(
                 q, *self._sdpa_kv(k, v), attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0,
-                is_causal=self.causal and allowed is None and bias is None and past == 0,
+                is_causal=self.causal and allowed is None and bias is None and past == 0, scale=self.scale,
                 **({"enable_gqa": True} if self._sdpa_groups(k) else {}),
             )
             self._observe_scores_and_weights(q, k, key_padding_mask, past)
@@ -372,7 +369,9 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
                 + (f", n_kv_heads={self.n_kv_heads}" if self.n_kv_heads != self.n_heads else "")
                 + (f", sliding_window={self.sliding_window}" if self.sliding_window is not None else "")
                 + (f", qk_norm={self.qk_norm!r}" if self.qk_norm != "none" else "")
-                + (", alibi=True" if self.alibi is not None else ""))
+                + (", alibi=True" if self.alibi is not None else "")
+                + (f", scale={self.scale}" if self.scale is not None else "")
+                + (f", softcap={self.softcap}" if self.softcap is not None else ""))
 
 
 class KVCache:

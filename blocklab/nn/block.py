@@ -107,7 +107,8 @@ class TransformerBlock(HookedModule):
             c.d_model, c.n_heads, causal=c.causal, bias=c.bias, dropout=c.dropout, fused=fused,
             n_kv_heads=c.n_kv_heads, qkv_bias=c.qkv_bias, o_bias=c.o_bias, rotary=c.pos_encoding == "rotary",
             sliding_window=c.sliding_window, qk_norm=c.qk_norm, norm=c.norm, eps=c.eps, d_head=c.head_dim,
-            alibi=c.pos_encoding == "alibi")
+            alibi=c.pos_encoding == "alibi", softcap=c.attn_softcap,
+            scale=None if c.query_pre_attn_scalar is None else c.query_pre_attn_scalar ** -0.5)
         self.ffn = FeedForward(c.d_model, c.d_ff, c.activation, bias=c.bias, dropout=c.dropout, fused=fused) \
             if not c.n_experts else MixtureOfExperts(
                 c.d_model, c.d_ff, c.activation, c.n_experts, c.experts_per_token, c.router_softmax,

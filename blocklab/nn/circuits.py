@@ -152,12 +152,18 @@ class FeedForwardWeights:
 
 class Unembed(nn.Linear):
     """The LM head, ``nn.Linear(d, vocab)``, with TransformerLens' names for its weights
-    (``model.unembed.W_U``)."""
+    (``model.unembed.W_U``); ``softcap``: the logits capped at +-softcap, cap tanh(logits / cap) (Gemma 2)."""
+
+    def __init__(self, d_model: int, vocab_size: int, bias: bool = True, softcap: float | None = None,
+                 **factory: Any) -> None:
+        super().__init__(d_model, vocab_size, bias=bias, **factory)
+        self.softcap = softcap
 
     def forward(self, x: Tensor) -> Tensor:  # (..., d) -> (..., vocab)
         """The logits; one row while decoding reads the head's packed (d, vocab) copy (nn/packed.py)."""
-        return packed_linear(self, "head", x, (self.weight,), (self.bias,)) if packing(x) \
+        logits = packed_linear(self, "head", x, (self.weight,), (self.bias,)) if packing(x) \
             else super().forward(x)
+        return logits if self.softcap is None else torch.tanh(logits / self.softcap) * self.softcap
 
     @property
     def W_U(self) -> Tensor:  # (d, vocab)

@@ -44,6 +44,8 @@ LEAN_RESIDUALS = ("add", "deepnorm")
 # measures both paths across d_model and prints the width this rule gives; docs/performance.md shows it).
 LEAN_MAX_TIME_COST = 0.05
 LEAN_MIN_D_MODEL = 384
+# the fields scaling or capping the scores and logits (Gemma 2): each a number > 0, or None (off)
+SOFTCAP_FIELDS = ("attn_softcap", "logit_softcap", "query_pre_attn_scalar")
 EMBED_SCALES = ("sqrt_d_model", "none")  # the factor on the token embedding (embedding.SCALE_FACTORS)
 
 # The fields that take one of a few names, and those names (validation and the CLI's --help use it).
@@ -117,6 +119,11 @@ class ModelConfig:
     # a norm (the block's variant) on q and k before the scores: per head (Qwen3) or over all heads
     # (OLMo 2); blocklab/nn/attention.py
     qk_norm: str = "none"
+    # Gemma 2 (blocklab/nn/attention.py): the scores cap * tanh(s / cap) after the scale, before the mask; the
+    # logits the same after the head; the scores scaled by query_pre_attn_scalar^-1/2 (None: d_head^-1/2)
+    attn_softcap: float | None = None
+    logit_softcap: float | None = None
+    query_pre_attn_scalar: float | None = None
     pos_encoding: str = "sinusoidal"
     # rotary only (blocklab/nn/rotary.py): the share of each head rotated, the base of the frequencies,
     # which features pair up, and Llama 3's frequency scaling
@@ -159,7 +166,8 @@ class ModelConfig:
         set_("d_ff", resolve_d_ff(self.d_ff, self.d_model) if isinstance(self.d_model, int) else self.d_ff)
         if isinstance(self.rope_scaling, dict):  # a copy: changing the caller's dict changes no config
             set_("rope_scaling", dict(self.rope_scaling))
-        for name in ("eps", "embed_std", "pos_std", "rotary_fraction", "rotary_base", "router_aux_loss_coef"):
+        for name in ("eps", "embed_std", "pos_std", "rotary_fraction", "rotary_base", "router_aux_loss_coef",
+                     *SOFTCAP_FIELDS):
             value = getattr(self, name)
             if isinstance(value, int) and not isinstance(value, bool):
                 set_(name, float(value))
@@ -348,6 +356,10 @@ def _attention_violations(c: ModelConfig, need: Callable[[bool, str], None]) -> 
         need(_is_int(c.sliding_window) and c.sliding_window >= 1,
              f"sliding_window={c.sliding_window!r} must be an integer >= 1 (or unset: no window)")
         need(c.causal, f"sliding_window={c.sliding_window!r} limits causal attention, but causal=False")
+    for name in SOFTCAP_FIELDS:
+        value = getattr(c, name)
+        need(value is None or _is_positive_number(value),
+             f"{name}={value!r} must be a finite number > 0 (or unset: off)")
     if c.qk_norm != "none":
         need(is_layer_norm(c.norm), f"qk_norm={c.qk_norm!r} normalises q and k with the block's norm "
              f"variant, but norm={c.norm!r} is not one: use {', '.join(layer_norm_variants())}")

@@ -114,7 +114,7 @@ class Transformer(HookedModule, ModelWeights, TransformerLensModel):
         self.drop = nn.Dropout(c.dropout) if c.dropout > 0 else nn.Identity()
         self.blocks = nn.ModuleList(TransformerBlock(c) for _ in range(c.n_layers))
         self.ln_f = norm() if c.final_norm else NoNorm()
-        self.head = Unembed(c.d_model, c.vocab_size, bias=c.head_bias)
+        self.head = Unembed(c.d_model, c.vocab_size, bias=c.head_bias, softcap=c.logit_softcap)
         if c.tie_embeddings:
             self.head.weight = self.embed.weight
         for stage in self.STAGES:

@@ -9,6 +9,7 @@ not is an AttributeError that says so.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -68,6 +69,9 @@ class TransformerLensConfig:
             "use_qk_norm": c.qk_norm != "none", "rotary_base": c.rotary_base,
             "rotary_dim": round(c.rotary_fraction * c.d_head) if c.pos_encoding == "rotary" else None,
             "rotary_adjacent_pairs": c.rotary_style != "half",
+            "attn_scale": math.sqrt(c.d_head if c.query_pre_attn_scalar is None else c.query_pre_attn_scalar),
+            "attn_scores_soft_cap": -1.0 if c.attn_softcap is None else c.attn_softcap,  # -1: TL's "off"
+            "output_logits_soft_cap": -1.0 if c.logit_softcap is None else c.logit_softcap,
         }
         refused: dict[str, str] = {}
         if act.transformerlens is None:

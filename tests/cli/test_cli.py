@@ -56,3 +56,14 @@ def test_console_script_runs() -> None:
     out = subprocess.run([sys.executable, "-m", "blocklab", "params", "--preset", "gpt2", "--json"],
                          capture_output=True, text=True, check=True).stdout
     assert json.loads(out)["total"] == 124_439_808
+
+
+def test_params_say_how_the_scores_and_logits_are_scaled_and_capped(capsys) -> None:
+    assert main(["params", "--causal", "true", "--attn-softcap", "50", "--logit-softcap", "30",
+                 "--query-pre-attn-scalar", "256"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
+    assert "attention scores: Q K^T / sqrt(256) (query_pre_attn_scalar), not / sqrt(d_head 16)" in out
+    assert "attention scores soft-capped: 50 tanh(s / 50)" in out
+    assert "logits soft-capped: 30 tanh(logits / 30)" in out
+    assert main(["params"]) == 0
+    assert "soft-capped" not in capsys.readouterr().out
