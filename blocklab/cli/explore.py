@@ -31,7 +31,7 @@ from .args import (
     parse_vary,
     set_fields,
 )
-from .defaults import DEFAULT_PRESET, MAIN_OR_PRESET, NO_MAIN_RUN, main_run
+from .defaults import DEFAULT_PRESET, MAIN_OR_PRESET, NO_MAIN_RUN, default_model
 from .trace import Subject, set_file_weights
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -93,7 +93,8 @@ def models_for_args(args: argparse.Namespace) -> dict:
         planned.append((unique, config, from_file, build))
 
     named = args.presets or args.models or args.vary or set_fields(args, FIELDS)
-    run = None if named else main_run()  # nothing named: the README's run, else the preset (and a note)
+    # nothing named: the README's run, else the language model blocklab ships (and a note)
+    run, is_main_run = (None, True) if named else default_model()
     for label, name, fields in [] if run else preset_variants(args):
         plan(label, preset_config(name, fields), False, partial(preset_subject, name, args.seed, fields))
     for path in [run] if run else args.models:  # located and sized from the header or config.json
@@ -109,7 +110,7 @@ def models_for_args(args: argparse.Namespace) -> dict:
         subject = build()
         if args.weights and not from_file:
             set_file_weights(subject, args.weights)
-        subject.notes += [] if named or run else [NO_MAIN_RUN]
+        subject.notes += [] if is_main_run else [NO_MAIN_RUN]
         served[label] = Explored(label, subject, example(subject))
     return served
 

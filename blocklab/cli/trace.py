@@ -32,7 +32,7 @@ from .args import (
     say_written,
     set_fields,
 )
-from .defaults import DEFAULT_PRESET, NO_MAIN_RUN, main_run
+from .defaults import DEFAULT_PRESET, NO_MAIN_RUN, default_model
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -111,14 +111,13 @@ def model_subject(path: str, allow_nonfinite: bool = False) -> Subject:
 def named_or_default(preset: str | None, seed: int, overrides: dict[str, Any],
                      allow_nonfinite: bool = False) -> Subject:
     """The preset named (with ``overrides``); with none and no config flag, the README's main run when it
-    holds a checkpoint, else ``DEFAULT_PRESET``, whose notes say its weights are random and how to train."""
+    holds a checkpoint, else the language model blocklab ships, whose note says what it is and how to train
+    the README's model."""
     if preset is not None or overrides:
         return preset_subject(preset or DEFAULT_PRESET, seed, overrides)
-    run = main_run()
-    if run is not None:
-        return model_subject(run, allow_nonfinite)
-    subject = preset_subject(DEFAULT_PRESET, seed, overrides)
-    subject.notes.append(NO_MAIN_RUN)
+    model, is_main_run = default_model()
+    subject = model_subject(model, allow_nonfinite)
+    subject.notes += [] if is_main_run else [NO_MAIN_RUN]
     return subject
 
 

@@ -75,6 +75,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         vocab_size=6, max_seq_len=4, d_model=16, n_heads=2, n_layers=2, d_ff=64,
         activation="relu", norm_position="post", causal=True, embed_scale="sqrt_d_model", embed_std=1.0,
     ),
+    # A character-level language model of the text task's shipped text (Coriolanus' 60 characters): what
+    # trace and explore open when the README's run does not exist (scripts/ship_char_lm.py trains the copy
+    # blocklab ships, cli/defaults.py SHIPPED_LM)
+    "char-lm": dict(
+        vocab_size=60, max_seq_len=64, d_model=64, n_heads=4, n_layers=3, d_ff=256, activation="gelu",
+        norm_position="pre", final_norm=True, causal=True, dropout=0.1, embed_scale="sqrt_d_model",
+        embed_std=1.0,
+    ),
     # The tutorials' worked pipeline (docs/tutorial.md): tiny-lm's vocabulary and sentence, one post-norm
     # block, x0 = E[t] + PE[p] with no factor, long enough for the whole sentence <BOS> ... <EOS>.
     "tutorial": dict(
@@ -144,14 +152,14 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 # The task each toy preset is shaped for (its vocabulary and length): its tokenizer comes with it.
 PRESET_TASKS: dict[str, str] = {"listops-seed": "listops", "tiny-lm": "tiny-lm", "tutorial": "tiny-lm",
-                                "llama-seed": "listops"}
+                                "llama-seed": "listops", "char-lm": "text"}
 
 # How each preset sizes its input embedding (ModelConfig embed_scale, embed_std, pos_std; the
 # reasons are in blocklab/nn/embedding.py). `blocklab params --preset NAME` prints the line.
 EMBEDDING_CHOICES: dict[str, str] = {
     **{name: "Vaswani et al. 2017 (section 3.4; tensor2tensor's init): tok = sqrt(d_model) E[t], "
              "E ~ N(0, 1/d_model), so token entries start at std 1 beside the sinusoidal code's 1/sqrt(2)"
-       for name in ("listops-seed", "tiny-lm")},
+       for name in ("listops-seed", "tiny-lm", "char-lm")},
     "tutorial": "the tutorials' worked pipeline: x0 = E[t] + PE[p], no factor, E ~ N(0, 1) (the weights a "
                 "learner gives with --weights replace it)",
     **{name: "GPT-2's released code (openai/gpt-2 src/model.py): x0 = wte[t] + wpe[p], no factor, "

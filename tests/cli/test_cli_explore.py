@@ -12,6 +12,7 @@ import torch
 
 import blocklab as bl
 from blocklab.cli import build_parser
+from blocklab.cli.defaults import SHIPPED_LM
 from blocklab.cli.explore import models_for_args
 from blocklab.errors import UsageError
 
@@ -43,8 +44,10 @@ def test_vary_serves_the_none_ablations_beside_the_preset(vary: str, field: str,
     assert [m.subject.model.config.__getattribute__(field) for m in models.values()] == values
 
 
-def test_no_flag_serves_listops_seed_and_names_stay_unique() -> None:
-    assert list(served()) == ["listops-seed"]
+def test_no_flag_serves_the_shipped_model_a_flag_listops_seed_and_names_stay_unique() -> None:
+    assert list(served()) == ["coriolanus-char-lm.safetensors"]
+    varied = ["listops-seed", "listops-seed norm_position=pre"]
+    assert list(served("--vary", "norm_position=pre,post")) == varied
     assert list(served("--preset", "tiny-lm", "--preset", "tiny-lm")) == ["tiny-lm", "tiny-lm (2)"]
 
 
@@ -165,29 +168,33 @@ def test_with_nothing_named_explore_serves_the_readmes_run_when_it_exists(main_r
     assert str(main_run_folder) in subject.source and subject.notes == [] and subject.next_token
 
 
-def test_without_the_run_explore_serves_the_random_preset_and_says_so_and_how_to_train() -> None:
+def test_without_the_run_explore_serves_the_shipped_language_model_and_says_so_and_how_to_train() -> None:
     models = served()
-    assert list(models) == ["listops-seed"]
-    random, missing = models["listops-seed"].subject.notes
-    assert random == RANDOM
-    assert missing.startswith("there is no trained model in ") and "`blocklab train`" in missing
+    assert list(models) == ["coriolanus-char-lm.safetensors"]
+    subject = models["coriolanus-char-lm.safetensors"].subject
+    assert str(SHIPPED_LM) in subject.source and subject.next_token
+    (shipped,) = subject.notes
+    assert shipped.startswith("this is the character-level language model blocklab ships")
+    assert "There is no trained model in " in shipped and "`blocklab train`" in shipped
     named = served("--preset", "listops-seed")["listops-seed"]  # named: the run is not sought
     assert named.subject.notes == [RANDOM]
 
 
 def test_explore_prints_the_notes_of_what_it_serves_in_the_terminal(tmp_path) -> None:
-    """Started in a folder without the README's run: the terminal says the weights are random, once for
-    the preset and its variant (the same sentence), and how to train."""
+    """Started in a folder without the README's run: the terminal says it serves the language model blocklab
+    ships, and how to train the README's model."""
     pytest.importorskip("uvicorn")
     proc = subprocess.Popen([sys.executable, "-m", "blocklab", "explore", "--port", "0"], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "PYTHONPATH": str(Path(bl.__file__).parent.parent)})
     try:
-        lines = [proc.stdout.readline() for _ in range(3)]
+        lines = [proc.stdout.readline() for _ in range(2)]
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    assert lines[0].startswith("blocklab explore: 1 model (listops-seed) at http://"), lines
-    assert lines[1] == f"blocklab explore: note (listops-seed): {RANDOM}\n"
-    assert lines[2].startswith("blocklab explore: note (listops-seed): there is no trained model in "
-                               "runs/listops: `blocklab train`")
+    assert lines[0].startswith("blocklab explore: 1 model (coriolanus-char-lm.safetensors) at http://"), lines
+    assert lines[1].startswith("blocklab explore: note (coriolanus-char-lm.safetensors): this is the "
+                               "character-level language model blocklab ships"), lines
+    assert "There is no trained model in runs/listops: `blocklab train`" in lines[1]
+
+

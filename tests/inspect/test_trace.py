@@ -414,7 +414,7 @@ def test_cli_trace_filters_stages_and_takes_config_flags(tmp_path: Path) -> None
 ])
 def test_cli_trace_mistakes_are_one_line_errors(argv: list[str], message: str,
                                                capsys: pytest.CaptureFixture) -> None:
-    assert main(["trace", "-q", *argv]) == 2
+    assert main(["trace", "-q", "--preset", "listops-seed", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("blocklab: error: ") and message in err and err.count("\n") == 1
 
@@ -713,19 +713,35 @@ def test_trace_opens_the_readmes_run_when_nothing_is_named(main_run_folder: Path
     assert record["predictions"] and record["lens"]  # trained for listops' answer: its bars mean something
 
 
+def test_without_the_run_trace_opens_the_shipped_language_model_and_says_so(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Nothing named and no README's run: the character-level model blocklab ships, trained, with a note in
+    the terminal, the JSON and the page; it completes "First Citize" with "n" (Coriolanus' first words)."""
+    out, page = tmp_path / "trace.json", tmp_path / "trace.html"
+    assert main(["trace", "--input", "First Citize", "--stages", "embed", "--width", "400",
+                 "--html", str(page), "--json", str(out)]) == 0
+    shipped = "this is the character-level language model blocklab ships"
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith(f"note: {shipped}")  # under the source
+    record = json.loads(out.read_text())
+    assert record["notes"][0].startswith(shipped) and "There is no trained model in " in record["notes"][0]
+    assert record["predictions"][-1]["tokens"][0] == "n"  # the last position's most likely next character
+    notes = re.findall(r'<p class="note"><b>note:</b> (.*?)</p>', page.read_text())
+    assert unescape(notes[0]).startswith(shipped)
+
+
 def test_a_random_preset_says_so_in_the_terminal_the_json_and_the_page(tmp_path: Path,
                                                                        capsys: pytest.CaptureFixture) -> None:
     out, page = tmp_path / "trace.json", tmp_path / "trace.html"
-    assert main(["trace", "--input", QUERY, "--stages", "embed", "--width", "400", "--html", str(page),
-                 "--json", str(out)]) == 0
+    assert main(["trace", "--preset", "listops-seed", "--input", QUERY, "--stages", "embed", "--width", "400",
+                 "--html", str(page), "--json", str(out)]) == 0
     random = ("the weights are random: preset listops-seed drawn with seed 0, not trained, so what it "
               "predicts means nothing")
-    missing = "there is no trained model in "
     lines = capsys.readouterr().out.splitlines()
-    assert lines[1] == f"note: {random}" and lines[2].startswith(f"note: {missing}")  # under the source
-    assert json.loads(out.read_text())["notes"][0] == random
+    assert lines[1] == f"note: {random}"  # under the source
+    assert json.loads(out.read_text())["notes"] == [random]
     notes = re.findall(r'<p class="note"><b>note:</b> (.*?)</p>', page.read_text())
-    assert [unescape(n) for n in notes][0] == random and missing in notes[1]
+    assert [unescape(n) for n in notes] == [random]
 
 
 def test_an_encoder_says_it_has_no_next_token_head_instead_of_predictions(
