@@ -56,6 +56,7 @@ from .values import (  # noqa: F401  (re-exported: the command modules take them
     parse_int,
     parse_int_or_none,
     parse_int_or_ratio,
+    parse_ints_or_none,
     parse_json_object_or_none,
     parse_json_target,
     parse_name,
@@ -154,12 +155,12 @@ def _field_parser(name: str, default: Any, annotation: str) -> tuple[Callable[[s
     if name in CHOICES:
         return str, "NAME", f"one of: {', '.join(CHOICES[name])}"
     spelled = str(annotation).replace(" ", "")
-    if default is None and spelled == "float|None":
-        return parse_float_or_none, "X|none", "a number, or none"
-    if default is None and spelled == "int|None":
-        return parse_int_or_none, "N|none", "an integer, or none"
-    if default is None and spelled == "bool|None":  # qkv_bias: unset follows another field
-        return parse_optional_bool, "true|false|auto", "true, false or auto"
+    unset = {"float|None": (parse_float_or_none, "X|none", "a number, or none"),
+             "int|None": (parse_int_or_none, "N|none", "an integer, or none"),
+             "bool|None": (parse_optional_bool, "true|false|auto", "true, false or auto"),  # qkv_bias
+             "tuple[int|None,...]|None": (parse_ints_or_none, "N,none,...|none", "none: global")}
+    if default is None and spelled in unset:
+        return unset[spelled]
     if default is None and spelled.startswith("dict["):
         return parse_json_object_or_none, "JSON|none", "a JSON object, or none"
     if isinstance(default, bool):
@@ -192,6 +193,7 @@ FIELD_HELP = {
     "o_bias": "a bias on attention's output projection; auto: as --bias (GPT-J has none)",
     "causal": "each position sees only itself and earlier ones (a language model)",
     "sliding_window": "causal attention to the last N positions only (Mistral); none: all",
+    "layer_windows": "each layer's sliding window (Gemma 2: 4096,none,4096,...); none: sliding-window's",
     "qk_norm": "a norm (the --norm variant) on queries and keys before the scores: per head (Qwen3) or "
                "over all heads at once (OLMo 2)",
     "attn_softcap": "cap the scores: X tanh(scores / X), before the mask (Gemma 2: 50); none: no cap",
@@ -200,11 +202,9 @@ FIELD_HELP = {
     "n_experts": "a mixture of experts in the FFN's place: this many expert FFNs behind a router; "
                  "0: one dense FFN",
     "experts_per_token": "mixture only: k, the experts each token goes to (Mixtral: 2)",
-    "router_softmax": "mixture only: softmax over every expert then the k largest, or over the k largest "
-                      "logits",
+    "router_softmax": "mixture only: softmax over all experts then the k largest, or over the k top logits",
     "renormalize_top_k": "mixture only: divide the k weights by their sum (Mixtral; Qwen2-MoE does not)",
-    "shared_expert_d_ff": "mixture only: a shared expert of this width behind a sigmoid gate (Qwen2-MoE); "
-                          "0: none",
+    "shared_expert_d_ff": "mixture only: a sigmoid-gated shared expert this wide (Qwen2-MoE); 0: none",
     "router_aux_loss_coef": "mixture only: the load-balancing loss' weight in training (Switch Transformer)",
     "pos_encoding": "the position code added to the token embedding (rotary, alibi: inside attention)",
     "rotary_fraction": "rotary only: the share of each head rotated (Pythia: 0.25)",

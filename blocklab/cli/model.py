@@ -74,7 +74,8 @@ def cmd_params(args: argparse.Namespace) -> int:
 
 
 def attention_notes(c: ModelConfig) -> list[str]:
-    """What a config does to the scores and logits beyond Q K^T / sqrt(d_head) (Gemma 2), in words."""
+    """What a config does to the scores and logits beyond Q K^T / sqrt(d_head), and each layer's window (Gemma
+    2), in words."""
     notes = []
     if c.query_pre_attn_scalar is not None:
         notes.append(f"attention scores: Q K^T / sqrt({c.query_pre_attn_scalar:g}) (query_pre_attn_scalar), "
@@ -83,6 +84,13 @@ def attention_notes(c: ModelConfig) -> list[str]:
         notes.append(f"attention scores soft-capped: {c.attn_softcap:g} tanh(s / {c.attn_softcap:g})")
     if c.logit_softcap is not None:
         notes.append(f"logits soft-capped: {c.logit_softcap:g} tanh(logits / {c.logit_softcap:g})")
+    if c.layer_windows is not None:
+        kinds = {}  # window -> layers
+        for i, w in enumerate(c.layer_windows):
+            kinds.setdefault(w, []).append(str(i))
+        kind = lambda w: "global" if w is None else f"local, window {w}"
+        notes.append("attention per layer: " + "; ".join(f"{', '.join(at)} {kind(w)}"
+                                                         for w, at in kinds.items()))
     return notes
 
 

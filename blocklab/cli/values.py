@@ -60,6 +60,13 @@ def parse_int_or_none(text: str) -> int | None:
     return None if text.strip().lower() == "none" else parse_int(text)
 
 
+def parse_ints_or_none(text: str) -> tuple[int | None, ...] | None:
+    """'none' -> None; '4096,none,4096' -> (4096, None, 4096) (``layer_windows``)."""
+    if text.strip().lower() == "none":
+        return None
+    return tuple(parse_int_or_none(part) for part in text.split(","))
+
+
 def parse_json_object_or_none(text: str) -> dict[str, Any] | None:
     """'none' -> None, else a JSON object (``rope_scaling``: the config says what it may hold)."""
     if text.strip().lower() == "none":

@@ -98,7 +98,8 @@ class TransformerBlock(HookedModule):
     ``resid_pre``, then each step's (``attn.*``, ``ffn.*`` for the sublayers), in forward order.
     """
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, layer: int = 0) -> None:
+        """``layer``: the block's place in the stack (its window, ``ModelConfig.window``)."""
         super().__init__()
         c = self.config = config
         self.layout = LAYOUTS[c.norm_position]
@@ -106,7 +107,7 @@ class TransformerBlock(HookedModule):
         self.attn = MultiHeadAttention(
             c.d_model, c.n_heads, causal=c.causal, bias=c.bias, dropout=c.dropout, fused=fused,
             n_kv_heads=c.n_kv_heads, qkv_bias=c.qkv_bias, o_bias=c.o_bias, rotary=c.pos_encoding == "rotary",
-            sliding_window=c.sliding_window, qk_norm=c.qk_norm, norm=c.norm, eps=c.eps, d_head=c.head_dim,
+            sliding_window=c.window(layer), qk_norm=c.qk_norm, norm=c.norm, eps=c.eps, d_head=c.head_dim,
             alibi=c.pos_encoding == "alibi", softcap=c.attn_softcap,
             scale=None if c.query_pre_attn_scalar is None else c.query_pre_attn_scalar ** -0.5)
         self.ffn = FeedForward(c.d_model, c.d_ff, c.activation, bias=c.bias, dropout=c.dropout, fused=fused) \

@@ -116,6 +116,8 @@ class ModelConfig:
     o_bias: bool | None = None  # a bias on attention's output projection (None: as bias; GPT-J has none)
     causal: bool = False
     sliding_window: int | None = None  # causal attention to the last N positions only (Mistral); None: all
+    # each layer's own window, one per layer, None: that layer global (Gemma 2: 4096 on layers 0, 2, ...)
+    layer_windows: tuple[int | None, ...] | None = None
     # a norm (the block's variant) on q and k before the scores: per head (Qwen3) or over all heads
     # (OLMo 2); blocklab/nn/attention.py
     qk_norm: str = "none"
@@ -164,6 +166,8 @@ class ModelConfig:
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # frozen
         set_("d_ff", resolve_d_ff(self.d_ff, self.d_model) if isinstance(self.d_model, int) else self.d_ff)
+        if isinstance(self.layer_windows, list):  # as JSON gives it back
+            set_("layer_windows", tuple(self.layer_windows))
         if isinstance(self.rope_scaling, dict):  # a copy: changing the caller's dict changes no config
             set_("rope_scaling", dict(self.rope_scaling))
         for name in ("eps", "embed_std", "pos_std", "rotary_fraction", "rotary_base", "router_aux_loss_coef",
@@ -186,6 +190,10 @@ class ModelConfig:
     def d_head(self) -> int:
         """Per-head width d_k: ``head_dim``, or d_model / n_heads when unset."""
         return self.head_dim if self.head_dim is not None else self.d_model // self.n_heads
+
+    def window(self, layer: int) -> int | None:
+        """Layer ``layer``'s sliding window (``layer_windows``, else ``sliding_window``); None: global."""
+        return self.sliding_window if self.layer_windows is None else self.layer_windows[layer]
 
     @property
     def kv_heads(self) -> int:
@@ -356,6 +364,8 @@ def _attention_violations(c: ModelConfig, need: Callable[[bool, str], None]) -> 
         need(_is_int(c.sliding_window) and c.sliding_window >= 1,
              f"sliding_window={c.sliding_window!r} must be an integer >= 1 (or unset: no window)")
         need(c.causal, f"sliding_window={c.sliding_window!r} limits causal attention, but causal=False")
+    if c.layer_windows is not None:
+        _layer_window_violations(c, need)
     for name in SOFTCAP_FIELDS:
         value = getattr(c, name)
         need(value is None or _is_positive_number(value),
@@ -380,6 +390,20 @@ def _attention_violations(c: ModelConfig, need: Callable[[bool, str], None]) -> 
              f"{dim} features; it must rotate an even number >= 2")
     problem = check_rope_scaling(c.rope_scaling)
     need(problem is None, f"rope_scaling={c.rope_scaling!r} {problem}")
+
+
+def _layer_window_violations(c: ModelConfig, need: Callable[[bool, str], None]) -> None:
+    """One window per layer, each an integer >= 1 or None (global), causal only, and no second window."""
+    w = c.layer_windows
+    if not isinstance(w, tuple) or len(w) != c.n_layers:
+        need(False, f"layer_windows={w!r} must list one window per layer ({c.n_layers}: n_layers), each an "
+             "integer >= 1 or None (that layer global)")
+        return
+    need(all(v is None or (_is_int(v) and v >= 1) for v in w),
+         f"layer_windows={w!r}: each must be an integer >= 1 or None (that layer global)")
+    need(c.causal, f"layer_windows={w!r} limit causal attention, but causal=False")
+    need(c.sliding_window is None, f"layer_windows={w!r} give every layer its window, so sliding_window="
+         f"{c.sliding_window!r} must be unset (None)")
 
 
 def _normalises(norm: object) -> bool:

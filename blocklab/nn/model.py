@@ -112,7 +112,7 @@ class Transformer(HookedModule, ModelWeights, TransformerLensModel):
         norm = lambda: build_norm(c.norm, c.d_model, c.eps, c.bias, fused=c.components_fused)
         self.embed_ln = norm() if c.embed_norm else NoNorm()
         self.drop = nn.Dropout(c.dropout) if c.dropout > 0 else nn.Identity()
-        self.blocks = nn.ModuleList(TransformerBlock(c) for _ in range(c.n_layers))
+        self.blocks = nn.ModuleList(TransformerBlock(c, i) for i in range(c.n_layers))
         self.ln_f = norm() if c.final_norm else NoNorm()
         self.head = Unembed(c.d_model, c.vocab_size, bias=c.head_bias, softcap=c.logit_softcap)
         if c.tie_embeddings:

@@ -44,6 +44,20 @@ def _experts(c: ModelConfig, gated: bool, values: dict[str, Any], refused: dict[
         refused |= {name: f"{why} has no place in TransformerLens' MoE" for name in MOE_FIELDS}
 
 
+def _windows(c: ModelConfig, values: dict[str, Any], refused: dict[str, str]) -> None:
+    """TransformerLens' local attention: one window_size, and each layer "local" or "global" (attn_types);
+    layers with windows of different sizes are refused by name (it has one size)."""
+    windows = [c.window(i) for i in range(c.n_layers)]
+    sizes = {w for w in windows if w is not None}
+    values["use_local_attn"] = bool(sizes)
+    if len(sizes) > 1:
+        why = f"layer_windows={c.layer_windows!r} (windows of {len(sizes)} sizes; TransformerLens has one)"
+        refused |= {"window_size": why, "attn_types": why}
+        return
+    values["window_size"] = next(iter(sizes), None)
+    values["attn_types"] = [("global" if w is None else "local") for w in windows] if sizes else None
+
+
 class TransformerLensConfig:
     """A read-only view of a model as TransformerLens' ``HookedTransformerConfig`` (``model.cfg``)."""
 
@@ -64,9 +78,8 @@ class TransformerLensConfig:
             "original_architecture": None, "model_name": "blocklab", "device": device, "dtype": dtype,
             "default_prepend_bos": default_prepend_bos, "tokenizer_prepends_bos": tokenizer_prepends_bos,
             "use_attn_result": use_attn_result, "use_split_qkv_input": False, "use_hook_mlp_in": False,
-            "use_attn_in": False, "use_attn_scale": True, "use_local_attn": c.sliding_window is not None,
-            "window_size": c.sliding_window, "final_rms": bool(c.final_norm) and not norm.centres,
-            "use_qk_norm": c.qk_norm != "none", "rotary_base": c.rotary_base,
+            "use_attn_in": False, "use_attn_scale": True, "use_qk_norm": c.qk_norm != "none",
+            "final_rms": bool(c.final_norm) and not norm.centres, "rotary_base": c.rotary_base,
             "rotary_dim": round(c.rotary_fraction * c.d_head) if c.pos_encoding == "rotary" else None,
             "rotary_adjacent_pairs": c.rotary_style != "half",
             "attn_scale": math.sqrt(c.d_head if c.query_pre_attn_scalar is None else c.query_pre_attn_scalar),
@@ -90,6 +103,7 @@ class TransformerLensConfig:
             refused["positional_embedding_type"] = \
                 f"pos_encoding={c.pos_encoding!r} has no TransformerLens positional_embedding_type"
         _experts(c, act.ffn_kind.gated, values, refused)
+        _windows(c, values, refused)
         object.__setattr__(self, "_values", values)
         object.__setattr__(self, "_refused", refused)
 

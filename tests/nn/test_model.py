@@ -227,6 +227,7 @@ ALTERNATIVES: dict[str, list] = {
     "o_bias": [None, True, False],
     "causal": [True, False],
     "sliding_window": [None, 3],
+    "layer_windows": [None, (2, None)],
     "qk_norm": list(QK_NORMS),
     "attn_softcap": [None, 0.5],
     "logit_softcap": [None, 0.5],
