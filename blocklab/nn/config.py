@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import names
 from .activation_kinds import ACTIVATION_KINDS
 from .attention import QK_NORMS
-from .ffn_kinds import MOE_FIELDS, ROUTINGS, moe_violations
+from .ffn_kinds import MOE_FIELDS, ROUTINGS, moe_violations, resolve_d_ff
 from .init_schemes import INIT_SCHEMES
 from .layouts import LAYOUTS, Layout, block_formula, block_title
 from .norm_kinds import NORM_KINDS, NormKind, is_layer_norm, layer_norm_variants
@@ -61,37 +61,6 @@ CHOICES: dict[str, Collection[str]] = {
     "init": tuple(INIT_SCHEMES),
     "router_softmax": ROUTINGS.keys(),
 }
-
-
-def resolve_d_ff(d_ff: int | float | str, d_model: int) -> int:
-    """d_ff as an integer, or a ratio times d_model: ``4.0``, ``"4x"``, ``"8/3x"``.
-
-    Rounding rule for ratios: round(ratio * d_model) to the nearest integer (half up).
-    ``"8/3x"`` with d_model 384 gives 1024.
-    """
-    if isinstance(d_ff, bool):
-        raise ValueError(f"ModelConfig.d_ff={d_ff!r} must be an integer >= 1 or a ratio like 4.0 or '8/3x'")
-    if isinstance(d_ff, int):
-        return d_ff
-    ratio: float
-    if isinstance(d_ff, str):
-        text = d_ff.strip().removesuffix("x")
-        try:
-            num, _, den = text.partition("/")
-            ratio = float(num) / float(den) if den else float(num)
-        except (ValueError, ZeroDivisionError):
-            raise ValueError(
-                f"ModelConfig.d_ff={d_ff!r} must be an integer >= 1 or a ratio like 4.0 or '8/3x'"
-            ) from None
-        if not den and "." not in num and not d_ff.strip().endswith("x") and ratio.is_integer():
-            return int(ratio)  # "256" is an integer, "4x" a ratio
-    elif isinstance(d_ff, float):
-        ratio = d_ff
-    else:
-        raise ValueError(f"ModelConfig.d_ff={d_ff!r} must be an integer >= 1 or a ratio like 4.0 or '8/3x'")
-    if not (ratio > 0 and math.isfinite(ratio * d_model)):
-        raise ValueError(f"ModelConfig.d_ff ratio {d_ff!r} must be a finite number > 0")
-    return int(ratio * d_model + 0.5)
 
 
 @dataclass(frozen=True)
@@ -447,7 +416,6 @@ def changed_from(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any
     if changes.get("pos_encoding", "learned") != "learned" and "pos_std" not in changes:
         base = {k: v for k, v in base.items() if k != "pos_std"}
     return {**base, **changes}
-
 
 
 def from_dict(d: dict[str, Any]) -> ModelConfig:

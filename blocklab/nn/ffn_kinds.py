@@ -17,13 +17,15 @@ token), each token's k experts and their weights chosen as one of ``ROUTINGS`` s
     MoE(x) = sum over its k experts e of  w_e FFN_e(x)
              (+ sigmoid(x Wg^T) FFN_shared(x) with a shared expert)
 
-``moe_violations`` holds its config rules, ``moe_parameters`` its counts (total and active per token).
+``moe_violations`` holds its config rules, ``moe_parameters`` its counts (total and active per token);
+``resolve_d_ff`` the FFN's width from an integer or a ratio times d_model.
 
 Torch-free: config imports it through activation_kinds.py.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -134,3 +136,34 @@ def moe_parameters(kind: FFNKind, d_model: int, d_ff: int, bias: bool, n_experts
     if shared_d_ff:
         counts["shared_expert"] = kind.parameters(d_model, shared_d_ff, bias) + d_model
     return counts
+
+
+def resolve_d_ff(d_ff: int | float | str, d_model: int) -> int:
+    """d_ff as an integer, or a ratio times d_model: ``4.0``, ``"4x"``, ``"8/3x"``.
+
+    Rounding rule for ratios: round(ratio * d_model) to the nearest integer (half up).
+    ``"8/3x"`` with d_model 384 gives 1024.
+    """
+    if isinstance(d_ff, bool):
+        raise ValueError(f"ModelConfig.d_ff={d_ff!r} must be an integer >= 1 or a ratio like 4.0 or '8/3x'")
+    if isinstance(d_ff, int):
+        return d_ff
+    ratio: float
+    if isinstance(d_ff, str):
+        text = d_ff.strip().removesuffix("x")
+        try:
+            num, _, den = text.partition("/")
+            ratio = float(num) / float(den) if den else float(num)
+        except (ValueError, ZeroDivisionError):
+            raise ValueError(
+                f"ModelConfig.d_ff={d_ff!r} must be an integer >= 1 or a ratio like 4.0 or '8/3x'"
+            ) from None
+        if not den and "." not in num and not d_ff.strip().endswith("x") and ratio.is_integer():
+            return int(ratio)  # "256" is an integer, "4x" a ratio
+    elif isinstance(d_ff, float):
+        ratio = d_ff
+    else:
+        raise ValueError(f"ModelConfig.d_ff={d_ff!r} must be an integer >= 1 or a ratio like 4.0 or '8/3x'")
+    if not (ratio > 0 and math.isfinite(ratio * d_model)):
+        raise ValueError(f"ModelConfig.d_ff ratio {d_ff!r} must be a finite number > 0")
+    return int(ratio * d_model + 0.5)
