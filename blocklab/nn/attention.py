@@ -67,6 +67,14 @@ HEADS_FIRST = ("q", "k", "v", "q_norm", "k_norm", "q_norm.scale", "k_norm.scale"
                "weights")
 
 
+def _masked(bias: Tensor, allowed: Tensor) -> Tensor:  # (1, h, T, S), (B|1, 1, T|1, S) -> (B|1, h, T, S)
+    """ALiBi's bias with -inf where a key is not allowed: in place when the mask adds no batch dimension
+    (the bias is this call's own tensor), so a long sequence holds one (h, T, S) bias, not two."""
+    if torch.broadcast_shapes(bias.shape, allowed.shape) == bias.shape:
+        return bias.masked_fill_(~allowed, -math.inf)
+    return bias.masked_fill(~allowed, -math.inf)
+
+
 class MultiHeadAttention(AttentionWeights, nn.Module):
     """Keys ``q``, ``k``, ``v``, ``o``: ``nn.Linear``s, q (h d_k, d_model), k and v (n_kv_heads d_k,
     d_model), o (d_model, h d_k); d_k = d_model / h unless ``d_head`` says otherwise (Qwen3-0.6B: 16
@@ -224,7 +232,10 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
         if self.alibi is None:
             return None
         slopes = torch.tensor(self.alibi, dtype=torch.float64, device=like.device)
-        return alibi_bias(slopes, T, past).to(like.dtype)[None]
+        out = like.new_empty(1, len(self.alibi), T, past + T)
+        for head, slope in enumerate(slopes):  # one head's float64 (T, past + T) at a time, not all h at once
+            out[0, head] = alibi_bias(slope[None], T, past)[0]
+        return out
 
     def _scores(self, q: Tensor, k: Tensor, allowed: Tensor | None, past: int = 0) -> Tensor:
         """Q K^T / sqrt(d_k) (or times ``scale``; soft-capped; + ALiBi's bias), -inf where a key is not
@@ -330,8 +341,7 @@ class MultiHeadAttention(AttentionWeights, nn.Module):
             bias = self._alibi_bias(T, past, q)  # ALiBi: the mask becomes the bias, -inf where not allowed
             needs_mask = key_padding_mask is not None or offset_causal or windowed or bias is not None
             allowed = self._allowed(key_padding_mask, T, q.device, past) if needs_mask else None
-            mask = allowed if bias is None else bias if allowed is None \
-                else bias.masked_fill(~allowed, -math.inf)
+            mask = allowed if bias is None else bias if allowed is None else _masked(bias, allowed)
             ctx = F.scaled_dot_product_attention(
                 q, *self._sdpa_kv(k, v), attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0,
                 is_causal=self.causal and allowed is None and bias is None and past == 0, scale=self.scale,

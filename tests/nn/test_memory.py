@@ -76,6 +76,19 @@ def test_memory_estimate_is_close_to_the_profiled_peak(config: ModelConfig) -> N
     assert 0.85 <= ratio <= 1.6, (ratio, measured)
 
 
+@pytest.mark.parametrize("fused", [False, True])
+def test_alibis_bias_is_counted_where_it_is_most_of_the_step(fused: bool) -> None:
+    """ALiBi's bias (h, T, T a layer) is SDPA's float mask, kept for backward: narrow, long and many heads,
+    it outweighs everything else a block keeps, so the estimate must count it to stay near the peak."""
+    config = ModelConfig(vocab_size=50, max_seq_len=256, d_model=32, n_heads=8, n_layers=2, d_ff=64,
+                         norm_position="pre", causal=True, pos_encoding="alibi", fused=fused)
+    model = Transformer(config)
+    estimate = estimate_memory(config, batch_size=1)
+    measured = _peak_step_bytes(model, torch.randint(0, config.vocab_size, (1, config.max_seq_len)))
+    ratio = (estimate.gradients + estimate.activations) / measured
+    assert 0.85 <= ratio <= 1.6, (ratio, measured)
+
+
 def test_guard_refuses_what_cannot_fit_and_force_overrides() -> None:
     available = available_memory()
     assert available is not None and 0 < available[0]
