@@ -52,6 +52,7 @@ PUBLISHED_TOTALS: dict[str, int] = {
     "phi-2": 2_779_683_840,
     "mistral-7b": 7_241_732_096,
     "mixtral-8x7b": 46_702_792_704,
+    "gemma-2-2b": 2_614_341_888,
 }
 
 
@@ -131,6 +132,14 @@ PRESETS: dict[str, dict[str, Any]] = {
     "qwen1.5-moe-a2.7b": _llama(151936, 8192, 2048, 1408, 24, 16, None, 1e-6, 1000000.0, qkv_bias=True,
                                 n_experts=60, experts_per_token=4, renormalize_top_k=False,
                                 shared_expert_d_ff=5632, router_aux_loss_coef=0.001),
+    # Gemma 2's sandwich block (a norm on each sublayer's input and output), Gemma's RMSNorm (1 + w), GEGLU
+    # (tanh), embeddings times sqrt(d_model), scores and logits soft-capped, scores / sqrt(256), layers 0, 2,
+    # ... local (a window of 4096), the others global (transformers' Gemma2Config: Gemma 2 2B)
+    "gemma-2-2b": {**_llama(256000, 8192, 2304, 9216, 26, 8, 4, 1e-6, 10000.0, head_dim=256,
+                            tie_embeddings=True, attn_softcap=50.0, logit_softcap=30.0,
+                            query_pre_attn_scalar=256.0, layer_windows=(4096, None) * 13),
+                   "activation": "geglu_tanh", "norm": "rms_plus_one", "norm_position": "sandwich",
+                   "embed_scale": "sqrt_d_model"},
     "pythia-160m": dict(
         vocab_size=50304, max_seq_len=2048, d_model=768, n_heads=12, n_layers=12, d_ff=3072,
         activation="gelu", norm_position="parallel", causal=True, pos_encoding="rotary",
@@ -175,6 +184,8 @@ EMBEDDING_CHOICES: dict[str, str] = {
              "positions are rotary, inside attention, so x0 has no position part"
        for name in ("llama-seed", "llama-3.2-1b", "smollm2-135m", "qwen2.5-0.5b", "mistral-7b",
                     "mixtral-8x7b", "qwen3-30b-a3b", "olmoe-1b-7b", "qwen1.5-moe-a2.7b")},
+    "gemma-2-2b": "Gemma's layout: x0 = sqrt(d_model) E[t] (the factor rounded to the model's dtype), the "
+                  "token part at std 0.02 at init (embed_std); rotary positions, inside attention",
     "pythia-160m": "GPT-NeoX's layout: x0 = E[t], no factor, E ~ N(0, 0.02^2); rotary positions on 25% of "
                    "each head, inside attention",
     "phi-2": "Phi's layout: x0 = E[t], no factor, E ~ N(0, 0.02^2); rotary positions on 40% of each head, "

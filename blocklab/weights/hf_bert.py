@@ -20,6 +20,7 @@ from typing import Any
 from ..nn.config import ModelConfig
 from .hf_map import (
     PLAIN_BIASES,
+    PLAIN_SCORES,
     PretrainedError,
     WeightMap,
     check_exportable,
@@ -68,7 +69,7 @@ ARCHITECTURE = dict(
     norm_position="post", norm="standard", residual="add", bias=True, causal=False,
     pos_encoding="learned", embed_norm=True, final_norm=False, tie_embeddings=True,
     embed_scale="none", positions_from_mask=False,  # x0 = LayerNorm(word + position + token_type): no factor
-    **PLAIN_BIASES)
+    **PLAIN_BIASES, **PLAIN_SCORES)
 # How BERT initialises its tables (initializer_range): imported configs say so.
 INIT = dict(embed_std=0.02, init="default")
 

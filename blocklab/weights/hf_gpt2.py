@@ -16,7 +16,16 @@ from __future__ import annotations
 from typing import Any
 
 from ..nn.config import ModelConfig
-from .hf_map import PLAIN_BIASES, WeightMap, check_exportable, export_activation, hf_value, renamed, require
+from .hf_map import (
+    PLAIN_BIASES,
+    PLAIN_SCORES,
+    WeightMap,
+    check_exportable,
+    export_activation,
+    hf_value,
+    renamed,
+    require,
+)
 from .hf_tokenizer import HFTokenizer
 
 MODEL_TYPE = "gpt2"
@@ -44,7 +53,7 @@ ARCHITECTURE = dict(
     norm_position="pre", norm="standard", residual="add", bias=True, causal=True,
     pos_encoding="learned", embed_norm=False, final_norm=True, type_vocab_size=0,
     embed_scale="none", positions_from_mask=False,  # x0 = wte[t] + wpe[p]: no factor on the token rows
-    **PLAIN_BIASES)
+    **PLAIN_BIASES, **PLAIN_SCORES)
 # How transformers initialises GPT2Model's tables (initializer_range): imported configs say so.
 INIT = dict(embed_std=0.02, init="default")
 

@@ -21,6 +21,7 @@ from typing import Any
 from ..nn.config import ModelConfig
 from .hf_map import (
     PLAIN_BIASES,
+    PLAIN_SCORES,
     PretrainedError,
     WeightMap,
     check_exportable,
@@ -53,7 +54,8 @@ LAYOUTS = {True: "parallel", False: "pre"}  # use_parallel_residual -> norm_posi
 ARCHITECTURE = dict(
     norm="standard", residual="add", bias=True, causal=True, pos_encoding="rotary", rotary_style="half",
     embed_norm=False, final_norm=True, type_vocab_size=0, embed_scale="none", n_kv_heads=None,
-    qkv_bias=None, sliding_window=None, rope_scaling=None, positions_from_mask=False, **PLAIN_BIASES)
+    qkv_bias=None, sliding_window=None, rope_scaling=None, positions_from_mask=False, **PLAIN_BIASES,
+    **PLAIN_SCORES)
 INIT = dict(embed_std=0.02, init="default")  # initializer_range: how transformers draws every weight
 
 

@@ -44,7 +44,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..nn.config import ModelConfig
-from .hf_map import PLAIN_BIASES, PretrainedError, WeightMap, check_exportable, hf_value, renamed, require
+from .hf_map import (
+    PLAIN_BIASES,
+    PLAIN_SCORES,
+    PretrainedError,
+    WeightMap,
+    check_exportable,
+    hf_value,
+    renamed,
+    require,
+)
 from .hf_tokenizer import HFTokenizer
 
 LAYER = {
@@ -67,7 +76,7 @@ ARCHITECTURE = dict(
     norm_position="pre", norm="rms", residual="add", bias=False, causal=True,
     pos_encoding="rotary", rotary_fraction=1.0, rotary_style="half", embed_norm=False, final_norm=True,
     type_vocab_size=0, embed_scale="none", qk_norm="none",  # x0 = embed_tokens[t]: no factor, no positions
-    positions_from_mask=False, **PLAIN_BIASES)
+    positions_from_mask=False, **PLAIN_BIASES, **PLAIN_SCORES)
 # (the activation is each family's hidden_act's: LlamaFamily.activations)
 QK_NORMS = {"self_attn.q_norm": "attn.q_norm", "self_attn.k_norm": "attn.k_norm"}
 # OLMo 2's block: a norm after each sublayer, before its residual add (layout res_post), and QK-norm

@@ -24,7 +24,16 @@ from __future__ import annotations
 from typing import Any
 
 from ..nn.config import ModelConfig
-from .hf_map import PLAIN_BIASES, WeightMap, check_exportable, export_activation, hf_value, renamed, require
+from .hf_map import (
+    PLAIN_BIASES,
+    PLAIN_SCORES,
+    WeightMap,
+    check_exportable,
+    export_activation,
+    hf_value,
+    renamed,
+    require,
+)
 from .hf_tokenizer import HFTokenizer
 
 MODEL_TYPE = "opt"
@@ -50,7 +59,7 @@ ARCHITECTURE = dict(
     norm_position="pre", norm="standard", residual="add", bias=True, causal=True, pos_encoding="learned",
     embed_norm=False, final_norm=True, type_vocab_size=0, embed_scale="none", tie_embeddings=True,
     positions_from_mask=True,  # OPT's forward counts a row's positions from its first real token
-    **PLAIN_BIASES)
+    **PLAIN_BIASES, **PLAIN_SCORES)
 INIT = dict(embed_std=0.02, init="default")  # transformers' init_std
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..nn.config import ModelConfig
 from .hf_map import (
+    PLAIN_SCORES,
     PretrainedError,
     WeightMap,
     check_exportable,
@@ -56,7 +57,8 @@ ARCHITECTURE = dict(
     norm_position="parallel_shared", norm="standard", residual="add", bias=True, qkv_bias=None, o_bias=None,
     head_bias=True, causal=True, pos_encoding="rotary", rotary_style="half", rope_scaling=None,
     sliding_window=None, qk_norm="none", embed_norm=False, final_norm=True, type_vocab_size=0,
-    embed_scale="none", positions_from_mask=False, head_dim=None)
+    embed_scale="none", positions_from_mask=False, head_dim=None,
+    **PLAIN_SCORES)
 INIT = dict(embed_std=0.02, init="default")  # initializer_range: how transformers draws every weight
 
 

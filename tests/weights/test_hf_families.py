@@ -57,6 +57,18 @@ CASES = {
         **SHAPE, num_key_value_heads=1, head_dim=16)),
     "gemma-exact-gelu-untied": (transformers.GemmaForCausalLM, transformers.GemmaConfig(
         **SHAPE, num_key_value_heads=2, head_dim=8, hidden_act="gelu", tie_word_embeddings=False)),
+    # Gemma 2 in small: the sandwich block, soft-capped scores and logits (caps that bend these weights'
+    # numbers), the query scalar, sliding layers (windows shorter than the sequences) beside global ones;
+    # untied: these small tied models' greedy decoding repeats its last token, which tests nothing
+    "gemma2-caps-windows-gqa-untied": (transformers.Gemma2ForCausalLM, transformers.Gemma2Config(
+        **SHAPE, num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=12, sliding_window=4,
+        attn_logit_softcapping=2.0, final_logit_softcapping=5.0, tie_word_embeddings=False,
+        attn_implementation="eager")),
+    "gemma2-uncapped-wide-heads-untied": (transformers.Gemma2ForCausalLM, transformers.Gemma2Config(
+        **SHAPE, num_key_value_heads=1, head_dim=16, query_pre_attn_scalar=10, sliding_window=3,
+        layer_types=["full_attention", "sliding_attention"], attn_logit_softcapping=None,
+        final_logit_softcapping=None, hidden_activation="gelu", tie_word_embeddings=False,
+        attn_implementation="eager")),
     "pythia-parallel-quarter": (transformers.GPTNeoXForCausalLM, transformers.GPTNeoXConfig(
         **SHAPE, rotary_pct=0.25, use_parallel_residual=True)),
     "neox-sequential-half": (transformers.GPTNeoXForCausalLM, transformers.GPTNeoXConfig(
@@ -153,12 +165,19 @@ def test_the_config_is_read_as_the_family_says(case):
     assert c.pos_encoding == "rotary" and c.causal
     assert c.kv_heads == getattr(h, "num_key_value_heads", h.num_attention_heads)
     assert c.tie_embeddings == h.tie_word_embeddings
-    layout = {"olmo2": "res_post", **{t: "parallel_shared" for t in SHARED_NORM}}.get(h.model_type, "pre")
+    layout = {"olmo2": "res_post", "gemma2": "sandwich",
+              **{t: "parallel_shared" for t in SHARED_NORM}}.get(h.model_type, "pre")
     assert c.norm_position == ("parallel" if getattr(h, "use_parallel_residual", False) else layout)
     assert c.head_bias == (h.model_type in SHARED_NORM)
     assert c.qk_norm == {"qwen3": "head", "qwen3_moe": "head", "olmo2": "all_heads",
                          "olmoe": "all_heads"}.get(h.model_type, "none")
     assert c.sliding_window == (h.sliding_window if name.startswith(("mistral", "mixtral")) else None)
+    kinds = getattr(h, "layer_types", None)  # Gemma 2: each layer sliding or global
+    assert c.layer_windows == (tuple(h.sliding_window if k == "sliding_attention" else None for k in kinds)
+                               if kinds else None)
+    assert (c.attn_softcap, c.logit_softcap) == (getattr(h, "attn_logit_softcapping", None),
+                                                 getattr(h, "final_logit_softcapping", None))
+    assert c.query_pre_attn_scalar == getattr(h, "query_pre_attn_scalar", None)
     experts = N_EXPERTS.get(h.model_type)
     assert (c.n_experts, c.experts_per_token) == ((getattr(h, experts), h.num_experts_per_tok)
                                                   if experts else (0, 2))
@@ -188,6 +207,21 @@ def _rms_norm_in_the_inputs_dtype(self, hidden_states):
 def _gemma_rms_norm_in_the_inputs_dtype(self, x):
     """transformers' Gemma RMSNorm ((1 + w) x / rms), without its cast to float32."""
     return (1.0 + self.weight) * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def _gemma2_attention_in_the_inputs_dtype(module, query, key, value, attention_mask, dropout=0.0,
+                                          scaling=None, softcap=None, **kwargs):
+    """transformers' Gemma 2 eager attention (scaled, soft-capped, masked), its softmax in the input's dtype
+    instead of float32."""
+    repeat = transformers.models.gemma2.modeling_gemma2.repeat_kv
+    key, value = repeat(key, module.num_key_value_groups), repeat(value, module.num_key_value_groups)
+    scores = query @ key.transpose(2, 3) * scaling
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    if attention_mask is not None:
+        scores = scores + attention_mask[:, :, :, : key.shape[-2]]
+    weights = torch.softmax(scores, dim=-1)
+    return (weights @ value).transpose(1, 2).contiguous(), weights
 
 
 def _gptj_attention_in_the_inputs_dtype(self, query, key, value, attention_mask=None, head_mask=None):
@@ -257,6 +291,9 @@ def test_logits_equal_transformers_float64(case, monkeypatch):
         monkeypatch.setattr(module, "forward", _routed_moe_in_the_inputs_dtype)
     monkeypatch.setattr(transformers.models.gemma.modeling_gemma.GemmaRMSNorm, "forward",
                         _gemma_rms_norm_in_the_inputs_dtype)
+    gemma2 = transformers.models.gemma2.modeling_gemma2
+    monkeypatch.setattr(gemma2.Gemma2RMSNorm, "forward", _gemma_rms_norm_in_the_inputs_dtype)
+    monkeypatch.setattr(gemma2, "eager_attention_forward", _gemma2_attention_in_the_inputs_dtype)
     monkeypatch.setattr(transformers.models.mixtral.modeling_mixtral.MixtralSparseMoeBlock, "forward",
                         _mixtral_moe_in_the_inputs_dtype)
     monkeypatch.setattr(transformers.models.gptj.modeling_gptj.GPTJAttention, "_attn",
@@ -408,6 +445,11 @@ def test_blocklab_load_and_every_model_command_take_the_folder(case, capsys):
     ("olmo2", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_scaling"),
     ("gemma", {"hidden_act": "silu"}, "hidden_act"),  # a SwiGLU Gemma: refused, not run as GEGLU
     ("gemma", {"attention_bias": True}, "attention_bias"),
+    ("gemma2", {"hidden_activation": "silu"}, "hidden_act"),
+    ("gemma2", {"attention_bias": True}, "attention_bias"),
+    ("gemma2", {"layer_types": ["full_attention", "chunked_attention"]}, "layer_types"),
+    ("gemma2", {"layer_types": ["sliding_attention"]}, "for each of the 2 layers"),
+    ("gemma2", {"attn_logit_softcapping": -1.0}, "attn_softcap=-1.0"),
     ("gpt_neox", {"attention_bias": False}, "attention_bias"),
     ("gpt_neox", {"hidden_dropout": 0.1}, "hidden_dropout"),
     ("phi", {"qk_layernorm": True}, "qk_layernorm"),
@@ -440,6 +482,7 @@ def test_a_config_field_the_import_cannot_honour_is_refused_by_name(tmp_path, fa
                    "gpt_neox": CASES["pythia-parallel-quarter"], "phi": CASES["phi-shared-norm-partial"],
                    "gptj": CASES["gptj-interleaved-quarter"],
                    "gemma": CASES["gemma-wide-heads-mqa"],
+                   "gemma2": CASES["gemma2-caps-windows-gqa-untied"],
                    "mixtral": CASES["mixtral-top2-gqa-untied"],
                    "qwen2_moe": CASES["qwen2moe-shared-top2-gqa"],
                    "qwen3_moe": CASES["qwen3moe-renorm-top2-gqa"], "olmoe": CASES["olmoe-top2-mha"]}[family]
@@ -514,7 +557,7 @@ def test_export_refuses_a_layout_whose_config_json_would_read_back_as_another_mo
 PRESET_FAMILIES = {"llama-3.2-1b": "llama", "smollm2-135m": "llama", "qwen2.5-0.5b": "qwen2",
                    "pythia-160m": "gpt_neox", "mistral-7b": "mistral", "phi-2": "phi", "gpt-j-6b": "gptj",
                    "mixtral-8x7b": "mixtral", "qwen3-30b-a3b": "qwen3_moe", "olmoe-1b-7b": "olmoe",
-                   "qwen1.5-moe-a2.7b": "qwen2_moe"}
+                   "qwen1.5-moe-a2.7b": "qwen2_moe", "gemma-2-2b": "gemma2"}
 # a mixture's parts by transformers' module names (the router: block_sparse_moe.gate or mlp.gate)
 MOE_PARTS = {"router": r"\.(block_sparse_moe|mlp)\.gate\.", "experts": r"\.experts\.",
              "shared_expert": r"\.shared_expert(_gate)?\."}
