@@ -172,9 +172,10 @@ def test_the_config_is_read_as_the_family_says(case):
     assert c.qk_norm == {"qwen3": "head", "qwen3_moe": "head", "olmo2": "all_heads",
                          "olmoe": "all_heads"}.get(h.model_type, "none")
     assert c.sliding_window == (h.sliding_window if name.startswith(("mistral", "mixtral")) else None)
-    kinds = getattr(h, "layer_types", None)  # Gemma 2: each layer sliding or global
-    assert c.layer_windows == (tuple(h.sliding_window if k == "sliding_attention" else None for k in kinds)
-                               if kinds else None)
+    kinds = getattr(h, "layer_types", None)  # Qwen2, Qwen3, Gemma 2: each layer sliding or global
+    if kinds:
+        assert [c.window(i) for i in range(c.n_layers)] == [h.sliding_window if k == "sliding_attention"
+                                                            else None for k in kinds]
     assert (c.attn_softcap, c.logit_softcap) == (getattr(h, "attn_logit_softcapping", None),
                                                  getattr(h, "final_logit_softcapping", None))
     assert c.query_pre_attn_scalar == getattr(h, "query_pre_attn_scalar", None)
