@@ -91,9 +91,11 @@ def activation_values_per_token(config: ModelConfig, seq_len: int, explicit_atte
     8 d + 2 f d_ff + h + 4 (+ 2 h T explicit); rotary positions add the rotated q and k (d + d_kv),
     QK-norm the normalised q and k (d + d_kv) and its denominators (h + h_kv per head, 2 over all
     heads), grouped-query heads the keys and values repeated for their query heads (2 d), ALiBi its bias
-    row per head (h T: the float mask SDPA keeps). Heads wider
+    row per head (h T: the float mask SDPA keeps), soft-capped scores the explicit path and tanh's output (h
+    T). Heads wider
     or narrower than d / h (``head_dim``) make q and the heads' output h d_k wide: d_q in place of d."""
     c = config
+    explicit_attention = explicit_attention or c.attn_softcap is not None  # SDPA cannot cap: explicit path
     ffn = activation_kind(c.activation).ffn_kind.input_matrices * c.d_ff
     d_q, d_kv = c.n_heads * c.d_head, c.kv_heads * c.d_head  # q's width (d unless head_dim), k's and v's
     attention = c.n_heads + (2 * c.n_heads * seq_len if explicit_attention else 0) + 2 * (d_q - c.d_model)
@@ -106,6 +108,8 @@ def activation_values_per_token(config: ModelConfig, seq_len: int, explicit_atte
         attention += 2 * d_q
     if c.pos_encoding == "alibi":  # the bias -m_h |i - j| is SDPA's float mask, kept for its backward:
         attention += c.n_heads * seq_len  # h T per token with padding ((B, h, T, T)); fewer without
+    if c.attn_softcap is not None:  # tanh keeps its output (B, h, T, T) for backward: h T per token
+        attention += c.n_heads * seq_len
     if c.uses_lean_path:
         return 6 * c.d_model + ffn + attention
     ffn_kept = 2 * ffn if not c.n_experts else moe_values_per_token(c)

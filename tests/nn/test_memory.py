@@ -89,6 +89,21 @@ def test_alibis_bias_is_counted_where_it_is_most_of_the_step(fused: bool) -> Non
     assert 0.85 <= ratio <= 1.6, (ratio, measured)
 
 
+@pytest.mark.parametrize("fused", [False, True])
+def test_soft_capped_scores_are_counted_where_they_are_most_of_the_step(fused: bool) -> None:
+    """Soft-capped scores (Gemma 2) take the explicit path: the capped scores (tanh's output) and the weights,
+    h T T a layer each, kept for backward; narrow, long and many heads: most of what a block keeps."""
+    config = ModelConfig(vocab_size=50, max_seq_len=256, d_model=32, n_heads=8, n_layers=2, d_ff=64,
+                         norm_position="pre", causal=True, attn_softcap=5.0, fused=fused)
+    model = Transformer(config)
+    estimate = estimate_memory(config, batch_size=1)
+    measured = _peak_step_bytes(model, torch.randint(0, config.vocab_size, (1, config.max_seq_len)))
+    ratio = (estimate.gradients + estimate.activations) / measured
+    assert 0.85 <= ratio <= 1.6, (ratio, measured)
+    uncapped = estimate_memory(config.replace(attn_softcap=None), batch_size=1)
+    assert estimate.activations - uncapped.activations >= 4 * 3 * 8 * 256 * 256 * 2  # 3 h T T a layer more
+
+
 def test_guard_refuses_what_cannot_fit_and_force_overrides() -> None:
     available = available_memory()
     assert available is not None and 0 < available[0]
