@@ -496,6 +496,25 @@ def test_a_config_field_the_import_cannot_honour_is_refused_by_name(tmp_path, fa
         read_pretrained(tmp_path)
 
 
+def test_gemma2_null_caps_read_as_none_and_sliding_layers_without_a_window_are_refused(tmp_path):
+    """In Gemma 2's config.json null is a value: no cap (read as such, not as the default 50 / 30); sliding
+    layers with sliding_window null have no window to honour; windows of two sizes have no Gemma 2 layout."""
+    cls, config = CASES["gemma2-caps-windows-gqa-untied"]
+    torch.manual_seed(0)
+    cls(config).save_pretrained(str(tmp_path))
+    written = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**written, "attn_logit_softcapping": None,
+                                                      "final_logit_softcapping": None}))
+    c = read_pretrained(tmp_path).model.config
+    assert (c.attn_softcap, c.logit_softcap, c.layer_windows) == (None, None, (4, None))
+    (tmp_path / "config.json").write_text(json.dumps({**written, "sliding_window": None}))
+    with pytest.raises(PretrainedError, match="sliding_window=None leaves the layers"):
+        read_pretrained(tmp_path)
+    two = bl.Transformer(c.replace(n_layers=3, layer_windows=(4, None, 5)))
+    with pytest.raises(PretrainedError, match=r"Gemma 2 layout: ModelConfig layer_windows=\(4, None, 5\)"):
+        save_pretrained(two, tmp_path / "two", family="gemma2")
+
+
 def test_qwen_moe_layers_named_dense_past_the_last_are_read_and_a_shared_expert_is_needed_to_export(tmp_path):
     """transformers makes layer i dense only for i < num_hidden_layers in mlp_only_layers: one past the last
     changes nothing and is read; a mixture without a shared expert has no Qwen2-MoE layout."""
