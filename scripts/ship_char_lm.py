@@ -13,7 +13,6 @@ on 2 idle cores; tests/cli/test_shipped_lm.py checks the shipped file was made w
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -23,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from blocklab.cli.defaults import SHIPPED_LM  # noqa: E402
 from blocklab.cli.main import main as blocklab  # noqa: E402
+from blocklab.files.atomic import atomic_write_bytes  # noqa: E402
 from blocklab.weights.load import load  # noqa: E402
 
 STEPS = 1500
@@ -40,8 +40,7 @@ def main() -> int:
         if status != 0:
             return status
         checkpoint = Path(folder) / "checkpoints" / f"step-{STEPS:06d}" / "model.safetensors"
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(checkpoint, args.out)
+        atomic_write_bytes(args.out, checkpoint.read_bytes())  # never through a link
     held_out = load(args.out).meta["eval"]
     print(f"{args.out}: held-out loss {held_out['loss']:.4f} nats per character, token accuracy "
           f"{held_out['token_accuracy']:.1%}")

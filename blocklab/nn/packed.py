@@ -10,9 +10,9 @@ once per token, so the step's time is how fast the matrix-vector product streams
 
 The column-major product wins where the output is at least as wide as the input (q|k|v, W1|W3, the LM
 head: 12 ms -> 6 ms for GPT-2's 50257 x 768) and loses where it is narrower (W2: d_ff -> d), so each
-weight keeps the layout that streams: ``pack`` transposes a weight whose output is at least as wide as its
-input and leaves the others as they are (no copy). Matrices applied to the same input (q, k, v; W1, W3)
-are concatenated first, as the training path's one matmul does.
+weight keeps the layout that streams: ``packed_linear`` transposes a weight whose output is at least as
+wide as its input and leaves the others as they are (no copy). Matrices applied to the same input (q, k,
+v; W1, W3) are concatenated first, as the training path's one matmul does.
 
 The packed copies cost memory (for GPT-2 small about 0.8x the weights), so they are made only inside
 ``packed_decoding()`` (``generate`` enters it unless ``GenerationConfig.pack_weights`` is False) and only
