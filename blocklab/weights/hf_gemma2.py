@@ -21,14 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..nn.config import ModelConfig
-from .hf_llama import GEMMA, LAYER, LlamaFamily
-from .hf_map import PLAIN_SCORES, PretrainedError, hf_value
+from .hf_llama import GEMMA, LAYER, LlamaFamily, one_window_layer_types, windows_from_layer_types
+from .hf_map import PLAIN_SCORES, hf_value
 from .hf_tokenizer import HFTokenizer
 
 # config.json name -> ModelConfig field (None in config.json: off)
 SCORE_FIELDS = {"attn_logit_softcapping": "attn_softcap", "final_logit_softcapping": "logit_softcap",
                 "query_pre_attn_scalar": "query_pre_attn_scalar"}
-LAYER_TYPES = ("sliding_attention", "full_attention")  # a window, or none
 
 
 def default_layer_types(n_layers: int) -> list[str]:
@@ -54,33 +53,20 @@ class Gemma2Family(LlamaFamily):
 
     def _layer_windows(self, hf: dict[str, Any], n_layers: int) -> tuple[int | None, ...] | None:
         kinds = hf.get("layer_types") or default_layer_types(n_layers)
-        if not isinstance(kinds, list) or len(kinds) != n_layers or any(k not in LAYER_TYPES for k in kinds):
-            raise PretrainedError(f"config.json layer_types={kinds!r} must name one of "
-                                  f"{', '.join(LAYER_TYPES)} for each of the {n_layers} layers")
-        window = hf.get("sliding_window", self.defaults["sliding_window"])
-        if "sliding_attention" not in kinds:
-            return None
-        if window is None:
-            raise PretrainedError("config.json sliding_window=None leaves the layers layer_types calls "
-                                  "sliding_attention without a window")
-        return tuple(window if kind == "sliding_attention" else None for kind in kinds)
+        return windows_from_layer_types(kinds, hf.get("sliding_window", self.defaults["sliding_window"]),
+                                        n_layers)
 
     def hf_config(self, config: ModelConfig, tokenizer: HFTokenizer | None = None) -> dict[str, Any]:
         """Gemma's config.json with Gemma 2's fields; windows of two sizes have no place in it (one
         sliding_window), so such a model is refused, naming layer_windows."""
-        windows = [config.window(i) for i in range(config.n_layers)]
-        sizes = sorted({w for w in windows if w is not None})
-        if len(sizes) > 1:
-            raise PretrainedError(f"this model has no {self.name} layout: ModelConfig layer_windows="
-                                  f"{config.layer_windows!r} (Gemma 2 has one sliding_window for all of "
-                                  "its local layers)")
+        kinds, window = one_window_layer_types(config, self.name)
         out = super().hf_config(config, tokenizer)
         out["hidden_activation"] = out.pop("hidden_act")
         out |= {theirs: getattr(config, ours) for theirs, ours in SCORE_FIELDS.items()}
         scalar = config.d_head if config.query_pre_attn_scalar is None else config.query_pre_attn_scalar
         out["query_pre_attn_scalar"] = int(scalar) if float(scalar).is_integer() else scalar  # as theirs: 256
-        out["layer_types"] = ["full_attention" if w is None else "sliding_attention" for w in windows]
-        out["sliding_window"] = sizes[0] if sizes else self.defaults["sliding_window"]  # unused without one
+        out["layer_types"] = kinds
+        out["sliding_window"] = self.defaults["sliding_window"] if window is None else window  # unused: none
         return out
 
 

@@ -10,7 +10,9 @@ grouped-query attention.
     model.layers.{i}.mlp.gate_proj, up_proj, down_proj -> blocks.{i}.ffn.w1, w3, w2   (silu(W1 x) * W3 x)
     model.norm, lm_head                                -> ln_f, head          (lm_head: tied or not)
 
-The families differ in their config only: Mistral adds a sliding window, Qwen2 biases on q, k and v,
+The families differ in their config only: Mistral adds a sliding window, Qwen2 biases on q, k and v and
+sliding windows on some layers (``use_sliding_window``: those from ``max_window_layers`` on, or as
+``layer_types`` says; Qwen3 too) -> layer_windows,
 Gemma its RMSNorm's scale 1 + w (``rms_plus_one``), GEGLU with GELU's tanh form (``geglu_tanh``), token
 embeddings times sqrt(hidden_size) and heads 256 wide,
 Qwen3 QK-norm per head, and a head width of its own (``head_dim``, 128 whatever hidden_size:
@@ -34,7 +36,7 @@ and take each expert's width from ``moe_intermediate_size`` (OLMoE: ``intermedia
 
 Qwen2-MoE adds its shared expert behind a sigmoid gate and Qwen2's q/k/v biases, Qwen3-MoE Qwen3's QK-norm
 per head, OLMoE a QK-norm over all heads in a pre-norm block. A config field blocklab cannot honour
-(another rope scaling, biases on o or the MLP, attention dropout, per-layer windows, dense layers among
+(another rope scaling, biases on o or the MLP, attention dropout, Qwen-MoE's windows, dense layers among
 the mixtures, OLMoE's clip_qkv) is refused, naming it.
 """
 
@@ -85,6 +87,7 @@ OLMO2_LAYER = {
     "post_attention_layernorm": "ln1_out", "post_feedforward_layernorm": "ln2_out",
 }
 INIT = dict(embed_std=0.02, init="default")  # initializer_range: how transformers draws every weight
+LAYER_TYPES = ("sliding_attention", "full_attention")  # config.json's layer kinds: a window, or none
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,7 @@ class LlamaFamily:
     architecture: str  # the transformers class export names
     defaults: dict[str, Any]
     window: bool = False  # honours sliding_window (Mistral)
+    layer_kinds: bool = False  # each layer full or sliding by layer_types / max_window_layers (Qwen2, 3)
     qkv_bias: bool = False  # biases on q, k, v (Qwen2)
     fixes: dict[str, Any] = field(default_factory=dict)  # ARCHITECTURE fields it fixes otherwise
     layer: dict[str, str] = field(default_factory=lambda: dict(LAYER))  # its layer's modules -> blocklab's
@@ -146,7 +150,7 @@ class LlamaFamily:
             n_layers=get("num_hidden_layers"),
             d_ff=get("intermediate_size"), eps=float(get("rms_norm_eps")),
             tie_embeddings=get("tie_word_embeddings"), rotary_base=float(get("rope_theta")),
-            rope_scaling=_rope_scaling(hf.get("rope_scaling")), sliding_window=self._window(hf),
+            rope_scaling=_rope_scaling(hf.get("rope_scaling")), **self._windows(hf, get("num_hidden_layers")),
             qkv_bias=True if self.qkv_bias else None, activation=activation, **self.architecture_fields,
             **INIT,
         )
@@ -174,17 +178,22 @@ class LlamaFamily:
     @property
     def architecture_fields(self) -> dict[str, Any]:
         """The config fields this family's architecture fixes (the activation is its hidden_act's)."""
-        return {**ARCHITECTURE, **self.fixes}
+        fixed = {**ARCHITECTURE, **self.fixes}
+        return {k: v for k, v in fixed.items() if k != "layer_windows"} if self.layer_kinds else fixed
 
-    def _window(self, hf: dict[str, Any]) -> int | None:
-        if "use_sliding_window" in self.defaults:  # Qwen: a window only where it says, on some layers
+    def _windows(self, hf: dict[str, Any], n_layers: Any) -> dict[str, Any]:
+        """sliding_window, and layer_windows where the family sets each layer's kind."""
+        if self.layer_kinds:
+            return qwen_windows(hf, self.defaults, n_layers)
+        if "use_sliding_window" in self.defaults:  # Qwen-MoE: its own rule for which layers slide
             if hf_value(hf, self.defaults, "use_sliding_window"):
                 raise PretrainedError(f"config.json use_sliding_window=true is not supported: {self.name} "
-                                      "windows only some layers (max_window_layers), blocklab all or none")
-            return None
+                                      "windows only some layers (max_window_layers), which blocklab does "
+                                      "not read for this family")
+            return {"sliding_window": None}
         if not self.window or ("sliding_window" in hf and hf["sliding_window"] is None):  # null: no window
-            return None
-        return hf_value(hf, self.defaults, "sliding_window")
+            return {"sliding_window": None}
+        return {"sliding_window": hf_value(hf, self.defaults, "sliding_window")}
 
     def hf_config(self, config: ModelConfig, tokenizer: HFTokenizer | None = None) -> dict[str, Any]:
         """config.json for ``transformers``' class of this family."""
@@ -197,7 +206,7 @@ class LlamaFamily:
         hidden_act = {ours: theirs for theirs, ours in self.activations.items()}
         if config.activation not in hidden_act:  # named as the family's first activation
             check_exportable(config, self.name, {**needed, "activation": next(iter(hidden_act))})
-        if not self.window:
+        if not self.window and not self.layer_kinds:
             needed["sliding_window"] = None
         check_exportable(config, self.name, needed)
         c = config
@@ -214,7 +223,9 @@ class LlamaFamily:
         }
         if self.window:
             out["sliding_window"] = c.sliding_window
-        if "use_sliding_window" in self.defaults:
+        if self.layer_kinds:
+            out |= qwen_layer_kinds(config, self.name)
+        elif "use_sliding_window" in self.defaults:
             out["use_sliding_window"] = False
         if "head_dim" in self.defaults:  # Qwen3's default is 128 whatever the width
             out["head_dim"] = c.d_head
@@ -262,6 +273,60 @@ def _refuse_dense_layers(hf: dict[str, Any], defaults: dict[str, Any], n_layers:
                               "the mixtures; blocklab's layers all have the same FFN kind")
 
 
+def windows_from_layer_types(kinds: Any, window: Any, n_layers: int) -> tuple[int | None, ...] | None:
+    """Each layer's window from config.json's layer_types (sliding_attention: ``window``; full_attention:
+    none), as Gemma 2 and Qwen2 read it; None when no layer slides. Another kind, another length, or
+    sliding layers without a window refused by name."""
+    if not isinstance(kinds, list) or len(kinds) != n_layers or any(k not in LAYER_TYPES for k in kinds):
+        raise PretrainedError(f"config.json layer_types={kinds!r} must name one of "
+                              f"{', '.join(LAYER_TYPES)} for each of the {n_layers} layers")
+    if "sliding_attention" not in kinds:
+        return None
+    if window is None:
+        raise PretrainedError("config.json sliding_window=None leaves the layers layer_types calls "
+                              "sliding_attention without a window")
+    return tuple(window if kind == "sliding_attention" else None for kind in kinds)
+
+
+def one_window_layer_types(config: ModelConfig, family: str) -> tuple[list[str], int | None]:
+    """layer_types and the one sliding_window (None: no layer slides) that give ``config``'s windows; windows
+    of two sizes have no place in a config.json with one sliding_window, refused naming layer_windows."""
+    windows = [config.window(i) for i in range(config.n_layers)]
+    sizes = sorted({w for w in windows if w is not None})
+    if len(sizes) > 1:
+        raise PretrainedError(f"this model has no {family} layout: ModelConfig layer_windows="
+                              f"{config.layer_windows!r} ({family} has one sliding_window for all of its "
+                              "sliding layers)")
+    return ["full_attention" if w is None else "sliding_attention" for w in windows], (sizes or [None])[0]
+
+
+def qwen_windows(hf: dict[str, Any], defaults: dict[str, Any], n_layers: Any) -> dict[str, Any]:
+    """transformers' Qwen2Config / Qwen3Config: sliding_window counts only with use_sliding_window; layer i
+    slides where layer_types says sliding_attention, or (no layer_types) where a window is set and
+    i >= max_window_layers. The same window on every layer is read as sliding_window (Mistral's form)."""
+    window = hf.get("sliding_window", defaults["sliding_window"]) \
+        if hf_value(hf, defaults, "use_sliding_window") else None
+    kinds = hf.get("layer_types")
+    if kinds is None and isinstance(n_layers, int):
+        first = hf_value(hf, defaults, "max_window_layers")  # the layers before it are full
+        kinds = ["sliding_attention" if window is not None and i >= first else "full_attention"
+                 for i in range(n_layers)]
+    windows = windows_from_layer_types(kinds, window, n_layers)
+    if windows is not None and len(set(windows)) == 1:
+        return {"sliding_window": windows[0], "layer_windows": None}
+    return {"sliding_window": None, "layer_windows": windows}
+
+
+def qwen_layer_kinds(config: ModelConfig, family: str) -> dict[str, Any]:
+    """config.json's window fields for Qwen2 / Qwen3: layer_types (which transformers reads first) and
+    max_window_layers as the count of full layers before the first sliding one (what transformers before
+    layer_types read; exact for windows on the last layers only)."""
+    kinds, window = one_window_layer_types(config, family)
+    first = kinds.index("sliding_attention") if window is not None else config.n_layers
+    return {"use_sliding_window": window is not None, "sliding_window": window, "max_window_layers": first,
+            "layer_types": kinds}
+
+
 def _rope_scaling(value: Any) -> dict[str, Any] | None:
     """config.json's rope_scaling in blocklab's form (ModelConfig refuses what it cannot compute);
     transformers' older ``type`` key is read as ``rope_type``."""
@@ -282,10 +347,11 @@ QWEN2 = LlamaFamily("qwen2", "Qwen2", "Qwen2ForCausalLM", {
     **{k: v for k, v in LLAMA_DEFAULTS.items() if k not in ("attention_bias", "mlp_bias", "pretraining_tp",
                                                              "head_dim")},
     "vocab_size": 151936, "intermediate_size": 22016, "max_position_embeddings": 32768,
-    "use_sliding_window": False, "sliding_window": 4096}, qkv_bias=True)
+    "use_sliding_window": False, "sliding_window": 4096, "max_window_layers": 28}, qkv_bias=True,
+    layer_kinds=True)
 QWEN3 = LlamaFamily("qwen3", "Qwen3", "Qwen3ForCausalLM", {
     **QWEN2.defaults, "intermediate_size": 22016, "head_dim": 128,
-    "attention_bias": False}, fixes={"qk_norm": "head"}, layer={**LAYER, **QK_NORMS})
+    "attention_bias": False}, fixes={"qk_norm": "head"}, layer={**LAYER, **QK_NORMS}, layer_kinds=True)
 GEMMA = LlamaFamily("gemma", "Gemma", "GemmaForCausalLM", {
     **{k: v for k, v in LLAMA_DEFAULTS.items() if k not in ("mlp_bias", "pretraining_tp")},
     "vocab_size": 256000, "hidden_size": 3072, "intermediate_size": 24576, "num_hidden_layers": 28,

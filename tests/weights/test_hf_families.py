@@ -43,6 +43,13 @@ CASES = {
         **SHAPE, num_key_value_heads=2, sliding_window=5)),
     "qwen2-qkv-bias-tied": (transformers.Qwen2ForCausalLM, transformers.Qwen2Config(
         **SHAPE, num_key_value_heads=2, tie_word_embeddings=True)),
+    # Qwen2's sliding layers: those from max_window_layers on (layer 0 full, layer 1 a window of 4)
+    "qwen2-max-window-layers-gqa": (transformers.Qwen2ForCausalLM, transformers.Qwen2Config(
+        **SHAPE, num_key_value_heads=2, use_sliding_window=True, sliding_window=4, max_window_layers=1)),
+    # Qwen3 with layer_types naming each layer's kind (layer 0 a window of 3, layer 1 full)
+    "qwen3-layer-types-window-first": (transformers.Qwen3ForCausalLM, transformers.Qwen3Config(
+        **SHAPE, num_key_value_heads=2, head_dim=8, use_sliding_window=True, sliding_window=3,
+        layer_types=["sliding_attention", "full_attention"])),
     "qwen3-qk-norm-gqa": (transformers.Qwen3ForCausalLM, transformers.Qwen3Config(
         **SHAPE, num_key_value_heads=2, head_dim=8, rope_theta=1000.0)),
     # Qwen3-0.6B's shape in small: heads wider than hidden_size / heads (4 x 16 on a width of 32)
@@ -171,9 +178,10 @@ def test_the_config_is_read_as_the_family_says(case):
     assert c.head_bias == (h.model_type in SHARED_NORM)
     assert c.qk_norm == {"qwen3": "head", "qwen3_moe": "head", "olmo2": "all_heads",
                          "olmoe": "all_heads"}.get(h.model_type, "none")
-    assert c.sliding_window == (h.sliding_window if name.startswith(("mistral", "mixtral")) else None)
     kinds = getattr(h, "layer_types", None)  # Qwen2, Qwen3, Gemma 2: each layer sliding or global
-    if kinds:
+    if not kinds:
+        assert c.sliding_window == getattr(h, "sliding_window", None)
+    else:
         assert [c.window(i) for i in range(c.n_layers)] == [h.sliding_window if k == "sliding_attention"
                                                             else None for k in kinds]
     assert (c.attn_softcap, c.logit_softcap) == (getattr(h, "attn_logit_softcapping", None),
@@ -438,10 +446,16 @@ def test_blocklab_load_and_every_model_command_take_the_folder(case, capsys):
     ("llama", {"mlp_bias": True}, "mlp_bias"),
     ("llama", {"hidden_act": "gelu"}, "hidden_act"),
     ("llama", {"attention_dropout": 0.1}, "attention_dropout"),
-    ("qwen2", {"use_sliding_window": True}, "use_sliding_window"),
+    ("qwen2", {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1,
+               "layer_types": ["full_attention", "chunked_attention"]}, "layer_types"),
+    ("qwen2", {"layer_types": ["full_attention", "sliding_attention"]}, "sliding_window=None leaves"),
+    ("qwen2", {"use_sliding_window": True, "layer_types": ["sliding_attention"]}, "for each of the 2 layers"),
+    ("qwen2", {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": "1",
+               "layer_types": None}, "max_window_layers='1' must be an integer"),
     ("qwen3", {"head_dim": "16"}, "head_dim"),
     ("qwen3", {"attention_bias": True}, "attention_bias"),
-    ("qwen3", {"use_sliding_window": True}, "use_sliding_window"),
+    ("qwen3", {"use_sliding_window": True, "sliding_window": 0, "max_window_layers": 1, "layer_types": None},
+     r"layer_windows=\(None, 0\)"),
     ("olmo2", {"attention_bias": True}, "attention_bias"),
     ("olmo2", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_scaling"),
     ("gemma", {"hidden_act": "silu"}, "hidden_act"),  # a SwiGLU Gemma: refused, not run as GEGLU
@@ -513,6 +527,46 @@ def test_gemma2_null_caps_read_as_none_and_sliding_layers_without_a_window_are_r
     two = bl.Transformer(c.replace(n_layers=3, layer_windows=(4, None, 5)))
     with pytest.raises(PretrainedError, match=r"Gemma 2 layout: ModelConfig layer_windows=\(4, None, 5\)"):
         save_pretrained(two, tmp_path / "two", family="gemma2")
+
+
+@pytest.mark.parametrize("edits, windows", [
+    ({"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1}, (None, 4)),
+    ({"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 0}, 4),  # every layer: one window
+    ({"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 2}, None),
+    ({"use_sliding_window": False, "sliding_window": 4, "max_window_layers": 0}, None),  # Qwen2.5's configs
+])
+def test_qwen2_config_json_without_layer_types_slides_from_max_window_layers_as_transformers(tmp_path, edits,
+                                                                                            windows):
+    """A config.json written before transformers had layer_types: layer i slides when use_sliding_window and
+    i >= max_window_layers; transformers' own reading of the same file says the same."""
+    cls, config = CASES["qwen2-qkv-bias-tied"]
+    torch.manual_seed(0)
+    cls(config).save_pretrained(str(tmp_path))
+    written = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({k: v for k, v in {**written, **edits}.items()
+                                                      if k != "layer_types"}))
+    c = read_pretrained(tmp_path).model.config
+    got = c.layer_windows if c.layer_windows is not None else c.sliding_window
+    assert got == windows
+    theirs = transformers.AutoConfig.from_pretrained(str(tmp_path))
+    assert [c.window(i) for i in range(2)] == [theirs.sliding_window if k == "sliding_attention" else None
+                                               for k in theirs.layer_types]
+
+
+def test_qwen2_export_writes_each_layers_kind_and_refuses_two_window_sizes(tmp_path):
+    """Export writes layer_types (read by transformers first) with the one sliding_window; windows of two
+    sizes have no Qwen2 layout."""
+    from blocklab.weights.hf_folder import export_family
+
+    cls, config = CASES["qwen2-qkv-bias-tied"]
+    torch.manual_seed(0)
+    cls(config).save_pretrained(str(tmp_path))
+    ours = read_pretrained(tmp_path).model.config.replace(n_layers=3, layer_windows=(None, 5, 5))
+    out = export_family(ours, "qwen2").hf_config(ours)
+    assert (out["use_sliding_window"], out["sliding_window"], out["max_window_layers"]) == (True, 5, 1)
+    assert out["layer_types"] == ["full_attention", "sliding_attention", "sliding_attention"]
+    with pytest.raises(PretrainedError, match=r"Qwen2 layout: ModelConfig layer_windows=\(None, 5, 6\)"):
+        export_family(ours.replace(layer_windows=(None, 5, 6)), "qwen2")
 
 
 def test_qwen_moe_layers_named_dense_past_the_last_are_read_and_a_shared_expert_is_needed_to_export(tmp_path):
