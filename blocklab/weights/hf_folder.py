@@ -303,6 +303,8 @@ def load_pretrained(path: str | Path) -> tuple[Transformer, HFTokenizer | None]:
 
 
 # How a model starts, trains and runs, not what its weights compute: the fields an export need not carry.
+# One window on every layer may be written as sliding_window or as layer_windows: compared layer by layer.
+WINDOWS = ("sliding_window", "layer_windows")
 NOT_IN_THE_LAYOUT = ("init", "embed_std", "pos_std", "dropout", "fused", "keep_residual", "checkpoint_blocks")
 
 
@@ -313,7 +315,10 @@ def _check_layout(config: ModelConfig, family: Family) -> None:
     written = family.hf_config(config)
     back = family.config_from_hf(json.loads(json.dumps(written)))
     lost = [f"{name}={getattr(config, name)!r} (read back as {getattr(back, name)!r})" for name in FIELDS
-            if name not in NOT_IN_THE_LAYOUT and resolved(config, name) != resolved(back, name)]
+            if name not in NOT_IN_THE_LAYOUT + WINDOWS and resolved(config, name) != resolved(back, name)]
+    windows = lambda c: [c.window(i) for i in range(c.n_layers)]  # either field's form: the same attention
+    if windows(config) != windows(back):
+        lost.append(f"each layer's window {windows(config)} (read back as {windows(back)})")
     if lost:
         raise PretrainedError(f"this model has no {family.MODEL_TYPE} layout: ModelConfig " + ", ".join(lost))
 

@@ -565,6 +565,10 @@ def test_qwen2_export_writes_each_layers_kind_and_refuses_two_window_sizes(tmp_p
     out = export_family(ours, "qwen2").hf_config(ours)
     assert (out["use_sliding_window"], out["sliding_window"], out["max_window_layers"]) == (True, 5, 1)
     assert out["layer_types"] == ["full_attention", "sliding_attention", "sliding_attention"]
+    for same in (dict(layer_windows=(5, 5, 5)), dict(layer_windows=None, sliding_window=5)):  # either form
+        out = export_family(ours.replace(**same), "qwen2").hf_config(ours.replace(**same))
+        assert (out["sliding_window"], out["max_window_layers"], set(out["layer_types"])) == (
+            5, 0, {"sliding_attention"})
     with pytest.raises(PretrainedError, match=r"Qwen2 layout: ModelConfig layer_windows=\(None, 5, 6\)"):
         export_family(ours.replace(layer_windows=(None, 5, 6)), "qwen2")
 
