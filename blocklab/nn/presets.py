@@ -151,6 +151,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         activation="gelu_tanh", norm_position="parallel_shared", causal=True, pos_encoding="rotary",
         rotary_fraction=0.4, eps=1e-5, head_bias=True, embed_scale="none", embed_std=0.02, init="default",
     ),
+    # EleutherAI/gpt-neo-125M's config.json: GPT-2's shape with unscaled scores (q k^T, not / sqrt(d_k)),
+    # q/k/v without biases, and attention_types [[["global", "local"], 6]]: odd layers local, a window of 256
+    "gpt-neo-125m": {**_gpt(12, 768, 12, 2048), "qkv_bias": False, "query_pre_attn_scalar": 1.0,
+                     "layer_windows": (None, 256) * 6, "pos_std": None},
     "gpt-j-6b": dict(
         vocab_size=50400, max_seq_len=2048, d_model=4096, n_heads=16, n_layers=28, d_ff=16384,
         activation="gelu_tanh", norm_position="parallel_shared", causal=True, pos_encoding="rotary",
@@ -190,6 +194,8 @@ EMBEDDING_CHOICES: dict[str, str] = {
                    "each head, inside attention",
     "phi-2": "Phi's layout: x0 = E[t], no factor, E ~ N(0, 0.02^2); rotary positions on 40% of each head, "
              "inside attention",
+    "gpt-neo-125m": "GPT-2's (transformers' GPT-Neo initializer_range): x0 = wte[t] + wpe[p], no factor, "
+                    "both tables N(0, 0.02^2)",
     "gpt-j-6b": "GPT-J's layout: x0 = E[t], no factor, E ~ N(0, 0.02^2); rotary positions on 64 of each "
                 "head's 256 features (adjacent pairs), inside attention",
 }

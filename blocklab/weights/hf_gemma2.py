@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..nn.config import ModelConfig
-from .hf_llama import GEMMA, LAYER, LlamaFamily, one_window_layer_types, windows_from_layer_types
-from .hf_map import PLAIN_SCORES, hf_value
+from .hf_llama import GEMMA, LAYER, LlamaFamily
+from .hf_map import PLAIN_SCORES, hf_value, one_window_layer_types, windows_from_layer_types
 from .hf_tokenizer import HFTokenizer
 
 # config.json name -> ModelConfig field (None in config.json: off)

@@ -53,8 +53,11 @@ from .hf_map import (
     WeightMap,
     check_exportable,
     hf_value,
+    one_window_layer_types,
     renamed,
     require,
+    window_fields,
+    windows_from_layer_types,
 )
 from .hf_tokenizer import HFTokenizer
 
@@ -87,7 +90,6 @@ OLMO2_LAYER = {
     "post_attention_layernorm": "ln1_out", "post_feedforward_layernorm": "ln2_out",
 }
 INIT = dict(embed_std=0.02, init="default")  # initializer_range: how transformers draws every weight
-LAYER_TYPES = ("sliding_attention", "full_attention")  # config.json's layer kinds: a window, or none
 
 
 @dataclass(frozen=True)
@@ -273,33 +275,6 @@ def _refuse_dense_layers(hf: dict[str, Any], defaults: dict[str, Any], n_layers:
                               "the mixtures; blocklab's layers all have the same FFN kind")
 
 
-def windows_from_layer_types(kinds: Any, window: Any, n_layers: int) -> tuple[int | None, ...] | None:
-    """Each layer's window from config.json's layer_types (sliding_attention: ``window``; full_attention:
-    none), as Gemma 2 and Qwen2 read it; None when no layer slides. Another kind, another length, or
-    sliding layers without a window refused by name."""
-    if not isinstance(kinds, list) or len(kinds) != n_layers or any(k not in LAYER_TYPES for k in kinds):
-        raise PretrainedError(f"config.json layer_types={kinds!r} must name one of "
-                              f"{', '.join(LAYER_TYPES)} for each of the {n_layers} layers")
-    if "sliding_attention" not in kinds:
-        return None
-    if window is None:
-        raise PretrainedError("config.json sliding_window=None leaves the layers layer_types calls "
-                              "sliding_attention without a window")
-    return tuple(window if kind == "sliding_attention" else None for kind in kinds)
-
-
-def one_window_layer_types(config: ModelConfig, family: str) -> tuple[list[str], int | None]:
-    """layer_types and the one sliding_window (None: no layer slides) that give ``config``'s windows; windows
-    of two sizes have no place in a config.json with one sliding_window, refused naming layer_windows."""
-    windows = [config.window(i) for i in range(config.n_layers)]
-    sizes = sorted({w for w in windows if w is not None})
-    if len(sizes) > 1:
-        raise PretrainedError(f"this model has no {family} layout: ModelConfig layer_windows="
-                              f"{config.layer_windows!r} ({family} has one sliding_window for all of its "
-                              "sliding layers)")
-    return ["full_attention" if w is None else "sliding_attention" for w in windows], (sizes or [None])[0]
-
-
 def qwen_windows(hf: dict[str, Any], defaults: dict[str, Any], n_layers: Any) -> dict[str, Any]:
     """transformers' Qwen2Config / Qwen3Config: sliding_window counts only with use_sliding_window; layer i
     slides where layer_types says sliding_attention, or (no layer_types) where a window is set and
@@ -311,10 +286,7 @@ def qwen_windows(hf: dict[str, Any], defaults: dict[str, Any], n_layers: Any) ->
         first = hf_value(hf, defaults, "max_window_layers")  # the layers before it are full
         kinds = ["sliding_attention" if window is not None and i >= first else "full_attention"
                  for i in range(n_layers)]
-    windows = windows_from_layer_types(kinds, window, n_layers)
-    if windows is not None and len(set(windows)) == 1:
-        return {"sliding_window": windows[0], "layer_windows": None}
-    return {"sliding_window": None, "layer_windows": windows}
+    return window_fields(windows_from_layer_types(kinds, window, n_layers))
 
 
 def qwen_layer_kinds(config: ModelConfig, family: str) -> dict[str, Any]:

@@ -190,3 +190,42 @@ def export_activation(config: ModelConfig, names: dict[str, str]) -> str:
             f"ModelConfig.activation={config.activation!r} has no Hugging Face name; "
             f"exportable: {', '.join(inverse)}")
     return inverse[config.activation]
+
+
+# ---- each layer's window, as config.json files say it ------------------------------------------------
+LAYER_TYPES = ("sliding_attention", "full_attention")  # transformers' layer kinds: a window, or none
+
+
+def windows_from_layer_types(kinds: Any, window: Any, n_layers: int) -> tuple[int | None, ...] | None:
+    """Each layer's window from config.json's layer_types (sliding_attention: ``window``; full_attention:
+    none), as Gemma 2 and Qwen2 read it; None when no layer slides. Another kind, another length, or
+    sliding layers without a window refused by name."""
+    if not isinstance(kinds, list) or len(kinds) != n_layers or any(k not in LAYER_TYPES for k in kinds):
+        raise PretrainedError(f"config.json layer_types={kinds!r} must name one of "
+                              f"{', '.join(LAYER_TYPES)} for each of the {n_layers} layers")
+    if "sliding_attention" not in kinds:
+        return None
+    if window is None:
+        raise PretrainedError("config.json sliding_window=None leaves the layers layer_types calls "
+                              "sliding_attention without a window")
+    return tuple(window if kind == "sliding_attention" else None for kind in kinds)
+
+
+def one_window_layer_types(config: ModelConfig, family: str) -> tuple[list[str], int | None]:
+    """layer_types and the one sliding_window (None: no layer slides) that give ``config``'s windows; windows
+    of two sizes have no place in a config.json with one sliding_window, refused naming layer_windows."""
+    windows = [config.window(i) for i in range(config.n_layers)]
+    sizes = sorted({w for w in windows if w is not None})
+    if len(sizes) > 1:
+        raise PretrainedError(f"this model has no {family} layout: ModelConfig layer_windows="
+                              f"{config.layer_windows!r} ({family} has one sliding_window for all of its "
+                              "sliding layers)")
+    return ["full_attention" if w is None else "sliding_attention" for w in windows], (sizes or [None])[0]
+
+
+def window_fields(windows: tuple[int | None, ...] | None) -> dict[str, Any]:
+    """ModelConfig's window fields for each layer's window: the same on every layer as sliding_window
+    (Mistral's form), else layer_windows."""
+    if windows is not None and len(set(windows)) == 1:
+        return {"sliding_window": windows[0], "layer_windows": None}
+    return {"sliding_window": None, "layer_windows": windows}

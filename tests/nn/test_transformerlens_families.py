@@ -1,7 +1,8 @@
-"""The shared-norm parallel families (Phi, GPT-J) against TransformerLens' HookedTransformer built by its own
-config reader and weight converters from the same local folder (no network): tokens, logits, the cache at
-every TransformerLens hook name (TransformerLens gives these blocks two tied norms, ln1 and ln2, where the
-block has one), the processed weights' logits, and a hook that edits a head."""
+"""The shared-norm parallel families (Phi, GPT-J) and GPT-Neo (unscaled scores, local layers) against
+TransformerLens' HookedTransformer built by its own config reader and weight converters from the same local
+folder (no network): tokens, logits, the cache at every TransformerLens hook name (TransformerLens gives the
+shared-norm blocks two tied norms, ln1 and ln2, where the block has one), the processed weights' logits, and
+a hook that edits a head."""
 
 from __future__ import annotations
 
@@ -17,7 +18,11 @@ pytest.importorskip("transformer_lens")
 from tokenizers import ByteLevelBPETokenizer  # noqa: E402
 from transformer_lens import HookedTransformer, HookedTransformerConfig  # noqa: E402
 from transformer_lens.loading_from_pretrained import convert_hf_model_config  # noqa: E402
-from transformer_lens.pretrained.weight_conversions import convert_gptj_weights, convert_phi_weights  # noqa: E402
+from transformer_lens.pretrained.weight_conversions import (  # noqa: E402
+    convert_gptj_weights,
+    convert_neo_weights,
+    convert_phi_weights,
+)
 
 EOT = "<|endoftext|>"
 TEXT = "The cat sat on the mat. The dog sat on the log. A cat and a dog sat on a mat and a log."
@@ -29,7 +34,13 @@ FAMILIES = {  # name -> (transformers model of a vocabulary size, TransformerLen
     "gptj": (lambda vocab: transformers.GPTJForCausalLM(transformers.GPTJConfig(  # TL's d_mlp is 4 d
         vocab_size=vocab, n_embd=32, n_layer=2, n_head=4, n_positions=64, rotary_dim=4, bos_token_id=0,
         eos_token_id=0)), convert_gptj_weights),
+    # GPT-Neo: unscaled scores, a global and a local layer (TL's d_mlp is 4 d: intermediate_size unset)
+    "gpt_neo": (lambda vocab: transformers.GPTNeoForCausalLM(transformers.GPTNeoConfig(
+        vocab_size=vocab, hidden_size=32, num_layers=2, num_heads=4, max_position_embeddings=64,
+        attention_types=[[["global", "local"], 1]], window_size=5, bos_token_id=0, eos_token_id=0)),
+        convert_neo_weights),
 }
+SHARED_NORM = ("phi", "gptj")  # one norm feeding both branches, which TransformerLens gives two names
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
@@ -60,7 +71,7 @@ def pair(request, tmp_path_factory):
     processed.load_and_process_state_dict(convert(hf, cfg))  # from_pretrained's processing
     ours_processed = bl.load(folder).model
     ours_processed.process_weights_()
-    return bl.load(folder).model, theirs.eval(), ours_processed, processed.eval()
+    return bl.load(folder).model, theirs.eval(), ours_processed, processed.eval(), request.param
 
 
 def test_tokens_logits_and_the_cache_at_every_transformerlens_name(pair):
@@ -71,14 +82,14 @@ def test_tokens_logits_and_the_cache_at_every_transformerlens_name(pair):
         torch.testing.assert_close(ours(tokens), theirs(tokens), rtol=0, atol=1e-4)
         _, their_cache = theirs.run_with_cache(tokens)
         _, our_cache = ours.run_with_cache(tokens)
-    assert any(name.endswith("ln2.hook_normalized") for name in their_cache)  # TransformerLens' tied norm
+    assert any(name.endswith("ln2.hook_normalized") for name in their_cache)  # (a tied norm in SHARED_NORM)
     assert set(their_cache) <= set(our_cache.keys())  # a filter over the keys finds what it finds there
     for name, want in their_cache.items():
         torch.testing.assert_close(our_cache[name], want, rtol=0, atol=2e-4, msg=name)
 
 
 def test_processed_weights_give_transformerlens_logits_and_weights(pair):
-    _, _, ours, theirs = pair
+    _, _, ours, theirs, _ = pair
     tokens = theirs.to_tokens(TEXT[:50])
     with torch.no_grad():
         torch.testing.assert_close(ours(tokens), theirs(tokens), rtol=0, atol=1e-4)
@@ -90,7 +101,7 @@ def test_a_hook_on_a_head_edits_what_transformerlens_edits_and_one_on_the_tied_c
     """TransformerLens' ln2 in these blocks is a copy of ln1 feeding the MLP alone: editing it there edits
     the MLP's input only; blocklab's block has one norm feeding both branches, so an edit under that name
     is refused by name (reading it gives ln1's values, above)."""
-    ours, theirs, *_ = pair
+    ours, theirs, *_, family = pair
     tokens = theirs.to_tokens(TEXT[:30])
 
     def zero_head_2(v, hook):  # (B, T, heads, d_head) under TransformerLens' names
@@ -101,5 +112,7 @@ def test_a_hook_on_a_head_edits_what_transformerlens_edits_and_one_on_the_tied_c
         got = ours.run_with_hooks(tokens, fwd_hooks=[("blocks.1.attn.hook_v", zero_head_2)])
         want = theirs.run_with_hooks(tokens, fwd_hooks=[("blocks.1.attn.hook_v", zero_head_2)])
     torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
+    if family not in SHARED_NORM:
+        return
     with pytest.raises(ValueError, match=r"blocks\.0\.ln2\.hook_normalized.*ln1"):
         ours.run_with_hooks(tokens, fwd_hooks=[("blocks.0.ln2.hook_normalized", lambda x, hook: 2 * x)])

@@ -29,6 +29,8 @@ from blocklab.weights.hf_map import PretrainedError
 VOCAB = 101
 SHAPE = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
              num_attention_heads=4, max_position_embeddings=64, bos_token_id=1, eos_token_id=2)
+NEO = dict(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=4, max_position_embeddings=64,
+           bos_token_id=1, eos_token_id=2)  # GPT-Neo's names for SHAPE's
 LLAMA3 = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 16}
 
@@ -93,6 +95,12 @@ CASES = {
     "gptj-full-rotary-tied": (transformers.GPTJForCausalLM, transformers.GPTJConfig(
         vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, rotary_dim=8,
         tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)),
+    # GPT-Neo: learned positions, unscaled scores, global and local (windowed) layers, bias-free q/k/v
+    "neo-global-local-untied": (transformers.GPTNeoForCausalLM, transformers.GPTNeoConfig(
+        **NEO, attention_types=[[["global", "local"], 1]], window_size=4, intermediate_size=48,
+        tie_word_embeddings=False)),
+    "neo-local-first-gelu-tied": (transformers.GPTNeoForCausalLM, transformers.GPTNeoConfig(
+        **NEO, attention_types=[[["local", "global"], 1]], window_size=5, activation_function="gelu")),
     # Mixtral: a mixture of experts in the MLP's place (softmax, top-k, renormalised), Mistral's attention
     "mixtral-top2-gqa-untied": (transformers.MixtralForCausalLM, transformers.MixtralConfig(
         **SHAPE, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2)),
@@ -128,6 +136,7 @@ CASES = {
 N_EXPERTS = {"mixtral": "num_local_experts", "qwen2_moe": "num_experts", "qwen3_moe": "num_experts",
              "olmoe": "num_experts"}
 SHARED_NORM = ("phi", "gptj")  # model types of the parallel block with one norm
+LEARNED = ("gpt_neo",)  # model types with learned positions
 
 
 def _tokenizer_json() -> str:
@@ -169,7 +178,7 @@ def _ids(seed: int, shape: tuple[int, int] = (2, 11)) -> torch.Tensor:
 def test_the_config_is_read_as_the_family_says(case):
     name, hf, _, loaded = case
     c, h = loaded.model.config, hf.config
-    assert c.pos_encoding == "rotary" and c.causal
+    assert c.pos_encoding == ("learned" if h.model_type in LEARNED else "rotary") and c.causal
     assert c.kv_heads == getattr(h, "num_key_value_heads", h.num_attention_heads)
     assert c.tie_embeddings == h.tie_word_embeddings
     layout = {"olmo2": "res_post", "gemma2": "sandwich",
@@ -179,14 +188,19 @@ def test_the_config_is_read_as_the_family_says(case):
     assert c.qk_norm == {"qwen3": "head", "qwen3_moe": "head", "olmo2": "all_heads",
                          "olmoe": "all_heads"}.get(h.model_type, "none")
     kinds = getattr(h, "layer_types", None)  # Qwen2, Qwen3, Gemma 2: each layer sliding or global
+    window = getattr(h, "sliding_window", None)
+    if h.model_type == "gpt_neo":  # its own words for them, and its own window
+        kinds = ["sliding_attention" if k == "local" else "full_attention" for k in h.attention_layers]
+        window = h.window_size
     if not kinds:
-        assert c.sliding_window == getattr(h, "sliding_window", None)
+        assert c.sliding_window == window
     else:
-        assert [c.window(i) for i in range(c.n_layers)] == [h.sliding_window if k == "sliding_attention"
-                                                            else None for k in kinds]
+        assert [c.window(i) for i in range(c.n_layers)] == [window if k == "sliding_attention" else None
+                                                            for k in kinds]
     assert (c.attn_softcap, c.logit_softcap) == (getattr(h, "attn_logit_softcapping", None),
                                                  getattr(h, "final_logit_softcapping", None))
-    assert c.query_pre_attn_scalar == getattr(h, "query_pre_attn_scalar", None)
+    assert c.query_pre_attn_scalar == (1.0 if h.model_type == "gpt_neo" else  # scores not divided by sqrt(d)
+                                       getattr(h, "query_pre_attn_scalar", None))
     experts = N_EXPERTS.get(h.model_type)
     assert (c.n_experts, c.experts_per_token) == ((getattr(h, experts), h.num_experts_per_tok)
                                                   if experts else (0, 2))
@@ -240,6 +254,19 @@ def _gptj_attention_in_the_inputs_dtype(self, query, key, value, attention_mask=
     if attention_mask is not None:
         weights = weights + attention_mask[:, :, :, : key.shape[-2]]
     weights = torch.softmax(weights, dim=-1).to(value.dtype)
+    return torch.matmul(weights, value), weights
+
+
+def _neo_attention_in_the_inputs_dtype(self, query, key, value, attention_mask=None, head_mask=None):
+    """transformers' GPT-Neo attention core (GPTNeoSelfAttention._attn: unscaled, its band masked), without
+    its casts of q and k to float32."""
+    weights = torch.matmul(query, key.transpose(-1, -2))
+    q_len, k_len = query.size(-2), key.size(-2)
+    band = self.bias[:, :, k_len - q_len: k_len, :k_len]
+    weights = torch.where(band, weights, torch.finfo(weights.dtype).min)
+    if attention_mask is not None:
+        weights = weights + attention_mask[:, :, :, :k_len]
+    weights = torch.softmax(weights, dim=-1)
     return torch.matmul(weights, value), weights
 
 
@@ -307,6 +334,8 @@ def test_logits_equal_transformers_float64(case, monkeypatch):
                         _mixtral_moe_in_the_inputs_dtype)
     monkeypatch.setattr(transformers.models.gptj.modeling_gptj.GPTJAttention, "_attn",
                         _gptj_attention_in_the_inputs_dtype)
+    monkeypatch.setattr(transformers.models.gpt_neo.modeling_gpt_neo.GPTNeoSelfAttention, "_attn",
+                        _neo_attention_in_the_inputs_dtype)
     model = read_pretrained(folder).model.double()
     hf64 = type(hf)(hf.config).double().eval()
     hf64.load_state_dict(hf.state_dict())
@@ -435,9 +464,11 @@ def test_blocklab_load_and_every_model_command_take_the_folder(case, capsys):
     from blocklab.cli import main
 
     assert main(["generate", "--model", str(folder), "--input", "ab c", "--max-new-tokens", "4"]) == 0
-    assert main(["trace", "--model", str(folder), "--input", "ab c", "--stages", "blocks.0.attn.rot_q"]) == 0
+    stage = "q" if hf.config.model_type in LEARNED else "rot_q"
+    stages = ["--stages", f"blocks.0.attn.{stage}"]
+    assert main(["trace", "--model", str(folder), "--input", "ab c", *stages]) == 0
     out = capsys.readouterr().out
-    assert "rot_q" in out
+    assert stage in out
 
 
 @pytest.mark.parametrize("family, changes, field", [
@@ -474,6 +505,11 @@ def test_blocklab_load_and_every_model_command_take_the_folder(case, capsys):
     ("gptj", {"rotary_dim": None}, "rotary_dim=64"),  # absent: transformers' default, wider than a head
     ("gptj", {"rotary_dim": 3}, "rotary_dim=3"),
     ("gptj", {"attn_pdrop": 0.1}, "attn_pdrop=0.1"),
+    ("gpt_neo", {"attention_types": [[["global", "sparse"], 1]]}, "attention_types"),
+    ("gpt_neo", {"attention_types": [[["global"], 3]]}, "for each of the 2 layers"),
+    ("gpt_neo", {"attention_layers": ["local", "local"]}, "attention_layers=.* disagrees"),
+    ("gpt_neo", {"resid_dropout": 0.1}, "resid_dropout=0.1"),
+    ("gpt_neo", {"activation_function": "swish"}, "activation_function"),
     ("mixtral", {"router_jitter_noise": 0.1}, "router_jitter_noise"),
     ("mixtral", {"num_local_experts": 0}, "num_local_experts=0"),
     ("mixtral", {"num_experts_per_tok": 5}, "experts_per_token=5"),
@@ -495,7 +531,7 @@ def test_a_config_field_the_import_cannot_honour_is_refused_by_name(tmp_path, fa
     cls, config = {"llama": CASES["llama-mha-untied"], "qwen2": CASES["qwen2-qkv-bias-tied"],
                    "qwen3": CASES["qwen3-qk-norm-gqa"], "olmo2": CASES["olmo2-gqa"],
                    "gpt_neox": CASES["pythia-parallel-quarter"], "phi": CASES["phi-shared-norm-partial"],
-                   "gptj": CASES["gptj-interleaved-quarter"],
+                   "gptj": CASES["gptj-interleaved-quarter"], "gpt_neo": CASES["neo-global-local-untied"],
                    "gemma": CASES["gemma-wide-heads-mqa"],
                    "gemma2": CASES["gemma2-caps-windows-gqa-untied"],
                    "mixtral": CASES["mixtral-top2-gqa-untied"],
@@ -573,6 +609,24 @@ def test_qwen2_export_writes_each_layers_kind_and_refuses_two_window_sizes(tmp_p
         export_family(ours.replace(layer_windows=(None, 5, 6)), "qwen2")
 
 
+def test_gpt_neo_export_writes_the_shortest_repeating_pattern_and_refuses_two_window_sizes():
+    """attention_types is written as the shortest pattern of layer kinds that repeats to every layer (and
+    attention_layers, transformers' expansion, beside it); GPT-Neo has one window_size."""
+    from blocklab.nn.presets import preset
+    from blocklab.weights.hf_folder import export_family
+
+    config = preset("gpt-neo-125m", n_layers=4, layer_windows=(None, 256) * 2)
+    out = export_family(config, "gpt_neo").hf_config(config)
+    assert out["attention_types"] == [[["global", "local"], 2]] and out["window_size"] == 256
+    odd = config.replace(layer_windows=(None, None, 8, None))
+    assert export_family(odd, "gpt_neo").hf_config(odd)["attention_types"] == [
+        [["global", "global", "local", "global"], 1]]
+    with pytest.raises(PretrainedError, match=r"GPT-Neo layout: .*layer_windows=\(None, 4, None, 8\)"):
+        export_family(config.replace(layer_windows=(None, 4, None, 8)), "gpt_neo")
+    with pytest.raises(PretrainedError, match=r"query_pre_attn_scalar=None \(needs 1.0\)"):
+        export_family(config.replace(query_pre_attn_scalar=None), "gpt_neo")
+
+
 def test_qwen_moe_layers_named_dense_past_the_last_are_read_and_a_shared_expert_is_needed_to_export(tmp_path):
     """transformers makes layer i dense only for i < num_hidden_layers in mlp_only_layers: one past the last
     changes nothing and is read; a mixture without a shared expert has no Qwen2-MoE layout."""
@@ -635,7 +689,8 @@ def test_export_refuses_a_layout_whose_config_json_would_read_back_as_another_mo
 PRESET_FAMILIES = {"llama-3.2-1b": "llama", "smollm2-135m": "llama", "qwen2.5-0.5b": "qwen2",
                    "pythia-160m": "gpt_neox", "mistral-7b": "mistral", "phi-2": "phi", "gpt-j-6b": "gptj",
                    "mixtral-8x7b": "mixtral", "qwen3-30b-a3b": "qwen3_moe", "olmoe-1b-7b": "olmoe",
-                   "qwen1.5-moe-a2.7b": "qwen2_moe", "gemma-2-2b": "gemma2"}
+                   "qwen1.5-moe-a2.7b": "qwen2_moe", "gemma-2-2b": "gemma2",
+                   "gpt-neo-125m": "gpt_neo"}
 # a mixture's parts by transformers' module names (the router: block_sparse_moe.gate or mlp.gate)
 MOE_PARTS = {"router": r"\.(block_sparse_moe|mlp)\.gate\.", "experts": r"\.experts\.",
              "shared_expert": r"\.shared_expert(_gate)?\."}
