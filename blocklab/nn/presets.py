@@ -155,6 +155,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     # q/k/v without biases, and attention_types [[["global", "local"], 6]]: odd layers local, a window of 256
     "gpt-neo-125m": {**_gpt(12, 768, 12, 2048), "qkv_bias": False, "query_pre_attn_scalar": 1.0,
                      "layer_windows": (None, 256) * 6, "pos_std": None},
+    # bigcode/starcoderbase-1b's config.json as published on the Hugging Face Hub (from memory of the file,
+    # not fetched here): GPT-2's block with multi-query attention (one key/value head), 8192 positions,
+    # d_ff 8192, gelu_pytorch_tanh; 1,137,207,296 parameters (its model card: 1.1B)
+    "starcoderbase-1b": {**_gpt(24, 2048, 16, 8192), "vocab_size": 49152, "n_kv_heads": 1, "pos_std": None},
     "gpt-j-6b": dict(
         vocab_size=50400, max_seq_len=2048, d_model=4096, n_heads=16, n_layers=28, d_ff=16384,
         activation="gelu_tanh", norm_position="parallel_shared", causal=True, pos_encoding="rotary",
@@ -196,6 +200,8 @@ EMBEDDING_CHOICES: dict[str, str] = {
              "inside attention",
     "gpt-neo-125m": "GPT-2's (transformers' GPT-Neo initializer_range): x0 = wte[t] + wpe[p], no factor, "
                     "both tables N(0, 0.02^2)",
+    "starcoderbase-1b": "GPT-2's (transformers' GPT-BigCode initializer_range): x0 = wte[t] + wpe[p], no "
+                        "factor, both tables N(0, 0.02^2)",
     "gpt-j-6b": "GPT-J's layout: x0 = E[t], no factor, E ~ N(0, 0.02^2); rotary positions on 64 of each "
                 "head's 256 features (adjacent pairs), inside attention",
 }

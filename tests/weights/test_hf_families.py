@@ -31,6 +31,8 @@ SHAPE = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_
              num_attention_heads=4, max_position_embeddings=64, bos_token_id=1, eos_token_id=2)
 NEO = dict(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=4, max_position_embeddings=64,
            bos_token_id=1, eos_token_id=2)  # GPT-Neo's names for SHAPE's
+BIGCODE = dict(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, resid_pdrop=0.0,
+               embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=1, eos_token_id=2)
 LLAMA3 = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 16}
 
@@ -101,6 +103,12 @@ CASES = {
         tie_word_embeddings=False)),
     "neo-local-first-gelu-tied": (transformers.GPTNeoForCausalLM, transformers.GPTNeoConfig(
         **NEO, attention_types=[[["local", "global"], 1]], window_size=5, activation_function="gelu")),
+    # GPT-BigCode (StarCoder): one key/value head in a fused q | k | v, or (multi_query false) a key and value
+    # per head interleaved head by head; learned positions, GPT-2's block in nn.Linear layers
+    "bigcode-mqa-untied": (transformers.GPTBigCodeForCausalLM, transformers.GPTBigCodeConfig(
+        **BIGCODE, n_inner=48, tie_word_embeddings=False)),
+    "bigcode-mha-unscaled-gelu-tied": (transformers.GPTBigCodeForCausalLM, transformers.GPTBigCodeConfig(
+        **BIGCODE, multi_query=False, scale_attn_weights=False, activation_function="gelu")),
     # Mixtral: a mixture of experts in the MLP's place (softmax, top-k, renormalised), Mistral's attention
     "mixtral-top2-gqa-untied": (transformers.MixtralForCausalLM, transformers.MixtralConfig(
         **SHAPE, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2)),
@@ -136,7 +144,7 @@ CASES = {
 N_EXPERTS = {"mixtral": "num_local_experts", "qwen2_moe": "num_experts", "qwen3_moe": "num_experts",
              "olmoe": "num_experts"}
 SHARED_NORM = ("phi", "gptj")  # model types of the parallel block with one norm
-LEARNED = ("gpt_neo",)  # model types with learned positions
+LEARNED = ("gpt_neo", "gpt_bigcode")  # model types with learned positions
 
 
 def _tokenizer_json() -> str:
@@ -199,8 +207,8 @@ def test_the_config_is_read_as_the_family_says(case):
                                                             for k in kinds]
     assert (c.attn_softcap, c.logit_softcap) == (getattr(h, "attn_logit_softcapping", None),
                                                  getattr(h, "final_logit_softcapping", None))
-    assert c.query_pre_attn_scalar == (1.0 if h.model_type == "gpt_neo" else  # scores not divided by sqrt(d)
-                                       getattr(h, "query_pre_attn_scalar", None))
+    unscaled = h.model_type == "gpt_neo" or getattr(h, "scale_attn_weights", True) is False  # scores q k^T
+    assert c.query_pre_attn_scalar == (1.0 if unscaled else getattr(h, "query_pre_attn_scalar", None))
     experts = N_EXPERTS.get(h.model_type)
     assert (c.n_experts, c.experts_per_token) == ((getattr(h, experts), h.num_experts_per_tok)
                                                   if experts else (0, 2))
@@ -510,6 +518,10 @@ def test_blocklab_load_and_every_model_command_take_the_folder(case, capsys):
     ("gpt_neo", {"attention_layers": ["local", "local"]}, "attention_layers=.* disagrees"),
     ("gpt_neo", {"resid_dropout": 0.1}, "resid_dropout=0.1"),
     ("gpt_neo", {"activation_function": "swish"}, "activation_function"),
+    ("gpt_bigcode", {"add_cross_attention": True}, "add_cross_attention"),
+    ("gpt_bigcode", {"attn_pdrop": 0.1}, "attn_pdrop=0.1"),
+    ("gpt_bigcode", {"activation_function": "swish"}, "activation_function"),
+    ("gpt_bigcode", {"multi_query": "yes"}, "multi_query='yes' must be true or false"),
     ("mixtral", {"router_jitter_noise": 0.1}, "router_jitter_noise"),
     ("mixtral", {"num_local_experts": 0}, "num_local_experts=0"),
     ("mixtral", {"num_experts_per_tok": 5}, "experts_per_token=5"),
@@ -532,6 +544,7 @@ def test_a_config_field_the_import_cannot_honour_is_refused_by_name(tmp_path, fa
                    "qwen3": CASES["qwen3-qk-norm-gqa"], "olmo2": CASES["olmo2-gqa"],
                    "gpt_neox": CASES["pythia-parallel-quarter"], "phi": CASES["phi-shared-norm-partial"],
                    "gptj": CASES["gptj-interleaved-quarter"], "gpt_neo": CASES["neo-global-local-untied"],
+                   "gpt_bigcode": CASES["bigcode-mqa-untied"],
                    "gemma": CASES["gemma-wide-heads-mqa"],
                    "gemma2": CASES["gemma2-caps-windows-gqa-untied"],
                    "mixtral": CASES["mixtral-top2-gqa-untied"],
@@ -627,6 +640,23 @@ def test_gpt_neo_export_writes_the_shortest_repeating_pattern_and_refuses_two_wi
         export_family(config.replace(query_pre_attn_scalar=None), "gpt_neo")
 
 
+def test_gpt_bigcode_export_refuses_grouped_heads_and_other_scales():
+    """GPT-BigCode has one key/value head (multi_query) or one per query head, and scores scaled by
+    1/sqrt(d_head) or not at all: anything between is refused by name."""
+    from blocklab.nn.presets import preset
+    from blocklab.weights.hf_folder import export_family
+
+    config = preset("starcoderbase-1b", n_layers=2, vocab_size=64, d_model=64, n_heads=4, d_ff=128)
+    assert export_family(config, "gpt_bigcode").hf_config(config)["multi_query"] is True
+    mha = config.replace(n_kv_heads=None, query_pre_attn_scalar=1.0)
+    out = export_family(mha, "gpt_bigcode").hf_config(mha)
+    assert (out["multi_query"], out["scale_attn_weights"]) == (False, False)
+    with pytest.raises(PretrainedError, match=r"GPT-BigCode layout: ModelConfig n_kv_heads=2 \(needs 1"):
+        export_family(config.replace(n_kv_heads=2), "gpt_bigcode")
+    with pytest.raises(PretrainedError, match=r"GPT-BigCode layout: ModelConfig query_pre_attn_scalar=12.0"):
+        export_family(config.replace(query_pre_attn_scalar=12.0), "gpt_bigcode")
+
+
 def test_qwen_moe_layers_named_dense_past_the_last_are_read_and_a_shared_expert_is_needed_to_export(tmp_path):
     """transformers makes layer i dense only for i < num_hidden_layers in mlp_only_layers: one past the last
     changes nothing and is read; a mixture without a shared expert has no Qwen2-MoE layout."""
@@ -690,7 +720,7 @@ PRESET_FAMILIES = {"llama-3.2-1b": "llama", "smollm2-135m": "llama", "qwen2.5-0.
                    "pythia-160m": "gpt_neox", "mistral-7b": "mistral", "phi-2": "phi", "gpt-j-6b": "gptj",
                    "mixtral-8x7b": "mixtral", "qwen3-30b-a3b": "qwen3_moe", "olmoe-1b-7b": "olmoe",
                    "qwen1.5-moe-a2.7b": "qwen2_moe", "gemma-2-2b": "gemma2",
-                   "gpt-neo-125m": "gpt_neo"}
+                   "gpt-neo-125m": "gpt_neo", "starcoderbase-1b": "gpt_bigcode"}
 # a mixture's parts by transformers' module names (the router: block_sparse_moe.gate or mlp.gate)
 MOE_PARTS = {"router": r"\.(block_sparse_moe|mlp)\.gate\.", "experts": r"\.experts\.",
              "shared_expert": r"\.shared_expert(_gate)?\."}
