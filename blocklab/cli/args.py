@@ -178,8 +178,7 @@ FIELD_HELP = {
     "max_seq_len": "the longest input, in tokens",
     "d_model": "width of the residual stream",
     "n_heads": "attention heads (they must divide d-model, unless --head-dim gives their width)",
-    "n_kv_heads": "key/value heads, each shared by n-heads / n-kv-heads query heads (grouped-query; 1: "
-                  "multi-query; none: one per query head)",
+    "n_kv_heads": "key/value heads, each shared by n-heads / n-kv-heads queries (1: multi-query; none: all)",
     "head_dim": "each head's width d_k (Qwen3: 128 whatever d-model); none: d-model / n-heads",
     "n_layers": "blocks in the stack",
     "d_ff": "hidden width of the feed-forward",
@@ -191,6 +190,7 @@ FIELD_HELP = {
     "bias": "biases in the linear layers and norms",
     "qkv_bias": "biases on q, k and v alone (Qwen2); auto: as --bias",
     "o_bias": "a bias on attention's output projection; auto: as --bias (GPT-J has none)",
+    "ffn_bias": "biases in the FFN's linear layers; auto: as --bias (StableLM's MLP has none)",
     "causal": "each position sees only itself and earlier ones (a language model)",
     "sliding_window": "causal attention to the last N positions only (Mistral); none: all",
     "layer_windows": "each layer's sliding window (Gemma 2: 4096,none,4096,...); none: sliding-window's",

@@ -99,7 +99,8 @@ def _part_formulas(c: ModelConfig) -> dict[str, str]:
     from ..nn.activation_kinds import activation_kind
 
     L, E = c.n_layers, c.n_experts
-    n_in, biases = activation_kind(c.activation).ffn_kind.input_matrices + 1, " + biases" if c.bias else ""
+    n_in = activation_kind(c.activation).ffn_kind.input_matrices + 1
+    biases = " + biases" if c.has_ffn_bias else ""
     return {
         "router": f"L {L} x E {E} x d",
         "experts": f"L {L} x E {E} x ({n_in} d d_ff{biases})",
@@ -128,7 +129,7 @@ def _formulas(c: ModelConfig) -> dict[str, str]:
         "blocks.attn": f"L {L} x (4d^2{b})" if d_q == d_kv == d and c.qk_norm == "none" else
                        f"L {L} x ({q_part} + 2d x {d_kv}{biases}{qk_norms})",
         "blocks.ffn": f"L {L} x (the parts below)" if c.n_experts else
-                      f"L {L} x ({n_in} d d_ff{' + biases' if c.bias else ''}), d_ff {c.d_ff}",
+                      f"L {L} x ({n_in} d d_ff{' + biases' if c.has_ffn_bias else ''}), d_ff {c.d_ff}",
         **{f"blocks.{norm}": f"L {L} x {ln}" for norm in LAYOUTS[c.norm_position].norms},
         "ln_f": ln,
         "head": ("tied to embed (shared)" if c.tie_embeddings else f"d {d} x vocab {c.vocab_size}")

@@ -110,10 +110,12 @@ class TransformerBlock(HookedModule):
             sliding_window=c.window(layer), qk_norm=c.qk_norm, norm=c.norm, eps=c.eps, d_head=c.head_dim,
             alibi=c.pos_encoding == "alibi", softcap=c.attn_softcap,
             scale=None if c.query_pre_attn_scalar is None else c.query_pre_attn_scalar ** -0.5)
-        self.ffn = FeedForward(c.d_model, c.d_ff, c.activation, bias=c.bias, dropout=c.dropout, fused=fused) \
+        self.ffn = FeedForward(c.d_model, c.d_ff, c.activation, bias=c.has_ffn_bias, dropout=c.dropout,
+                               fused=fused) \
             if not c.n_experts else MixtureOfExperts(
                 c.d_model, c.d_ff, c.activation, c.n_experts, c.experts_per_token, c.router_softmax,
-                c.renormalize_top_k, c.shared_expert_d_ff, bias=c.bias, dropout=c.dropout, fused=fused)
+                c.renormalize_top_k, c.shared_expert_d_ff, bias=c.has_ffn_bias, dropout=c.dropout,
+                fused=fused)
         for norm in self.layout.norms:
             setattr(self, norm, build_norm(c.norm, c.d_model, c.eps, c.bias, fused=fused))
         for residual in self.layout.residuals:

@@ -83,6 +83,7 @@ class ModelConfig:
     bias: bool = True
     qkv_bias: bool | None = None  # biases on q, k and v (None: as bias; Qwen2 has them, without any other)
     o_bias: bool | None = None  # a bias on attention's output projection (None: as bias; GPT-J has none)
+    ffn_bias: bool | None = None  # biases in the FFN's linear layers (None: as bias; StableLM's MLP has none)
     causal: bool = False
     sliding_window: int | None = None  # causal attention to the last N positions only (Mistral); None: all
     # each layer's own window, one per layer, None: that layer global (Gemma 2: 4096 on layers 0, 2, ...)
@@ -180,6 +181,11 @@ class ModelConfig:
         return self.bias if self.o_bias is None else self.o_bias
 
     @property
+    def has_ffn_bias(self) -> bool:
+        """Whether the FFN's (each expert's) linears have biases: ``ffn_bias``, or as ``bias`` if unset."""
+        return self.bias if self.ffn_bias is None else self.ffn_bias
+
+    @property
     def _block_kinds(self) -> tuple[Layout, ResidualKind, NormKind]:
         return LAYOUTS[self.norm_position], RESIDUAL_KINDS[self.residual], NORM_KINDS[self.norm]
 
@@ -221,7 +227,7 @@ FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ModelConfig) 
 # Fields whose unset value (None) stands for one derived from other fields, and the property resolving
 # it: two configs whose fields resolve alike build the same model (n_kv_heads=None and n_kv_heads=n_heads).
 RESOLVED_BY: dict[str, str] = {"n_kv_heads": "kv_heads", "qkv_bias": "has_qkv_bias", "o_bias": "has_o_bias",
-                               "head_dim": "d_head"}
+                               "ffn_bias": "has_ffn_bias", "head_dim": "d_head"}
 
 
 def resolved(config: ModelConfig, name: str) -> Any:
@@ -325,7 +331,7 @@ def _attention_violations(c: ModelConfig, need: Callable[[bool, str], None]) -> 
         need(_is_int(c.n_kv_heads) and c.n_kv_heads >= 1 and c.n_heads % c.n_kv_heads == 0,
              f"n_kv_heads={c.n_kv_heads!r} must be an integer >= 1 dividing n_heads={c.n_heads} "
              "(or unset: one key/value head per query head)")
-    for name in ("qkv_bias", "o_bias"):
+    for name in ("qkv_bias", "o_bias", "ffn_bias"):
         value = getattr(c, name)
         need(value is None or isinstance(value, bool),
              f"{name}={value!r} must be true, false or unset (as bias)")

@@ -54,8 +54,8 @@ def ffn_parts(config: ModelConfig) -> dict[str, int]:
     c = config
     if not c.n_experts:
         return {}
-    return moe_parameters(activation_kind(c.activation).ffn_kind, c.d_model, c.d_ff, c.bias, c.n_experts,
-                          c.shared_expert_d_ff)
+    return moe_parameters(activation_kind(c.activation).ffn_kind, c.d_model, c.d_ff, c.has_ffn_bias,
+                          c.n_experts, c.shared_expert_d_ff)
 
 
 def block_parameter_counts(config: ModelConfig) -> dict[str, int]:
@@ -72,7 +72,7 @@ def block_parameter_counts(config: ModelConfig) -> dict[str, int]:
     }
     parts = ffn_parts(c)
     counts["ffn"] = sum(parts.values()) if parts else ffn_parameter_count(c.d_model, c.d_ff, c.activation,
-                                                                          c.bias)
+                                                                          c.has_ffn_bias)
     counts |= {norm: _norm(c) for norm in layout.norms}
     if c.residual == "rezero":
         counts["residual"] = len(layout.residuals)  # one learned scalar per residual connection

@@ -159,6 +159,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     # not fetched here): GPT-2's block with multi-query attention (one key/value head), 8192 positions,
     # d_ff 8192, gelu_pytorch_tanh; 1,137,207,296 parameters (its model card: 1.1B)
     "starcoderbase-1b": {**_gpt(24, 2048, 16, 8192), "vocab_size": 49152, "n_kv_heads": 1, "pos_std": None},
+    # stabilityai/stablelm-2-1_6b's config.json (as remembered, not fetched here): LayerNorm with biases, a
+    # bias-free SwiGLU, q/k/v biases, o without, rotary on a quarter of each head's 64 features, untied;
+    # 1,644,515,328 parameters (its model card: 1.6B)
+    "stablelm-2-1.6b": {**_llama(100352, 4096, 2048, 5632, 24, 32, None, 1e-5, 10000.0, qkv_bias=True,
+                                 o_bias=False, ffn_bias=False, rotary_fraction=0.25),
+                        "norm": "standard", "bias": True},
     "gpt-j-6b": dict(
         vocab_size=50400, max_seq_len=2048, d_model=4096, n_heads=16, n_layers=28, d_ff=16384,
         activation="gelu_tanh", norm_position="parallel_shared", causal=True, pos_encoding="rotary",
@@ -202,6 +208,8 @@ EMBEDDING_CHOICES: dict[str, str] = {
                     "both tables N(0, 0.02^2)",
     "starcoderbase-1b": "GPT-2's (transformers' GPT-BigCode initializer_range): x0 = wte[t] + wpe[p], no "
                         "factor, both tables N(0, 0.02^2)",
+    "stablelm-2-1.6b": "the Llama layout (transformers' initializer_range): x0 = E[t], no factor, E ~ N(0, "
+                       "0.02^2); rotary positions on 25% of each head, inside attention",
     "gpt-j-6b": "GPT-J's layout: x0 = E[t], no factor, E ~ N(0, 0.02^2); rotary positions on 64 of each "
                 "head's 256 features (adjacent pairs), inside attention",
 }

@@ -225,6 +225,7 @@ ALTERNATIVES: dict[str, list] = {
     "bias": [True, False],
     "qkv_bias": [None, True, False],
     "o_bias": [None, True, False],
+    "ffn_bias": [None, True, False],
     "causal": [True, False],
     "sliding_window": [None, 3],
     "layer_windows": [None, (2, None)],

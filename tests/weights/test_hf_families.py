@@ -109,6 +109,13 @@ CASES = {
         **BIGCODE, n_inner=48, tie_word_embeddings=False)),
     "bigcode-mha-unscaled-gelu-tied": (transformers.GPTBigCodeForCausalLM, transformers.GPTBigCodeConfig(
         **BIGCODE, multi_query=False, scale_attn_weights=False, activation_function="gelu")),
+    # StableLM: biased LayerNorms, a bias-free SwiGLU, o without a bias, partial rotary in halves; pre-norm,
+    # or the parallel block with one norm (use_parallel_residual), q/k/v biases (use_qkv_bias)
+    "stablelm-quarter-gqa-untied": (transformers.StableLmForCausalLM, transformers.StableLmConfig(
+        **SHAPE, num_key_value_heads=2, partial_rotary_factor=0.25)),
+    "stablelm-parallel-qkv-bias-half-tied": (transformers.StableLmForCausalLM, transformers.StableLmConfig(
+        **SHAPE, num_key_value_heads=4, partial_rotary_factor=0.5, use_parallel_residual=True,
+        use_qkv_bias=True, rope_theta=500.0, tie_word_embeddings=True)),
     # Mixtral: a mixture of experts in the MLP's place (softmax, top-k, renormalised), Mistral's attention
     "mixtral-top2-gqa-untied": (transformers.MixtralForCausalLM, transformers.MixtralConfig(
         **SHAPE, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2)),
@@ -191,7 +198,8 @@ def test_the_config_is_read_as_the_family_says(case):
     assert c.tie_embeddings == h.tie_word_embeddings
     layout = {"olmo2": "res_post", "gemma2": "sandwich",
               **{t: "parallel_shared" for t in SHARED_NORM}}.get(h.model_type, "pre")
-    assert c.norm_position == ("parallel" if getattr(h, "use_parallel_residual", False) else layout)
+    parallel = "parallel_shared" if h.model_type == "stablelm" else "parallel"  # one norm, or two (NeoX)
+    assert c.norm_position == (parallel if getattr(h, "use_parallel_residual", False) else layout)
     assert c.head_bias == (h.model_type in SHARED_NORM)
     assert c.qk_norm == {"qwen3": "head", "qwen3_moe": "head", "olmo2": "all_heads",
                          "olmoe": "all_heads"}.get(h.model_type, "none")
@@ -522,6 +530,10 @@ def test_blocklab_load_and_every_model_command_take_the_folder(case, capsys):
     ("gpt_bigcode", {"attn_pdrop": 0.1}, "attn_pdrop=0.1"),
     ("gpt_bigcode", {"activation_function": "swish"}, "activation_function"),
     ("gpt_bigcode", {"multi_query": "yes"}, "multi_query='yes' must be true or false"),
+    ("stablelm", {"qk_layernorm": True}, "qk_layernorm=True"),  # each head its own weights: refused
+    ("stablelm", {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "rope_scaling"),
+    ("stablelm", {"hidden_dropout": 0.1}, "hidden_dropout=0.1"),
+    ("stablelm", {"hidden_act": "gelu"}, "hidden_act='gelu'"),
     ("mixtral", {"router_jitter_noise": 0.1}, "router_jitter_noise"),
     ("mixtral", {"num_local_experts": 0}, "num_local_experts=0"),
     ("mixtral", {"num_experts_per_tok": 5}, "experts_per_token=5"),
@@ -545,6 +557,7 @@ def test_a_config_field_the_import_cannot_honour_is_refused_by_name(tmp_path, fa
                    "gpt_neox": CASES["pythia-parallel-quarter"], "phi": CASES["phi-shared-norm-partial"],
                    "gptj": CASES["gptj-interleaved-quarter"], "gpt_neo": CASES["neo-global-local-untied"],
                    "gpt_bigcode": CASES["bigcode-mqa-untied"],
+                   "stablelm": CASES["stablelm-quarter-gqa-untied"],
                    "gemma": CASES["gemma-wide-heads-mqa"],
                    "gemma2": CASES["gemma2-caps-windows-gqa-untied"],
                    "mixtral": CASES["mixtral-top2-gqa-untied"],
@@ -657,6 +670,21 @@ def test_gpt_bigcode_export_refuses_grouped_heads_and_other_scales():
         export_family(config.replace(query_pre_attn_scalar=12.0), "gpt_bigcode")
 
 
+def test_stablelm_export_refuses_what_its_config_json_cannot_say():
+    """StableLM's block is pre-norm or parallel with one norm; its FFN and o have no biases, its norms do."""
+    from blocklab.nn.presets import preset
+    from blocklab.weights.hf_folder import export_family
+
+    config = preset("stablelm-2-1.6b", n_layers=2, vocab_size=64, d_model=64, n_heads=4, d_ff=96)
+    out = export_family(config, "stablelm").hf_config(config)
+    assert (out["use_qkv_bias"], out["use_parallel_residual"], out["partial_rotary_factor"]) == (
+        True, False, 0.25)
+    with pytest.raises(PretrainedError, match=r"StableLM layout: .*norm_position='parallel' \(needs"):
+        export_family(config.replace(norm_position="parallel"), "stablelm")
+    with pytest.raises(PretrainedError, match=r"StableLM layout: ModelConfig ffn_bias=True \(needs False\)"):
+        export_family(config.replace(ffn_bias=True), "stablelm")
+
+
 def test_qwen_moe_layers_named_dense_past_the_last_are_read_and_a_shared_expert_is_needed_to_export(tmp_path):
     """transformers makes layer i dense only for i < num_hidden_layers in mlp_only_layers: one past the last
     changes nothing and is read; a mixture without a shared expert has no Qwen2-MoE layout."""
@@ -720,7 +748,8 @@ PRESET_FAMILIES = {"llama-3.2-1b": "llama", "smollm2-135m": "llama", "qwen2.5-0.
                    "pythia-160m": "gpt_neox", "mistral-7b": "mistral", "phi-2": "phi", "gpt-j-6b": "gptj",
                    "mixtral-8x7b": "mixtral", "qwen3-30b-a3b": "qwen3_moe", "olmoe-1b-7b": "olmoe",
                    "qwen1.5-moe-a2.7b": "qwen2_moe", "gemma-2-2b": "gemma2",
-                   "gpt-neo-125m": "gpt_neo", "starcoderbase-1b": "gpt_bigcode"}
+                   "gpt-neo-125m": "gpt_neo", "starcoderbase-1b": "gpt_bigcode",
+                   "stablelm-2-1.6b": "stablelm"}
 # a mixture's parts by transformers' module names (the router: block_sparse_moe.gate or mlp.gate)
 MOE_PARTS = {"router": r"\.(block_sparse_moe|mlp)\.gate\.", "experts": r"\.experts\.",
              "shared_expert": r"\.shared_expert(_gate)?\."}
