@@ -109,6 +109,13 @@ NORM_KINDS: dict[str, NormKind] = {
             "{span}, under 1 only by eps = {eps}; then (1 + w) * z_hat, w learned from 0 (Gemma)",
             centres=False, bias=False, scale_offset=1.0,
         ),
+        NormKind(  # OLMo's (transformers' OlmoLayerNorm): LayerNorm with no gamma and no beta
+            "nonparametric", "LayerNorm (no parameters)", "LN",
+            "subtracted each position's mean mu and divided by sqrt(var + eps); z_hat has mean 0 and "
+            "variance var/(var+eps) = {span}, under 1 only because eps = {eps} is added to var; no gamma, no "
+            "beta (OLMo): z_hat is the output",
+            scale=False, bias=False, transformerlens="LN", in_transformerlens=True,
+        ),
         NormKind(
             "batch", "BatchNorm", "BN",
             "each feature normalized with statistics over batch and positions (running estimates in eval), "

@@ -41,7 +41,7 @@ from ..training.checkpoint import (
 from ..training.runfiles import OWNED
 from . import hf_bert, hf_gpt2, hf_gpt_bigcode, hf_gpt_neo, hf_gpt_neox, hf_gptj, hf_opt, hf_phi, hf_stablelm
 from .hf_gemma2 import GEMMA2
-from .hf_llama import GEMMA, LLAMA, MISTRAL, MIXTRAL, OLMO2, OLMOE, QWEN2, QWEN2_MOE, QWEN3, QWEN3_MOE
+from .hf_llama import GEMMA, LLAMA, MISTRAL, MIXTRAL, OLMO, OLMO2, OLMOE, QWEN2, QWEN2_MOE, QWEN3, QWEN3_MOE
 from .hf_map import Family, PretrainedError, from_hf, is_ignored, refused_part, to_hf
 from .hf_tokenizer import HFTokenizer, load_folder_tokenizer
 
@@ -54,7 +54,7 @@ FAMILIES: dict[str, Family] = {  # type: ignore[dict-item]
     "gpt_neox": hf_gpt_neox, "qwen3": QWEN3, "olmo2": OLMO2, "gemma": GEMMA, "opt": hf_opt, "phi": hf_phi,
     "gptj": hf_gptj, "mixtral": MIXTRAL, "qwen2_moe": QWEN2_MOE, "qwen3_moe": QWEN3_MOE, "olmoe": OLMOE,
     "gemma2": GEMMA2, "gpt_neo": hf_gpt_neo, "gpt_bigcode": hf_gpt_bigcode,
-    "stablelm": hf_stablelm,
+    "stablelm": hf_stablelm, "olmo": OLMO,
 }
 MAX_LISTED = 8  # keys named in one error message
 

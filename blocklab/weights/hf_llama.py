@@ -15,7 +15,8 @@ sliding windows on some layers (``use_sliding_window``: those from ``max_window_
 ``layer_types`` says; Qwen3 too) -> layer_windows,
 Gemma its RMSNorm's scale 1 + w (``rms_plus_one``), GEGLU with GELU's tanh form (``geglu_tanh``), token
 embeddings times sqrt(hidden_size) and heads 256 wide,
-Qwen3 QK-norm per head, and a head width of its own (``head_dim``, 128 whatever hidden_size:
+OLMo 1 LayerNorms without parameters (``nonparametric``: no gamma, no beta, eps 1e-5; its norms have no
+rows), Qwen3 QK-norm per head, and a head width of its own (``head_dim``, 128 whatever hidden_size:
 Qwen3-0.6B's 16 heads of 128 on a width of 1024; Llama and Mistral may set one too). OLMo 2 normalises each
 sublayer's output instead of its input (layout ``res_post``: post_attention_layernorm -> ln1_out,
 post_feedforward_layernorm -> ln2_out) and its QK-norm spans all heads. Mixtral puts a mixture of experts
@@ -46,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..nn.config import ModelConfig
+from ..nn.norm_kinds import NORM_KINDS
 from .hf_map import (
     PLAIN_BIASES,
     PLAIN_SCORES,
@@ -153,9 +155,11 @@ class LlamaFamily:
             d_ff=get("intermediate_size"), eps=float(get("rms_norm_eps")),
             tie_embeddings=get("tie_word_embeddings"), rotary_base=float(get("rope_theta")),
             rope_scaling=_rope_scaling(hf.get("rope_scaling")), **self._windows(hf, get("num_hidden_layers")),
-            qkv_bias=True if self.qkv_bias else None, activation=activation, **self.architecture_fields,
-            **INIT,
-        )
+            qkv_bias=True if self.qkv_bias else None, activation=activation,
+        ) | self.architecture_fields | INIT  # what the family fixes over what it reads (OLMo's eps)
+        if hf.get("clip_qkv") is not None and "clip_qkv" in self.defaults:  # (null: no clipping)
+            raise PretrainedError(f"config.json clip_qkv={hf['clip_qkv']!r} is not supported: blocklab does "
+                                  "not clamp q, k and v (supported: null)")
         return ModelConfig(**fields | (self._experts_from_hf(hf, fields["n_layers"]) if self.moe else {}))
 
     def _experts_from_hf(self, hf: dict[str, Any], n_layers: Any) -> dict[str, Any]:
@@ -229,6 +233,8 @@ class LlamaFamily:
             out |= qwen_layer_kinds(config, self.name)
         elif "use_sliding_window" in self.defaults:
             out["use_sliding_window"] = False
+        if "clip_qkv" in self.defaults:  # OLMo's, OLMoE's: no clamping
+            out["clip_qkv"] = None
         if "head_dim" in self.defaults:  # Qwen3's default is 128 whatever the width
             out["head_dim"] = c.d_head
         if self.moe:
@@ -248,7 +254,8 @@ class LlamaFamily:
             if config.has_qkv_bias:
                 rows += renamed(f"model.layers.{i}.", f"blocks.{i}.",
                                 {f"self_attn.{n}_proj": f"attn.{n}" for n in "qkv"}, params=("bias",))
-        rows.append(WeightMap("model.norm.weight", ("ln_f.weight",)))
+        if NORM_KINDS[config.norm].scale:  # (OLMo's norms have no parameters)
+            rows.append(WeightMap("model.norm.weight", ("ln_f.weight",)))
         if not config.tie_embeddings:
             rows.append(WeightMap("lm_head.weight", ("head.weight",)))
         return rows
@@ -373,6 +380,13 @@ OLMOE = LlamaFamily("olmoe", "OLMoE", "OlmoeForCausalLM", {
     layer={**{hf: ours for hf, ours in LAYER.items() if not hf.startswith("mlp.")}, **QK_NORMS},
     moe=MoELayout("mlp", {k: v for k, v in QWEN_MOE_FIELDS.items() if k != "moe_intermediate_size"},
                   MOE_MATRICES, allowed={"clip_qkv": (None,)}))
+# OLMo 1: Llama's tensors with LayerNorms that have no parameters (OlmoLayerNorm, eps 1e-5 whatever the
+# config says: it reads none), so the layers' and the final norm's rows are absent
+OLMO = LlamaFamily("olmo", "OLMo", "OlmoForCausalLM", {
+    **{k: v for k, v in LLAMA_DEFAULTS.items() if k not in ("mlp_bias", "pretraining_tp", "head_dim")},
+    "vocab_size": 50304, "rms_norm_eps": 1e-5, "clip_qkv": None},
+    fixes={"norm": "nonparametric", "eps": 1e-5},
+    layer={hf: ours for hf, ours in LAYER.items() if not hf.endswith("layernorm")})
 OLMO2 = LlamaFamily("olmo2", "OLMo 2", "Olmo2ForCausalLM", {
     **{k: v for k, v in LLAMA_DEFAULTS.items() if k not in ("mlp_bias", "pretraining_tp", "head_dim")},
     "vocab_size": 50304, "rms_norm_eps": 1e-5}, fixes={"qk_norm": "all_heads", "norm_position": "res_post"},

@@ -375,6 +375,37 @@ def test_the_cache_of_a_llama_at_every_transformerlens_name(llama):
         torch.testing.assert_close(got, want, rtol=0, atol=2e-4, msg=name)
 
 
+def test_olmo_with_norms_without_parameters_equals_hooked_transformer_at_every_name(tmp_path):
+    """OLMo 1 (LayerNorms with no gamma and no beta, norm="nonparametric") against TransformerLens'
+    HookedTransformer with its OLMo-1B config in small (normalization_type LN, gated SiLU MLP, rotary) and its
+    convert_olmo_weights (gamma 1, beta 0): logits and every hook name, unprocessed and processed."""
+    from transformer_lens.pretrained.weight_conversions import convert_olmo_weights
+
+    torch.manual_seed(2)
+    hf = transformers.OlmoForCausalLM(transformers.OlmoConfig(
+        vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        max_position_embeddings=64, pad_token_id=0)).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    hf.save_pretrained(str(tmp_path))
+    cfg = HookedTransformerConfig(
+        n_layers=2, d_model=32, d_head=8, n_heads=4, d_mlp=64, d_vocab=100, n_ctx=64, act_fn="silu",
+        gated_mlp=True, normalization_type="LN", eps=1e-5, positional_embedding_type="rotary", rotary_dim=8,
+        rotary_base=10000.0, original_architecture="OlmoForCausalLM", device="cpu")
+    tokens = torch.randint(0, 100, (2, 12), generator=torch.Generator().manual_seed(3))
+    for process in (False, True):
+        theirs = HookedTransformer(cfg)
+        theirs.load_and_process_state_dict(convert_olmo_weights(hf, cfg), fold_ln=process,
+                                           center_writing_weights=process, center_unembed=process)
+        ours = bl.load(tmp_path).model
+        if process:
+            ours.process_weights_()
+        with torch.no_grad():
+            torch.testing.assert_close(ours(tokens), theirs.eval()(tokens), rtol=0, atol=1e-4)
+        _assert_every_transformerlens_name_equal(ours, theirs, tokens)
+
+
 # ---- TransformerLens' layouts under its names: what a hook edits lands where TransformerLens' edit does --
 
 

@@ -105,6 +105,11 @@ def test_a_gemma_norm_model_is_counted_hooked_traced_folded_and_trained(fused: b
     torch.testing.assert_close(model(tokens), before, rtol=0, atol=1e-10)
     assert float(model.blocks[0].ln1.weight.detach().abs().max()) == 0.0
     # trained: the norm weights get gradients and a few steps lower the loss on a fixed batch
+    trains(config, lambda model: float(model.blocks[0].ln2.weight.grad.abs().max()) > 0)
+
+
+def trains(config: bl.ModelConfig, check=lambda model: True) -> None:
+    """15 AdamW steps on a fixed batch lower the loss by 30%; ``check(model)`` holds after each backward."""
     torch.manual_seed(0)
     model = bl.Transformer(config).train()
     batch = torch.randint(0, 11, (8, 6))
@@ -114,10 +119,43 @@ def test_a_gemma_norm_model_is_counted_hooked_traced_folded_and_trained(fused: b
         loss = F.cross_entropy(model(batch[:, :-1]).flatten(0, 1), batch[:, 1:].flatten())
         optimizer.zero_grad()
         loss.backward()
-        assert float(model.blocks[0].ln2.weight.grad.abs().max()) > 0
+        assert check(model)
         optimizer.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     assert losses[-1] < 0.7 * losses[0], losses
+
+
+# ---- OLMo's LayerNorm without parameters: one entry of NORM_KINDS ----------------------------------------
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_nonparametric_norm_matches_olmo_and_its_model_is_counted_hooked_traced_folded_and_trained(
+        fused: bool) -> None:
+    """``nonparametric`` (no gamma, no beta) equals transformers' OlmoLayerNorm (which computes in float32)
+    and a float64 hand LayerNorm; a model of it has no norm parameters, its ln1 stage is the hand norm, the
+    tracer names it, fold_ln leaves the logits, and it trains."""
+    from transformers.models.olmo.modeling_olmo import OlmoLayerNorm
+
+    ours = LayerNorm(16, 1e-5, "nonparametric").double()
+    assert ours.weight is None and ours.bias is None and not ours.state_dict()
+    x = 3 * torch.randn(3, 5, 16, dtype=f64)
+    torch.testing.assert_close(ours(x), hand_norm(x, 1e-5, True, True, None, None), rtol=0, atol=1e-13)
+    torch.testing.assert_close(ours(x), OlmoLayerNorm(16)(x), rtol=0, atol=2e-6)  # float32 there
+    config = bl.ModelConfig(**SMALL, norm="nonparametric", bias=False, fused=fused, eps=1e-5)
+    torch.manual_seed(0)
+    model = perturbed(bl.Transformer(config)).double().eval()
+    assert count_parameters(config).total == sum(p.numel() for p in model.parameters())
+    assert count_parameters(config).per_layer.get("ln1", 0) == 0
+    tokens = torch.tensor([IDS])
+    _, cache = run_with_cache(model, tokens)
+    torch.testing.assert_close(cache["blocks.1.ln1"], hand_norm(cache["blocks.1.resid_pre"], 1e-5, True, True,
+                                                                 None, None), rtol=0, atol=1e-12)
+    stage = collect_trace(model, IDS).stage("blocks.1.ln1")
+    assert stage.norm_module == "LayerNorm (no parameters)" and "no gamma, no beta" in stage.explanation
+    before = model(tokens)
+    model.fold_ln()
+    torch.testing.assert_close(model(tokens), before, rtol=0, atol=1e-10)
+    trains(config)
 
 
 # ---- test-only records: a norm and activations the package does not have ----------------------------

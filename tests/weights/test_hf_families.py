@@ -116,6 +116,11 @@ CASES = {
     "stablelm-parallel-qkv-bias-half-tied": (transformers.StableLmForCausalLM, transformers.StableLmConfig(
         **SHAPE, num_key_value_heads=4, partial_rotary_factor=0.5, use_parallel_residual=True,
         use_qkv_bias=True, rope_theta=500.0, tie_word_embeddings=True)),
+    # OLMo 1: Llama's tensors, LayerNorms without parameters (none saved), eps 1e-5
+    "olmo-nonparametric-untied": (transformers.OlmoForCausalLM, transformers.OlmoConfig(
+        **SHAPE, pad_token_id=0)),
+    "olmo-gqa-tied-theta": (transformers.OlmoForCausalLM, transformers.OlmoConfig(
+        **SHAPE, num_key_value_heads=2, tie_word_embeddings=True, rope_theta=500.0, pad_token_id=0)),
     # Mixtral: a mixture of experts in the MLP's place (softmax, top-k, renormalised), Mistral's attention
     "mixtral-top2-gqa-untied": (transformers.MixtralForCausalLM, transformers.MixtralConfig(
         **SHAPE, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2)),
@@ -243,6 +248,11 @@ def _rms_norm_in_the_inputs_dtype(self, hidden_states):
     return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
 
 
+def _olmo_layer_norm_in_the_inputs_dtype(self, x):
+    """transformers' OlmoLayerNorm (no gamma, no beta, eps 1e-5), without its cast to float32."""
+    return torch.nn.functional.layer_norm(x, self.normalized_shape, None, None, eps=1e-5)
+
+
 def _gemma_rms_norm_in_the_inputs_dtype(self, x):
     """transformers' Gemma RMSNorm ((1 + w) x / rms), without its cast to float32."""
     return (1.0 + self.weight) * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
@@ -341,6 +351,8 @@ def test_logits_equal_transformers_float64(case, monkeypatch):
                    transformers.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeSparseMoeBlock,
                    transformers.models.olmoe.modeling_olmoe.OlmoeSparseMoeBlock):
         monkeypatch.setattr(module, "forward", _routed_moe_in_the_inputs_dtype)
+    monkeypatch.setattr(transformers.models.olmo.modeling_olmo.OlmoLayerNorm, "forward",
+                        _olmo_layer_norm_in_the_inputs_dtype)
     monkeypatch.setattr(transformers.models.gemma.modeling_gemma.GemmaRMSNorm, "forward",
                         _gemma_rms_norm_in_the_inputs_dtype)
     gemma2 = transformers.models.gemma2.modeling_gemma2
@@ -548,6 +560,10 @@ def test_blocklab_load_and_every_model_command_take_the_folder(case, capsys):
     ("qwen3_moe", {"attention_bias": True}, "attention_bias"),
     ("qwen3_moe", {"use_sliding_window": True}, "use_sliding_window"),
     ("olmoe", {"clip_qkv": 8.0}, "clip_qkv=8.0"),
+    ("olmo", {"clip_qkv": 8.0}, "clip_qkv=8.0 is not supported"),
+    ("olmo", {"attention_bias": True}, "attention_bias"),
+    ("olmo", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_scaling"),
+    ("olmo", {"hidden_act": "gelu"}, "hidden_act"),
     ("olmoe", {"attention_bias": True}, "attention_bias"),
     ("olmoe", {"num_experts_per_tok": 7}, "experts_per_token=7"),
 ])
@@ -558,6 +574,7 @@ def test_a_config_field_the_import_cannot_honour_is_refused_by_name(tmp_path, fa
                    "gptj": CASES["gptj-interleaved-quarter"], "gpt_neo": CASES["neo-global-local-untied"],
                    "gpt_bigcode": CASES["bigcode-mqa-untied"],
                    "stablelm": CASES["stablelm-quarter-gqa-untied"],
+                   "olmo": CASES["olmo-nonparametric-untied"],
                    "gemma": CASES["gemma-wide-heads-mqa"],
                    "gemma2": CASES["gemma2-caps-windows-gqa-untied"],
                    "mixtral": CASES["mixtral-top2-gqa-untied"],
@@ -749,7 +766,7 @@ PRESET_FAMILIES = {"llama-3.2-1b": "llama", "smollm2-135m": "llama", "qwen2.5-0.
                    "mixtral-8x7b": "mixtral", "qwen3-30b-a3b": "qwen3_moe", "olmoe-1b-7b": "olmoe",
                    "qwen1.5-moe-a2.7b": "qwen2_moe", "gemma-2-2b": "gemma2",
                    "gpt-neo-125m": "gpt_neo", "starcoderbase-1b": "gpt_bigcode",
-                   "stablelm-2-1.6b": "stablelm"}
+                   "stablelm-2-1.6b": "stablelm", "olmo-1b": "olmo"}
 # a mixture's parts by transformers' module names (the router: block_sparse_moe.gate or mlp.gate)
 MOE_PARTS = {"router": r"\.(block_sparse_moe|mlp)\.gate\.", "experts": r"\.experts\.",
              "shared_expert": r"\.shared_expert(_gate)?\."}
