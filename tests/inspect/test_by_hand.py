@@ -107,6 +107,17 @@ def test_every_other_norm_kind_step_by_step(capsys, norm: str, label: str, denom
     check(steps[f"{label}: output"], [g * z for g, z in zip(gamma, z_hat, strict=True)])
 
 
+def test_olmos_norm_without_parameters_step_by_step(capsys) -> None:
+    """nonparametric: LayerNorm's mu, var and z_hat, no gamma or beta steps, and z_hat is the output."""
+    steps = explain(capsys, "norm", "4,2,0,-2", "--norm", "nonparametric")
+    label = "LayerNorm (no parameters)"
+    denom = math.sqrt(5.0 + EPS)
+    check(steps[f"{label}: mu"], [1.0])
+    check(steps[f"{label}: var"], [5.0])
+    assert f"{label}: gamma" not in steps and f"{label}: beta" not in steps
+    check(steps[f"{label}: output"], [(v - 1.0) / denom for v in X])
+
+
 def test_no_norm_passes_the_vector_through(capsys) -> None:
     steps = explain(capsys, "norm", "4,2,0,-2", "--norm", "none")
     assert list(steps) == ["input", "output"]
@@ -190,11 +201,11 @@ def test_a_gated_ffn_shows_its_linear_branch_and_gate(tmp_path: Path, capsys) ->
     (["norm", "4,inf"], "'inf' in '4,inf' is not a finite number"),
     (["layernorm", "4,2"],
      "unknown value 'layernorm'; did you mean norm? (choose from norm, activation, ffn)"),
-    (["norm", "4,2", "--norm", "layer"], "(choose from standard, eps_outside_sqrt, rms, rms_plus_one, batch, "
-                                         "none)"),
+    (["norm", "4,2", "--norm", "layer"], "(choose from standard, eps_outside_sqrt, rms, rms_plus_one, "
+                                         "nonparametric, batch, none)"),
     (["norm", "4,2", "--norm", "batch"],
      "norm='batch' (BatchNorm) normalises each feature over a batch, not one vector; a vector goes through: "
-     "standard, eps_outside_sqrt, rms, rms_plus_one, none"),
+     "standard, eps_outside_sqrt, rms, rms_plus_one, nonparametric, none"),
     (["norm", "4,2", "--norm", "rms", "--beta", "1,1"], "norm='rms' (RMSNorm) has no beta"),
     (["norm", "4,2,0", "--gamma", "1,2"], "gamma has 2 numbers; the vector has 3: give 3"),
     (["norm", "4,2", "--eps", "0"], "--eps 0 must be > 0"),

@@ -76,7 +76,8 @@ def norm_steps(n: NormNumbers, name: str, module: str, output: Tensor, rows: lis
     for param, what in ((n.gamma, "gamma"), (n.beta, "beta")):
         if param is not None:
             steps.append(step(what, f"the norm's {what}, one per feature", param, labels=[what]))
-    steps.append(step("output", "gamma * z_hat" + (" + beta" if n.beta is not None else ""), output))
+    scaled = "gamma * z_hat" if n.gamma is not None else "z_hat (no gamma)"  # OLMo's norm has none
+    steps.append(step("output", scaled + (" + beta" if n.beta is not None else ""), output))
     return steps
 
 
