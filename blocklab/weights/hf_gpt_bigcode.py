@@ -44,7 +44,7 @@ __all__ = ["config_from_hf", "export_key", "hf_config", "normalize_key", "weight
 
 MODEL_TYPE = "gpt_bigcode"
 name = "GPT-BigCode"  # for messages and the lists of families
-default_prepend_bos = False  # StarCoder's tokenizer adds no BOS, and TransformerLens' santacoder none
+default_prepend_bos = True  # TransformerLens' default (its santacoder config sets none of its own)
 IGNORED = (r"h\.\d+\.attn\.(bias|masked_bias)", r"lm_head\.weight")  # older files' mask buffers; a tied head
 
 # transformers' GPTBigCodeConfig defaults, for fields a config.json leaves out.

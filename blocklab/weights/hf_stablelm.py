@@ -36,7 +36,7 @@ from .hf_tokenizer import HFTokenizer
 
 MODEL_TYPE = "stablelm"
 name = "StableLM"  # for messages and the lists of families
-default_prepend_bos = False  # StableLM 2's tokenizer adds no BOS (as TransformerLens' StableLM)
+default_prepend_bos = True  # TransformerLens' default (its StableLM bridge sets none of its own)
 IGNORED = (r"lm_head\.weight",)  # (when tied)
 
 # transformers' StableLmConfig defaults, for fields a config.json leaves out (StableLM-3B-4E1T's shape).
