@@ -7,7 +7,7 @@ other's ablations). A ``Request`` is one parsed, checked API body.
 
 Everything goes through the library's own calls, so the numbers are the Python API's:
 
-    trace       inspect.trace.subject.trace_subject -> inspect.trace.trace_to_dict (blocklab trace --json)
+    trace       inspect.trace.subject.trace_subject -> trace_to_dict, walk_to_dict (trace --json, --walk)
     ablations   model.hooks({stage: fn}) around the forward (a head: attn.z[..., h, :] = 0; a neuron:
                 ffn.act[..., j] = 0; a sublayer: its output {attn,ffn}.out = 0)
     predict     softmax(nn.generate.sampling_logits(logits)) at the last position: the distribution
@@ -33,6 +33,7 @@ from ..inspect.nonfinite import NonFiniteError, refuse_nonfinite_output
 from ..inspect.trace.collect import trace_to_dict
 from ..inspect.trace.record import PER_HEAD_KINDS
 from ..inspect.trace.subject import Subject, input_ids, target_id, trace_subject
+from ..inspect.trace.walk import walk_to_dict
 from ..nn.attention import HEADS_FIRST
 from ..nn.config import ModelConfig
 from ..nn.generate import GenerationConfig, next_token, sampling_logits
@@ -316,7 +317,7 @@ def trace(request: Request) -> dict[str, Any]:
             raise RequestError(str(error), 422) from None
         except ValueError as error:  # a glob matching no stage, a target outside the vocabulary
             raise RequestError(str(error)) from None
-    return trace_to_dict(found)
+    return {**trace_to_dict(found), "walk": walk_to_dict(found)}  # the tutorial's derived steps, small inputs
 
 
 def last_logits(request: Request, ablated: bool) -> Tensor:
@@ -428,7 +429,8 @@ def gradients(request: Request) -> dict[str, Any]:
                          for n, g in zip(names, found, strict=True)}
                 paths = [{kind: {k: _per_position("resid", t) for k, t in
                                  path_tensors(model, cache, grads, layer, kind).items()}
-                          for kind in ("attn", "ffn")} for layer in range(model.config.n_layers)]
+                          for kind in LAYOUTS[model.config.norm_position].connections}
+                         for layer in range(model.config.n_layers)]
         finally:
             model.train(was_training)
     stages = {n: _per_position(n, g) for n, g in grads.items() if g.dim() >= 2}

@@ -113,7 +113,7 @@ class Diagnostics:
         for ln in self.norms:
             out[f"{ln}_in_var"] = [layer.norm_inputs[ln]["var"] for layer in self.layers]
             out[f"{ln}_in_mu"] = [layer.norm_inputs[ln]["mu"] for layer in self.layers]
-        for kind in ("attn", "ffn"):
+        for kind in self.layers[0].residual:  # the sublayers with a residual connection of their own
             out[f"{kind}_identity"] = [layer.residual[kind].identity for layer in self.layers]
             out[f"{kind}_branch"] = [layer.residual[kind].branch for layer in self.layers]
         return out
@@ -284,7 +284,8 @@ def _diagnose(
         for i in range(c.n_layers):
             prefix = f"blocks.{i}."
             mine = {n.removeprefix(prefix): g for n, g in param_grads.items() if n.startswith(prefix)}
-            paths = {kind: path_tensors(model, cache, grads, i, kind) for kind in ("attn", "ffn")}
+            paths = {kind: path_tensors(model, cache, grads, i, kind)  # the simplified block: ffn's alone
+                     for kind in LAYOUTS[c.norm_position].connections}
             residual = {kind: PathGradient(**{k: _norm(t) for k, t in p.items()})
                         for kind, p in paths.items()}
             layers.append(LayerDiagnostics(
@@ -350,7 +351,8 @@ def diagnostics_table(diag: Diagnostics, title: str = "") -> Any:
     for row in diag.layers:
         table.add_row(
             str(row.layer), fmt(row.grad_resid),
-            *(fmt(getattr(row.residual[k], p)) for k in ("attn", "ffn") for p in ("identity", "branch")),
+            *(fmt(getattr(row.residual.get(k), p, None))  # simplified: no attention connection
+              for k in ("attn", "ffn") for p in ("identity", "branch")),
             *(fmt(row.grad_params.get(g)) for g in ("attn", "ffn.w1", "ffn.w2", *norms)),
             fmt(row.resid_norm),
             *(fmt(row.norm_inputs[ln]["var"]) for ln in norms),

@@ -145,11 +145,14 @@ class Layout:
 
     @property
     def connections(self) -> dict[str, Connection]:
-        """Each sublayer's residual connection, by sublayer ("attn", "ffn")."""
+        """Each sublayer's residual connection, by sublayer ("attn", "ffn"). A sublayer whose output reaches
+        no sum itself (the simplified block's attention, which feeds the FFN) has none."""
         found = {}
         for name in SUBLAYERS:
             branch = self._branch_of(name)
-            total = next(s for s in self.sums if branch in s.branches)
+            total = next((s for s in self.sums if branch in s.branches), None)
+            if total is None:
+                continue
             others = tuple(b for b in total.branches if b != branch)
             found[name] = Connection(name, total.x, branch, total.name, total.residual, others)
         return found
@@ -247,6 +250,16 @@ LAYOUTS: dict[str, Layout] = {
              Sublayer("ffn", "ln1"),
              Sum("resid_post", "resid_pre", ("attn.out", "ffn.out"), "res1")),
             final_norm=True, transformerlens_copies=(("ln2", "ln1"),),
+        ),
+        Layout(
+            "simplified", "simplified: attention then the FFN, one residual sum around both, then a norm "
+                          "(the tutorials' simplified block)",
+            "simplified",
+            (Sublayer("attn", "resid_pre"),
+             Sublayer("ffn", "attn.out"),
+             Sum("resid_post", "resid_pre", ("ffn.out",), "res1"),
+             Norm("ln1", "resid_post")),
+            final_norm=False,
         ),
     )
 }

@@ -103,6 +103,11 @@ class TransformerLensAnalysis(StreamDecomposition):
     def _check_plain_sums(self, layer: int, mlp_input: bool) -> None:
         """Refuse a full decomposition where the stream is not x0 plus each sublayer's output as it is."""
         for i, block in enumerate(self._blocks("get_full_resid_decomposition")[: layer + 1]):
+            if "attn" not in block.layout.connections:  # the simplified block: attention feeds the FFN
+                raise ValueError(
+                    f"get_full_resid_decomposition: block {i} ({block.layout.formula}) adds no attention "
+                    "output to its stream (attention feeds the FFN), so its heads are not parts of the "
+                    "stream; cache.decompose(stage) splits this stream")
             for c in block.layout.connections.values():
                 coefficients = [float(k) for k in getattr(block, c.residual).coefficients()]
                 if c.branch != f"{c.sublayer}.out" or coefficients != [1.0, 1.0]:

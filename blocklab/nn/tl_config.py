@@ -102,6 +102,10 @@ class TransformerLensConfig:
         else:
             refused["positional_embedding_type"] = \
                 f"pos_encoding={c.pos_encoding!r} has no TransformerLens positional_embedding_type"
+        if "attn" not in LAYOUTS[c.norm_position].connections:  # simplified: attention feeds the FFN
+            del values["parallel_attn_mlp"]
+            refused["parallel_attn_mlp"] = (f"norm_position={c.norm_position!r} feeds the attention output "
+                                            "to the FFN, a block TransformerLens does not have")
         _experts(c, act.ffn_kind.gated, values, refused)
         _windows(c, values, refused)
         object.__setattr__(self, "_values", values)

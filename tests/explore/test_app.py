@@ -5,6 +5,7 @@ server on bad input: each mistake a 4xx JSON message, the next request still ans
 from __future__ import annotations
 
 import json
+import math
 import threading
 from pathlib import Path
 
@@ -53,11 +54,43 @@ def cli_trace(tmp_path: Path, *flags: str) -> dict:
 def test_the_trace_api_returns_what_blocklab_trace_json_writes(client: TestClient, tmp_path: Path) -> None:
     answer = client.post("/api/trace", json={"model": "listops-seed", "input": QUERY})
     assert answer.status_code == 200
-    assert answer.json() == cli_trace(tmp_path, "--input", QUERY)
+    assert without_walk(answer.json()) == cli_trace(tmp_path, "--input", QUERY)
     some = client.post("/api/trace", json={"model": "listops-seed", "input": QUERY, "target": "6",
                                             "position": -1, "stages": ["blocks.1.*", "loss"]})
-    assert some.json() == cli_trace(tmp_path, "--input", QUERY, "--target", "6", "--position", "-1",
-                                    "--stages", "blocks.1.*", "--stages", "loss")
+    assert without_walk(some.json()) == cli_trace(tmp_path, "--input", QUERY, "--target", "6", "--position",
+                                                  "-1", "--stages", "blocks.1.*", "--stages", "loss")
+
+
+def without_walk(trace: dict) -> dict:
+    """The trace as ``blocklab trace --json`` writes it: the page's walk steps (tested below) left out."""
+    return {k: v for k, v in trace.items() if k != "walk"}
+
+
+def test_the_trace_api_adds_the_walks_derived_steps_for_short_inputs(client: TestClient,
+                                                                     tmp_path: Path) -> None:
+    """Issue 40 item 1: QK^T (before the scale) of each head, from the q and k that blocklab trace --json
+    writes, in float64; its scaled and exp steps; none for an input longer than 32 tokens."""
+    walk = client.post("/api/trace", json={"model": "listops-seed", "input": QUERY}).json()["walk"]
+    stages = {s["name"]: s for s in cli_trace(tmp_path, "--input", QUERY)["stages"]}
+    q, k = (torch.tensor(stages[f"blocks.0.attn.{m}"]["values"], dtype=torch.float64) for m in "qk")
+    n = len(stages["blocks.0.attn.scores"]["heads"])
+    d = q.shape[1] // n
+    steps = {w["title"]: torch.tensor(w["values"], dtype=torch.float64) for w in walk
+             if w["stage"] == "blocks.0.attn.scores"}
+    for h in range(n):
+        qk = q[:, h * d:(h + 1) * d] @ k[:, h * d:(h + 1) * d].T
+        torch.testing.assert_close(steps[f"block 0: head {h}: QK^T"], qk,
+                                   rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(steps[f"block 0: head {h}: scaled"],
+                                   qk / d ** 0.5, rtol=1e-5, atol=1e-5)
+        masked = torch.tensor([[v if v is not None else -math.inf for v in row]
+                               for row in stages["blocks.0.attn.scores"]["heads"][h]], dtype=torch.float64)
+        torch.testing.assert_close(steps[f"block 0: head {h}: exp"], masked.exp(),
+                                   rtol=1e-5, atol=1e-5)
+    assert {w["stage"] for w in walk} <= set(stages)  # each under a stage the trace has
+    chars = TestClient(create_app({"c": Explored("c", preset_subject("char-lm", 0, {}))}))  # 64 positions
+    for text, shown in (("the cat " * 4, True), ("the cat " * 4 + "!", False)):  # 32 and 33 tokens
+        assert bool(chars.post("/api/trace", json={"model": "c", "input": text}).json()["walk"]) is shown
 
 
 def test_the_models_listing_carries_the_layout_table(client: TestClient) -> None:
@@ -336,7 +369,7 @@ def test_a_hugging_face_folder_is_served_as_blocklab_trace_reads_it(tmp_path: Pa
     out = tmp_path / "trace.json"
     assert main(["trace", "--model", str(folder), "--input", "The cat sat", "--target", " mat",
                  "--json", str(out), "-q"]) == 0
-    assert answer.json() == json.loads(out.read_text())
+    assert without_walk(answer.json()) == json.loads(out.read_text())
     step = client.post("/api/step", json={"model": "gpt2-tiny", "input": "The cat sat"}).json()
     assert step["input"] == "The cat sat" + bpe.decode([step["id"]])
     assert step["token"] == bpe.decode([step["id"]]).replace(" ", "␣")  # a word of the text: no byte piece

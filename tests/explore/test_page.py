@@ -574,6 +574,45 @@ def test_a_no_residual_and_a_rezero_diagram_have_the_paths_they_should(kinds_ser
     assert rezero["formula"] == "no norm, ReZero: y = x + α·(MHA(x)), z = y + α·(FFN(y))"
 
 
+def test_the_simplified_block_is_drawn_with_one_sum_around_attention_and_the_ffn() -> None:
+    """The tutorials' simplified block (issue 40 item 1): attention feeds the FFN, one residual sum around
+    both, then the norm: five edges (x -> attention -> FFN -> +, x -> + the identity, + -> LN1), one sum,
+    one norm box, and the formula from the layout."""
+    with serving("--preset", "tutorial", "--norm-position", "simplified") as url, browsing(url) as tabs:
+        page = tabs[0]
+        edges = page.eval_on_selector_all("svg#diagram path.edge", "els => els.length")
+        identity = page.eval_on_selector_all("svg#diagram path.edge.identity", "els => els.length")
+        sums = page.eval_on_selector_all("svg#diagram .node.sum text:first-of-type",
+                                         "els => els.map(e => e.textContent)")
+        nodes = page.eval_on_selector_all("svg#diagram .node", "els => els.map(e => e.dataset.stage)")
+        formula = page.text_content("#formula")
+        page.fill("#input", "<BOS> I like transformers")
+        page.fill("#target", "<EOS>")
+        page.wait_for_function(f"({RENDERED}) && document.querySelectorAll('#tokens .tok').length === 4",
+                               timeout=60_000)
+        page.click("#grad")
+        page.wait_for_selector("svg#diagram text.grad.identity", timeout=60_000)
+        labels = page.eval_on_selector_all(
+            "svg#diagram text.grad", "els => els.map(e => [e.classList.contains('identity'),"
+                                     " +e.textContent])")
+        assert page.errors == []
+    # the one connection's two paths at the last position: the identity carries dL/d(resid_post) unchanged
+    # (add), the branch (through the FFN and attention) the rest of dL/d(resid_pre); the hook API's backward
+    torch.manual_seed(0)
+    model = bl.Transformer(bl.preset("tutorial", norm_position="simplified")).eval()
+    tokens, targets = torch.tensor([[1, 3, 4, 5]]), torch.tensor([[-100, -100, -100, 2]])
+    _, cache = model.run_with_cache(tokens, targets=targets, backward=True)
+    after, before = cache.grads["blocks.0.resid_post"][0, -1], cache.grads["blocks.0.resid_pre"][0, -1]
+    shown = {("identity" if identity else "branch"): value for identity, value in labels}
+    assert len(labels) == 2
+    assert shown["identity"] == pytest.approx(float(after.norm()), rel=1e-3, abs=6e-5)  # 4 decimals shown
+    assert shown["branch"] == pytest.approx(float((before - after).norm()), rel=1e-3, abs=6e-5)
+    assert (edges, identity, sums) == (5, 1, ["+"])
+    assert nodes == ["blocks.0.resid_pre", "blocks.0.attn.out", "blocks.0.ffn.out", "blocks.0.resid_post",
+                     "blocks.0.ln1"]
+    assert formula == "simplified: z = LN1(x + FFN(MHA(x)))"
+
+
 # ---- the page at a laptop's width (issue 40 item 5) --------------------------------------------------------
 
 OVERFLOW = """() => Array.from(document.querySelectorAll('section.stage canvas')).map(c => {

@@ -28,6 +28,7 @@ CELLS = """c => { const L = c.cell, out = [];  // the numbers drawn inside the c
   });
   return { numbers: L.numbers, R: L.R, C: L.C, cells: out }; }"""
 TOL = 0.5e-4 + 1e-5  # 4 decimals shown; the float32 forward's error is far under 1e-5 at these sizes
+REL = 2e-6  # and relative to a large value (an exp near 80: float32's ulp there is 8e-6)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +63,8 @@ def check(found: dict, want: torch.Tensor) -> None:
     assert len(found["cells"]) == want.numel()  # a number in every cell
     for row, col, text in found["cells"]:
         v = float(want[row, col])
-        assert text == "-inf" if v == float("-inf") else abs(float(text) - v) <= TOL, (row, col, text, v)
+        assert text == "-inf" if v == float("-inf") else abs(float(text) - v) <= TOL + REL * abs(v), \
+            (row, col, text, v)
 
 
 def test_the_tutorial_models_small_maps_show_the_hand_computed_numbers(tutorial) -> None:
@@ -78,6 +80,24 @@ def test_the_tutorial_models_small_maps_show_the_hand_computed_numbers(tutorial)
     check(drawn(tab, "blocks.0.resid_mid"), hand["block 0: residual sum resid_mid"])
     check(drawn(tab, "blocks.0.ln1"), hand["block 0: ln1: output"])
     check(drawn(tab, "blocks.0.ln2"), hand["block 0: ln2: output"])
+    # the steps no stage holds, drawn in their stage's card (issue 40 item 1): the scores' QK^T, scaled,
+    # exp and row sums per head, a norm's z_hat, gamma and beta (its mu, var and denominator: its table)
+    for h in range(2):
+        for step in ("QK^T", "scaled", "exp", "row sums"):
+            check(drawn(tab, f"block 0: head {h}: {step}"), hand[f"block 0: head {h}: {step}"])
+    for ln in ("ln1", "ln2"):
+        for step in ("z_hat", "gamma", "beta"):
+            check(drawn(tab, f"block 0: {ln}: {step}"), hand[f"block 0: {ln}: {step}"])
+        table = tab.eval_on_selector(  # the norm's own table: pos, token, mu, var, sqrt(var+eps), ...
+            f"#stage-blocks\\.0\\.{ln}",
+            "s => [...[...s.querySelectorAll('table')]"
+            ".filter(t => t.caption.textContent.includes('it used'))[0]"
+            ".tBodies[0].rows].map(r => [...r.cells].map(c => c.textContent))")
+        assert len(table) == 5
+        for p, row in enumerate(table):
+            for column, step in ((2, "mu"), (3, "var"), (4, "sqrt(var+eps)")):
+                want = float(hand[f"block 0: {ln}: {step}"][p, 0])
+                assert abs(float(row[column]) - want) <= TOL + REL * abs(want), (ln, p, step, row, want)
     wide = drawn(tab, "blocks.0.ffn.hidden")  # 64 columns: a heatmap, no numbers
     assert not wide["numbers"] and wide["cells"] == [] and wide["C"] == 64
     tab.click("#groups button[data-group='input']")
@@ -89,4 +109,25 @@ def test_the_tutorial_models_small_maps_show_the_hand_computed_numbers(tutorial)
     tab.wait_for_function(f"({RENDERED}) && document.querySelector('canvas[aria-label^=\"logits:\"]')",
                           timeout=60_000)
     check(drawn(tab, "logits"), hand["logits"])
+    assert tab.errors == []
+
+
+def test_a_derived_step_explains_itself_from_the_keyboard(tutorial) -> None:
+    """Tab to the scaled scores of head 1, move with the arrow keys: the tooltip names the cell, its value
+    (the hand computation) and the step's formula with sqrt(d_k)."""
+    tab, hand = tutorial
+    tab.click("#groups button[data-group='block-0']")
+    scaled = "canvas[aria-label^=\"block 0: head 1: scaled:\"]"
+    tab.wait_for_function(f"({RENDERED}) && document.querySelector('{scaled}')", timeout=60_000)
+    canvas = tab.locator('canvas[aria-label^="block 0: head 1: scaled:"]')
+    canvas.focus()
+    tab.keyboard.press("ArrowDown")
+    tab.keyboard.press("ArrowRight")
+    tip = tab.inner_text("#tip")
+    lines = tip.split("\n")
+    assert lines[0] == "block 0: head 1: scaled"
+    assert lines[1].startswith("I · I = ")  # row 1 (query I), column 1 (key I)
+    value = float(lines[1].rsplit("= ", 1)[1])
+    assert abs(value - float(hand["block 0: head 1: scaled"][1, 1])) <= TOL + REL * abs(value)
+    assert lines[2] == "Q K^T / sqrt(d_k) = / 2.82843"
     assert tab.errors == []

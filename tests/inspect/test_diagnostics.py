@@ -164,6 +164,26 @@ def test_identity_plus_branch_sums_to_the_total_gradient():
                                            msg=f"{norm_position} {residual} {kind}")
 
 
+def test_the_simplified_block_has_one_connection_whose_paths_sum_to_the_total_gradient():
+    """LN1(x + FFN(MHA(x))): attention has no connection of its own; the FFN's connection reads x
+    (resid_pre), its total is dL/dx, and the identity carries dL/d(resid_post) unchanged (add)."""
+    model = _model(norm_position="simplified")
+    tokens, targets, _ = _batch(model.config, seed=1)
+    paths = diagnose_paths(model, tokens, targets)
+    _, cache = model.run_with_cache(tokens, targets=targets, backward=True)  # the hook API's gradients
+    for i, layer in enumerate(paths):
+        assert list(layer) == ["ffn"]
+        t = layer["ffn"]
+        torch.testing.assert_close(t["total"], cache.grads[f"blocks.{i}.resid_pre"], rtol=1e-9, atol=1e-12)
+        torch.testing.assert_close(t["identity"], cache.grads[f"blocks.{i}.resid_post"], rtol=1e-9,
+                                   atol=1e-12)
+        assert t["branch"].norm() > 0
+        torch.testing.assert_close(t["identity"] + t["branch"], t["total"], rtol=1e-9, atol=1e-12)
+    diag = diagnose(model, tokens, targets)
+    assert [set(layer.residual) for layer in diag.layers] == [{"ffn"}] * 3
+    assert "attn_identity" not in diag.summary() and len(diag.summary()["ffn_identity"]) == 3
+
+
 @pytest.mark.parametrize("norm_position", ["parallel", "parallel_shared"])
 def test_in_the_parallel_block_identity_and_both_branches_sum_to_the_total_gradient(norm_position):
     """x + MHA(LN1(x)) + FFN(LN2(x)): one x, two branches; each sublayer's path is its own branch, and

@@ -173,6 +173,9 @@ def oracle(model: bl.Transformer, tokens: Tensor, targets: Tensor | None = None,
             m = S[f"{p}.resid_mid"] = residual(x, a, p, 1)
             f = S[f"{p}.ln2_out"] = norm(ffn(m, f"{p}.ffn"), f"{p}.ln2_out")
             x = S[f"{p}.resid_post"] = residual(m, f, p, 2)
+        elif c.norm_position == "simplified":  # the tutorials' simplified block: LN1(x + FFN(MHA(x)))
+            r = S[f"{p}.resid_post"] = residual(x, ffn(attention(x, f"{p}.attn"), f"{p}.ffn"), p, 1)
+            x = S[f"{p}.ln1"] = norm(r, f"{p}.ln1")
         else:  # sandwich
             y = S[f"{p}.ln1"] = norm(x, f"{p}.ln1")
             a = S[f"{p}.ln1_out"] = norm(attention(y, f"{p}.attn"), f"{p}.ln1_out")
@@ -221,6 +224,9 @@ VARIANTS = {
     "olmo2-like-qk-norm": dict(causal=True, norm_position="res_post", norm="rms", bias=False,
                                pos_encoding="rotary", qk_norm="all_heads"),
     "res-post": dict(norm_position="res_post"),
+    "simplified": dict(norm_position="simplified"),
+    "simplified-deepnorm": dict(norm_position="simplified", residual="deepnorm"),
+    "simplified-no-residual": dict(norm_position="simplified", residual="none", causal=True),
     "qk-layernorm-post": dict(qk_norm="head", eps=1e-3),
     "mqa-learned": dict(n_kv_heads=1, pos_encoding="learned"),
     # heads of their own width (Qwen3-0.6B: 16 x 128 on 1024): wider than d / h, and narrower

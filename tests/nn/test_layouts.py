@@ -31,10 +31,12 @@ def test_the_config_takes_its_layout_names_and_final_norm_rule_from_the_table() 
 
 
 def test_only_a_layout_that_normalises_the_stream_takes_deepnorm() -> None:
-    assert [name for name, layout in LAYOUTS.items() if layout.norm_on_stream] == ["post"]
+    assert [name for name, layout in LAYOUTS.items() if layout.norm_on_stream] == ["post", "simplified"]
     ModelConfig(residual="deepnorm", norm_position="post")
+    ModelConfig(residual="deepnorm", norm_position="simplified")
     for name in ("pre", "sandwich", "parallel", "parallel_shared"):
-        with pytest.raises(ValueError, match=f"norm_position='{name}' must be one that does: 'post'"):
+        with pytest.raises(ValueError, match=f"norm_position='{name}' must be one that does: 'post', "
+                                             "'simplified'"):
             ModelConfig(residual="deepnorm", norm_position=name)
 
 
@@ -48,12 +50,16 @@ def test_connections_say_which_stage_each_sublayer_adds_to_which_stream() -> Non
     assert LAYOUTS["parallel_shared"].norms == ("ln1",)
     assert LAYOUTS["parallel_shared"].sublayer("ffn").reads == "ln1"
     assert LAYOUTS["parallel"].residuals == ("res1",) and LAYOUTS["pre"].residuals == ("res1", "res2")
+    # the simplified block: attention feeds the FFN, whose one sum carries both; attention has no sum itself
+    simplified = LAYOUTS["simplified"].connections
+    assert list(simplified) == ["ffn"] and simplified["ffn"].x == "resid_pre"
+    assert (simplified["ffn"].branch, simplified["ffn"].out) == ("ffn.out", "resid_post")
 
 
 def test_the_output_is_the_last_steps_stage() -> None:
     assert {name: layout.output for name, layout in LAYOUTS.items()} == {
         "post": "ln2", "pre": "resid_post", "sandwich": "resid_post", "parallel": "resid_post",
-        "parallel_shared": "resid_post", "res_post": "resid_post"}
+        "parallel_shared": "resid_post", "res_post": "resid_post", "simplified": "ln1"}
 
 
 @pytest.mark.parametrize("steps, unknown", [
@@ -91,6 +97,7 @@ WRITTEN = {
     "res_post": "res-post: y = x + LN1_out(MHA(x)), z = y + LN2_out(FFN(y))",
     "parallel": "parallel: z = x + MHA(LN1(x)) + FFN(LN2(x))",
     "parallel_shared": "parallel, one norm: z = x + MHA(LN1(x)) + FFN(LN1(x))",
+    "simplified": "simplified: z = LN1(x + FFN(MHA(x)))",
 }
 
 
@@ -110,6 +117,7 @@ def test_each_layouts_formula_is_built_from_its_steps(name):
      "pre-norm, RMSNorm: y = x + MHA(RMS1(x)), z = y + FFN(RMS2(y))"),
     ({"norm_position": "parallel", "residual": "none"},
      "parallel, no residual: z = MHA(LN1(x)) + FFN(LN2(x))"),
+    ({"norm_position": "simplified", "residual": "none"}, "simplified, no residual: z = LN1(FFN(MHA(x)))"),
 ])
 def test_a_blocks_title_and_formula_say_its_residual_and_norm_kinds(fields, formula):
     """Issue 40: trace --residual none printed the post-norm formula with its sums, as if x were added."""

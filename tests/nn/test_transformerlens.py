@@ -1008,6 +1008,22 @@ def test_the_full_decomposition_is_refused_where_the_stream_is_not_that_sum():
         cache.get_full_resid_decomposition()
 
 
+def test_the_full_decomposition_is_refused_where_attention_feeds_the_ffn():
+    """The simplified block, LN1(x + FFN(MHA(x))): its heads are not parts of the stream (TransformerLens
+    would list them as if they were); the stream before the norm still decomposes as x + ffn.out."""
+    model = bl.Transformer(bl.preset("tiny-lm", norm_position="simplified")).eval()
+    _, cache = model.run_with_cache(torch.tensor([[1, 2, 3, 4]]))
+    with pytest.raises(ValueError, match=r"block 0 .* adds no attention output to its stream"):
+        cache.get_full_resid_decomposition()
+    with pytest.raises(ValueError, match="model.cfg.parallel_attn_mlp: norm_position='simplified' feeds the "
+                                         "attention output to the FFN"):
+        getattr(model.cfg, "parallel_attn_mlp")  # noqa: B009 (the attribute read is what is tested)
+    parts, labels = cache.decompose("blocks.0.resid_post", return_labels=True)
+    assert labels == ["embed", "pos_embed", "0_mlp_out"]  # TransformerLens' labels: no 0_attn_out
+    torch.testing.assert_close(parts[-1], cache["blocks.0.ffn.out"])
+    torch.testing.assert_close(parts.sum(0), cache["blocks.0.resid_post"])
+
+
 def test_the_batch_slice_and_the_models_logit_helpers_as_transformerlens(models):
     ours, theirs, _ = models
     tokens = theirs.to_tokens([TEXT[:30], TEXT[20:50]])

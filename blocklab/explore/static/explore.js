@@ -397,7 +397,32 @@
     }
     sec.appendChild(statsTable(trace, s));
     if (s.norm) { sec.appendChild(normTable(trace, s)); }
+    var steps = (trace.walk || []).filter(function (w) {  // a norm's mu, var and denominator: in its table
+      return w.stage === s.name && !(s.norm && w.columns.length === 1);
+    });
+    if (steps.length) { sec.appendChild(walkSteps(s, steps)); }
     return sec;
+  }
+  function walkSteps(s, steps) {
+    // the tutorial's steps behind this stage that no stage holds (QK^T, scaled, exp, row sums; a norm's
+    // z_hat, gamma, beta), each a map with its numbers where they fit; hovering a number,
+    // or moving to it with the arrow keys, gives the step's formula
+    var box = document.createElement("details");
+    box.className = "walk"; box.open = true;
+    var sum = document.createElement("summary");
+    sum.textContent = "by hand: " + steps.length + " steps the tutorials compute on the way";
+    box.appendChild(sum);
+    steps.forEach(function (w) {
+      var fig = document.createElement("figure"), per = { kind: "walk", shape: [w.rows.length, w.columns.length],
+                                                          positions: w.rows.length === s.positions.length ? s.positions : [] };
+      var m = { rows: w.values, rowLabels: w.rows, colLabels: w.columns,  // exp, sums, var: a one-sided scale
+                sequential: w.values.every(function (r) { return r.every(function (v) { return v === null || v >= 0; }); }) };
+      fig.appendChild(heatmap(per, m, w.title, function () { return w.formula; }));
+      var cap = document.createElement("figcaption");
+      cap.textContent = w.title + " = " + w.formula;
+      fig.appendChild(cap); box.appendChild(fig);
+    });
+    return box;
   }
   function drawStages(trace) {
     var box = $("stages");
@@ -528,7 +553,7 @@
         "<thead><tr><th>block</th><th>into</th><th>total</th><th>identity</th><th>branch</th></tr></thead>";
       var body = document.createElement("tbody");
       r.paths.forEach(function (layer, b) {
-        ["attn", "ffn"].forEach(function (kind) {
+        Object.keys(layer).forEach(function (kind) {  // the connections the block has (simplified: the FFN's)
           var q = layer[kind], tr = document.createElement("tr");
           [String(b), kind, small(q.total[last]), small(q.identity[last]), small(q.branch[last])].forEach(function (text) {
             var td = document.createElement("td"); td.textContent = text; tr.appendChild(td);

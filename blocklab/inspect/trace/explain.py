@@ -223,12 +223,16 @@ def _attn_out(s: Stage, w: Walk) -> str:
 def _residual(s: Stage, w: Walk) -> str:
     block = w.module(f"blocks.{s.block}")
     # every connection adding into this sum: one, or attention and the FFN side by side (parallel)
-    into = [c for c in LAYOUTS[w.trace.config.norm_position].connections.values() if c.out == s.kind]
+    layout = LAYOUTS[w.trace.config.norm_position]
+    into = [c for c in layout.connections.values() if c.out == s.kind]
     res = getattr(block, into[0].residual, None)
     x_name, f_name = into[0].x, " + ".join(c.branch for c in into)
     x, branch = w.sibling(s, x_name), " and ".join(BRANCH_WORDS[c.sublayer] for c in into)
     # with --stages the stream before may not have been collected: then only the norm after
     change = _change(_l2(x), _l2(s)) if x is not None else f"mean L2 norm per position {_n(_l2(s))}"
+    change += "".join(f"; the {BRANCH_WORDS[c.sublayer]} read the {BRANCH_WORDS[reads.split('.')[0]]} output"
+                      for c in into  # the simplified block's FFN reads the attention output
+                      if (reads := layout.sublayer(c.sublayer).reads).endswith(".out"))
     kind = getattr(res, "kind", "add")
     if kind == "rezero":
         a = _n(float(res.scale.detach()))
@@ -250,8 +254,9 @@ def _norm(s: Stage, w: Walk) -> str:
         if not s.norm_module and not kind.normalises:
             return f"{where}{kind.explains}"
         if not s.norm_module:
-            why = ("final_norm=False: the post-norm blocks already end in a norm"
-                   if LAYOUTS[w.trace.config.norm_position].norm_on_stream else "final_norm=False")
+            layout = LAYOUTS[w.trace.config.norm_position]
+            why = (f"final_norm=False: the {layout.title} blocks already end in a norm"
+                   if layout.norm_on_stream else "final_norm=False")
             return f"{where}no norm here ({why}): the values pass through unchanged"
         if s.norm_module == kind.label:  # a kind without per-position numbers (BatchNorm)
             return f"{where}{kind.label}: {kind.explains}"

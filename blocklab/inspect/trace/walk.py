@@ -6,8 +6,8 @@ then over sqrt(d_k), then masked (-inf), then softmax's exp and its row sums, th
 head's weights @ V, their concatenation, Wo; the residual sums; a norm's mu, var, denominator, z_hat,
 gamma and beta; W1 x + b1, the activation, W2; the logits. The steps that are no hook stage (QK^T before
 the scale, the exp, the row sums) are derived here from cached stages (the q and k the scores read, the
-masked scores); every other number is the stage's own. text.py prints them as grids, explore's page
-draws them as maps with their numbers.
+masked scores); every other number is the stage's own. text.py prints them as grids; explore's page draws
+the derived ones (``walk_to_dict``) as maps with their numbers in their stage's card.
 """
 
 from __future__ import annotations
@@ -20,10 +20,12 @@ from torch import Tensor
 
 from ...nn.layouts import LAYOUTS
 from ...nn.norm_kinds import NORM_KINDS
+from .collect import json_numbers
 from .record import NormNumbers, Stage, Trace
 from .text import fmt, grid, to_text
 
 GRID_COLUMNS = 64  # a step this wide or narrower is printed number by number (the tutorial's d_ff is 64)
+WALK_TOKENS = 32  # explore shows the derived steps for inputs of at most this many tokens
 
 
 @dataclass
@@ -37,6 +39,7 @@ class WalkStep:
     rows: list[str]
     columns: list[str]
     stage: str
+    derived: bool = False  # a number no hook stage holds (QK^T, exp, a norm's mu): explore draws it too
 
 
 def _heads(stage: Stage, n: int) -> list[Tensor]:
@@ -49,12 +52,12 @@ def _features(n: int, prefix: str = "") -> list[str]:
 
 
 def make_step(title: str, formula: str, values: Tensor, rows: list[str], columns: list[str] | None,
-              stage: str, per_row: bool = True) -> WalkStep:
+              stage: str, per_row: bool = True, derived: bool = False) -> WalkStep:
     """A step of ``values``: a matrix (R, C) as it is; a vector one number per row (``per_row``: a row
     statistic such as mu) or one row (a parameter such as gamma); columns numbered when not named."""
     values = values if values.dim() == 2 else values.reshape(-1, 1) if per_row else values[None]
     columns = columns if columns is not None else _features(values.shape[1])
-    return WalkStep(title, formula, values, rows, columns, stage)
+    return WalkStep(title, formula, values, rows, columns, stage, derived)
 
 
 def norm_steps(n: NormNumbers, name: str, module: str, output: Tensor, rows: list[str],
@@ -64,10 +67,11 @@ def norm_steps(n: NormNumbers, name: str, module: str, output: Tensor, rows: lis
     kind = NORM_KINDS[n.variant]
 
     def step(title: str, formula: str, values: Tensor, columns: list[str] | None = None,
-             labels: list[str] | None = None) -> WalkStep:
-        return make_step(f"{name}: {title}", formula, values, labels or rows, columns, stage, labels is None)
+             labels: list[str] | None = None, derived: bool = True) -> WalkStep:
+        return make_step(f"{name}: {title}", formula, values, labels or rows, columns, stage, labels is None,
+                         derived)
 
-    steps = [step("input", f"the {module}'s input", n.x)]
+    steps = [step("input", f"the {module}'s input", n.x, derived=False)]
     if kind.centres:
         steps.append(step("mu", "the mean of each row", n.mu, ["mu"]))
     steps += [step(kind.var_name, f"{kind.var_name} of each row (divided by d)", n.var, [kind.var_name]),
@@ -77,7 +81,7 @@ def norm_steps(n: NormNumbers, name: str, module: str, output: Tensor, rows: lis
         if param is not None:
             steps.append(step(what, f"the norm's {what}, one per feature", param, labels=[what]))
     scaled = "gamma * z_hat" if n.gamma is not None else "z_hat (no gamma)"  # OLMo's norm has none
-    steps.append(step("output", scaled + (" + beta" if n.beta is not None else ""), output))
+    steps.append(step("output", scaled + (" + beta" if n.beta is not None else ""), output, derived=False))
     return steps
 
 
@@ -91,9 +95,9 @@ class _Walker:
         self.steps: list[WalkStep] = []
 
     def add(self, stage: Stage, title: str, formula: str, values: Tensor, columns: list[str] | None = None,
-            rows: list[str] | None = None) -> None:
+            rows: list[str] | None = None, derived: bool = False) -> None:
         self.steps.append(make_step(title, formula, values, rows or self.tokens, columns, stage.name,
-                                    per_row=rows is None))
+                                    per_row=rows is None, derived=derived))
 
     def where(self, stage: Stage) -> str:
         return "" if stage.block is None else f"block {stage.block}: "
@@ -127,15 +131,16 @@ class _Walker:
                 k_heads = _heads(have[read[1]], have[read[1]].rows.shape[1] // q.shape[1])
                 k = k_heads[h * len(k_heads) // s.heads.shape[0]]
                 self.add(s, f"{where}: QK^T", f"Q K^T, before the scale (d_k = {q.shape[1]})", q @ k.T,
-                         self.keys)
-                self.add(s, f"{where}: scaled", f"Q K^T / sqrt(d_k) = / {d_k:.6g}", q @ k.T / d_k, self.keys)
+                         self.keys, derived=True)
+                self.add(s, f"{where}: scaled", f"Q K^T / sqrt(d_k) = / {d_k:.6g}", q @ k.T / d_k, self.keys,
+                         derived=True)
             alibi = " - m_h |i - j| (ALiBi)" if self.c.pos_encoding == "alibi" else ""
             self.add(s, f"{where}: masked", f"scaled{alibi} + mask: -inf where a query may not see the key"
                      if self.c.causal else f"scaled{alibi} (no mask)", s.heads[h], self.keys)
             exp = torch.exp(s.heads[h])  # exp(-inf) = 0: a masked key gets no weight
-            self.add(s, f"{where}: exp", "softmax, step 1: exp of each score", exp, self.keys)
+            self.add(s, f"{where}: exp", "softmax, step 1: exp of each score", exp, self.keys, derived=True)
             self.add(s, f"{where}: row sums", "softmax, step 2: each query's sum of exp", exp.sum(-1),
-                     ["sum"])
+                     ["sum"], derived=True)
 
     def weights(self, s: Stage) -> None:
         for h in range(s.heads.shape[0]):
@@ -199,6 +204,17 @@ def walk_steps(trace: Trace) -> list[WalkStep]:
         if stage.kind in KINDS:
             KINDS[stage.kind](walker, stage)
     return walker.steps
+
+
+def walk_to_dict(trace: Trace) -> list[dict]:
+    """The walk's derived steps (the numbers no stage holds: QK^T, scaled, exp, row sums, a norm's mu, var,
+    denominator, z_hat, gamma and beta) as JSON for explore, each under its stage; none for an input longer
+    than ``WALK_TOKENS`` (the steps are the tutorial's, for inputs a learner reads number by number)."""
+    if len(trace.tokens) > WALK_TOKENS:
+        return []
+    return [{"stage": step.stage, "title": step.title, "formula": step.formula, "rows": step.rows,
+             "columns": step.columns, "values": json_numbers(step.values)}
+            for step in walk_steps(trace) if step.derived]
 
 
 def step_grids(step: WalkStep, decimals: int, width: int, corner: str = "token") -> list:
