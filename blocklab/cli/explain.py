@@ -147,14 +147,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.text import Text
 
-    from ..inspect.trace.walk import render_steps
+    from ..inspect.trace.walk import render_steps, step_to_dict
 
     refuse_other_flags(args)
     torch.set_num_threads(1)  # one vector: a second thread costs more than it brings
     what, notes, steps = explain_steps(args)
-    data = {"what": args.what, "subject": what, "notes": notes,
-            "steps": [{"title": s.title, "formula": s.formula, "rows": s.rows, "columns": s.columns,
-                       "values": s.values.tolist()} for s in steps]}
+    data = {"what": args.what, "subject": what, "notes": notes, "steps": [step_to_dict(s) for s in steps]}
     if emit_json(args.json, data):
         return 0
     console = Console(highlight=False)

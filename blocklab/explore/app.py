@@ -6,6 +6,7 @@
     POST /api/predict      {..., temperature, top_k, ablate?} -> next-token bars, plain and ablated
     POST /api/step         {..., temperature, top_k, sample, seed} -> the input with one more token
     POST /api/gradients    {..., target, ablate?} -> d loss / d stage per position, identity vs branch paths
+    POST /api/explain      {..., what, vector, ...} -> a typed vector through a norm, activation, FFN
 
 Safe by default: the browser chooses only among the models named at start; a body is JSON (the
 content type a cross-site form cannot send without asking) of at most ``MAX_BODY`` bytes; the Host
@@ -25,6 +26,7 @@ from typing import Any
 
 from ..errors import UsageError, one_line
 from ..files.jsonfiles import json_safe
+from .by_hand import explain
 from .session import Explored, Request, RequestError, gradients, predict, step, trace
 
 MAX_BODY = 64 * 1024  # bytes of one request body
@@ -44,7 +46,14 @@ def _of_next_tokens(action: Callable[[Request], dict]) -> Callable[[Request], di
 
 
 ACTIONS = {"trace": trace, "predict": _of_next_tokens(predict), "step": _of_next_tokens(step),
-           "gradients": gradients}
+           "gradients": gradients, "explain": explain}
+WITH_BODY = {"explain"}  # the actions that read fields of their own from the body, beside the Request's
+
+
+def _arguments(action: str, body: Any, models: dict[str, Explored]) -> tuple:
+    """What ``action`` is called with: the parsed Request, and the body itself for a ``WITH_BODY`` action."""
+    request = Request.parse(body, models)
+    return (request, body) if action in WITH_BODY else (request,)
 
 
 def _static(name: str) -> str:
@@ -108,8 +117,8 @@ def create_app(models: dict[str, Explored], hosts: list[str] | None = None) -> A
             return error(404, f"no API call {request.path_params['action']!r}; "
                               f"there are: {', '.join(ACTIONS)}", request)
         try:
-            what = Request.parse(await _request_json(request), models)
-            result = await run_in_threadpool(action, what)
+            args = _arguments(request.path_params["action"], await _request_json(request), models)
+            result = await run_in_threadpool(action, *args)
         except RequestError as e:
             return error(e.status, str(e), request)
         except (KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.CancelledError):

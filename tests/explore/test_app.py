@@ -495,3 +495,69 @@ def test_an_encoder_is_refused_next_token_bars_and_steps_in_its_own_words() -> N
     trace = client.post("/api/trace", json=body).json()
     assert trace["notes"] == described["notes"] and trace["predictions"] == [] and trace["lens"] == []
     assert trace["stages"]
+
+
+# ---- the by-hand panel: a typed vector through a norm, an activation, the FFN (issue 40 item 1) --------
+
+
+def explained(client: TestClient, **body: object) -> dict:
+    answer = client.post("/api/explain", json={"model": "tiny-lm", "input": "<BOS> I", **body})
+    assert answer.status_code == 200, answer.json()
+    return {s["title"]: torch.tensor(s["values"], dtype=torch.float64) for s in answer.json()["steps"]}
+
+
+def test_the_tutorials_vector_through_layernorm_by_hand(client: TestClient) -> None:
+    """[4, 2, 0, -2] with gamma [1, 2, 1, 2] and beta [0, 0, 1, 1]: mu 1, var 5 (divided by d), sqrt(5 + eps),
+    z_hat, gamma * z_hat + beta, all by hand here."""
+    steps = explained(client, what="norm", vector=[4, 2, 0, -2], gamma=[1, 2, 1, 2], beta=[0, 0, 1, 1])
+    x = torch.tensor([4.0, 2.0, 0.0, -2.0], dtype=torch.float64)
+    denom = math.sqrt(5 + 1e-5)  # tiny-lm's eps
+    z_hat = (x - 1) / denom
+    assert float(steps["LayerNorm: mu"]) == 1.0 and float(steps["LayerNorm: var"]) == 5.0
+    assert float(steps["LayerNorm: sqrt(var+eps)"]) == pytest.approx(denom, rel=1e-15)
+    torch.testing.assert_close(steps["LayerNorm: z_hat"][0], z_hat, rtol=1e-15, atol=1e-15)
+    torch.testing.assert_close(steps["LayerNorm: output"][0],
+                               z_hat * torch.tensor([1.0, 2, 1, 2], dtype=torch.float64)
+                               + torch.tensor([0.0, 0, 1, 1], dtype=torch.float64), rtol=1e-15, atol=1e-15)
+
+
+def test_an_activation_and_the_served_models_ffn_by_hand(client: TestClient) -> None:
+    """GELU by erf, and the served tiny-lm's block 1 FFN by its weights read from an independently built copy:
+    relu(x W1^T + b1) W2^T + b2, float64."""
+    x = torch.tensor([4.0, 2.0, 0.0, -2.0], dtype=torch.float64)
+    gelu = explained(client, what="activation", vector=x.tolist(), activation="gelu")["gelu"][0]
+    torch.testing.assert_close(gelu, 0.5 * x * (1 + torch.erf(x / math.sqrt(2))), rtol=1e-15, atol=1e-15)
+    torch.manual_seed(0)
+    ffn = bl.Transformer(bl.preset("tiny-lm")).blocks[1].ffn.double()
+    w1, b1, w2, b2 = (t.detach() for t in (ffn.w1.weight, ffn.w1.bias, ffn.w2.weight, ffn.w2.bias))
+    v = torch.linspace(-1, 1, w1.shape[1], dtype=torch.float64)
+    steps = explained(client, what="ffn", vector=v.tolist(), block=1)
+    hidden = w1 @ v + b1
+    torch.testing.assert_close(steps["block 1: W1 x + b1"][0], hidden, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(steps["block 1: W2 h + b2 = FFN(x)"][0], w2 @ hidden.clamp(min=0) + b2,
+                               rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(("body", "says"), [
+    ({"what": "ffn", "vector": [1, 2, 3]}, "the vector has 3 numbers; the FFN reads d_model = 16: give 16"),
+    ({"what": "ffn", "vector": [1] * 16, "block": 5}, "block 5 must be a block of the model: 0 to 1"),
+    ({"what": "norm", "vector": [4, 2], "gamma": [1]}, "gamma has 1 numbers; the vector has 2: give 2"),
+    ({"what": "norm", "vector": [4, 2], "norm": "batch"}, "normalises each feature over a batch"),
+    ({"what": "activation", "vector": [1], "activation": "tanh"}, "activation='tanh' is not one of"),
+    ({"what": "vector", "vector": [1]}, "what 'vector' must be one of: norm, activation, ffn"),
+    ({"what": "norm", "vector": [1, None]}, "vector must be a list of 1 to 4096 finite numbers"),
+    ({"what": "norm", "vector": []}, "vector must be a list of 1 to 4096 finite numbers"),
+])
+def test_a_by_hand_request_the_panel_cannot_answer_says_why(client: TestClient, body: dict,
+                                                            says: str) -> None:
+    answer = client.post("/api/explain", json={"model": "tiny-lm", "input": "<BOS> I", **body})
+    assert answer.status_code == 400 and says in answer.json()["error"]
+
+
+def test_a_mixture_of_experts_ffn_is_refused_by_hand_by_name() -> None:
+    moe = Explored("moe", preset_subject("tiny-lm", 0, {"n_experts": 4, "activation": "swiglu"}))
+    answer = TestClient(create_app({"moe": moe})).post(
+        "/api/explain", json={"model": "moe", "input": "<BOS> I", "what": "ffn", "vector": [1.0] * 16})
+    assert answer.status_code == 400
+    assert answer.json()["error"] == ("block 0's FFN is a mixture of 4 experts; the by-hand FFN is one dense "
+                                      "FFN (the trace shows each expert's numbers)")

@@ -6,6 +6,7 @@ fillText calls (an init script), placed in cells by the map's own geometry (``ca
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -130,4 +131,33 @@ def test_a_derived_step_explains_itself_from_the_keyboard(tutorial) -> None:
     value = float(lines[1].rsplit("= ", 1)[1])
     assert abs(value - float(hand["block 0: head 1: scaled"][1, 1])) <= TOL + REL * abs(value)
     assert lines[2] == "Q K^T / sqrt(d_k) = / 2.82843"
+    assert tab.errors == []
+
+
+def test_the_by_hand_panel_draws_a_typed_vectors_steps(tutorial) -> None:
+    """The tutorials' [4, 2, 0, -2] through LayerNorm with gamma and beta typed in, then a vector through
+    the tutorial model's FFN (the weights from the file): each drawn number against the hand computation."""
+    tab, _ = tutorial
+    tab.select_option("#bh-what", "norm")
+    tab.fill("#bh-vector", "4, 2, 0, -2")
+    tab.fill("#bh-gamma", "1 2 1 2")
+    tab.fill("#bh-beta", "0, 0, 1, 1")
+    tab.click("#bh-go")
+    tab.wait_for_selector("#stage-byhand canvas", timeout=60_000)
+    x = torch.tensor([[4.0, 2.0, 0.0, -2.0]], dtype=torch.float64)
+    z_hat = (x - 1) / math.sqrt(5 + 1e-5)
+    check(drawn(tab, "LayerNorm: z_hat"), z_hat)
+    gamma, beta = torch.tensor([1.0, 2, 1, 2]), torch.tensor([0.0, 0, 1, 1])
+    check(drawn(tab, "LayerNorm: output"), z_hat * gamma + beta)
+    tab.select_option("#bh-what", "ffn")
+    v = torch.linspace(-1, 1, 16, dtype=torch.float64)
+    tab.fill("#bh-vector", ", ".join(f"{float(a):.17g}" for a in v))
+    tab.click("#bh-go")
+    tab.wait_for_function("document.querySelector('#stage-byhand h4').textContent.includes('FFN')",
+                          timeout=60_000)
+    w = weights()
+    hidden = w["blocks.0.ffn.W1"] @ v + w["blocks.0.ffn.b1"]
+    assert drawn(tab, "W1 x + b1")["C"] == 64  # a heatmap at 64 columns
+    out = w["blocks.0.ffn.W2"] @ hidden.clamp(min=0) + w["blocks.0.ffn.b2"]
+    check(drawn(tab, "W2 h + b2 = FFN(x)"), out[None])
     assert tab.errors == []

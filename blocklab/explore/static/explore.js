@@ -8,7 +8,7 @@
   var STATS = ["mean", "var", "std", "min", "max", "l2"];
   var DECIMALS = 4, MAX_COLUMNS = 256, DEBOUNCE_MS = 250;
   var state = { models: [], model: null, group: "block-0", ablate: [], position: null, trace: null,
-                serial: 0, timer: null, current: null, compare: null, grads: null };
+                serial: 0, timer: null, current: null, compare: null, grads: null, byhand: null };
 
   // ---- talking to the server -------------------------------------------------------------------------
   function post(action, extra) {
@@ -405,16 +405,21 @@
   }
   function walkSteps(s, steps) {
     // the tutorial's steps behind this stage that no stage holds (QK^T, scaled, exp, row sums; a norm's
-    // z_hat, gamma, beta), each a map with its numbers where they fit; hovering a number,
-    // or moving to it with the arrow keys, gives the step's formula
+    // z_hat, gamma, beta)
     var box = document.createElement("details");
     box.className = "walk"; box.open = true;
     var sum = document.createElement("summary");
     sum.textContent = "by hand: " + steps.length + " steps the tutorials compute on the way";
     box.appendChild(sum);
+    stepFigures(box, s.positions, steps);
+    return box;
+  }
+  function stepFigures(box, positions, steps) {
+    // steps (walk.step_to_dict) as maps with their numbers where they fit; hovering a number, or moving to
+    // it with the arrow keys, gives the step's formula
     steps.forEach(function (w) {
       var fig = document.createElement("figure"), per = { kind: "walk", shape: [w.rows.length, w.columns.length],
-                                                          positions: w.rows.length === s.positions.length ? s.positions : [] };
+                                                          positions: w.rows.length === positions.length ? positions : [] };
       var m = { rows: w.values, rowLabels: w.rows, colLabels: w.columns,  // exp, sums, var: a one-sided scale
                 sequential: w.values.every(function (r) { return r.every(function (v) { return v === null || v >= 0; }); }) };
       fig.appendChild(heatmap(per, m, w.title, function () { return w.formula; }));
@@ -422,11 +427,11 @@
       cap.textContent = w.title + " = " + w.formula;
       fig.appendChild(cap); box.appendChild(fig);
     });
-    return box;
   }
   function drawStages(trace) {
     var box = $("stages");
     box.innerHTML = "";
+    drawByHand();
     trace.stages.forEach(function (s) { box.appendChild(stageCard(trace, s)); });
     if (state.group === "after" && trace.lens && trace.lens.length) {
       var sec = document.createElement("section");
@@ -535,6 +540,40 @@
       });
     });
   }
+
+  // ---- by hand: a typed vector through a norm, an activation or the FFN (blocklab explain's steps) -------
+  function typed(id) { return $(id).value.split(/[\s,]+/).filter(Boolean).map(Number); }
+  function drawByHand() {
+    var old = $("stage-byhand"), r = state.byhand;
+    if (old) { old.remove(); }
+    if (!r) { return; }
+    var sec = document.createElement("section"), h = document.createElement("h4"), p = document.createElement("p");
+    sec.className = "stage"; sec.id = "stage-byhand";
+    h.textContent = "by hand: " + r.subject;
+    var close = document.createElement("button");
+    close.type = "button"; close.textContent = "close"; close.className = "close";
+    close.addEventListener("click", function () { state.byhand = null; drawByHand(); });
+    h.appendChild(close); sec.appendChild(h);
+    p.className = "explain"; p.textContent = "the vector you typed, step by step (blocklab explain " + r.what + ")";
+    sec.appendChild(p); stepFigures(sec, [], r.steps);
+    $("stages").insertBefore(sec, $("stages").firstChild);
+  }
+  $("bh-go").addEventListener("click", function () {
+    var what = $("bh-what").value, extra = { what: what, vector: typed("bh-vector") };
+    if (what === "norm") {
+      ["gamma", "beta"].forEach(function (k) { if ($("bh-" + k).value.trim()) { extra[k] = typed("bh-" + k); } });
+    }
+    if (what === "ffn") { extra.block = block() === null ? 0 : block(); }
+    post("explain", extra).then(function (r) {
+      state.byhand = r; drawByHand();
+      setStatus("by hand: " + r.subject + ", " + r.steps.length + " steps (above the stages)");
+      var first = document.querySelector("#stage-byhand canvas");
+      if (first) { first.scrollIntoView({ block: "nearest" }); }
+    }).catch(function (e) { setStatus(e.message, true); });
+  });
+  $("bh-what").addEventListener("change", function () {  // gamma and beta are a norm's
+    $("bh-affine").hidden = $("bh-what").value !== "norm";
+  });
 
   // ---- gradients ---------------------------------------------------------------------------------------
   $("grad").addEventListener("click", function () {

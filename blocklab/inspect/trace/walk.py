@@ -212,9 +212,13 @@ def walk_to_dict(trace: Trace) -> list[dict]:
     than ``WALK_TOKENS`` (the steps are the tutorial's, for inputs a learner reads number by number)."""
     if len(trace.tokens) > WALK_TOKENS:
         return []
-    return [{"stage": step.stage, "title": step.title, "formula": step.formula, "rows": step.rows,
-             "columns": step.columns, "values": json_numbers(step.values)}
-            for step in walk_steps(trace) if step.derived]
+    return [step_to_dict(step) for step in walk_steps(trace) if step.derived]
+
+
+def step_to_dict(step: WalkStep) -> dict:
+    """One step as JSON (explore's page, ``blocklab explain --json``): non-finite numbers as null."""
+    return {"stage": step.stage, "title": step.title, "formula": step.formula, "rows": step.rows,
+            "columns": step.columns, "values": json_numbers(step.values)}
 
 
 def step_grids(step: WalkStep, decimals: int, width: int, corner: str = "token") -> list:
