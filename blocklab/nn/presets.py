@@ -169,6 +169,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     # that have no parameters (eps 1e-5), a tied head, no clip_qkv; 1,176,764,416 parameters (model card: 1B)
     "olmo-1b": {**_llama(50304, 2048, 2048, 8192, 16, 16, None, 1e-5, 10000.0, tie_embeddings=True),
                 "norm": "nonparametric"},
+    # microsoft/Phi-3-mini-4k-instruct's config.json (as remembered, not fetched here): the Llama block (its
+    # fused qkv_proj and gate_up_proj hold the same weights), 32 heads of 96, a window of 2047 on every layer,
+    # untied; 3,821,079,552 parameters (its model card: 3.8B)
+    "phi-3-mini": _llama(32064, 4096, 3072, 8192, 32, 32, None, 1e-5, 10000.0, sliding_window=2047),
     "gpt-j-6b": dict(
         vocab_size=50400, max_seq_len=2048, d_model=4096, n_heads=16, n_layers=28, d_ff=16384,
         activation="gelu_tanh", norm_position="parallel_shared", causal=True, pos_encoding="rotary",
@@ -201,7 +205,8 @@ EMBEDDING_CHOICES: dict[str, str] = {
     **{name: "the Llama layout (transformers' initializer_range): x0 = E[t], no factor, E ~ N(0, 0.02^2); "
              "positions are rotary, inside attention, so x0 has no position part"
        for name in ("llama-seed", "llama-3.2-1b", "smollm2-135m", "qwen2.5-0.5b", "mistral-7b",
-                    "mixtral-8x7b", "qwen3-30b-a3b", "olmoe-1b-7b", "qwen1.5-moe-a2.7b", "olmo-1b")},
+                    "mixtral-8x7b", "qwen3-30b-a3b", "olmoe-1b-7b", "qwen1.5-moe-a2.7b", "olmo-1b",
+                    "phi-3-mini")},
     "gemma-2-2b": "Gemma's layout: x0 = sqrt(d_model) E[t] (the factor rounded to the model's dtype), the "
                   "token part at std 0.02 at init (embed_std); rotary positions, inside attention",
     "pythia-160m": "GPT-NeoX's layout: x0 = E[t], no factor, E ~ N(0, 0.02^2); rotary positions on 25% of "

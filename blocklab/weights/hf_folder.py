@@ -39,7 +39,18 @@ from ..training.checkpoint import (
     tensor_info,
 )
 from ..training.runfiles import OWNED
-from . import hf_bert, hf_gpt2, hf_gpt_bigcode, hf_gpt_neo, hf_gpt_neox, hf_gptj, hf_opt, hf_phi, hf_stablelm
+from . import (
+    hf_bert,
+    hf_gpt2,
+    hf_gpt_bigcode,
+    hf_gpt_neo,
+    hf_gpt_neox,
+    hf_gptj,
+    hf_opt,
+    hf_phi,
+    hf_phi3,
+    hf_stablelm,
+)
 from .hf_gemma2 import GEMMA2
 from .hf_llama import GEMMA, LLAMA, MISTRAL, MIXTRAL, OLMO, OLMO2, OLMOE, QWEN2, QWEN2_MOE, QWEN3, QWEN3_MOE
 from .hf_map import Family, PretrainedError, from_hf, is_ignored, refused_part, to_hf
@@ -49,12 +60,13 @@ from .hf_tokenizer import HFTokenizer, load_folder_tokenizer
 # model has: Qwen2 (q/k/v biases), then Llama (no window), then Mistral (a window); Qwen3 and OLMo 2
 # (QK-norm per head, over all heads) take what has QK-norm; a mixture of experts is Mixtral's (renormalised,
 # no QK-norm), Qwen2-MoE's (a shared expert), Qwen3-MoE's (QK-norm per head) or OLMoE's (over all heads).
+# Phi-3's model is Llama's or Mistral's number for number: written as phi3 only when asked (family="phi3").
 FAMILIES: dict[str, Family] = {  # type: ignore[dict-item]
     "bert": hf_bert, "gpt2": hf_gpt2, "qwen2": QWEN2, "llama": LLAMA, "mistral": MISTRAL,
     "gpt_neox": hf_gpt_neox, "qwen3": QWEN3, "olmo2": OLMO2, "gemma": GEMMA, "opt": hf_opt, "phi": hf_phi,
     "gptj": hf_gptj, "mixtral": MIXTRAL, "qwen2_moe": QWEN2_MOE, "qwen3_moe": QWEN3_MOE, "olmoe": OLMOE,
     "gemma2": GEMMA2, "gpt_neo": hf_gpt_neo, "gpt_bigcode": hf_gpt_bigcode,
-    "stablelm": hf_stablelm, "olmo": OLMO,
+    "stablelm": hf_stablelm, "olmo": OLMO, "phi3": hf_phi3,
 }
 MAX_LISTED = 8  # keys named in one error message
 

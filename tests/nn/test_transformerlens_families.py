@@ -1,4 +1,5 @@
-"""The shared-norm parallel families (Phi, GPT-J) and GPT-Neo (unscaled scores, local layers) against
+"""The shared-norm parallel families (Phi, GPT-J), GPT-Neo (unscaled scores, local layers) and Phi-3 (fused
+projections) against
 TransformerLens' HookedTransformer built by its own config reader and weight converters from the same local
 folder (no network): tokens, logits, the cache at every TransformerLens hook name (TransformerLens gives the
 shared-norm blocks two tied norms, ln1 and ln2, where the block has one), the processed weights' logits, and
@@ -21,6 +22,7 @@ from transformer_lens.loading_from_pretrained import convert_hf_model_config  # 
 from transformer_lens.pretrained.weight_conversions import (  # noqa: E402
     convert_gptj_weights,
     convert_neo_weights,
+    convert_phi3_weights,
     convert_phi_weights,
 )
 
@@ -39,6 +41,11 @@ FAMILIES = {  # name -> (transformers model of a vocabulary size, TransformerLen
         vocab_size=vocab, hidden_size=32, num_layers=2, num_heads=4, max_position_embeddings=64,
         attention_types=[[["global", "local"], 1]], window_size=5, bos_token_id=0, eos_token_id=0)),
         convert_neo_weights),
+    # Phi-3: Llama's block from fused qkv_proj and gate_up_proj (TL reads neither a window nor partial rotary)
+    "phi3": (lambda vocab: transformers.Phi3ForCausalLM(transformers.Phi3Config(
+        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, bos_token_id=0, eos_token_id=0, pad_token_id=0)),
+        convert_phi3_weights),
 }
 SHARED_NORM = ("phi", "gptj")  # one norm feeding both branches, which TransformerLens gives two names
 
@@ -70,7 +77,8 @@ def pair(request, tmp_path_factory):
     processed = HookedTransformer(cfg, tokenizer=tokenizer)
     processed.load_and_process_state_dict(convert(hf, cfg))  # from_pretrained's processing
     ours_processed = bl.load(folder).model
-    ours_processed.process_weights_()
+    # (TransformerLens centres the writing weights only where LayerNorm reads the stream: not under RMSNorm)
+    ours_processed.process_weights_(center_writing_weights=ours_processed.config.norm == "standard")
     return bl.load(folder).model, theirs.eval(), ours_processed, processed.eval(), request.param
 
 
@@ -104,13 +112,13 @@ def test_a_hook_on_a_head_edits_what_transformerlens_edits_and_one_on_the_tied_c
     ours, theirs, *_, family = pair
     tokens = theirs.to_tokens(TEXT[:30])
 
-    def zero_head_2(v, hook):  # (B, T, heads, d_head) under TransformerLens' names
-        v[:, :, 2] = 0.0
+    def zero_head_1(v, hook):  # (B, T, heads, d_head) under TransformerLens' names (Phi-3: 2 kv heads)
+        v[:, :, 1] = 0.0
         return v
 
     with torch.no_grad():
-        got = ours.run_with_hooks(tokens, fwd_hooks=[("blocks.1.attn.hook_v", zero_head_2)])
-        want = theirs.run_with_hooks(tokens, fwd_hooks=[("blocks.1.attn.hook_v", zero_head_2)])
+        got = ours.run_with_hooks(tokens, fwd_hooks=[("blocks.1.attn.hook_v", zero_head_1)])
+        want = theirs.run_with_hooks(tokens, fwd_hooks=[("blocks.1.attn.hook_v", zero_head_1)])
     torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
     if family not in SHARED_NORM:
         return

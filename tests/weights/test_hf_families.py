@@ -121,6 +121,13 @@ CASES = {
         **SHAPE, pad_token_id=0)),
     "olmo-gqa-tied-theta": (transformers.OlmoForCausalLM, transformers.OlmoConfig(
         **SHAPE, num_key_value_heads=2, tie_word_embeddings=True, rope_theta=500.0, pad_token_id=0)),
+    # Phi-3: Llama's block with q | k | v fused in qkv_proj and gate | up in gate_up_proj; a window on every
+    # layer, or partial rotary (pad_token_id: Phi3Config's default 32000 is past this vocabulary)
+    "phi3-window-gqa-untied": (transformers.Phi3ForCausalLM, transformers.Phi3Config(
+        **SHAPE, num_key_value_heads=2, sliding_window=5, pad_token_id=0)),
+    "phi3-partial-mqa-tied-theta": (transformers.Phi3ForCausalLM, transformers.Phi3Config(
+        **SHAPE, num_key_value_heads=1, partial_rotary_factor=0.5, rope_theta=500.0, tie_word_embeddings=True,
+        pad_token_id=0)),
     # Mixtral: a mixture of experts in the MLP's place (softmax, top-k, renormalised), Mistral's attention
     "mixtral-top2-gqa-untied": (transformers.MixtralForCausalLM, transformers.MixtralConfig(
         **SHAPE, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2)),
@@ -157,6 +164,9 @@ N_EXPERTS = {"mixtral": "num_local_experts", "qwen2_moe": "num_experts", "qwen3_
              "olmoe": "num_experts"}
 SHARED_NORM = ("phi", "gptj")  # model types of the parallel block with one norm
 LEARNED = ("gpt_neo", "gpt_bigcode")  # model types with learned positions
+# model types whose model an earlier family writes number for number (Phi-3's is Llama's or Mistral's):
+# export writes them as themselves when asked
+ASKED = ("phi3",)
 
 
 def _tokenizer_json() -> str:
@@ -345,7 +355,8 @@ def test_logits_equal_transformers_float64(case, monkeypatch):
                    transformers.models.mixtral.modeling_mixtral.MixtralRMSNorm,
                    transformers.models.qwen2_moe.modeling_qwen2_moe.Qwen2MoeRMSNorm,
                    transformers.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeRMSNorm,
-                   transformers.models.olmoe.modeling_olmoe.OlmoeRMSNorm):
+                   transformers.models.olmoe.modeling_olmoe.OlmoeRMSNorm,
+                   transformers.models.phi3.modeling_phi3.Phi3RMSNorm):
         monkeypatch.setattr(module, "forward", _rms_norm_in_the_inputs_dtype)
     for module in (transformers.models.qwen2_moe.modeling_qwen2_moe.Qwen2MoeSparseMoeBlock,
                    transformers.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeSparseMoeBlock,
@@ -467,7 +478,8 @@ def test_the_tokenizer_comes_with_the_model(case):
 
 def test_export_loads_in_transformers_and_reads_back_bit_for_bit(case, tmp_path):
     _, hf, folder, loaded = case
-    save_pretrained(loaded.model, tmp_path / "out", loaded.tokenizer)
+    asked = loaded.model_type if loaded.model_type in ASKED else None
+    save_pretrained(loaded.model, tmp_path / "out", loaded.tokenizer, family=asked)
     again = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "out")).eval()
     assert type(again) is type(hf)
     # the same weights through the same code, each loaded from its file: a weight's address changes the
@@ -546,6 +558,11 @@ def test_blocklab_load_and_every_model_command_take_the_folder(case, capsys):
     ("stablelm", {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "rope_scaling"),
     ("stablelm", {"hidden_dropout": 0.1}, "hidden_dropout=0.1"),
     ("stablelm", {"hidden_act": "gelu"}, "hidden_act='gelu'"),
+    ("phi3", {"rope_scaling": {"type": "longrope", "short_factor": [1.0] * 4, "long_factor": [2.0] * 4}},
+     "rope_scaling"),
+    ("phi3", {"head_dim": 16}, "head_dim=16"),
+    ("phi3", {"resid_pdrop": 0.1}, "resid_pdrop=0.1"),
+    ("phi3", {"hidden_act": "gelu"}, "hidden_act='gelu'"),
     ("mixtral", {"router_jitter_noise": 0.1}, "router_jitter_noise"),
     ("mixtral", {"num_local_experts": 0}, "num_local_experts=0"),
     ("mixtral", {"num_experts_per_tok": 5}, "experts_per_token=5"),
@@ -573,7 +590,7 @@ def test_a_config_field_the_import_cannot_honour_is_refused_by_name(tmp_path, fa
                    "gpt_neox": CASES["pythia-parallel-quarter"], "phi": CASES["phi-shared-norm-partial"],
                    "gptj": CASES["gptj-interleaved-quarter"], "gpt_neo": CASES["neo-global-local-untied"],
                    "gpt_bigcode": CASES["bigcode-mqa-untied"],
-                   "stablelm": CASES["stablelm-quarter-gqa-untied"],
+                   "stablelm": CASES["stablelm-quarter-gqa-untied"], "phi3": CASES["phi3-window-gqa-untied"],
                    "olmo": CASES["olmo-nonparametric-untied"],
                    "gemma": CASES["gemma-wide-heads-mqa"],
                    "gemma2": CASES["gemma2-caps-windows-gqa-untied"],
@@ -702,6 +719,33 @@ def test_stablelm_export_refuses_what_its_config_json_cannot_say():
         export_family(config.replace(ffn_bias=True), "stablelm")
 
 
+def test_phi3_fused_rows_are_q_k_v_and_gate_up_and_the_same_model_is_written_as_mistral_unasked(tmp_path):
+    """qkv_proj's rows are q (n_heads d_head), k, v (n_kv_heads d_head each), gate_up_proj's gate then up:
+    read off transformers' own forward, not off blocklab's map; unasked, export writes the Llama block's
+    first family with a window (Mistral), whose transformers model gives the same logits."""
+    from blocklab.weights.hf_folder import export_family
+
+    cls, config = CASES["phi3-window-gqa-untied"]
+    torch.manual_seed(0)
+    hf = cls(config).eval()
+    hf.save_pretrained(str(tmp_path / "phi3"))
+    loaded = read_pretrained(tmp_path / "phi3")
+    layer, block = hf.model.layers[0], loaded.model.blocks[0]
+    d_q, d_kv = 4 * 8, 2 * 8
+    q, k, v = layer.self_attn.qkv_proj.weight.split([d_q, d_kv, d_kv])
+    gate, up = layer.mlp.gate_up_proj.weight.chunk(2)  # Phi3MLP.forward: gate, up = chunk(2)
+    for ours, theirs in ((block.attn.q, q), (block.attn.k, k), (block.attn.v, v), (block.ffn.w1, gate),
+                         (block.ffn.w3, up)):
+        assert torch.equal(ours.weight, theirs)
+    assert export_family(loaded.model.config).MODEL_TYPE == "mistral"
+    save_pretrained(loaded.model, tmp_path / "mistral")
+    again = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "mistral")).eval()
+    assert type(again) is transformers.MistralForCausalLM
+    tokens = _ids(9, (2, 12))
+    with torch.no_grad():
+        torch.testing.assert_close(again(tokens).logits, hf(tokens).logits, rtol=0, atol=1e-5)
+
+
 def test_qwen_moe_layers_named_dense_past_the_last_are_read_and_a_shared_expert_is_needed_to_export(tmp_path):
     """transformers makes layer i dense only for i < num_hidden_layers in mlp_only_layers: one past the last
     changes nothing and is read; a mixture without a shared expert has no Qwen2-MoE layout."""
@@ -766,7 +810,7 @@ PRESET_FAMILIES = {"llama-3.2-1b": "llama", "smollm2-135m": "llama", "qwen2.5-0.
                    "mixtral-8x7b": "mixtral", "qwen3-30b-a3b": "qwen3_moe", "olmoe-1b-7b": "olmoe",
                    "qwen1.5-moe-a2.7b": "qwen2_moe", "gemma-2-2b": "gemma2",
                    "gpt-neo-125m": "gpt_neo", "starcoderbase-1b": "gpt_bigcode",
-                   "stablelm-2-1.6b": "stablelm", "olmo-1b": "olmo"}
+                   "stablelm-2-1.6b": "stablelm", "olmo-1b": "olmo", "phi-3-mini": "phi3"}
 # a mixture's parts by transformers' module names (the router: block_sparse_moe.gate or mlp.gate)
 MOE_PARTS = {"router": r"\.(block_sparse_moe|mlp)\.gate\.", "experts": r"\.experts\.",
              "shared_expert": r"\.shared_expert(_gate)?\."}
@@ -783,7 +827,8 @@ def test_each_presets_total_equals_transformers_model_of_its_config_and_the_publ
     from blocklab.weights.hf_folder import export_family
 
     config = preset(name)
-    family = export_family(config)  # from the config alone: a 7B model is not built to name it
+    asked = PRESET_FAMILIES[name] if PRESET_FAMILIES[name] in ASKED else None
+    family = export_family(config, asked)  # from the config alone: a 7B model is not built to name it
     hf_config = transformers.AutoConfig.for_model(**family.hf_config(config))
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(hf_config)
