@@ -161,6 +161,15 @@ class ModelConfig:
         """Per-head width d_k: ``head_dim``, or d_model / n_heads when unset."""
         return self.head_dim if self.head_dim is not None else self.d_model // self.n_heads
 
+    @property
+    def score_divisor(self) -> tuple[float, str]:
+        """What q . k is divided by in every head, and its name: sqrt(d_k), or sqrt(query_pre_attn_scalar)
+        (Gemma 2; 1: GPT-Neo's and GPT-BigCode's unscaled scores)."""
+        if self.query_pre_attn_scalar is None:
+            return math.sqrt(self.d_head), "sqrt(d_k)"
+        scalar = self.query_pre_attn_scalar
+        return math.sqrt(scalar), f"sqrt(query_pre_attn_scalar = {scalar:g})"
+
     def window(self, layer: int) -> int | None:
         """Layer ``layer``'s sliding window (``layer_windows``, else ``sliding_window``); None: global."""
         return self.sliding_window if self.layer_windows is None else self.layer_windows[layer]

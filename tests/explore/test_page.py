@@ -574,6 +574,14 @@ def test_a_no_residual_and_a_rezero_diagram_have_the_paths_they_should(kinds_ser
     assert rezero["formula"] == "no norm, ReZero: y = x + α·(MHA(x)), z = y + α·(FFN(y))"
 
 
+def test_a_local_block_says_its_window_on_its_button() -> None:
+    """Per-layer attention kinds (issue 39 item 4): block 0 local with a window of 2, block 1 global."""
+    with serving("--preset", "tiny-lm", "--layer-windows", "2,none") as url, browsing(url) as tabs:
+        labels = tabs[0].eval_on_selector_all("#groups button", "els => els.map(e => e.textContent)")
+        assert tabs[0].errors == []
+    assert labels == ["Input", "block 0 · local 2", "block 1", "After the blocks"]
+
+
 def test_the_simplified_block_is_drawn_with_one_sum_around_attention_and_the_ffn() -> None:
     """The tutorials' simplified block (issue 40 item 1): attention feeds the FFN, one residual sum around
     both, then the norm: five edges (x -> attention -> FFN -> +, x -> + the identity, + -> LN1), one sum,

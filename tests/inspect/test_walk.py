@@ -105,3 +105,54 @@ def test_the_walk_fits_the_terminal(tmp_path: Path, capsys, width: int) -> None:
     grids = [line for line in lines if line and not HEADING.match(line) and not line.startswith(
         ("note:", "blocklab trace", "model:", "input:", "means nothing", "predicts"))]
     assert max(len(line) for line in grids) <= width
+
+
+def test_a_gemma_style_walk_scales_caps_and_windows_as_the_model_does() -> None:
+    """Scores divided by sqrt(query_pre_attn_scalar) (1 here: unscaled, as GPT-Neo), soft-capped at 5
+    (Gemma 2), block 0 local with a window of 2: the walk's scaled and soft-capped steps by hand from its own
+    QK^T, the masked step (the model's scores) equal to the capped ones where a key is seen, and -inf exactly
+    outside the causal window; the tracer's sentence says all three."""
+    from blocklab.inspect.trace.subject import preset_subject, trace_subject
+    from blocklab.inspect.trace.walk import walk_steps
+
+    subject = preset_subject("tiny-lm", 0, {"norm_position": "pre", "layer_windows": (2, None),
+                                            "attn_softcap": 5.0, "query_pre_attn_scalar": 1.0})
+    with torch.no_grad():
+        trace = trace_subject(subject, "<BOS> I like", None, None, None, None)
+    steps = {s.title: s.values.double() for s in walk_steps(trace)}
+    for block, window in ((0, 2), (1, None)):
+        for h in range(2):
+            where = f"block {block}: head {h}"
+            qk, scaled, capped = (steps[f"{where}: {step}"] for step in ("QK^T", "scaled", "soft-capped"))
+            torch.testing.assert_close(scaled, qk / 1.0, rtol=0, atol=0)
+            torch.testing.assert_close(capped, 5 * torch.tanh(qk / 5), rtol=1e-12, atol=1e-12)
+            i, j = torch.arange(3)[:, None], torch.arange(3)[None]
+            seen = (j <= i) & ((j > i - window) if window else True)
+            masked = steps[f"{where}: masked"]
+            assert bool(torch.isinf(masked[~seen]).all()) and bool(torch.isfinite(masked[seen]).all())
+            torch.testing.assert_close(masked[seen], capped[seen], rtol=1e-6, atol=1e-6)
+    said = {s.name: s.explanation for s in trace.stages}
+    assert "q . k / sqrt(query_pre_attn_scalar = 1) = / 1, soft-capped to 5 tanh(s / 5)" in \
+        said["blocks.0.attn.scores"]
+    assert "a local layer: each query sees the last 2 keys" in said["blocks.0.attn.scores"]
+    assert "local layer" not in said["blocks.1.attn.scores"]
+
+
+def test_the_scores_hover_divides_by_the_models_own_divisor_and_gives_none_for_capped_scores() -> None:
+    """query_pre_attn_scalar 4: the scores' record divides q . k by 2, and its terms give the model's scores
+    (by hand here); soft-capped scores are no such sum: no record (the hover then shows no formula)."""
+    from blocklab.inspect.trace.subject import preset_subject, trace_subject
+
+    def scores(**fields: object):
+        subject = preset_subject("tiny-lm", 0, {"norm_position": "pre", **fields})
+        with torch.no_grad():
+            trace = trace_subject(subject, "<BOS> I like", None, None, None, None)
+        return next(s for s in trace.stages if s.name == "blocks.0.attn.scores")
+
+    stage = scores(query_pre_attn_scalar=4.0)
+    o = stage.operands
+    assert o.scale == 2.0
+    total = ((o.x * o.w).sum(-1) + o.rest) / 2.0  # (h, P, T)
+    seen = torch.isfinite(stage.heads)
+    torch.testing.assert_close(total[seen], stage.heads[seen].to(total.dtype), rtol=1e-5, atol=1e-6)
+    assert scores(attn_softcap=5.0).operands is None

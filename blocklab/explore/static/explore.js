@@ -79,7 +79,10 @@
   // ---- the model's groups and the block diagram (from the layouts table) --------------------------------
   function groups() {
     var c = state.model.config, out = [["input", "Input"]];
-    for (var b = 0; b < c.n_layers; b++) { out.push(["block-" + b, "block " + b]); }
+    for (var b = 0; b < c.n_layers; b++) {  // per-layer kinds (Gemma 2, GPT-Neo): a local block says its window
+      var w = c.layer_windows ? c.layer_windows[b] : null;
+      out.push(["block-" + b, "block " + b + (w ? " · local " + w : "")]);
+    }
     out.push(["after", "After the blocks"]);
     return out;
   }

@@ -178,8 +178,15 @@ def _scores(s: Stage, w: Walk) -> str:
     bias = "" if alibi is None else (
         " - m_h |i - j| (ALiBi: a penalty per step between query i and key j, "
         f"slopes m_h {', '.join(_n(m) for m in alibi)} for heads 0..{len(alibi) - 1})")
-    text = (f"scores: q . k / sqrt(d_k) = / {_n(math.sqrt(d_k))}{bias} for every head, query (row) and key; "
+    c = w.trace.config
+    divisor, named = c.score_divisor if attn is not None else (math.sqrt(d_k), "sqrt(d_k)")
+    cap = "" if c.attn_softcap is None else \
+        f", soft-capped to {c.attn_softcap:g} tanh(s / {c.attn_softcap:g}) (Gemma 2)"
+    text = (f"scores: q . k / {named} = / {_n(divisor)}{cap}{bias} for every head, query (row) and key; "
             f"range {_n(float(s.stats['min'].min()))} to {_n(float(s.stats['max'].max()))}")
+    window = c.window(s.block) if s.block is not None else None
+    if window is not None:
+        text += f"; a local layer: each query sees the last {window} keys (its sliding window)"
     if s.masked is not None:
         text += f"; {int(s.masked.sum())} entries masked to -inf (keys a query may not see)"
     return text

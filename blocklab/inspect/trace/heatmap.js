@@ -218,7 +218,7 @@ var blocklabHeatmap = (function () {
           return "masked: key " + k + " is hidden from query " + p + " (-inf, so its weight is 0)";
         }
         var dotted = pick(o.x).reduce(function (a, x, t) { return a + x * pick(o.w)[t]; }, 0) + pick(o.rest);
-        var lines = ["= " + names[0] + "[" + p + "] · " + names[1] + "[" + k + "] / sqrt(" + o.n + ")   (head " + head + ")",
+        var lines = ["= " + names[0] + "[" + p + "] · " + names[1] + "[" + k + "] / " + (o.scale === Math.sqrt(o.n) ? "sqrt(" + o.n + ")" : f(o.scale)) + "   (head " + head + ")",
           "= " + f(dotted) + " / " + f(o.scale),
           "  the " + o.n + " terms " + names[0] + "[" + p + ", i] × " + names[1] + "[" + k + ", i], the " + pick(o.index).length + " largest:"];
         return terms(lines, o.n, pick(o.index), pick(o.x), pick(o.w), pick(o.rest), "i", f).join("\n");

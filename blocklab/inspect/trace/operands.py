@@ -53,10 +53,11 @@ DOT_STAGES: dict[str, tuple[str, str, str, str | None]] = {
 }
 
 
-def _qk(prefix: str, hooks: set[str]) -> list[str]:
+def qk_stages(prefix: str, hooks: set[str]) -> list[str]:
     """The q and k the scores multiply: rotated (rotary), else normalised (QK-norm), else as projected."""
-    return [next(n for n in (f"{prefix}attn.rot_{x}", f"{prefix}attn.{x}_norm", f"{prefix}attn.{x}")
-                 if n in hooks) for x in "qk"]
+    found = [next((n for n in (f"{prefix}attn.rot_{x}", f"{prefix}attn.{x}_norm", f"{prefix}attn.{x}")
+                   if n in hooks), None) for x in "qk"]
+    return [n for n in found if n is not None]  # fewer than two where q or k is not among ``hooks``
 
 
 def sources(model: nn.Module, names: list[str]) -> dict[str, list[str]]:
@@ -78,7 +79,7 @@ def sources(model: nn.Module, names: list[str]) -> dict[str, list[str]]:
         elif kind == "ffn.act":
             out[name] = [prefix + "ffn.hidden"]
         elif kind == "attn.scores":
-            out[name] = _qk(prefix, hooks)
+            out[name] = qk_stages(prefix, hooks)
         elif kind == "attn.z":
             out[name] = [prefix + "attn.weights", prefix + "attn.v"]
         elif kind == "attn.result":
@@ -117,12 +118,14 @@ def _heads(x: Tensor, heads: int) -> Tensor:
 
 
 def scores_operands(stage: Stage, attn: nn.Module, cache: dict[str, Tensor], reads: list[str]) -> Operands:
-    """attn.scores[h, t, k] = q[t, head h] . k[k, head h] / sqrt(d_k): the terms q_i k_i."""
+    """attn.scores[h, t, k] = q[t, head h] . k[k, head h] / sqrt(d_k) (or the model's own divisor): the
+    terms q_i k_i (stage_operands gives none where the scores are soft-capped or biased by ALiBi)."""
     heads = stage.heads.shape[0]
     q = _heads(cache[reads[0]], heads)[:, stage.positions]  # (h, P, d_k)
     k = _heads(cache[reads[1]], heads)  # (h, T, d_k)
     terms = largest_terms(q[:, :, None, :], k[:, None, :, :])  # (h, P, T, ...)
-    return Operands("qk", reads, n=q.shape[-1], scale=math.sqrt(attn.d_k), **terms)
+    divisor = math.sqrt(attn.d_k) if attn.scale is None else 1 / attn.scale  # Gemma 2, GPT-Neo: their own
+    return Operands("qk", reads, n=q.shape[-1], scale=divisor, **terms)
 
 
 def z_operands(stage: Stage, cache: dict[str, Tensor], reads: list[str]) -> Operands:
@@ -182,8 +185,11 @@ def stage_operands(stage: Stage, config: ModelConfig, modules: dict[str, nn.Modu
         o = Operands("dot", own, weight=weight, bias=bias if linear.bias is not None else "",
                      columns=columns, n=linear.weight.shape[1], **terms)
         return o if _adds_up(o, stage.rows if columns is None else stage.rows[:, columns]) else None
+    attn = modules.get(prefix + "attn")
+    if stage.kind == "attn.scores" and (attn.softcap is not None or getattr(attn, "alibi", None) is not None):
+        return None  # tanh(s / cap) cap, or s - m_h |i - j|: not the sum of q_i k_i over a divisor
     if stage.kind in ("attn.scores", "attn.z") and own:
-        o = (scores_operands(stage, modules[prefix + "attn"], cache, own) if stage.kind == "attn.scores"
+        o = (scores_operands(stage, attn, cache, own) if stage.kind == "attn.scores"
              else z_operands(stage, cache, own))
         return o if _adds_up(o, stage.heads if stage.kind == "attn.scores" else stage.rows) else None
     if stage.kind == "attn.result" and own:

@@ -21,6 +21,7 @@ from torch import Tensor
 from ...nn.layouts import LAYOUTS
 from ...nn.norm_kinds import NORM_KINDS
 from .collect import json_numbers
+from .operands import qk_stages
 from .record import NormNumbers, Stage, Trace
 from .text import fmt, grid, to_text
 
@@ -121,22 +122,31 @@ class _Walker:
                      f"x W{letter}^T + b{letter}, head {h}'s {part.shape[1]} columns", part)
 
     def scores(self, s: Stage) -> None:
-        read = s.operands.reads if s.operands is not None else []
         have = {t.name: t for t in self.trace.stages}
-        d_k = math.sqrt(self.c.d_model // self.c.n_heads if self.c.head_dim is None else self.c.head_dim)
+        read = qk_stages(f"blocks.{s.block}.", set(have))  # the q and k the scores multiply, if traced
+        divisor, named = self.c.score_divisor  # sqrt(d_k), or the model's own (Gemma 2, GPT-Neo: 1)
+        cap = self.c.attn_softcap
         for h in range(s.heads.shape[0]):
             where = f"{self.where(s)}head {h}"
             if len(read) == 2 and all(r in have for r in read) and len(self.tokens) == len(self.keys):
                 q = _heads(have[read[0]], s.heads.shape[0])[h]
                 k_heads = _heads(have[read[1]], have[read[1]].rows.shape[1] // q.shape[1])
                 k = k_heads[h * len(k_heads) // s.heads.shape[0]]
+                scaled = q @ k.T / divisor
                 self.add(s, f"{where}: QK^T", f"Q K^T, before the scale (d_k = {q.shape[1]})", q @ k.T,
                          self.keys, derived=True)
-                self.add(s, f"{where}: scaled", f"Q K^T / sqrt(d_k) = / {d_k:.6g}", q @ k.T / d_k, self.keys,
+                self.add(s, f"{where}: scaled", f"Q K^T / {named} = / {divisor:.6g}", scaled, self.keys,
                          derived=True)
+                if cap is not None:  # Gemma 2: cap tanh(scaled / cap), before the bias and the mask
+                    self.add(s, f"{where}: soft-capped", f"{cap:g} tanh(scaled / {cap:g})",
+                             cap * torch.tanh(scaled / cap), self.keys, derived=True)
+            before = "soft-capped" if cap is not None else "scaled"
             alibi = " - m_h |i - j| (ALiBi)" if self.c.pos_encoding == "alibi" else ""
-            self.add(s, f"{where}: masked", f"scaled{alibi} + mask: -inf where a query may not see the key"
-                     if self.c.causal else f"scaled{alibi} (no mask)", s.heads[h], self.keys)
+            window = self.c.window(s.block) if s.block is not None else None
+            local = f" (a local layer: it sees the last {window} keys)" if window else ""
+            masked = (f"{before}{alibi} + mask: -inf where a query may not see the key{local}"
+                      if self.c.causal else f"{before}{alibi} (no mask)")
+            self.add(s, f"{where}: masked", masked, s.heads[h], self.keys)
             exp = torch.exp(s.heads[h])  # exp(-inf) = 0: a masked key gets no weight
             self.add(s, f"{where}: exp", "softmax, step 1: exp of each score", exp, self.keys, derived=True)
             self.add(s, f"{where}: row sums", "softmax, step 2: each query's sum of exp", exp.sum(-1),
