@@ -173,6 +173,14 @@ PRESETS: dict[str, dict[str, Any]] = {
     # fused qkv_proj and gate_up_proj hold the same weights), 32 heads of 96, a window of 2047 on every layer,
     # untied; 3,821,079,552 parameters (its model card: 3.8B)
     "phi-3-mini": _llama(32064, 4096, 3072, 8192, 32, 32, None, 1e-5, 10000.0, sliding_window=2047),
+    # bigscience/bloom-560m's config.json (as remembered, not fetched here): n_embed 1024, 24 layers, 16
+    # heads, ALiBi, a LayerNorm on the embeddings, GELU (tanh), biases everywhere, d_ff 4 d, a tied head over
+    # 250,880 tokens; 559,214,592 parameters (its model card: 560M)
+    "bloom-560m": dict(
+        vocab_size=250880, max_seq_len=2048, d_model=1024, n_heads=16, n_layers=24, d_ff=4096,
+        activation="gelu_tanh", norm_position="pre", causal=True, pos_encoding="alibi", embed_norm=True,
+        tie_embeddings=True, eps=1e-5, embed_scale="none", embed_std=0.02, init="default",
+    ),
     "gpt-j-6b": dict(
         vocab_size=50400, max_seq_len=2048, d_model=4096, n_heads=16, n_layers=28, d_ff=16384,
         activation="gelu_tanh", norm_position="parallel_shared", causal=True, pos_encoding="rotary",
@@ -219,6 +227,8 @@ EMBEDDING_CHOICES: dict[str, str] = {
                         "factor, both tables N(0, 0.02^2)",
     "stablelm-2-1.6b": "the Llama layout (transformers' initializer_range): x0 = E[t], no factor, E ~ N(0, "
                        "0.02^2); rotary positions on 25% of each head, inside attention",
+    "bloom-560m": "BLOOM's layout: x0 = LayerNorm(E[t]), no factor, E ~ N(0, 0.02^2); no position code "
+                  "in x0: ALiBi's linear penalty on the scores, inside attention",
     "gpt-j-6b": "GPT-J's layout: x0 = E[t], no factor, E ~ N(0, 0.02^2); rotary positions on 64 of each "
                 "head's 256 features (adjacent pairs), inside attention",
 }

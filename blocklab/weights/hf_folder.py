@@ -41,6 +41,7 @@ from ..training.checkpoint import (
 from ..training.runfiles import OWNED
 from . import (
     hf_bert,
+    hf_bloom,
     hf_gpt2,
     hf_gpt_bigcode,
     hf_gpt_neo,
@@ -66,7 +67,7 @@ FAMILIES: dict[str, Family] = {  # type: ignore[dict-item]
     "gpt_neox": hf_gpt_neox, "qwen3": QWEN3, "olmo2": OLMO2, "gemma": GEMMA, "opt": hf_opt, "phi": hf_phi,
     "gptj": hf_gptj, "mixtral": MIXTRAL, "qwen2_moe": QWEN2_MOE, "qwen3_moe": QWEN3_MOE, "olmoe": OLMOE,
     "gemma2": GEMMA2, "gpt_neo": hf_gpt_neo, "gpt_bigcode": hf_gpt_bigcode,
-    "stablelm": hf_stablelm, "olmo": OLMO, "phi3": hf_phi3,
+    "stablelm": hf_stablelm, "olmo": OLMO, "phi3": hf_phi3, "bloom": hf_bloom,
 }
 MAX_LISTED = 8  # keys named in one error message
 

@@ -68,6 +68,8 @@ def test_every_transformerlens_alias_names_a_stage_of_some_model_or_says_why_not
                                                    norm_position=position)).hook_names())
     names |= set(bl.Transformer(bl.ModelConfig(d_model=16, n_heads=2, n_layers=1, pos_encoding="rotary",
                                                activation="swiglu", qk_norm="head")).hook_names())
+    names |= set(bl.Transformer(bl.ModelConfig(d_model=16, n_heads=2, n_layers=1,
+                                               embed_norm=True)).hook_names())
     for alias in TRANSFORMERLENS_ALIASES:
         tl = alias.transformerlens.format(i=0)
         if alias.blocklab is None:

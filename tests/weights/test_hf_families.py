@@ -21,6 +21,7 @@ import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 
 import blocklab as bl
+from blocklab.nn.alibi import alibi_slopes
 from blocklab.nn.generate import generate
 from blocklab.nn.packed import packed_bytes
 from blocklab.weights import read_pretrained, save_pretrained
@@ -33,6 +34,7 @@ NEO = dict(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=4, max_posi
            bos_token_id=1, eos_token_id=2)  # GPT-Neo's names for SHAPE's
 BIGCODE = dict(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, resid_pdrop=0.0,
                embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=1, eos_token_id=2)
+BLOOM = dict(vocab_size=VOCAB, hidden_size=32, n_layer=2, bos_token_id=1, eos_token_id=2)
 LLAMA3 = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 16}
 
@@ -128,6 +130,11 @@ CASES = {
     "phi3-partial-mqa-tied-theta": (transformers.Phi3ForCausalLM, transformers.Phi3Config(
         **SHAPE, num_key_value_heads=1, partial_rotary_factor=0.5, rope_theta=500.0, tie_word_embeddings=True,
         pad_token_id=0)),
+    # BLOOM: ALiBi (4 heads; 6: a count that is no power of two), a LayerNorm on the embeddings, q, k, v fused
+    # head by head, GELU (tanh), biases everywhere; tied or not
+    "bloom-alibi-tied": (transformers.BloomForCausalLM, transformers.BloomConfig(**BLOOM, n_head=4)),
+    "bloom-six-heads-untied": (transformers.BloomForCausalLM, transformers.BloomConfig(
+        **{**BLOOM, "hidden_size": 48}, n_head=6, tie_word_embeddings=False)),
     # Mixtral: a mixture of experts in the MLP's place (softmax, top-k, renormalised), Mistral's attention
     "mixtral-top2-gqa-untied": (transformers.MixtralForCausalLM, transformers.MixtralConfig(
         **SHAPE, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2)),
@@ -208,7 +215,9 @@ def _ids(seed: int, shape: tuple[int, int] = (2, 11)) -> torch.Tensor:
 def test_the_config_is_read_as_the_family_says(case):
     name, hf, _, loaded = case
     c, h = loaded.model.config, hf.config
-    assert c.pos_encoding == ("learned" if h.model_type in LEARNED else "rotary") and c.causal
+    assert c.pos_encoding == ("learned" if h.model_type in LEARNED else
+                              "alibi" if h.model_type == "bloom" else "rotary") and c.causal
+    assert c.embed_norm == (h.model_type == "bloom")
     assert c.kv_heads == getattr(h, "num_key_value_heads", h.num_attention_heads)
     assert c.tie_embeddings == h.tie_word_embeddings
     layout = {"olmo2": "res_post", "gemma2": "sandwich",
@@ -306,6 +315,30 @@ def _neo_attention_in_the_inputs_dtype(self, query, key, value, attention_mask=N
     return torch.matmul(weights, value), weights
 
 
+def _bloom_alibi_in_float64(attention_mask, num_heads, dtype):
+    """transformers' build_alibi_tensor with its slopes in float64 (it computes them in float32): m_h times
+    each key's place among the row's real tokens, (B heads, 1, T)."""
+    slopes = torch.tensor(alibi_slopes(num_heads), dtype=torch.float64)
+    place = ((attention_mask.cumsum(dim=-1) - 1) * attention_mask)[:, None, :].to(torch.float64)
+    return (slopes[..., None] * place).reshape(-1, 1, attention_mask.shape[-1]).to(dtype)
+
+
+def _exact_tanh_gelu(self, x):
+    """GELU's tanh form with sqrt(2 / pi) itself (transformers' BloomGelu writes it as 0.79788456)."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+class _SoftmaxInTheInputsDtype:
+    """torch.nn.functional as BloomAttention calls it, its softmax in the input's dtype (it asks float32)."""
+
+    def __getattr__(self, name):
+        return getattr(torch.nn.functional, name)
+
+    @staticmethod
+    def softmax(x, dim, dtype=None):
+        return torch.softmax(x, dim=dim)
+
+
 def _mixtral_moe_in_the_inputs_dtype(self, hidden_states):
     """transformers' MixtralSparseMoeBlock.forward with its routing softmax in the inputs' dtype (it asks
     for float32): the same sums, token by token."""
@@ -342,8 +375,9 @@ def _routed_moe_in_the_inputs_dtype(self, hidden_states):
 
 def test_logits_equal_transformers_float64(case, monkeypatch):
     """transformers computes the rotary angles in float32 in every model (blocklab too, rotary.py), the
-    Llama family's RMSNorm in float32 even in a float64 model, Mixtral's routing softmax, and GPT-J's
-    attention scores; with those
+    Llama family's RMSNorm in float32 even in a float64 model, Mixtral's routing softmax, GPT-J's
+    attention scores, BLOOM's ALiBi slopes and attention softmax (and its GELU's sqrt(2 / pi) written
+    0.79788456); with those
     run in float64 (and GPT-J's logits read before its final cast to float32), the two float64 models
     agree to 1e-10."""
     _, hf, folder, _ = case
@@ -375,6 +409,10 @@ def test_logits_equal_transformers_float64(case, monkeypatch):
                         _gptj_attention_in_the_inputs_dtype)
     monkeypatch.setattr(transformers.models.gpt_neo.modeling_gpt_neo.GPTNeoSelfAttention, "_attn",
                         _neo_attention_in_the_inputs_dtype)
+    bloom = transformers.models.bloom.modeling_bloom
+    monkeypatch.setattr(bloom, "build_alibi_tensor", _bloom_alibi_in_float64)
+    monkeypatch.setattr(bloom.BloomGelu, "forward", _exact_tanh_gelu)
+    monkeypatch.setattr(bloom, "F", _SoftmaxInTheInputsDtype())
     model = read_pretrained(folder).model.double()
     hf64 = type(hf)(hf.config).double().eval()
     hf64.load_state_dict(hf.state_dict())
@@ -504,7 +542,7 @@ def test_blocklab_load_and_every_model_command_take_the_folder(case, capsys):
     from blocklab.cli import main
 
     assert main(["generate", "--model", str(folder), "--input", "ab c", "--max-new-tokens", "4"]) == 0
-    stage = "q" if hf.config.model_type in LEARNED else "rot_q"
+    stage = "q" if hf.config.model_type in LEARNED + ("bloom",) else "rot_q"  # (no rotation)
     stages = ["--stages", f"blocks.0.attn.{stage}"]
     assert main(["trace", "--model", str(folder), "--input", "ab c", *stages]) == 0
     out = capsys.readouterr().out
@@ -563,6 +601,10 @@ def test_blocklab_load_and_every_model_command_take_the_folder(case, capsys):
     ("phi3", {"head_dim": 16}, "head_dim=16"),
     ("phi3", {"resid_pdrop": 0.1}, "resid_pdrop=0.1"),
     ("phi3", {"hidden_act": "gelu"}, "hidden_act='gelu'"),
+    ("bloom", {"apply_residual_connection_post_layernorm": True}, "apply_residual_connection_post_layernorm"),
+    ("bloom", {"pretraining_tp": 2, "slow_but_exact": True}, "slow_but_exact=True"),
+    ("bloom", {"hidden_dropout": 0.1}, "hidden_dropout=0.1"),
+    ("bloom", {"attention_dropout": 0.1}, "attention_dropout=0.1"),
     ("mixtral", {"router_jitter_noise": 0.1}, "router_jitter_noise"),
     ("mixtral", {"num_local_experts": 0}, "num_local_experts=0"),
     ("mixtral", {"num_experts_per_tok": 5}, "experts_per_token=5"),
@@ -591,6 +633,7 @@ def test_a_config_field_the_import_cannot_honour_is_refused_by_name(tmp_path, fa
                    "gptj": CASES["gptj-interleaved-quarter"], "gpt_neo": CASES["neo-global-local-untied"],
                    "gpt_bigcode": CASES["bigcode-mqa-untied"],
                    "stablelm": CASES["stablelm-quarter-gqa-untied"], "phi3": CASES["phi3-window-gqa-untied"],
+                   "bloom": CASES["bloom-alibi-tied"],
                    "olmo": CASES["olmo-nonparametric-untied"],
                    "gemma": CASES["gemma-wide-heads-mqa"],
                    "gemma2": CASES["gemma2-caps-windows-gqa-untied"],
@@ -719,6 +762,43 @@ def test_stablelm_export_refuses_what_its_config_json_cannot_say():
         export_family(config.replace(ffn_bias=True), "stablelm")
 
 
+def test_alibi_slopes_are_blooms_for_every_head_count_to_its_float32_rounding():
+    """transformers' build_alibi_tensor for 1..128 heads: key j's bias is m_h j; its slopes, powers of a
+    float32 base taken in float32, are blocklab's to within 8 float32 ulp (5.7 at most; equal outright for 1,
+    2, 4, 6 and 8 heads: exact powers of two), and its formula taken in float64 gives them to 1e-14."""
+    build = transformers.models.bloom.modeling_bloom.build_alibi_tensor
+    for heads in range(1, 129):
+        theirs = build(torch.ones(1, 2, dtype=torch.long), heads, torch.float32).reshape(heads, 2)[:, 1]
+        ours = torch.tensor(alibi_slopes(heads), dtype=torch.float64)
+        torch.testing.assert_close(ours.float(), theirs, rtol=8 * 2.0 ** -23, atol=0, msg=str(heads))
+        n = 2 ** math.floor(math.log2(heads))  # the same formula, every step in float64
+        exact = [(2 ** (-(2 ** -(math.log2(n) - 3)))) ** k for k in range(1, n + 1)]
+        exact += [(2 ** (-(2 ** -(math.log2(2 * n) - 3)))) ** k for k in range(1, 2 * (heads - n), 2)]
+        torch.testing.assert_close(ours, torch.tensor(exact, dtype=torch.float64), rtol=1e-14, atol=0)
+        if heads in (1, 2, 4, 6, 8):
+            assert torch.equal(ours.float(), theirs)
+
+
+def test_bloom_reads_its_older_names_and_refuses_two_that_disagree(tmp_path):
+    """Released BLOOM files say n_embed and num_attention_heads (BloomConfig's other names for hidden_size and
+    n_head), and carry no position bound: max_seq_len is seq_length, else 2048; export writes d_ff = 4 d."""
+    from blocklab.weights.hf_folder import export_family
+
+    cls, config = CASES["bloom-alibi-tied"]
+    torch.manual_seed(0)
+    cls(config).save_pretrained(str(tmp_path))
+    written = json.loads((tmp_path / "config.json").read_text())
+    old = {k: v for k, v in written.items() if k not in ("hidden_size", "n_head", "seq_length")}
+    (tmp_path / "config.json").write_text(json.dumps({**old, "n_embed": 32, "num_attention_heads": 4}))
+    c = read_pretrained(tmp_path).model.config
+    assert (c.d_model, c.n_heads, c.d_ff, c.max_seq_len) == (32, 4, 128, 2048)
+    (tmp_path / "config.json").write_text(json.dumps({**written, "n_embed": 64}))
+    with pytest.raises(PretrainedError, match="hidden_size=32 disagrees with n_embed=64"):
+        read_pretrained(tmp_path)
+    with pytest.raises(PretrainedError, match=r"BLOOM layout: ModelConfig d_ff=96 \(needs 128\)"):
+        export_family(c.replace(d_ff=96), "bloom")
+
+
 def test_phi3_fused_rows_are_q_k_v_and_gate_up_and_the_same_model_is_written_as_mistral_unasked(tmp_path):
     """qkv_proj's rows are q (n_heads d_head), k, v (n_kv_heads d_head each), gate_up_proj's gate then up:
     read off transformers' own forward, not off blocklab's map; unasked, export writes the Llama block's
@@ -810,7 +890,8 @@ PRESET_FAMILIES = {"llama-3.2-1b": "llama", "smollm2-135m": "llama", "qwen2.5-0.
                    "mixtral-8x7b": "mixtral", "qwen3-30b-a3b": "qwen3_moe", "olmoe-1b-7b": "olmoe",
                    "qwen1.5-moe-a2.7b": "qwen2_moe", "gemma-2-2b": "gemma2",
                    "gpt-neo-125m": "gpt_neo", "starcoderbase-1b": "gpt_bigcode",
-                   "stablelm-2-1.6b": "stablelm", "olmo-1b": "olmo", "phi-3-mini": "phi3"}
+                   "stablelm-2-1.6b": "stablelm", "olmo-1b": "olmo", "phi-3-mini": "phi3",
+                   "bloom-560m": "bloom"}
 # a mixture's parts by transformers' module names (the router: block_sparse_moe.gate or mlp.gate)
 MOE_PARTS = {"router": r"\.(block_sparse_moe|mlp)\.gate\.", "experts": r"\.experts\.",
              "shared_expert": r"\.shared_expert(_gate)?\."}
