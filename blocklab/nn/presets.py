@@ -181,6 +181,15 @@ PRESETS: dict[str, dict[str, Any]] = {
         activation="gelu_tanh", norm_position="pre", causal=True, pos_encoding="alibi", embed_norm=True,
         tie_embeddings=True, eps=1e-5, embed_scale="none", embed_std=0.02, init="default",
     ),
+    # tiiuae/falcon-7b's config.json (as remembered, not fetched here): the old architecture, attention and
+    # the MLP side by side after one LayerNorm, one key/value head (multi_query), 71 heads of 64, no biases on
+    # the linear layers, exact GELU, d_ff 4 d, a tied head; 6,921,720,704 parameters (its model card: 7B)
+    "falcon-7b": dict(
+        vocab_size=65024, max_seq_len=2048, d_model=4544, n_heads=71, n_kv_heads=1, n_layers=32, d_ff=18176,
+        activation="gelu", norm_position="parallel_shared", causal=True, pos_encoding="rotary", eps=1e-5,
+        qkv_bias=False, o_bias=False, ffn_bias=False, tie_embeddings=True, embed_scale="none", embed_std=0.02,
+        init="default",
+    ),
     "gpt-j-6b": dict(
         vocab_size=50400, max_seq_len=2048, d_model=4096, n_heads=16, n_layers=28, d_ff=16384,
         activation="gelu_tanh", norm_position="parallel_shared", causal=True, pos_encoding="rotary",
@@ -229,6 +238,8 @@ EMBEDDING_CHOICES: dict[str, str] = {
                        "0.02^2); rotary positions on 25% of each head, inside attention",
     "bloom-560m": "BLOOM's layout: x0 = LayerNorm(E[t]), no factor, E ~ N(0, 0.02^2); no position code "
                   "in x0: ALiBi's linear penalty on the scores, inside attention",
+    "falcon-7b": "Falcon's layout: x0 = E[t], no factor, E ~ N(0, 0.02^2); rotary positions on every "
+                 "feature of each head, inside attention",
     "gpt-j-6b": "GPT-J's layout: x0 = E[t], no factor, E ~ N(0, 0.02^2); rotary positions on 64 of each "
                 "head's 256 features (adjacent pairs), inside attention",
 }

@@ -27,6 +27,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..nn.config import ModelConfig
+
+# GPT-2's keys, the same rule: the stack under ``transformer.``, lm_head beside it
+from .hf_gpt2 import export_key as export_key
+from .hf_gpt2 import normalize_key as normalize_key
 from .hf_map import (
     PLAIN_BIASES,
     PLAIN_SCORES,
@@ -122,12 +126,3 @@ def weight_map(config: ModelConfig) -> list[WeightMap]:
         rows.append(WeightMap("lm_head.weight", ("head.weight",)))
     return rows
 
-
-def normalize_key(key: str) -> str:
-    """BloomForCausalLM keys (``transformer.`` prefix) -> BloomModel's, as the released files have them."""
-    return key.removeprefix("transformer.")
-
-
-def export_key(key: str) -> str:
-    """BloomForCausalLM's keys: the stack under ``transformer.``, the head beside it."""
-    return key if key == "lm_head.weight" else f"transformer.{key}"

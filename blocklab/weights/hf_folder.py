@@ -42,6 +42,7 @@ from ..training.runfiles import OWNED
 from . import (
     hf_bert,
     hf_bloom,
+    hf_falcon,
     hf_gpt2,
     hf_gpt_bigcode,
     hf_gpt_neo,
@@ -68,6 +69,7 @@ FAMILIES: dict[str, Family] = {  # type: ignore[dict-item]
     "gptj": hf_gptj, "mixtral": MIXTRAL, "qwen2_moe": QWEN2_MOE, "qwen3_moe": QWEN3_MOE, "olmoe": OLMOE,
     "gemma2": GEMMA2, "gpt_neo": hf_gpt_neo, "gpt_bigcode": hf_gpt_bigcode,
     "stablelm": hf_stablelm, "olmo": OLMO, "phi3": hf_phi3, "bloom": hf_bloom,
+    "falcon": hf_falcon,
 }
 MAX_LISTED = 8  # keys named in one error message
 

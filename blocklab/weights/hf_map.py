@@ -37,9 +37,11 @@ PLAIN_SCORES: dict[str, Any] = {"attn_softcap": None, "logit_softcap": None, "qu
 @dataclass(frozen=True)
 class WeightMap:
     """Hugging Face tensor ``hf`` = cat(blocklab tensors ``ours``, dim 0), transposed if ``conv1d``;
-    with ``heads`` > 0, interleaved head by head instead: [q_0 k_0 v_0 q_1 k_1 v_1 ...] (GPT-NeoX's
-    query_key_value), each part ``heads`` blocks of equal rows. ``skip``: leading rows of the Hugging Face
-    tensor no token reaches (OPT's position table starts at row 2), dropped on import, zeros on export."""
+    with ``heads`` > 0, interleaved group by group instead: [q_0 k_0 v_0 q_1 k_1 v_1 ...] (GPT-NeoX's
+    query_key_value), each part cut in ``heads`` blocks of equal rows (the parts' blocks may differ in size:
+    Falcon's group of several query heads, then its one key and value head). ``skip``: leading rows of the
+    Hugging Face tensor no token reaches (OPT's position table starts at row 2), dropped on import, zeros on
+    export."""
 
     hf: str
     ours: tuple[str, ...]
@@ -80,8 +82,8 @@ def to_hf(state: dict[str, Tensor], rows: list[WeightMap]) -> dict[str, Tensor]:
     out = {}
     for row in rows:
         parts = [state[k] for k in row.ours]
-        if row.heads:  # (heads, parts, rows per head, ...) -> one tensor, head by head
-            t = torch.stack([p.unflatten(0, (row.heads, -1)) for p in parts], 1).flatten(0, 2)
+        if row.heads:  # each part (heads, its rows per head, ...) side by side -> one tensor, head by head
+            t = torch.cat([p.unflatten(0, (row.heads, -1)) for p in parts], 1).flatten(0, 1)
         else:
             t = torch.cat(parts) if len(parts) > 1 else parts[0]
         if row.skip:
@@ -97,8 +99,9 @@ def from_hf(hf: dict[str, Tensor], rows: list[WeightMap], shapes: dict[str, torc
         t = hf[row.hf]
         t = t.t() if row.conv1d and t.dim() == 2 else t
         t = t[row.skip:]
-        if row.heads:  # head by head: (heads, parts, rows per head, ...)
-            parts = t.unflatten(0, (row.heads, len(row.ours), -1)).unbind(1)
+        if row.heads:  # head by head: (heads, the parts' rows per head, ...), cut into the parts
+            sizes = [shapes[k][0] // row.heads for k in row.ours]
+            parts = t.unflatten(0, (row.heads, -1)).split(sizes, dim=1)
             for key, part in zip(row.ours, parts, strict=True):
                 out[key] = part.flatten(0, 1).contiguous()
             continue

@@ -351,8 +351,8 @@ def _edit_weights(folder: Path, edit) -> None:
 
 def test_wrong_model_type_is_named(broken):
     config = json.loads((broken / "config.json").read_text())
-    (broken / "config.json").write_text(json.dumps({**config, "model_type": "falcon"}))
-    message = r"config\.json: model_type='falcon' is not supported; blocklab reads bert, gpt2, qwen2, llama"
+    (broken / "config.json").write_text(json.dumps({**config, "model_type": "mpt"}))
+    message = r"config\.json: model_type='mpt' is not supported; blocklab reads bert, gpt2, qwen2, llama"
     with pytest.raises(PretrainedError, match=message):
         load_pretrained(broken)
 

@@ -35,6 +35,8 @@ NEO = dict(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=4, max_posi
 BIGCODE = dict(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, resid_pdrop=0.0,
                embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=1, eos_token_id=2)
 BLOOM = dict(vocab_size=VOCAB, hidden_size=32, n_layer=2, bos_token_id=1, eos_token_id=2)
+FALCON = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+              max_position_embeddings=64, bos_token_id=1, eos_token_id=2)
 LLAMA3 = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 16}
 
@@ -135,6 +137,16 @@ CASES = {
     "bloom-alibi-tied": (transformers.BloomForCausalLM, transformers.BloomConfig(**BLOOM, n_head=4)),
     "bloom-six-heads-untied": (transformers.BloomForCausalLM, transformers.BloomConfig(
         **{**BLOOM, "hidden_size": 48}, n_head=6, tie_word_embeddings=False)),
+    # Falcon: falcon-7b's block (the old architecture: one key/value head, attention and MLP side by side
+    # after one norm, no linear biases), the new architecture (two norms, key/value groups in query_key_value,
+    # biases), and the old sequential block with a key and value per head
+    "falcon-old-mqa-parallel-tied": (transformers.FalconForCausalLM, transformers.FalconConfig(**FALCON)),
+    "falcon-new-gqa-two-norms-biased-untied": (transformers.FalconForCausalLM, transformers.FalconConfig(
+        **FALCON, new_decoder_architecture=True, num_kv_heads=2, bias=True, ffn_hidden_size=48,
+        rope_theta=500.0, tie_word_embeddings=False)),
+    "falcon-old-mha-sequential-tanh": (transformers.FalconForCausalLM, transformers.FalconConfig(
+        **FALCON, multi_query=False, parallel_attn=False, activation="gelu_pytorch_tanh",
+        tie_word_embeddings=False)),
     # Mixtral: a mixture of experts in the MLP's place (softmax, top-k, renormalised), Mistral's attention
     "mixtral-top2-gqa-untied": (transformers.MixtralForCausalLM, transformers.MixtralConfig(
         **SHAPE, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2)),
@@ -218,10 +230,14 @@ def test_the_config_is_read_as_the_family_says(case):
     assert c.pos_encoding == ("learned" if h.model_type in LEARNED else
                               "alibi" if h.model_type == "bloom" else "rotary") and c.causal
     assert c.embed_norm == (h.model_type == "bloom")
-    assert c.kv_heads == getattr(h, "num_key_value_heads", h.num_attention_heads)
-    assert c.tie_embeddings == h.tie_word_embeddings
+    kv_heads = getattr(h, "num_key_value_heads", h.num_attention_heads)
     layout = {"olmo2": "res_post", "gemma2": "sandwich",
               **{t: "parallel_shared" for t in SHARED_NORM}}.get(h.model_type, "pre")
+    if h.model_type == "falcon":  # its own words: num_kv_heads, multi_query, and three blocks
+        kv_heads = 1 if h.multi_query and not h.new_decoder_architecture else h.num_kv_heads
+        layout = "parallel" if h.new_decoder_architecture else "parallel_shared" if h.parallel_attn else "pre"
+    assert c.kv_heads == kv_heads
+    assert c.tie_embeddings == h.tie_word_embeddings
     parallel = "parallel_shared" if h.model_type == "stablelm" else "parallel"  # one norm, or two (NeoX)
     assert c.norm_position == (parallel if getattr(h, "use_parallel_residual", False) else layout)
     assert c.head_bias == (h.model_type in SHARED_NORM)
@@ -605,6 +621,15 @@ def test_blocklab_load_and_every_model_command_take_the_folder(case, capsys):
     ("bloom", {"pretraining_tp": 2, "slow_but_exact": True}, "slow_but_exact=True"),
     ("bloom", {"hidden_dropout": 0.1}, "hidden_dropout=0.1"),
     ("bloom", {"attention_dropout": 0.1}, "attention_dropout=0.1"),
+    ("falcon", {"alibi": True}, "alibi=True"),
+    ("falcon", {"new_decoder_architecture": True, "parallel_attn": False}, "parallel_attn=false"),
+    ("falcon", {"num_ln_in_parallel_attn": 2}, "num_ln_in_parallel_attn=2"),
+    ("falcon", {"multi_query": False, "num_kv_heads": 2}, "num_kv_heads=2"),
+    ("falcon", {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "rope_scaling"),
+    ("falcon", {"hidden_dropout": 0.1}, "hidden_dropout=0.1"),
+    ("falcon", {"activation": "silu"}, "activation='silu'"),
+    ("falcon", {"apply_residual_connection_post_layernorm": True},
+     "apply_residual_connection_post_layernorm"),
     ("mixtral", {"router_jitter_noise": 0.1}, "router_jitter_noise"),
     ("mixtral", {"num_local_experts": 0}, "num_local_experts=0"),
     ("mixtral", {"num_experts_per_tok": 5}, "experts_per_token=5"),
@@ -633,7 +658,7 @@ def test_a_config_field_the_import_cannot_honour_is_refused_by_name(tmp_path, fa
                    "gptj": CASES["gptj-interleaved-quarter"], "gpt_neo": CASES["neo-global-local-untied"],
                    "gpt_bigcode": CASES["bigcode-mqa-untied"],
                    "stablelm": CASES["stablelm-quarter-gqa-untied"], "phi3": CASES["phi3-window-gqa-untied"],
-                   "bloom": CASES["bloom-alibi-tied"],
+                   "bloom": CASES["bloom-alibi-tied"], "falcon": CASES["falcon-old-mqa-parallel-tied"],
                    "olmo": CASES["olmo-nonparametric-untied"],
                    "gemma": CASES["gemma-wide-heads-mqa"],
                    "gemma2": CASES["gemma2-caps-windows-gqa-untied"],
@@ -799,6 +824,33 @@ def test_bloom_reads_its_older_names_and_refuses_two_that_disagree(tmp_path):
         export_family(c.replace(d_ff=96), "bloom")
 
 
+def test_falcon_export_writes_each_block_and_its_key_value_groups_and_refuses_what_it_cannot_say(tmp_path):
+    """The shared-norm block with grouped heads is the new architecture with one norm (num_ln_in_parallel_attn
+    1), which transformers builds and computes as blocklab does; biases on some linear layers only, or
+    grouped heads in the pre-norm block, have no Falcon layout."""
+    from blocklab.nn.presets import preset
+    from blocklab.weights.hf_folder import export_family
+
+    config = preset("falcon-7b", n_layers=2, vocab_size=64, d_model=32, n_heads=4, d_ff=64, max_seq_len=32)
+    out = export_family(config, "falcon").hf_config(config)
+    assert (out["new_decoder_architecture"], out["multi_query"], out["parallel_attn"], out["bias"]) == (
+        False, True, True, False)
+    grouped = bl.Transformer(config.replace(n_kv_heads=2, qkv_bias=None, o_bias=None, ffn_bias=None))
+    save_pretrained(grouped, tmp_path / "grouped", family="falcon")
+    written = json.loads((tmp_path / "grouped" / "config.json").read_text())
+    assert (written["new_decoder_architecture"], written["num_ln_in_parallel_attn"], written["bias"]) == (
+        True, 1, True)
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "grouped")).eval()
+    tokens = _ids(4, (2, 9)) % 64
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(tokens).logits, grouped(tokens), rtol=0, atol=1e-5)
+    assert read_pretrained(tmp_path / "grouped").model.config == grouped.config
+    with pytest.raises(PretrainedError, match=r"Falcon layout: ModelConfig qkv_bias=None, o_bias=False"):
+        export_family(config.replace(qkv_bias=None), "falcon")
+    with pytest.raises(PretrainedError, match=r"Falcon layout: ModelConfig n_kv_heads=2 \(the pre-norm"):
+        export_family(config.replace(n_kv_heads=2, norm_position="pre"), "falcon")
+
+
 def test_phi3_fused_rows_are_q_k_v_and_gate_up_and_the_same_model_is_written_as_mistral_unasked(tmp_path):
     """qkv_proj's rows are q (n_heads d_head), k, v (n_kv_heads d_head each), gate_up_proj's gate then up:
     read off transformers' own forward, not off blocklab's map; unasked, export writes the Llama block's
@@ -891,7 +943,7 @@ PRESET_FAMILIES = {"llama-3.2-1b": "llama", "smollm2-135m": "llama", "qwen2.5-0.
                    "qwen1.5-moe-a2.7b": "qwen2_moe", "gemma-2-2b": "gemma2",
                    "gpt-neo-125m": "gpt_neo", "starcoderbase-1b": "gpt_bigcode",
                    "stablelm-2-1.6b": "stablelm", "olmo-1b": "olmo", "phi-3-mini": "phi3",
-                   "bloom-560m": "bloom"}
+                   "bloom-560m": "bloom", "falcon-7b": "falcon"}
 # a mixture's parts by transformers' module names (the router: block_sparse_moe.gate or mlp.gate)
 MOE_PARTS = {"router": r"\.(block_sparse_moe|mlp)\.gate\.", "experts": r"\.experts\.",
              "shared_expert": r"\.shared_expert(_gate)?\."}

@@ -148,11 +148,11 @@ def test_unsupported_folders_list_what_is_accepted(tmp_path: Path) -> None:
     neither.mkdir()
     (neither / "config.json").write_text(json.dumps({"hidden_size": 8}))
     assert "its config.json is neither a blocklab run's nor a Hugging Face model's" in refusal(neither)
-    falcon = tmp_path / "falcon"
-    falcon.mkdir()
-    (falcon / "config.json").write_text(json.dumps({"model_type": "falcon"}))
-    assert ("model_type='falcon' is not supported; blocklab reads bert, gpt2, qwen2, llama, mistral, gpt_neox"
-            in refusal(falcon))
+    mpt = tmp_path / "mpt"
+    mpt.mkdir()
+    (mpt / "config.json").write_text(json.dumps({"model_type": "mpt"}))
+    assert ("model_type='mpt' is not supported; blocklab reads bert, gpt2, qwen2, llama, mistral, gpt_neox"
+            in refusal(mpt))
 
 
 def test_what_load_accepts_names_every_family_the_loader_reads(capsys: pytest.CaptureFixture[str]) -> None:
