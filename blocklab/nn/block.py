@@ -42,6 +42,7 @@ from .kernels import norm_linear, residual_norm_linear, residual_sum
 from .layouts import LAYOUTS, Norm, Sublayer, Sum
 from .moe import MixtureOfExperts
 from .norms import build_norm
+from .position_kinds import POSITION_KINDS
 from .rotary import Angles
 
 # ---- the residual combine ---------------------------------------------------------------------
@@ -103,12 +104,12 @@ class TransformerBlock(HookedModule):
         super().__init__()
         c = self.config = config
         self.layout = LAYOUTS[c.norm_position]
-        fused = c.components_fused
+        fused, positions = c.components_fused, POSITION_KINDS[c.pos_encoding]
         self.attn = MultiHeadAttention(
             c.d_model, c.n_heads, causal=c.causal, bias=c.bias, dropout=c.dropout, fused=fused,
-            n_kv_heads=c.n_kv_heads, qkv_bias=c.qkv_bias, o_bias=c.o_bias, rotary=c.pos_encoding == "rotary",
+            n_kv_heads=c.n_kv_heads, qkv_bias=c.qkv_bias, o_bias=c.o_bias, rotary=positions.rotary,
             sliding_window=c.window(layer), qk_norm=c.qk_norm, norm=c.norm, eps=c.eps, d_head=c.head_dim,
-            alibi=c.pos_encoding == "alibi", softcap=c.attn_softcap,
+            alibi=positions.alibi, softcap=c.attn_softcap,
             scale=None if c.query_pre_attn_scalar is None else c.query_pre_attn_scalar ** -0.5)
         self.ffn = FeedForward(c.d_model, c.d_ff, c.activation, bias=c.has_ffn_bias, dropout=c.dropout,
                                fused=fused) \

@@ -42,6 +42,7 @@ from .factored import FactoredMatrix
 from .layouts import LAYOUTS, Norm, Sublayer
 from .norm_kinds import NORM_KINDS
 from .packed import packed_linear, packing
+from .position_kinds import POSITION_KINDS
 
 # the norm kinds that subtract the mean: centring the writers is free (the record says which)
 CENTRING_NORMS = tuple(name for name, kind in NORM_KINDS.items() if kind.per_position and kind.centres)
@@ -353,7 +354,7 @@ class ModelWeights:
         config = self.config
         refusals = {
             "pos_encoding='rotary' makes QK depend on the query's and key's positions":
-                config.pos_encoding == "rotary",
+                POSITION_KINDS[config.pos_encoding].rotary,
             f"qk_norm={config.qk_norm!r} normalises q and k after W_Q and W_K": config.qk_norm != "none",
             f"n_kv_heads={config.kv_heads} < n_heads={config.n_heads}: key and value heads are shared, so "
             "a query head's W_K and W_V are not its own": config.kv_heads != config.n_heads}

@@ -20,6 +20,7 @@ from .ffn_kinds import MOE_FIELDS, ROUTINGS, moe_violations, resolve_d_ff
 from .init_schemes import INIT_SCHEMES
 from .layouts import LAYOUTS, Layout, block_formula, block_title
 from .norm_kinds import NORM_KINDS, NormKind, is_layer_norm, layer_norm_variants
+from .position_kinds import POSITION_KINDS, PositionKind
 from .residual_kinds import RESIDUAL_KINDS, ResidualKind
 from .rotary import ROTARY_STYLES, check_rope_scaling, rotary_dim
 
@@ -30,7 +31,7 @@ _NO_NORM = next(name for name, kind in NORM_KINDS.items() if not kind.normalises
 NORM_POSITIONS = tuple(LAYOUTS)  # the block layouts (layouts.LAYOUTS: where the norms sit, how it is wired)
 RESIDUALS = tuple(RESIDUAL_KINDS)  # residual_kinds.py: one record each
 # rotary (rotary.py) and alibi (alibi.py) act inside attention: nothing is added to x0
-POS_ENCODINGS = ("sinusoidal", "learned", "rotary", "alibi", "none")
+POS_ENCODINGS = tuple(POSITION_KINDS)
 FUSED_CHOICES = (True, False, "auto")
 DEFAULT_EPS = 1e-5
 
@@ -282,7 +283,7 @@ def _violations(c: ModelConfig) -> list[str]:
     need(_is_positive_number(c.embed_std), f"embed_std={c.embed_std!r} must be a finite number > 0")
     if c.pos_std is not None:
         need(_is_positive_number(c.pos_std), f"pos_std={c.pos_std!r} must be a finite number > 0 (or unset)")
-        need(c.pos_encoding == "learned",
+        need(getattr(_position_kind(c), "learned", False),
              f"pos_std={c.pos_std!r} initialises learned positions, but pos_encoding={c.pos_encoding!r} "
              "has none: leave pos_std unset or use pos_encoding='learned'")
     for name in ("bias", "causal", "tie_embeddings", "head_bias", "final_norm", "embed_norm",
@@ -357,7 +358,7 @@ def _attention_violations(c: ModelConfig, need: Callable[[bool, str], None]) -> 
     if c.qk_norm != "none":
         need(is_layer_norm(c.norm), f"qk_norm={c.qk_norm!r} normalises q and k with the block's norm "
              f"variant, but norm={c.norm!r} is not one: use {', '.join(layer_norm_variants())}")
-    rotary = c.pos_encoding == "rotary"
+    rotary = getattr(_position_kind(c), "rotary", False)
     defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
     for name in ("rotary_fraction", "rotary_base", "rotary_style", "rope_scaling"):
         if not rotary and getattr(c, name) != defaults[name]:
@@ -425,10 +426,17 @@ def from_saved_dict(d: dict[str, Any]) -> ModelConfig:
     return from_dict({**SAVED_BEFORE, **d})
 
 
+def _position_kind(c: ModelConfig) -> PositionKind | None:
+    """The config's position kind; None for a value that is none (refused by its CHOICES check)."""
+    return POSITION_KINDS.get(c.pos_encoding) if isinstance(c.pos_encoding, str) else None
+
+
 def changed_from(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
     """``base`` with ``changes``; a ``pos_std`` of base's learned positions goes when the changes
     take the learned table away without giving a pos_std (gpt2's 0.01 describes its learned table)."""
-    if changes.get("pos_encoding", "learned") != "learned" and "pos_std" not in changes:
+    value = changes.get("pos_encoding")  # None: the changes keep base's positions
+    kind = POSITION_KINDS.get(value) if isinstance(value, str) else None
+    if kind is not None and not kind.learned and "pos_std" not in changes:
         base = {k: v for k, v in base.items() if k != "pos_std"}
     return {**base, **changes}
 

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import ModelConfig
+from .position_kinds import POSITION_KINDS
 
 # embed_scale name -> the factor on E[token], as a function of d_model (names: config.EMBED_SCALES)
 SCALE_FACTORS: dict[str, Callable[[int], float]] = {
@@ -146,15 +147,13 @@ class LearnedPositions(nn.Embedding):
 
 
 def build_positions(config: ModelConfig) -> nn.Module | None:
-    """The positional encoding x0 adds, as the config names it (None for "rotary", "alibi", "none")."""
-    table = {
-        "sinusoidal": lambda: SinusoidalPositions(config.max_seq_len, config.d_model),
-        "learned": lambda: LearnedPositions(config.max_seq_len, config.d_model),
-        "rotary": lambda: None,  # nothing added to x0: attention rotates queries and keys (rotary.py)
-        "alibi": lambda: None,  # nothing added to x0: attention biases its scores by distance (alibi.py)
-        "none": lambda: None,
-    }
-    return table[config.pos_encoding]()
+    """The positional encoding x0 adds, as the config names it (None for a kind that adds nothing to x0:
+    rotary and ALiBi act inside attention, rotary.py and alibi.py)."""
+    kind = POSITION_KINDS[config.pos_encoding]
+    if not kind.adds_to_x0:
+        return None
+    table = LearnedPositions if kind.learned else SinusoidalPositions
+    return table(config.max_seq_len, config.d_model)
 
 
 def build_token_embedding(config: ModelConfig) -> TokenEmbedding:

@@ -43,6 +43,7 @@ from pathlib import Path
 from .activation_kinds import activation_kind
 from .config import ModelConfig
 from .params import count_parameters
+from .position_kinds import POSITION_KINDS
 from .rotary import rotary_dim
 
 BYTES_FLOAT32 = 4
@@ -99,14 +100,14 @@ def activation_values_per_token(config: ModelConfig, seq_len: int, explicit_atte
     ffn = activation_kind(c.activation).ffn_kind.input_matrices * c.d_ff
     d_q, d_kv = c.n_heads * c.d_head, c.kv_heads * c.d_head  # q's width (d unless head_dim), k's and v's
     attention = c.n_heads + (2 * c.n_heads * seq_len if explicit_attention else 0) + 2 * (d_q - c.d_model)
-    if c.pos_encoding == "rotary":
+    if POSITION_KINDS[c.pos_encoding].rotary:
         attention += d_q + d_kv
     if c.qk_norm != "none":
         denominators = c.n_heads + c.kv_heads if c.qk_norm == "head" else 2
         attention += d_q + d_kv + denominators
     if c.kv_heads != c.n_heads:
         attention += 2 * d_q
-    if c.pos_encoding == "alibi":  # the bias -m_h |i - j| is SDPA's float mask, kept for its backward:
+    if POSITION_KINDS[c.pos_encoding].alibi:  # the bias -m_h |i - j|, SDPA's float mask kept for backward:
         attention += c.n_heads * seq_len  # h T per token with padding ((B, h, T, T)); fewer without
     if c.attn_softcap is not None:  # tanh keeps its output (B, h, T, T) for backward: h T per token
         attention += c.n_heads * seq_len
@@ -143,8 +144,9 @@ def estimate_memory(
     T = c.max_seq_len if seq_len is None else seq_len
     tokens = batch_size * T
     P = count_parameters(c).total
-    tables = {"sinusoidal": c.max_seq_len * c.d_model,  # the fixed position code; rotary: its frequencies
-              "rotary": rotary_dim(c.d_head, c.rotary_fraction) // 2}.get(c.pos_encoding, 0)
+    positions = POSITION_KINDS[c.pos_encoding]  # a fixed code added to x0 is a table; rotary: its frequencies
+    tables = (c.max_seq_len * c.d_model if positions.adds_to_x0 and not positions.learned
+              else rotary_dim(c.d_head, c.rotary_fraction) // 2 if positions.rotary else 0)
     params = BYTES_FLOAT32 * (P + tables)
     construction = BLOCK_OVERHEAD * c.n_layers + (BYTES_FLOAT32 * P if loading else 0)
     per_layer = activation_values_per_token(c, T, explicit_attention)

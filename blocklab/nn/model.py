@@ -33,6 +33,7 @@ from .hooked import HookedModule
 from .hooks import HookPoint, name_hook_points
 from .init_schemes import INIT_SCHEMES
 from .norms import NoNorm, build_norm
+from .position_kinds import POSITION_KINDS
 from .rotary import Rotary
 from .tl_config import TransformerLensConfig
 from .tl_model import TransformerLensModel, alias_hook_points
@@ -107,7 +108,7 @@ class Transformer(HookedModule, ModelWeights, TransformerLensModel):
         self.embed = build_token_embedding(c)
         self.pos = build_positions(c)
         self.rotary = Rotary(c.d_head, c.rotary_fraction, c.rotary_base, c.rotary_style, c.rope_scaling) \
-            if c.pos_encoding == "rotary" else None
+            if POSITION_KINDS[c.pos_encoding].rotary else None
         self.token_type = nn.Embedding(c.type_vocab_size, c.d_model) if c.type_vocab_size else None
         norm = lambda: build_norm(c.norm, c.d_model, c.eps, c.bias, fused=c.components_fused)
         self.embed_ln = norm() if c.embed_norm else NoNorm()
@@ -204,7 +205,7 @@ class Transformer(HookedModule, ModelWeights, TransformerLensModel):
         self._check_tokens(tokens, past, position_ids)
         key_padding_mask = attention_mask == 0 if attention_mask is not None else None  # True at padding
         pad = key_padding_mask[:, past:] if key_padding_mask is not None else None  # these tokens' own
-        if position_ids is not None and self.config.pos_encoding == "alibi":
+        if position_ids is not None and POSITION_KINDS[self.config.pos_encoding].alibi:
             check_alibi_positions(position_ids, pad)
         x = self._embed(tokens, past, position_ids, token_type_ids, pad)
         angles = None

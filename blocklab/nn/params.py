@@ -15,6 +15,7 @@ from .feedforward import ffn_parameter_count
 from .ffn_kinds import moe_parameters
 from .layouts import LAYOUTS
 from .norms import norm_parameter_count
+from .position_kinds import POSITION_KINDS
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ def count_parameters(config: ModelConfig) -> ParamCount:
     c = config
     per_layer = block_parameter_counts(c)
     components = {"embed": c.vocab_size * c.d_model}
-    if c.pos_encoding == "learned":
+    if POSITION_KINDS[c.pos_encoding].learned:
         components["pos"] = c.max_seq_len * c.d_model
     if c.type_vocab_size:
         components["token_type"] = c.type_vocab_size * c.d_model

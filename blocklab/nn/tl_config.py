@@ -18,9 +18,9 @@ from .activation_kinds import activation_kind
 from .config import ModelConfig
 from .layouts import LAYOUTS
 from .norm_kinds import NORM_KINDS
+from .position_kinds import POSITION_KINDS
 
 # blocklab's pos_encoding -> TransformerLens' positional_embedding_type, where it has the kind
-POSITIONS = {"learned": "standard", "rotary": "rotary"}
 
 
 # TransformerLens' MoE (components/mlps/moe.py): softmax over all E, the top k, divided by their sum with
@@ -69,6 +69,7 @@ class TransformerLensConfig:
         norm = NORM_KINDS[c.norm]
         grouped = c.kv_heads != c.n_heads
         # attention and the FFN added by one sum (GPT-NeoX, GPT-J)
+        positions = POSITION_KINDS[c.pos_encoding]
         parallel = any(connection.others for connection in LAYOUTS[c.norm_position].connections.values())
         values: dict[str, Any] = {
             "n_layers": c.n_layers, "d_model": c.d_model, "n_heads": c.n_heads, "d_head": c.d_head,
@@ -80,7 +81,7 @@ class TransformerLensConfig:
             "use_attn_result": use_attn_result, "use_split_qkv_input": False, "use_hook_mlp_in": False,
             "use_attn_in": False, "use_attn_scale": True, "use_qk_norm": c.qk_norm != "none",
             "final_rms": bool(c.final_norm) and not norm.centres, "rotary_base": c.rotary_base,
-            "rotary_dim": round(c.rotary_fraction * c.d_head) if c.pos_encoding == "rotary" else None,
+            "rotary_dim": round(c.rotary_fraction * c.d_head) if positions.rotary else None,
             "rotary_adjacent_pairs": c.rotary_style != "half",
             "attn_scale": math.sqrt(c.d_head if c.query_pre_attn_scalar is None else c.query_pre_attn_scalar),
             "attn_scores_soft_cap": -1.0 if c.attn_softcap is None else c.attn_softcap,  # -1: TL's "off"
@@ -97,8 +98,8 @@ class TransformerLensConfig:
         else:
             refused["normalization_type"] = f"norm={c.norm!r} ({norm.label}) has no TransformerLens " \
                                             "normalization_type"
-        if c.pos_encoding in POSITIONS:
-            values["positional_embedding_type"] = POSITIONS[c.pos_encoding]
+        if positions.transformerlens is not None:
+            values["positional_embedding_type"] = positions.transformerlens
         else:
             refused["positional_embedding_type"] = \
                 f"pos_encoding={c.pos_encoding!r} has no TransformerLens positional_embedding_type"

@@ -1,5 +1,6 @@
-"""Variants as records (nn/norm_kinds.py, nn/activation_kinds.py, nn/ffn_kinds.py): a norm kind, an
-activation or an FFN kind is one entry of its table, and everything else follows.
+"""Variants as records (nn/norm_kinds.py, nn/activation_kinds.py, nn/ffn_kinds.py, nn/position_kinds.py): a
+norm kind, an activation, an FFN kind or a position kind is one entry of its table, and everything else
+follows (each position kind checked against what its record says).
 
 Shown three ways: Gemma's RMSNorm (gamma = 1 + w), a shipped entry, against transformers' GemmaRMSNorm and a
 float64 hand forward, in a model that is counted, hooked, traced, folded and trained; test-only records
@@ -28,6 +29,7 @@ from blocklab.nn.ffn_kinds import FFN_KINDS, FFNKind
 from blocklab.nn.norm_kinds import NORM_KINDS, NormKind
 from blocklab.nn.norms import LayerNorm
 from blocklab.nn.params import count_parameters
+from blocklab.nn.position_kinds import POSITION_KINDS
 
 f64 = torch.float64
 SMALL = dict(vocab_size=11, max_seq_len=6, d_model=8, n_heads=2, n_layers=2, d_ff=12, norm_position="pre",
@@ -287,16 +289,16 @@ def test_an_ffn_kind_added_as_a_record_alone_works_everywhere(monkeypatch: pytes
 # ---- no library file but the records compares a variant's name --------------------------------------
 
 PACKAGE = Path(bl.__file__).parent
-RECORDS = {"nn/norm_kinds.py", "nn/activation_kinds.py", "nn/ffn_kinds.py"}
+RECORDS = {"nn/norm_kinds.py", "nn/activation_kinds.py", "nn/ffn_kinds.py", "nn/position_kinds.py"}
 # what chooses variants by value rather than testing one: the claims' arms (tables keyed by the variants
 # they compare) and the Hugging Face maps from their names to ours
 SETTERS = ("lab/claims/", "weights/hf_")
-FIELDS = {"norm", "activation", "variant", "ffn"}
+FIELDS = {"norm", "activation", "variant", "ffn", "pos_encoding"}
 
 
 def _names_tested(tree: ast.AST) -> list[tuple[int, str]]:
     """(line, name) of every variant name compared with a norm/activation/variant value or keying a table."""
-    names = set(NORM_KINDS) | set(ACTIVATION_KINDS) | set(FFN_KINDS)
+    names = set(NORM_KINDS) | set(ACTIVATION_KINDS) | set(FFN_KINDS) | set(POSITION_KINDS)
     found = []
 
     def mentions_field(node: ast.AST) -> bool:
@@ -327,5 +329,36 @@ def test_no_library_file_but_the_records_tests_a_variant_name() -> None:
 
 def test_the_scan_finds_a_planted_name_test() -> None:
     planted = ('def f(c):\n    return 2 if c.norm != "rms" else 1\nT = {"relu": 1, "gelu": 2}\n'
-               'g = kind.ffn == "gated"\n')
-    assert sorted(_names_tested(ast.parse(planted))) == [(2, "rms"), (3, "gelu"), (3, "relu"), (4, "gated")]
+               'g = kind.ffn == "gated"\nr = c.pos_encoding == "rotary"\n')
+    assert sorted(_names_tested(ast.parse(planted))) == [(2, "rms"), (3, "gelu"), (3, "relu"), (4, "gated"),
+                                                         (5, "rotary")]
+
+
+@pytest.mark.parametrize("name", list(POSITION_KINDS))
+def test_each_position_kind_is_what_its_record_says(name: str) -> None:
+    """nn/position_kinds.py: a kind that adds to x0 has a ``pos`` stage of x0 - E[t] (learned: a counted
+    table of parameters); rotary rotates q and k (rot_q); ALiBi biases the scores; TransformerLens' view
+    names the kind or refuses it."""
+    kind = POSITION_KINDS[name]
+    torch.manual_seed(0)
+    model = bl.Transformer(bl.preset("tiny-lm", norm_position="pre", pos_encoding=name)).eval()
+    tokens = torch.tensor([[1, 3, 4]])
+    _, cache = model.run_with_cache(tokens)
+    assert ("pos" in cache) is kind.adds_to_x0
+    if kind.learned:  # row p of the table
+        torch.testing.assert_close(cache["pos"][0], model.pos.weight[:3])
+    elif kind.adds_to_x0:  # sin(p / 10000^(2i/d)), cos(...) by hand
+        d, p = model.config.d_model, torch.arange(3, dtype=torch.float64)[:, None]
+        angle = p / 10000 ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+        pe = torch.stack([angle.sin(), angle.cos()], -1).flatten(1)
+        torch.testing.assert_close(cache["pos"][0].double(), pe, rtol=1e-6, atol=1e-6)
+    learned = [n for n, _ in model.named_parameters() if n.startswith("pos.")]
+    assert bool(learned) is kind.learned
+    assert ("pos" in count_parameters(model.config).components) is kind.learned
+    assert ("blocks.0.attn.rot_q" in cache) is kind.rotary
+    assert (model.blocks[0].attn.alibi is not None) is kind.alibi
+    if kind.transformerlens is None:
+        with pytest.raises(ValueError, match="positional_embedding_type"):
+            getattr(model.cfg, "positional_embedding_type")  # noqa: B009 (the refusal is what is tested)
+    else:
+        assert model.cfg.positional_embedding_type == kind.transformerlens

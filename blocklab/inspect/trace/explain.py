@@ -18,6 +18,7 @@ from ...nn.activation_kinds import ACTIVATION_KINDS
 from ...nn.ffn_kinds import ROUTINGS
 from ...nn.layouts import LAYOUTS
 from ...nn.norm_kinds import NORM_KINDS
+from ...nn.position_kinds import POSITION_KINDS
 from ...nn.rotary import inverse_frequencies, rotary_dim
 from .record import Stage, Trace
 
@@ -81,8 +82,7 @@ TOKEN_FACTOR_WORDS = {
     "sqrt_d_model": "looked up each token's row of E and multiplied it by sqrt(d_model) = {f}",
     "none": "looked up each token's row of E (no factor)",
 }
-POSITION_WORDS = {"sinusoidal": "the fixed sinusoidal code PE[p] (entries in [-1, 1], norm sqrt(d/2) = {n})",
-                  "learned": "the learned position embedding, row p of pos.weight", "none": ""}
+
 
 
 def _tok(s: Stage, w: Walk) -> str:
@@ -93,22 +93,22 @@ def _tok(s: Stage, w: Walk) -> str:
 
 def _pos(s: Stage, w: Walk) -> str:
     c = w.trace.config
-    words = POSITION_WORDS[c.pos_encoding].format(n=_n(math.sqrt(c.d_model / 2)))
+    words = POSITION_KINDS[c.pos_encoding].explains.format(n=_n(math.sqrt(c.d_model / 2)))
     return f"position part of x0: {words}; mean L2 norm per position {_n(_l2(s))}"
 
 
 def _embed(s: Stage, w: Walk) -> str:
     c = w.trace.config
     parts = ["token part"]
-    parts += {"sinusoidal": ["sinusoidal position code"], "learned": ["learned positions"], "none": [],
-              "rotary": [], "alibi": []}[c.pos_encoding]  # both act inside attention (rot_q, rot_k; scores)
+    kind = POSITION_KINDS[c.pos_encoding]  # rotary and ALiBi act inside attention (rot_q, rot_k; scores)
+    parts += [kind.part] if kind.adds_to_x0 else []
     if c.type_vocab_size:
         parts.append("token-type embedding")
     words = f"x0 = {' + '.join(parts)}"
     if s.norm_module:
         words += f", normalized with {s.norm_module}"
     share = ""
-    if s.parts is not None and c.pos_encoding not in ("none", "rotary", "alibi"):
+    if s.parts is not None and kind.adds_to_x0:
         mean_share = float(s.parts.tok_share.mean())
         share = f"; token share ||tok|| / (||tok|| + ||pos||) {mean_share:.1%} (mean over positions)"
     return f"embedding: {words}; mean L2 norm per position {_n(_l2(s))}{share}"

@@ -20,6 +20,7 @@ from torch import Tensor
 
 from ...nn.layouts import LAYOUTS
 from ...nn.norm_kinds import NORM_KINDS
+from ...nn.position_kinds import POSITION_KINDS
 from .collect import json_numbers
 from .operands import qk_stages
 from .record import NormNumbers, Stage, Trace
@@ -141,7 +142,7 @@ class _Walker:
                     self.add(s, f"{where}: soft-capped", f"{cap:g} tanh(scaled / {cap:g})",
                              cap * torch.tanh(scaled / cap), self.keys, derived=True)
             before = "soft-capped" if cap is not None else "scaled"
-            alibi = " - m_h |i - j| (ALiBi)" if self.c.pos_encoding == "alibi" else ""
+            alibi = " - m_h |i - j| (ALiBi)" if POSITION_KINDS[self.c.pos_encoding].alibi else ""
             window = self.c.window(s.block) if s.block is not None else None
             local = f" (a local layer: it sees the last {window} keys)" if window else ""
             masked = (f"{before}{alibi} + mask: -inf where a query may not see the key{local}"
