@@ -154,7 +154,7 @@ class ActivationCache(TransformerLensAnalysis, Mapping[str, Tensor]):
         if self._tl_keys is None:
             config = getattr(self.model, "config", None)
             self._tl_keys = []
-            for key in _transformerlens_keys(self._stages, getattr(config, "causal", True)):
+            for key in _transformerlens_keys(self._stages, config):
                 parts = key.split(".")  # a norm TransformerLens also names as its tied copy: both names
                 self._tl_keys += [key] + [".".join([*parts[:2], copy, *parts[3:]])
                                           for copy, norm in self._copies(key).items() if parts[2] == norm]
@@ -208,7 +208,7 @@ class ActivationCache(TransformerLensAnalysis, Mapping[str, Tensor]):
                 raise KeyError(f"a key is a stage name, (name, layer) or (name, layer, sublayer): {key!r}")
             return self._layer_stage(*key)
         try:
-            name = blocklab_name(key)
+            name = blocklab_name(key, getattr(self.model, "config", None))
         except ValueError as error:
             raise KeyError(str(error)) from None
         if name not in self._stages and "hook_" in key:
@@ -238,7 +238,7 @@ class ActivationCache(TransformerLensAnalysis, Mapping[str, Tensor]):
             raise KeyError(f"layer {layer} is outside the model's {n} blocks (0..{n - 1}, or negative from "
                            "the end)")
         prefix = f"blocks.{layer % n}."
-        name = blocklab_name(written)
+        name = blocklab_name(written, getattr(self.model, "config", None))
         spelled_tl = "hook_" in written
         for candidate, short in ((name, spelled_tl), (SHORT_ALIASES.get(name), True)):
             if candidate is not None and prefix + candidate in self._stages:
@@ -297,13 +297,13 @@ def _layer_type_name(name: str, layer: int, sublayer: str) -> str:
     return f"blocks.{layer}.{sublayer + '.' if sublayer else ''}hook_{name}"
 
 
-def _transformerlens_keys(stages: Mapping[str, Tensor], causal: bool) -> list[str]:
+def _transformerlens_keys(stages: Mapping[str, Tensor], config: object | None) -> list[str]:
     """The stages' keys under TransformerLens' names, in the stages' order: every name TransformerLens'
     model of this kind has for a stage (``ln_f`` is ``ln_final.hook_normalized`` and ``unembed.hook_in``),
     blocklab's where it has none."""
     keys: list[str] = []
     for name in stages:
-        keys += transformerlens_names(name, causal) or [name]
+        keys += transformerlens_names(name, config) or [name]
     return keys
 
 
@@ -341,7 +341,8 @@ def run_with_cache(
 
     points = hook_points(root)
     derived = {} if names is not None or in_graph else derivations(root, points)
-    selected = [name for name in select_names(points, names) if name not in derived]
+    selected = [name for name in select_names(points, names, getattr(root, "config", None))
+                if name not in derived]
     with torch.set_grad_enabled(torch.is_grad_enabled() or backward is not False), \
             hooks(root, {name: saver(name) for name in selected}, observe=not in_graph):
         out = root(*args, **kwargs)
@@ -356,7 +357,7 @@ def derivations(root: nn.Module, points: Mapping[str, nn.Module]) -> dict[str, t
     (kept where the model's ``use_attn_result`` asks, as TransformerLens keeps ``hook_result`` then), the
     probabilities, and a norm's output after gamma and beta where TransformerLens has no name for it."""
     modules = dict(root.named_modules())
-    causal = getattr(getattr(root, "config", None), "causal", True)
+    config = getattr(root, "config", None)
     found: dict[str, tuple[str, Derive]] = {}
     for name in points:
         owner = modules.get(name)  # the module whose output this stage is, if any
@@ -366,7 +367,7 @@ def derivations(root: nn.Module, points: Mapping[str, nn.Module]) -> dict[str, t
         elif name == "probs":
             found[name] = ("logits", lambda logits: torch.softmax(
                 logits if logits.dtype == torch.float64 else logits.float(), dim=-1))
-        elif hasattr(owner, "hook_normalized") and not transformerlens_names(name, causal):
+        elif hasattr(owner, "hook_normalized") and not transformerlens_names(name, config):
             found[name] = (name + ".normalized", _affine(owner))
     return found
 

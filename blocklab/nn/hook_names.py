@@ -42,6 +42,9 @@ class Alias:
     names_stage: bool = True
     # the TransformerLens model class that alone has this hook (ENCODER: BERT's; DECODER); None: both
     only_in: str | None = None
+    # a ModelConfig flag on which TransformerLens' model means another tensor by this name (the note says
+    # which): on such a model the name is refused, never read as the stage ("" : the name means one thing)
+    unlike_when: str = ""
 
 
 _HEADS_FIRST = ("(B, T, h, d_head) under this name, as TransformerLens; blocklab's own name gives "
@@ -59,8 +62,10 @@ _COPY = "a copy that feeds {what} alone (TransformerLens's {flag}); blocklab has
 ENCODER, DECODER = "HookedEncoder", "HookedTransformer"  # TransformerLens' BERT, and its causal models
 TRANSFORMERLENS_ALIASES: tuple[Alias, ...] = (
     Alias("hook_tokens", None, "the input ids: no stage"),
-    Alias("hook_embed", "tok", "the token part of x0 (blocklab's cache['embed'] is x0 itself)",
-          only_in=DECODER),
+    Alias("hook_embed", "tok", "the token part of x0 (blocklab's cache['embed'] is x0 itself); refused on a "
+          "model with an embedding LayerNorm, where TransformerLens' (BLOOM's) is the token part after that "
+          "norm: blocklab's x0, 'embed', where no position adds to it", only_in=DECODER,
+          unlike_when="embed_norm"),
     Alias("hook_pos_embed", "pos", "the position part of x0", only_in=DECODER),
     Alias("embed.hook_embed", "tok", "HookedEncoder (BERT)", only_in=ENCODER),
     Alias("embed.hook_pos_embed", "pos", "HookedEncoder (BERT)", only_in=ENCODER),
@@ -180,32 +185,53 @@ def in_transformerlens_layout(fn: HookFn) -> HookFn:
     return swapped
 
 
-def transformerlens_names(name: str, causal: bool) -> list[str]:
+def _applies(alias: Alias, config: object | None) -> bool:
+    """Whether ``alias`` is TransformerLens' name for its stage on a model of ``config``: causal (or no
+    config) HookedTransformer's names, else HookedEncoder's; none where a flag in ``unlike_when`` is set
+    (another tensor there)."""
+    kind = DECODER if getattr(config, "causal", True) else ENCODER
+    return alias.only_in in (None, kind) and not _unlike(alias, config)
+
+
+def _unlike(alias: Alias, config: object | None) -> bool:
+    """Whether TransformerLens' model of ``config`` means another tensor by ``alias``'s name."""
+    return bool(alias.unlike_when) and bool(getattr(config, alias.unlike_when, False))
+
+
+def transformerlens_names(name: str, config: object | None) -> list[str]:
     """Every TransformerLens name of a blocklab stage, in the table's order, as TransformerLens' model of
-    its kind has them (a causal model: HookedTransformer; else HookedEncoder): ``ln_f`` ->
-    ``ln_final.hook_normalized``, ``unembed.hook_in``; none for a stage it has no name for."""
-    template, kind = _template(name), DECODER if causal else ENCODER
+    ``config`` has them (a causal model: HookedTransformer; else HookedEncoder): ``ln_f`` ->
+    ``ln_final.hook_normalized``, ``unembed.hook_in``; none for a stage it has no name for, or whose name
+    there means another tensor (``hook_embed`` with an embedding norm)."""
+    template = _template(name)
     layer = name.split(".")[1] if template != name else ""
     return [a.transformerlens.format(i=layer) for a in TRANSFORMERLENS_ALIASES
-            if a.blocklab == template and a.only_in in (None, kind)]
+            if a.blocklab == template and _applies(a, config)]
 
 
-def transformerlens_name(name: str) -> str:
+def transformerlens_name(name: str, config: object | None = None) -> str:
     """TransformerLens' name for a blocklab stage (``blocks.0.attn.weights`` ->
-    ``blocks.0.attn.hook_pattern``), or the name itself where TransformerLens has none."""
-    template = _TL_NAMES.get(_template(name))
-    if template is None:
+    ``blocks.0.attn.hook_pattern``), or the name itself where TransformerLens has none; with ``config``,
+    the name TransformerLens' model of that config has for it (see ``transformerlens_names``)."""
+    template = _template(name)
+    if config is None:
+        found = _TL_NAMES.get(template)
+    else:
+        found = next((a.transformerlens for a in TRANSFORMERLENS_ALIASES
+                      if a.blocklab == template and a.names_stage and _applies(a, config)), None)
+    if found is None:
         return name
-    return template.format(i=name.split(".")[1]) if "{i}" in template else template
+    return found.format(i=name.split(".")[1]) if "{i}" in found else found
 
 
-def blocklab_name(name: str) -> str:
+def blocklab_name(name: str, config: object | None = None) -> str:
     """A stage name (or glob) written as TransformerLens or as a hook point's module path, in
     blocklab's words: ``blocks.0.attn.hook_pattern`` -> ``blocks.0.attn.weights``,
     ``blocks.*.hook_resid_pre`` -> ``blocks.*.resid_pre``, ``blocks.0.ffn.hook_out`` ->
     ``blocks.0.ffn.out``. A blocklab name comes back unchanged (none has a ``hook_`` part).
 
-    A TransformerLens name that has no blocklab stage is a ValueError saying why.
+    A TransformerLens name that has no blocklab stage is a ValueError saying why, as is one that
+    TransformerLens' model of ``config`` uses for another tensor than blocklab's stage (``unlike_when``).
     """
     if "hook_" not in name:
         return name
@@ -215,5 +241,8 @@ def blocklab_name(name: str) -> str:
             continue
         if alias.blocklab is None:
             raise ValueError(f"{name!r} (TransformerLens) has no blocklab stage: {alias.note}")
+        if _unlike(alias, config):
+            raise ValueError(f"{name!r} (TransformerLens) is another tensor on this model "
+                             f"({alias.unlike_when}=True) than blocklab's {alias.blocklab!r}: {alias.note}")
         return alias.blocklab.format(i=match.groupdict().get("i", ""))
     return stage_name(name)

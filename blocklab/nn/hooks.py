@@ -312,19 +312,20 @@ def hook_points(root: nn.Module) -> dict[str, HookPoint]:
     return {stage_name(path): m for path, m in root.named_modules() if isinstance(m, HookPoint)}
 
 
-def select_names(names: Iterable[str], wanted: NameFilter) -> list[str]:
+def select_names(names: Iterable[str], wanted: NameFilter, config: object | None = None) -> list[str]:
     """Stage names matching ``wanted``: None (all), a name or glob, a list of them, or a predicate.
 
     Names and globs may be written as TransformerLens writes them (``blocks.*.attn.hook_pattern``)
     or as module paths (``blocks.0.hook_resid_mid``): ``blocklab_name`` translates them. A
     predicate is asked with blocklab's name and with TransformerLens' (``lambda n: n.endswith("hook_z")``
     works as in TransformerLens); either true selects the stage. A name or glob that matches nothing
-    is a ValueError that suggests the closest names.
+    is a ValueError that suggests the closest names, as is a TransformerLens name that its model of
+    ``config`` (the model's, where the names are its stages) uses for another tensor.
     """
-    return list(select_spelled(names, wanted))
+    return list(select_spelled(names, wanted, config))
 
 
-def select_spelled(names: Iterable[str], wanted: NameFilter) -> dict[str, bool]:
+def select_spelled(names: Iterable[str], wanted: NameFilter, config: object | None = None) -> dict[str, bool]:
     """``select_names``' stages, each with whether ``wanted`` chose it in TransformerLens' words (a name or
     glob with a ``hook_`` part, or a predicate true of TransformerLens' name and not of blocklab's): such
     a stage is given in TransformerLens' layout where the two differ (``swapped_for_transformerlens``)."""
@@ -336,11 +337,11 @@ def select_spelled(names: Iterable[str], wanted: NameFilter) -> dict[str, bool]:
         for n in names:
             if wanted(n):
                 chosen[n] = False
-            elif (tl := transformerlens_name(n)) != n and wanted(tl):
+            elif (tl := transformerlens_name(n, config)) != n and wanted(tl):
                 chosen[n] = True
         return chosen
     written = [wanted] if isinstance(wanted, str) else list(wanted)
-    patterns = {p: blocklab_name(p) for p in written}  # as written -> in blocklab's words
+    patterns = {p: blocklab_name(p, config) for p in written}  # as written -> in blocklab's words
     chosen = {n: all("hook_" in w for w, p in patterns.items() if fnmatch.fnmatchcase(n, p))
               for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns.values())}
     unmatched = [(w, p) for w, p in patterns.items() if not any(fnmatch.fnmatchcase(n, p) for n in names)]
@@ -366,7 +367,7 @@ def attach(root: nn.Module, plan: Iterable[tuple[NameFilter, HookFn]], observe: 
     points = hook_points(root)
     chosen = []
     for wanted, fn in plan:
-        for name, spelled_tl in select_spelled(points, wanted).items():
+        for name, spelled_tl in select_spelled(points, wanted, getattr(root, "config", None)).items():
             seen = in_transformerlens_layout(fn) if spelled_tl and swapped_for_transformerlens(name) else fn
             chosen.append((points[name], name, wrap(seen) if wrap else seen))
     handles: list[Handle] = []

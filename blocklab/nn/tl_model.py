@@ -15,6 +15,8 @@ Each hook point is also an attribute under TransformerLens' name (``model.blocks
 is ``...attn.hook_weights``, ``model.blocks[0].mlp.hook_post`` is ``...ffn.hook_act``;
 ``alias_hook_points``) wherever that attribute is not blocklab's own: ``model.hook_embed`` stays blocklab's
 x0 (TransformerLens' is the token part, ``model.hook_dict["hook_embed"]``; its ``add_hook`` is refused).
+A name TransformerLens' model of this config holds another tensor under (``hook_embed`` after BLOOM's
+embedding LayerNorm) is in no key list and refused by name wherever it is written (``hook_names``).
 """
 
 from __future__ import annotations
@@ -25,11 +27,27 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .hook_names import transformerlens_names
+from .hook_names import blocklab_name, transformerlens_names
 from .hooks import HookPoint, hook_points
 
 # TransformerLens' module name -> blocklab's (the stack's); a block's ``mlp`` is its ``ffn`` (block.py)
 MODULE_ALIASES = {"unembed": "head", "ln_final": "ln_f", "pos_embed": "pos"}
+
+class HookDict(dict):
+    """TransformerLens' ``hook_dict``; a missing name is a KeyError saying why where blocklab knows it (no
+    such stage, or another tensor under that name in TransformerLens' model of ``config``)."""
+
+    def __init__(self, points: dict[str, HookPoint], config: Any) -> None:
+        super().__init__(points)
+        self.config = config
+
+    def __missing__(self, name: str) -> HookPoint:
+        try:
+            blocklab_name(name, self.config)
+        except ValueError as error:
+            raise KeyError(str(error)) from None
+        raise KeyError(name)
+
 
 # TransformerLens' switches that add a copy of the stream blocklab does not make: (the hook names the
 # copy has, what to hook in blocklab instead)
@@ -79,13 +97,12 @@ class TransformerLensModel:
     use_attn_result = False  # set_use_attn_result's flag, which model.cfg reports
 
     @property
-    def hook_dict(self) -> dict[str, HookPoint]:
+    def hook_dict(self) -> HookDict:
         """TransformerLens' ``hook_dict``: hook name -> hook point, under every name TransformerLens' model
         of this kind has for a stage (blocklab's where it has none), as the cache's keys. A hook point's
         ``add_hook`` gives TransformerLens' layout (q, k, v as (B, T, h, d_head))."""
-        causal = getattr(self.config, "causal", True)
-        return {name: point for stage, point in hook_points(self).items()  # type: ignore[arg-type]
-                for name in transformerlens_names(stage, causal) or [stage]}
+        return HookDict({name: point for stage, point in hook_points(self).items()  # type: ignore[arg-type]
+                         for name in transformerlens_names(stage, self.config) or [stage]}, self.config)
 
     @property
     def mod_dict(self) -> dict[str, nn.Module]:

@@ -58,10 +58,10 @@ SHARED_NORM = ("phi", "gptj")  # one norm feeding both branches, which Transform
 # blocklab's fold_ln refuses a model whose embeddings pass a LayerNorm (BLOOM's; TransformerLens leaves that
 # norm unfolded): the processed weights are not compared for these
 UNFOLDED = ("bloom",)
-# names under which TransformerLens holds another tensor than blocklab: its BLOOM's hook_embed is the token
-# embedding after the embedding LayerNorm (blocklab's embed, x0), blocklab's hook_embed the token part before
-# it (tok), as in every other HookedTransformer
-DIFFERENT = {"bloom": ("hook_embed",)}
+# names under which TransformerLens holds another tensor than blocklab's alias: its BLOOM's hook_embed is the
+# token embedding after the embedding LayerNorm (blocklab's embed, x0, with ALiBi adding no position), where
+# every other HookedTransformer's is the token part (tok): refused by name on a model with an embedding norm
+DIFFERENT = {"bloom": {"hook_embed": "embed"}}
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
@@ -107,11 +107,40 @@ def test_tokens_logits_and_the_cache_at_every_transformerlens_name(pair):
         _, their_cache = theirs.run_with_cache(tokens)
         _, our_cache = ours.run_with_cache(tokens)
     assert any(name.endswith("ln2.hook_normalized") for name in their_cache)  # (a tied norm in SHARED_NORM)
-    assert set(their_cache) <= set(our_cache.keys())  # a filter over the keys finds what it finds there
+    different = DIFFERENT.get(family, {})
+    assert set(their_cache) - set(different) <= set(our_cache.keys())  # a filter finds what it finds there
+    assert not set(different) & set(our_cache.keys())
     for name, want in their_cache.items():
-        if name in DIFFERENT.get(family, ()):
+        if name in different:  # the stage holding TransformerLens' tensor: what the refusal points to
+            torch.testing.assert_close(our_cache[different[name]], want, rtol=0, atol=2e-4, msg=name)
             continue
         torch.testing.assert_close(our_cache[name], want, rtol=0, atol=2e-4, msg=name)
+
+
+def test_a_name_transformerlens_gives_another_tensor_is_refused_wherever_it_is_written(pair):
+    """BLOOM's hook_embed (after the embedding LayerNorm in TransformerLens, the token part in blocklab's
+    alias): the cache, hooks, names filters, hook_dict and ``cache[name, layer]``-style reads refuse it by
+    name; a predicate meaning it selects nothing (no stage is TransformerLens' hook_embed there)."""
+    ours, theirs, *_, family = pair
+    if family not in DIFFERENT:
+        pytest.skip("every TransformerLens name of this family holds blocklab's tensor")
+    tokens = theirs.to_tokens(TEXT[:30])
+    refusal = r"'hook_embed' \(TransformerLens\) is another tensor on this model \(embed_norm=True\)"
+    _, cache = ours.run_with_cache(tokens)
+    with pytest.raises(KeyError, match=refusal):
+        cache["hook_embed"]
+    with pytest.raises(KeyError, match=refusal):
+        ours.hook_dict["hook_embed"]
+    with pytest.raises(ValueError, match=refusal):
+        ours.run_with_cache(tokens, names_filter="hook_embed")
+    with pytest.raises(ValueError, match=refusal):
+        ours.run_with_hooks(tokens, fwd_hooks=[("hook_embed", lambda x, hook: x)])
+    with pytest.raises(ValueError, match=refusal):
+        ours.add_hook("hook_embed", lambda x, hook: x)
+    _, picked = ours.run_with_cache(tokens, names_filter=lambda name: name == "hook_embed")
+    assert len(picked) == 0
+    their_key = {"hook_embed"} & set(theirs.run_with_cache(tokens)[1].keys())
+    assert their_key == {"hook_embed"}  # (the name is TransformerLens' on this family: the refusal matters)
 
 
 def test_processed_weights_give_transformerlens_logits_and_weights(pair):

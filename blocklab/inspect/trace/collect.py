@@ -207,7 +207,7 @@ def collect_trace(
     positions = list(range(T)) if position is None else [position % T]
     config: ModelConfig = model.config
     # a norm's scale is shown with the norm (its denominator), not as a stage of its own
-    shown = select_names([n for n in model.hook_names() if not n.endswith(NORM_OWN_SUFFIXES)], names)
+    shown = select_names([n for n in model.hook_names() if not n.endswith(NORM_OWN_SUFFIXES)], names, config)
     reads = sources(model, shown)  # what the hover's formulas read (operands.py)
     cache, embed_inputs, model = _run(model, ids, target, _needed(model, shown, reads))
     with torch.autocast("cpu", enabled=False):  # the numbers are read in float32/64, not the forward's dtype
