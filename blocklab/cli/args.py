@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 from ..device import DEVICE_CHOICES, DTYPE_CHOICES
 from ..errors import UsageError
 from ..nn.config import CHOICES, FIELDS, LEAN_MIN_D_MODEL, ModelConfig
-from ..nn.layouts import LAYOUTS
 from ..nn.presets import PRESETS, preset
 from ..tasks import DEFAULT_TASK, TASKS, Task, get_task
 from ..training.train_config import TRAIN_FIELDS, TrainConfig
@@ -36,6 +35,7 @@ if TYPE_CHECKING:
     from ..lab.executors import Executor
 
 from .defaults import DEFAULT_PRESET, MAIN_OR_PRESET
+from .field_help import FIELD_HELP
 from .parser import (  # noqa: F401  (re-exported: the command modules take them from here)
     HelpFormatter,
     Parser,
@@ -170,83 +170,6 @@ def _field_parser(name: str, default: Any, annotation: str) -> tuple[Callable[[s
     if isinstance(default, float):
         return parse_float, "X", ""
     return str, "TEXT", ""
-
-
-# What each config field means, for --help (the rules themselves are the configs' to check).
-FIELD_HELP = {
-    "vocab_size": "token ids are 0..N-1",
-    "max_seq_len": "the longest input, in tokens",
-    "d_model": "width of the residual stream",
-    "n_heads": "attention heads (they must divide d-model, unless --head-dim gives their width)",
-    "n_kv_heads": "key/value heads, each shared by n-heads / n-kv-heads queries (1: multi-query; none: all)",
-    "head_dim": "each head's width d_k (Qwen3: 128 whatever d-model); none: d-model / n-heads",
-    "n_layers": "blocks in the stack",
-    "d_ff": "hidden width of the feed-forward",
-    "activation": "the feed-forward's activation",
-    "norm": "the normalization",
-    "norm_position": "the block's layout: " + "; ".join(layout.summary for layout in LAYOUTS.values()),
-    "residual": "how a branch joins the residual stream",
-    "eps": "the norms' epsilon",
-    "bias": "biases in the linear layers and norms",
-    "qkv_bias": "biases on q, k and v alone (Qwen2); auto: as --bias",
-    "o_bias": "a bias on attention's output projection; auto: as --bias (GPT-J has none)",
-    "ffn_bias": "biases in the FFN's linear layers; auto: as --bias (StableLM's MLP has none)",
-    "causal": "each position sees only itself and earlier ones (a language model)",
-    "sliding_window": "causal attention to the last N positions only (Mistral); none: all",
-    "layer_windows": "each layer's sliding window (Gemma 2: 4096,none,4096,...); none: sliding-window's",
-    "qk_norm": "a norm (the --norm variant) on queries and keys before the scores: per head (Qwen3) or "
-               "over all heads at once (OLMo 2)",
-    "attn_softcap": "cap the scores: X tanh(scores / X), before the mask (Gemma 2: 50); none: no cap",
-    "logit_softcap": "cap the logits at +-X: X tanh(logits / X) (Gemma 2: 30); none: no cap",
-    "query_pre_attn_scalar": "the attention scores times X^-1/2, not head-dim^-1/2 (Gemma 2); none: head-dim",
-    "n_experts": "a mixture of experts in the FFN's place: this many expert FFNs behind a router; "
-                 "0: one dense FFN",
-    "experts_per_token": "mixture only: k, the experts each token goes to (Mixtral: 2)",
-    "router_softmax": "mixture only: softmax over all experts then the k largest, or over the k top logits",
-    "renormalize_top_k": "mixture only: divide the k weights by their sum (Mixtral; Qwen2-MoE does not)",
-    "shared_expert_d_ff": "mixture only: a sigmoid-gated shared expert this wide (Qwen2-MoE); 0: none",
-    "router_aux_loss_coef": "mixture only: the load-balancing loss' weight in training (Switch Transformer)",
-    "pos_encoding": "the position code added to the token embedding (rotary, alibi: inside attention)",
-    "rotary_fraction": "rotary only: the share of each head rotated (Pythia: 0.25)",
-    "rotary_base": "rotary only: the frequencies' base theta",
-    "rotary_style": "rotary only: half (Llama, GPT-NeoX) or interleaved (GPT-J) pairs",
-    "rope_scaling": "rotary only: Llama 3's scaling, JSON: '{\"rope_type\": \"llama3\", \"factor\": 8, ...}'",
-    "positions_from_mask": "an attention mask sets each row's positions from its first real token (OPT)",
-    "tie_embeddings": "the output head shares the token embedding's weights",
-    "head_bias": "a bias on the output head (GPT-J, Phi)",
-    "final_norm": "a norm after the last block",
-    "dropout": "dropout probability while training",
-    "type_vocab_size": "BERT's token-type (segment) embeddings; 0: none",
-    "embed_norm": "a norm on the embeddings (BERT)",
-    "embed_scale": "the factor on the token embedding",
-    "embed_std": "std of the token embedding's part of the input at init (after the factor)",
-    "pos_std": "learned positions' init std (none: embed-std)",
-    "fused": "memory-lean fused autograd functions (the same math)",
-    "keep_residual": "speed mode of the fused path: keep each residual sum for backward (d floats/token)",
-    "checkpoint_blocks": "recompute each block in backward: memory flat in depth",
-    "init": "how the linear weights start (blocklab/nn/init_schemes.py; torch: PyTorch's nn.Linear variance, "
-            "default: GPT-2's N(0, 0.02))",
-    "steps": "optimizer steps; the cosine decay spans all of them",
-    "batch_size": "examples per step",
-    "lr": "peak learning rate, reached after warmup",
-    "warmup": "linear warmup steps",
-    "min_lr_ratio": "the cosine ends at lr times this",
-    "weight_decay": "AdamW's decay on matrices and embeddings",
-    "beta1": "AdamW's beta1",
-    "beta2": "AdamW's beta2",
-    "grad_clip": "largest global gradient norm; 0: no clipping",
-    "eval_every": "held-out evaluation every N steps",
-    "eval_batch_size": "examples per evaluation forward pass",
-    "log_every": "a metrics.jsonl line every N steps",
-    "checkpoint_every": "a checkpoint every N steps; 0: only the final one",
-    "keep_checkpoints": "newest checkpoints kept on disk",
-    "seed": "seed of the model's init, the data order and dropout",
-    "target_accuracy": "stop at the first evaluation reaching this held-out accuracy",
-    "threads": "torch threads; 0: auto, the cores this process may use (its CPU affinity and cgroup quota; "
-               "at most OMP_NUM_THREADS when set; split under torchrun and among a grid's workers)",
-    "device": "where the model runs: auto, cpu, cuda, cuda:N or mps",
-    "dtype": "float32, or bfloat16/float16: the matmuls under autocast, weights kept in float32",
-}
 
 
 def _field_help(name: str, values: str, default: str) -> str:

@@ -91,6 +91,9 @@ def attention_notes(c: ModelConfig) -> list[str]:
         kind = lambda w: "global" if w is None else f"local, window {w}"
         notes.append("attention per layer: " + "; ".join(f"{', '.join(at)} {kind(w)}"
                                                          for w, at in kinds.items()))
+    if c.local_rotary_base is not None:
+        notes.append(f"rotary base per layer: {c.local_rotary_base:g} on the local layers "
+                     f"(local_rotary_base), {c.rotary_base:g} on the global ones (rotary_base)")
     return notes
 
 

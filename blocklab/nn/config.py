@@ -16,13 +16,14 @@ from typing import Any
 from ..errors import names
 from .activation_kinds import ACTIVATION_KINDS
 from .attention import QK_NORMS
+from .attention_fields import SOFTCAP_FIELDS, attention_violations, is_int, is_positive_number, position_kind
 from .ffn_kinds import MOE_FIELDS, ROUTINGS, moe_violations, resolve_d_ff
 from .init_schemes import INIT_SCHEMES
 from .layouts import LAYOUTS, Layout, block_formula, block_title
-from .norm_kinds import NORM_KINDS, NormKind, is_layer_norm, layer_norm_variants
-from .position_kinds import POSITION_KINDS, PositionKind
+from .norm_kinds import NORM_KINDS, NormKind, is_layer_norm
+from .position_kinds import POSITION_KINDS
 from .residual_kinds import RESIDUAL_KINDS, ResidualKind
-from .rotary import ROTARY_STYLES, check_rope_scaling, rotary_dim
+from .rotary import ROTARY_STYLES
 
 # One list per variant, next to what chooses among them. The norm kinds are their records' table
 # (norm_kinds.NORM_KINDS: the per-position LayerNorm kinds, BatchNorm, no norm).
@@ -45,8 +46,6 @@ LEAN_RESIDUALS = ("add", "deepnorm")
 # measures both paths across d_model and prints the width this rule gives; docs/performance.md shows it).
 LEAN_MAX_TIME_COST = 0.05
 LEAN_MIN_D_MODEL = 384
-# the fields scaling or capping the scores and logits (Gemma 2): each a number > 0, or None (off)
-SOFTCAP_FIELDS = ("attn_softcap", "logit_softcap", "query_pre_attn_scalar")
 EMBED_SCALES = ("sqrt_d_model", "none")  # the factor on the token embedding (embedding.SCALE_FACTORS)
 
 # The fields that take one of a few names, and those names (validation and the CLI's --help use it).
@@ -104,6 +103,8 @@ class ModelConfig:
     rotary_base: float = 10000.0
     rotary_style: str = "half"
     rope_scaling: dict[str, Any] | None = None
+    # the base of the layers with a window, unscaled (Gemma 3: 10000 local, 1e6 global); None: rotary_base
+    local_rotary_base: float | None = None
     # how big the token part of x0 is next to the position part (blocklab/nn/embedding.py says why)
     embed_scale: str = "sqrt_d_model"  # tok = factor * E[token]: "sqrt_d_model" (Vaswani et al.) or "none"
     embed_std: float = 1.0  # std of the token part at init, after the factor: E ~ N(0, (std/factor)^2)
@@ -141,8 +142,8 @@ class ModelConfig:
             set_("layer_windows", tuple(self.layer_windows))
         if isinstance(self.rope_scaling, dict):  # a copy: changing the caller's dict changes no config
             set_("rope_scaling", dict(self.rope_scaling))
-        for name in ("eps", "embed_std", "pos_std", "rotary_fraction", "rotary_base", "router_aux_loss_coef",
-                     *SOFTCAP_FIELDS):
+        for name in ("eps", "embed_std", "pos_std", "rotary_fraction", "rotary_base", "local_rotary_base",
+                     "router_aux_loss_coef", *SOFTCAP_FIELDS):
             value = getattr(self, name)
             if isinstance(value, int) and not isinstance(value, bool):
                 set_(name, float(value))
@@ -174,6 +175,13 @@ class ModelConfig:
     def window(self, layer: int) -> int | None:
         """Layer ``layer``'s sliding window (``layer_windows``, else ``sliding_window``); None: global."""
         return self.sliding_window if self.layer_windows is None else self.layer_windows[layer]
+
+    def rotary_of(self, layer: int) -> tuple[float, dict[str, Any] | None]:
+        """Layer ``layer``'s rotary base and scaling: with a window, ``local_rotary_base`` unscaled where
+        it is set (Gemma 3's local layers); else ``rotary_base`` with ``rope_scaling``."""
+        if self.local_rotary_base is not None and self.window(layer) is not None:
+            return self.local_rotary_base, None
+        return self.rotary_base, self.rope_scaling
 
     @property
     def kv_heads(self) -> int:
@@ -245,14 +253,6 @@ def resolved(config: ModelConfig, name: str) -> Any:
     return getattr(config, RESOLVED_BY.get(name, name))
 
 
-def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_positive_number(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
-
-
 def _violations(c: ModelConfig) -> list[str]:
     """Every rule the config breaks, as messages naming field, value and what is allowed."""
     errors: list[str] = []
@@ -263,14 +263,14 @@ def _violations(c: ModelConfig) -> list[str]:
 
     for name in ("vocab_size", "max_seq_len", "d_model", "n_heads", "n_layers", "d_ff"):
         value = getattr(c, name)
-        need(_is_int(value) and value >= 1, f"{name}={value!r} must be an integer >= 1")
+        need(is_int(value) and value >= 1, f"{name}={value!r} must be an integer >= 1")
     if errors:
         return errors
     if c.head_dim is None:
         need(c.d_model % c.n_heads == 0, f"n_heads={c.n_heads} must divide d_model={c.d_model} "
              "(or set head_dim: each head's width)")
     else:
-        need(_is_int(c.head_dim) and c.head_dim >= 1,
+        need(is_int(c.head_dim) and c.head_dim >= 1,
              f"head_dim={c.head_dim!r} must be an integer >= 1 (or unset: d_model / n_heads)")
     if errors:
         return errors
@@ -280,23 +280,23 @@ def _violations(c: ModelConfig) -> list[str]:
              f"{name}={value!r} is not one of: {', '.join(allowed)}")
     need(isinstance(c.eps, float) and math.isfinite(c.eps) and c.eps > 0,
          f"eps={c.eps!r} must be a finite number > 0")
-    need(_is_positive_number(c.embed_std), f"embed_std={c.embed_std!r} must be a finite number > 0")
+    need(is_positive_number(c.embed_std), f"embed_std={c.embed_std!r} must be a finite number > 0")
     if c.pos_std is not None:
-        need(_is_positive_number(c.pos_std), f"pos_std={c.pos_std!r} must be a finite number > 0 (or unset)")
-        need(getattr(_position_kind(c), "learned", False),
+        need(is_positive_number(c.pos_std), f"pos_std={c.pos_std!r} must be a finite number > 0 (or unset)")
+        need(getattr(position_kind(c), "learned", False),
              f"pos_std={c.pos_std!r} initialises learned positions, but pos_encoding={c.pos_encoding!r} "
              "has none: leave pos_std unset or use pos_encoding='learned'")
     for name in ("bias", "causal", "tie_embeddings", "head_bias", "final_norm", "embed_norm",
                  "positions_from_mask", "keep_residual", "checkpoint_blocks"):
         value = getattr(c, name)
         need(isinstance(value, bool), f"{name}={value!r} must be true or false")
-    _attention_violations(c, need)
+    attention_violations(c, need)
     need(isinstance(c.fused, bool) or c.fused == "auto", f"fused={c.fused!r} must be true, false or 'auto'")
     need(
         isinstance(c.dropout, (int, float)) and not isinstance(c.dropout, bool) and 0 <= c.dropout < 1,
         f"dropout={c.dropout!r} must be a number in [0, 1)",
     )
-    need(_is_int(c.type_vocab_size) and c.type_vocab_size >= 0,
+    need(is_int(c.type_vocab_size) and c.type_vocab_size >= 0,
          f"type_vocab_size={c.type_vocab_size!r} must be an integer >= 0")
     _residual_violations(c, need)
     for message in moe_violations(c.n_experts, {name: getattr(c, name) for name in MOE_FIELDS}):
@@ -335,62 +335,6 @@ def _inapplicable_fields(c: ModelConfig, need: Callable[[bool, str], None]) -> N
              f"blocks' weights itself (Xavier scaled by beta); leave init {default!r}")
 
 
-def _attention_violations(c: ModelConfig, need: Callable[[bool, str], None]) -> None:
-    """Grouped-query heads, the q/k/v biases, the sliding window, QK-norm and rotary positions' options."""
-    if c.n_kv_heads is not None:
-        need(_is_int(c.n_kv_heads) and c.n_kv_heads >= 1 and c.n_heads % c.n_kv_heads == 0,
-             f"n_kv_heads={c.n_kv_heads!r} must be an integer >= 1 dividing n_heads={c.n_heads} "
-             "(or unset: one key/value head per query head)")
-    for name in ("qkv_bias", "o_bias", "ffn_bias"):
-        value = getattr(c, name)
-        need(value is None or isinstance(value, bool),
-             f"{name}={value!r} must be true, false or unset (as bias)")
-    if c.sliding_window is not None:
-        need(_is_int(c.sliding_window) and c.sliding_window >= 1,
-             f"sliding_window={c.sliding_window!r} must be an integer >= 1 (or unset: no window)")
-        need(c.causal, f"sliding_window={c.sliding_window!r} limits causal attention, but causal=False")
-    if c.layer_windows is not None:
-        _layer_window_violations(c, need)
-    for name in SOFTCAP_FIELDS:
-        value = getattr(c, name)
-        need(value is None or _is_positive_number(value),
-             f"{name}={value!r} must be a finite number > 0 (or unset: off)")
-    if c.qk_norm != "none":
-        need(is_layer_norm(c.norm), f"qk_norm={c.qk_norm!r} normalises q and k with the block's norm "
-             f"variant, but norm={c.norm!r} is not one: use {', '.join(layer_norm_variants())}")
-    rotary = getattr(_position_kind(c), "rotary", False)
-    defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
-    for name in ("rotary_fraction", "rotary_base", "rotary_style", "rope_scaling"):
-        if not rotary and getattr(c, name) != defaults[name]:
-            need(False, f"{name}={getattr(c, name)!r} applies to rotary positions, but "
-                 f"pos_encoding={c.pos_encoding!r}: leave it unset or use pos_encoding='rotary'")
-    if not rotary:
-        return
-    need(_is_positive_number(c.rotary_base), f"rotary_base={c.rotary_base!r} must be a finite number > 0")
-    fraction_ok = _is_positive_number(c.rotary_fraction) and c.rotary_fraction <= 1
-    need(fraction_ok, f"rotary_fraction={c.rotary_fraction!r} must be a number in (0, 1]")
-    if fraction_ok:
-        dim = rotary_dim(c.d_head, c.rotary_fraction)
-        need(dim >= 2 and dim % 2 == 0, f"rotary_fraction={c.rotary_fraction!r} of d_head={c.d_head} rotates "
-             f"{dim} features; it must rotate an even number >= 2")
-    problem = check_rope_scaling(c.rope_scaling)
-    need(problem is None, f"rope_scaling={c.rope_scaling!r} {problem}")
-
-
-def _layer_window_violations(c: ModelConfig, need: Callable[[bool, str], None]) -> None:
-    """One window per layer, each an integer >= 1 or None (global), causal only, and no second window."""
-    w = c.layer_windows
-    if not isinstance(w, tuple) or len(w) != c.n_layers:
-        need(False, f"layer_windows={w!r} must list one window per layer ({c.n_layers}: n_layers), each an "
-             "integer >= 1 or None (that layer global)")
-        return
-    need(all(v is None or (_is_int(v) and v >= 1) for v in w),
-         f"layer_windows={w!r}: each must be an integer >= 1 or None (that layer global)")
-    need(c.causal, f"layer_windows={w!r} limit causal attention, but causal=False")
-    need(c.sliding_window is None, f"layer_windows={w!r} give every layer its window, so sliding_window="
-         f"{c.sliding_window!r} must be unset (None)")
-
-
 def _normalises(norm: object) -> bool:
     """Whether the norm kind ``norm`` normalises (a name no kind has counts as one: refused elsewhere)."""
     kind = NORM_KINDS.get(norm) if isinstance(norm, str) else None
@@ -424,11 +368,6 @@ def from_saved_dict(d: dict[str, Any]) -> ModelConfig:
     """A config read back from a file blocklab wrote: fields the file predates take the value its
     model was built with (``SAVED_BEFORE``), not today's defaults."""
     return from_dict({**SAVED_BEFORE, **d})
-
-
-def _position_kind(c: ModelConfig) -> PositionKind | None:
-    """The config's position kind; None for a value that is none (refused by its CHOICES check)."""
-    return POSITION_KINDS.get(c.pos_encoding) if isinstance(c.pos_encoding, str) else None
 
 
 def changed_from(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:

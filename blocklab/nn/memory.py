@@ -146,7 +146,8 @@ def estimate_memory(
     P = count_parameters(c).total
     positions = POSITION_KINDS[c.pos_encoding]  # a fixed code added to x0 is a table; rotary: its frequencies
     tables = (c.max_seq_len * c.d_model if positions.adds_to_x0 and not positions.learned
-              else rotary_dim(c.d_head, c.rotary_fraction) // 2 if positions.rotary else 0)
+              else rotary_dim(c.d_head, c.rotary_fraction) // 2 * (1 + (c.local_rotary_base is not None))
+              if positions.rotary else 0)  # (Gemma 3's local layers: a second table of frequencies)
     params = BYTES_FLOAT32 * (P + tables)
     construction = BLOCK_OVERHEAD * c.n_layers + (BYTES_FLOAT32 * P if loading else 0)
     per_layer = activation_values_per_token(c, T, explicit_attention)

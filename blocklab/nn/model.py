@@ -107,8 +107,14 @@ class Transformer(HookedModule, ModelWeights, TransformerLensModel):
         c = self.config = config
         self.embed = build_token_embedding(c)
         self.pos = build_positions(c)
-        self.rotary = Rotary(c.d_head, c.rotary_fraction, c.rotary_base, c.rotary_style, c.rope_scaling) \
-            if POSITION_KINDS[c.pos_encoding].rotary else None
+        rotary = POSITION_KINDS[c.pos_encoding].rotary
+        rotation = lambda base, scaling: Rotary(c.d_head, c.rotary_fraction, base, c.rotary_style, scaling)
+        self.rotary = rotation(c.rotary_base, c.rope_scaling) if rotary else None
+        # Gemma 3's local layers rotate by a base of their own; ModelConfig.rotary_of says each layer's
+        self.rotary_local = rotation(c.local_rotary_base, None) \
+            if rotary and c.local_rotary_base is not None else None
+        self._block_rotary = [self.rotary_local if c.rotary_of(i) != (c.rotary_base, c.rope_scaling)
+                              else self.rotary for i in range(c.n_layers)]  # (plain list: not registered)
         self.token_type = nn.Embedding(c.type_vocab_size, c.d_model) if c.type_vocab_size else None
         norm = lambda: build_norm(c.norm, c.d_model, c.eps, c.bias, fused=c.components_fused)
         self.embed_ln = norm() if c.embed_norm else NoNorm()
@@ -208,14 +214,15 @@ class Transformer(HookedModule, ModelWeights, TransformerLensModel):
         if position_ids is not None and POSITION_KINDS[self.config.pos_encoding].alibi:
             check_alibi_positions(position_ids, pad)
         x = self._embed(tokens, past, position_ids, token_type_ids, pad)
-        angles = None
+        angles = dict.fromkeys(self._block_rotary)  # each rotation's cos and sin, computed once
         if self.rotary is not None:  # each token's position in its own sequence: past, past + 1, ...
             positions = position_ids if position_ids is not None else \
                 torch.arange(past, past + tokens.shape[1], device=tokens.device)
-            angles = self.rotary.angles(positions, x.dtype)
+            angles = {rotary: rotary.angles(positions, x.dtype) for rotary in angles}
         caches = kv_cache if kv_cache is not None else [None] * len(self.blocks)
-        for block, cache in list(zip(self.blocks, caches, strict=True))[:stop_at_layer]:
-            x = block(x, key_padding_mask, cache, angles)
+        layers = list(zip(self.blocks, caches, self._block_rotary, strict=True))
+        for block, cache, rotary in layers[:stop_at_layer]:
+            x = block(x, key_padding_mask, cache, angles[rotary])
         if stop_at_layer is not None:
             return x  # (B, T, d_model): the stream entering block stop_at_layer
         return self.hook_ln_f(self.ln_f(x, pad))

@@ -81,6 +81,7 @@ class TransformerLensConfig:
             "use_attn_result": use_attn_result, "use_split_qkv_input": False, "use_hook_mlp_in": False,
             "use_attn_in": False, "use_attn_scale": True, "use_qk_norm": c.qk_norm != "none",
             "final_rms": bool(c.final_norm) and not norm.centres, "rotary_base": c.rotary_base,
+            "rotary_base_local": c.local_rotary_base,  # TransformerLens' "local" layers: those with a window
             "rotary_dim": round(c.rotary_fraction * c.d_head) if positions.rotary else None,
             "rotary_adjacent_pairs": c.rotary_style != "half",
             "attn_scale": math.sqrt(c.d_head if c.query_pre_attn_scalar is None else c.query_pre_attn_scalar),

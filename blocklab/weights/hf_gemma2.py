@@ -22,7 +22,7 @@ from typing import Any
 
 from ..nn.config import ModelConfig
 from .hf_llama import GEMMA, LAYER, LlamaFamily
-from .hf_map import PLAIN_SCORES, hf_value, one_window_layer_types, windows_from_layer_types
+from .hf_map import hf_value, one_window_layer_types, windows_from_layer_types
 from .hf_tokenizer import HFTokenizer
 
 # config.json name -> ModelConfig field (None in config.json: off)
@@ -42,7 +42,8 @@ class Gemma2Family(LlamaFamily):
     @property
     def architecture_fields(self) -> dict[str, Any]:
         """Gemma's, less the fields Gemma 2's config.json sets (caps, scalar, windows)."""
-        return {k: v for k, v in super().architecture_fields.items() if k not in PLAIN_SCORES}
+        own = (*SCORE_FIELDS.values(), "layer_windows")
+        return {k: v for k, v in super().architecture_fields.items() if k not in own}
 
     def config_from_hf(self, hf: dict[str, Any]) -> ModelConfig:
         """Gemma's fields (``hidden_activation`` read as Gemma's ``hidden_act``), then Gemma 2's own."""

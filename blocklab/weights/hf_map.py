@@ -28,10 +28,11 @@ class PretrainedError(ValueError):
 # unset: as bias), the head has none. A family module's ARCHITECTURE takes them (import sets them, export
 # refuses a model that differs: its weights would have no place in the family's files).
 PLAIN_BIASES: dict[str, Any] = {"o_bias": None, "ffn_bias": None, "head_bias": False}
-# Plain attention and logits, as every family but Gemma 2 has them: scores scaled by d_head^-1/2, nothing
-# capped, every layer's attention alike (the same ARCHITECTURE role: a model that differs is refused by name).
+# Plain attention and logits, as every family but Gemma 2 and 3 has them: scores scaled by d_head^-1/2,
+# nothing capped, every layer's attention alike, one rotary base (the same ARCHITECTURE role: a model that
+# differs is refused by name).
 PLAIN_SCORES: dict[str, Any] = {"attn_softcap": None, "logit_softcap": None, "query_pre_attn_scalar": None,
-                                "layer_windows": None}
+                                "layer_windows": None, "local_rotary_base": None}
 
 
 @dataclass(frozen=True)

@@ -312,6 +312,18 @@ def test_the_rotary_stage_names_its_pairs_and_their_angles_in_numbers(style: str
     assert f"mean L2 norm {float(q.stats['l2'].mean()):.4g} ->" in words  # a rotation keeps lengths
 
 
+def test_the_rotary_stage_of_a_local_layer_gives_the_angles_of_its_own_base() -> None:
+    """Gemma 3's layers: the local one (a window) rotates by local_rotary_base, the global one by rotary_base;
+    each rot_q sentence gives its own layer's angles and says which base it is."""
+    model = listops_model(norm_position="pre", causal=True, pos_encoding="rotary", rotary_base=10000.0,
+                          layer_windows=(4, None), local_rotary_base=100.0)
+    trace = collect_trace(model, IDS, TOKENIZER.tokens(IDS), position=5)
+    for block, base, kind in ((0, 100.0, "local"), (1, 10000.0, "global")):
+        words = next(s for s in trace.stages if s.name == f"blocks.{block}.attn.rot_q").explanation
+        assert f"pair 1 by {5 * base ** (-2 / 16):.4g} rad" in words, words
+        assert f"base {base:.4g} (a {kind} layer: local layers use local_rotary_base 100" in words, words
+
+
 @pytest.mark.parametrize("qk_norm", ["head", "all_heads"])
 def test_the_qk_norm_stage_says_over_what_and_each_heads_length_before_and_after(qk_norm: str) -> None:
     """q_norm's sentence: the norm, over one head's features or all heads', and the mean per-head L2

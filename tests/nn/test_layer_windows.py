@@ -107,3 +107,69 @@ def test_params_show_each_layers_window(capsys) -> None:
     assert main(["params", "--causal", "true", "--n-layers", "4", "--layer-windows", "8,none,8,none"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "attention per layer: 0, 2 local, window 8; 1, 3 global" in out
+
+
+# ---- each layer's rotary base (Gemma 3: local layers 10000, global 1e6) --------------------------------
+
+
+def hand_rotation(x, base):
+    """x (B, h, T, d) with each half-pair (m, m + d/2) at position p rotated by p base^(-2m/d); float64."""
+    d, T = x.shape[-1], x.shape[-2]
+    out = x.clone()
+    for p in range(T):
+        for m in range(d // 2):
+            c, s = math.cos(p * base ** (-2 * m / d)), math.sin(p * base ** (-2 * m / d))
+            out[..., p, m] = x[..., p, m] * c - x[..., p, m + d // 2] * s
+            out[..., p, m + d // 2] = x[..., p, m + d // 2] * c + x[..., p, m] * s
+    return out
+
+
+def test_local_layers_rotate_by_their_own_base_and_global_layers_by_rotary_base() -> None:
+    """Layers 0 and 2 (a window) by local_rotary_base, layer 1 (global) by rotary_base, against a float64 hand
+    rotation (blocklab's angles are float32, as transformers'); the other base is far off."""
+    model = _model(rotary_base=10000.0, local_rotary_base=7.0)
+    tokens = torch.randint(0, 29, (2, 9))
+    _, cache = model.run_with_cache(tokens)
+    for layer, window in enumerate(WINDOWS):
+        assert model.config.rotary_of(layer) == ((7.0, None) if window else (10000.0, None))
+        q = cache[f"blocks.{layer}.attn.q"]  # (B, h, T, d_k), before the rotation
+        own, other = (7.0, 10000.0) if window is not None else (10000.0, 7.0)
+        got = cache[f"blocks.{layer}.attn.rot_q"]
+        torch.testing.assert_close(got, hand_rotation(q, own), rtol=0, atol=1e-6)
+        assert (got - hand_rotation(q, other)).abs().max() > 1e-2
+
+
+def test_a_local_base_reaches_the_lean_path_the_cache_and_generation() -> None:
+    model = _model(local_rotary_base=7.0)
+    lean = _model(local_rotary_base=7.0, fused=True)
+    tokens = torch.randint(1, 29, (2, 6))
+    assert lean.blocks[0].uses_lean_path
+    torch.testing.assert_close(lean(tokens), model(tokens), rtol=0, atol=1e-12)
+    mask = torch.ones(2, 6, dtype=torch.long)
+    mask[0, :3] = 0
+    for fields in ({}, {"do_sample": True, "seed": 3, "top_k": 8}):
+        cached = generate(model, tokens, 7, attention_mask=mask, **fields)
+        assert torch.equal(cached, generate(model, tokens, 7, attention_mask=mask, use_cache=False, **fields))
+    assert (_model()(tokens) - model(tokens)).abs().max() > 1e-3  # the same weights: the base matters
+    assert model.cfg.rotary_base_local == 7.0 and _model().cfg.rotary_base_local is None
+    again = from_dict(json.loads(json.dumps(model.config.to_dict())))
+    assert again == model.config and again.local_rotary_base == 7.0
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"local_rotary_base": 0.0}, r"local_rotary_base=0.0 must be a finite number > 0"),
+    ({"local_rotary_base": 7.0, "layer_windows": None}, r"local_rotary_base=7.0 is the rotary base of the "
+                                                        r"layers with a window, but no layer has one"),
+    ({"local_rotary_base": 7.0, "pos_encoding": "sinusoidal"}, r"local_rotary_base=7.0 applies to rotary"),
+])
+def test_a_local_rotary_base_that_cannot_apply_is_refused_by_name(fields, message) -> None:
+    base = {"causal": True, "n_layers": 3, "layer_windows": WINDOWS, "pos_encoding": "rotary"}
+    with pytest.raises(ValueError, match=r"ModelConfig\." + message):
+        bl.ModelConfig(**{**base, **fields})
+
+
+def test_params_show_each_layers_rotary_base(capsys) -> None:
+    assert main(["params", "--causal", "true", "--n-layers", "2", "--layer-windows", "8,none",
+                 "--pos-encoding", "rotary", "--local-rotary-base", "10000", "--rotary-base", "1e6"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "rotary base per layer: 10000 on the local layers (local_rotary_base), 1e+06 on the global" in out

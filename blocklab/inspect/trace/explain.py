@@ -138,18 +138,23 @@ def _rotary(s: Stage, w: Walk) -> str:
     c, letter = w.trace.config, s.kind[-1]
     d_k = c.d_head
     dim = rotary_dim(d_k, c.rotary_fraction)
-    freqs = inverse_frequencies(dim, c.rotary_base, c.rope_scaling).tolist()
+    base, scaling = c.rotary_of(s.block if s.block is not None else 0)  # a local layer's base may differ
+    freqs = inverse_frequencies(dim, base, scaling).tolist()
     p = s.positions[-1]
     shown = sorted({0, min(1, len(freqs) - 1), len(freqs) - 1})  # the first pairs and the last
     angles = ", ".join(f"pair {m} by {_n(p * freqs[m])} rad" for m in shown)
     kept = f"; features {dim}..{d_k - 1} pass unchanged" if dim < d_k else ""
-    scaled = " (Llama 3's scaling divides the low frequencies)" if c.rope_scaling else ""
+    scaled = " (Llama 3's scaling divides the low frequencies)" if scaling else ""
+    if c.local_rotary_base is not None:  # Gemma 3: the layers with a window have their own base
+        kind = "local" if c.window(s.block or 0) is not None else "global"
+        scaled += f" (a {kind} layer: local layers use local_rotary_base {_n(c.local_rotary_base)}, " \
+                  f"global ones rotary_base {_n(c.rotary_base)})"
     before = w.sibling(s, f"attn.{letter}")
     norms = f"; lengths kept: mean L2 norm {_n(_l2(before))} -> {_n(_l2(s))}" if before is not None else ""
     pairs = PAIRS[c.rotary_style].format(half=dim // 2)
     return (f"rotary positions ({'queries' if letter == 'q' else 'keys'}): each head's first {dim} of {d_k} "
             f"features rotated in {dim // 2} pairs ({pairs}), pair m by "
-            f"position x base^(-2m/{dim}), base {_n(c.rotary_base)}{scaled}; at {w.trace.label(p)}: "
+            f"position x base^(-2m/{dim}), base {_n(base)}{scaled}; at {w.trace.label(p)}: "
             f"{angles}{kept}{norms}. So q . k depends on the positions only through their distance")
 
 
