@@ -53,6 +53,7 @@ PUBLISHED_TOTALS: dict[str, int] = {
     "mistral-7b": 7_241_732_096,
     "mixtral-8x7b": 46_702_792_704,
     "gemma-2-2b": 2_614_341_888,
+    "gemma-3-1b": 999_885_952,
 }
 
 
@@ -140,6 +141,14 @@ PRESETS: dict[str, dict[str, Any]] = {
                             query_pre_attn_scalar=256.0, layer_windows=(4096, None) * 13),
                    "activation": "geglu_tanh", "norm": "rms_plus_one", "norm_position": "sandwich",
                    "embed_scale": "sqrt_d_model"},
+    # google/gemma-3-1b-pt's config.json (as remembered, not fetched here): Gemma 2's block with QK-norm per
+    # head (Gemma's RMSNorm), no caps, one key/value head, every 6th layer global (rotary base 1e6), the
+    # others local (a window of 512, rotary base 1e4: local_rotary_base); 999,885,952 parameters
+    "gemma-3-1b": {**_llama(262144, 32768, 1152, 6912, 26, 4, 1, 1e-6, 1000000.0, head_dim=256,
+                            tie_embeddings=True, qk_norm="head", query_pre_attn_scalar=256.0,
+                            layer_windows=((512,) * 5 + (None,)) * 4 + (512, 512), local_rotary_base=10000.0),
+                   "activation": "geglu_tanh", "norm": "rms_plus_one", "norm_position": "sandwich",
+                   "embed_scale": "sqrt_d_model"},
     "pythia-160m": dict(
         vocab_size=50304, max_seq_len=2048, d_model=768, n_heads=12, n_layers=12, d_ff=3072,
         activation="gelu", norm_position="parallel", causal=True, pos_encoding="rotary",
@@ -224,8 +233,9 @@ EMBEDDING_CHOICES: dict[str, str] = {
        for name in ("llama-seed", "llama-3.2-1b", "smollm2-135m", "qwen2.5-0.5b", "mistral-7b",
                     "mixtral-8x7b", "qwen3-30b-a3b", "olmoe-1b-7b", "qwen1.5-moe-a2.7b", "olmo-1b",
                     "phi-3-mini")},
-    "gemma-2-2b": "Gemma's layout: x0 = sqrt(d_model) E[t] (the factor rounded to the model's dtype), the "
-                  "token part at std 0.02 at init (embed_std); rotary positions, inside attention",
+    **{name: "Gemma's layout: x0 = sqrt(d_model) E[t] (the factor rounded to the model's dtype), the "
+             "token part at std 0.02 at init (embed_std); rotary positions, inside attention"
+       for name in ("gemma-2-2b", "gemma-3-1b")},
     "pythia-160m": "GPT-NeoX's layout: x0 = E[t], no factor, E ~ N(0, 0.02^2); rotary positions on 25% of "
                    "each head, inside attention",
     "phi-2": "Phi's layout: x0 = E[t], no factor, E ~ N(0, 0.02^2); rotary positions on 40% of each head, "

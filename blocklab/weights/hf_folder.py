@@ -54,6 +54,7 @@ from . import (
     hf_stablelm,
 )
 from .hf_gemma2 import GEMMA2
+from .hf_gemma3 import GEMMA3
 from .hf_llama import GEMMA, LLAMA, MISTRAL, MIXTRAL, OLMO, OLMO2, OLMOE, QWEN2, QWEN2_MOE, QWEN3, QWEN3_MOE
 from .hf_map import Family, PretrainedError, from_hf, is_ignored, refused_part, to_hf
 from .hf_tokenizer import HFTokenizer, load_folder_tokenizer
@@ -69,7 +70,7 @@ FAMILIES: dict[str, Family] = {  # type: ignore[dict-item]
     "gptj": hf_gptj, "mixtral": MIXTRAL, "qwen2_moe": QWEN2_MOE, "qwen3_moe": QWEN3_MOE, "olmoe": OLMOE,
     "gemma2": GEMMA2, "gpt_neo": hf_gpt_neo, "gpt_bigcode": hf_gpt_bigcode,
     "stablelm": hf_stablelm, "olmo": OLMO, "phi3": hf_phi3, "bloom": hf_bloom,
-    "falcon": hf_falcon,
+    "falcon": hf_falcon, "gemma3_text": GEMMA3,
 }
 MAX_LISTED = 8  # keys named in one error message
 

@@ -84,6 +84,17 @@ CASES = {
         layer_types=["full_attention", "sliding_attention"], attn_logit_softcapping=None,
         final_logit_softcapping=None, hidden_activation="gelu", tie_word_embeddings=False,
         attn_implementation="eager")),
+    # Gemma 3 in small: Gemma 2's block with QK-norm per head (1 + w), no cap on the scores, sliding layers
+    # rotating by a base of their own (rope_local_base_freq) far from the global layers' (rope_theta), so that
+    # a layer given the other's base fails; Llama 3's rope scaling on the global layers only, as transformers
+    "gemma3-local-base-gqa-untied": (transformers.Gemma3ForCausalLM, transformers.Gemma3TextConfig(
+        **SHAPE, num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=12, sliding_window=4,
+        layer_types=["sliding_attention", "full_attention"], rope_theta=10000.0, rope_local_base_freq=10.0,
+        final_logit_softcapping=5.0, tie_word_embeddings=False, attn_implementation="eager")),
+    "gemma3-global-first-scaled-mqa": (transformers.Gemma3ForCausalLM, transformers.Gemma3TextConfig(
+        **SHAPE, num_key_value_heads=1, head_dim=16, query_pre_attn_scalar=10, sliding_window=3,
+        layer_types=["full_attention", "sliding_attention"], rope_theta=500.0, rope_scaling=LLAMA3,
+        hidden_activation="gelu", tie_word_embeddings=False, attn_implementation="eager")),
     "pythia-parallel-quarter": (transformers.GPTNeoXForCausalLM, transformers.GPTNeoXConfig(
         **SHAPE, rotary_pct=0.25, use_parallel_residual=True)),
     "neox-sequential-half": (transformers.GPTNeoXForCausalLM, transformers.GPTNeoXConfig(
@@ -231,7 +242,7 @@ def test_the_config_is_read_as_the_family_says(case):
                               "alibi" if h.model_type == "bloom" else "rotary") and c.causal
     assert c.embed_norm == (h.model_type == "bloom")
     kv_heads = getattr(h, "num_key_value_heads", h.num_attention_heads)
-    layout = {"olmo2": "res_post", "gemma2": "sandwich",
+    layout = {"olmo2": "res_post", "gemma2": "sandwich", "gemma3_text": "sandwich",
               **{t: "parallel_shared" for t in SHARED_NORM}}.get(h.model_type, "pre")
     if h.model_type == "falcon":  # its own words: num_kv_heads, multi_query, and three blocks
         kv_heads = 1 if h.multi_query and not h.new_decoder_architecture else h.num_kv_heads
@@ -241,8 +252,13 @@ def test_the_config_is_read_as_the_family_says(case):
     parallel = "parallel_shared" if h.model_type == "stablelm" else "parallel"  # one norm, or two (NeoX)
     assert c.norm_position == (parallel if getattr(h, "use_parallel_residual", False) else layout)
     assert c.head_bias == (h.model_type in SHARED_NORM)
-    assert c.qk_norm == {"qwen3": "head", "qwen3_moe": "head", "olmo2": "all_heads",
+    assert c.qk_norm == {"qwen3": "head", "qwen3_moe": "head", "olmo2": "all_heads", "gemma3_text": "head",
                          "olmoe": "all_heads"}.get(h.model_type, "none")
+    local = getattr(h, "rope_local_base_freq", None)  # Gemma 3: the sliding layers' own rotary base
+    assert c.local_rotary_base == (local if "sliding_attention" in (getattr(h, "layer_types", None) or [])
+                                   else None)
+    if h.model_type == "gemma3_text":  # (on the global layers only: ModelConfig.rotary_of)
+        assert c.rope_scaling == h.rope_scaling
     kinds = getattr(h, "layer_types", None)  # Qwen2, Qwen3, Gemma 2: each layer sliding or global
     window = getattr(h, "sliding_window", None)
     if h.model_type == "gpt_neo":  # its own words for them, and its own window
@@ -391,11 +407,10 @@ def _routed_moe_in_the_inputs_dtype(self, hidden_states):
 
 def test_logits_equal_transformers_float64(case, monkeypatch):
     """transformers computes the rotary angles in float32 in every model (blocklab too, rotary.py), the
-    Llama family's RMSNorm in float32 even in a float64 model, Mixtral's routing softmax, GPT-J's
-    attention scores, BLOOM's ALiBi slopes and attention softmax (and its GELU's sqrt(2 / pi) written
-    0.79788456); with those
-    run in float64 (and GPT-J's logits read before its final cast to float32), the two float64 models
-    agree to 1e-10."""
+    Llama family's RMSNorm in float32 even in a float64 model, Gemma 3's sqrt(d_model) factor in float32,
+    Mixtral's routing softmax, GPT-J's attention scores, BLOOM's ALiBi slopes and attention softmax (and its
+    GELU's sqrt(2 / pi) written 0.79788456); with those run in float64 (and GPT-J's logits read before its
+    final cast to float32), the two float64 models agree to 1e-10."""
     _, hf, folder, _ = case
     for module in (transformers.models.llama.modeling_llama.LlamaRMSNorm,
                    transformers.models.mistral.modeling_mistral.MistralRMSNorm,
@@ -419,6 +434,9 @@ def test_logits_equal_transformers_float64(case, monkeypatch):
     gemma2 = transformers.models.gemma2.modeling_gemma2
     monkeypatch.setattr(gemma2.Gemma2RMSNorm, "forward", _gemma_rms_norm_in_the_inputs_dtype)
     monkeypatch.setattr(gemma2, "eager_attention_forward", _gemma2_attention_in_the_inputs_dtype)
+    gemma3 = transformers.models.gemma3.modeling_gemma3
+    monkeypatch.setattr(gemma3.Gemma3RMSNorm, "forward", _gemma_rms_norm_in_the_inputs_dtype)
+    monkeypatch.setattr(gemma3, "eager_attention_forward", _gemma2_attention_in_the_inputs_dtype)
     monkeypatch.setattr(transformers.models.mixtral.modeling_mixtral.MixtralSparseMoeBlock, "forward",
                         _mixtral_moe_in_the_inputs_dtype)
     monkeypatch.setattr(transformers.models.gptj.modeling_gptj.GPTJAttention, "_attn",
@@ -432,6 +450,9 @@ def test_logits_equal_transformers_float64(case, monkeypatch):
     model = read_pretrained(folder).model.double()
     hf64 = type(hf)(hf.config).double().eval()
     hf64.load_state_dict(hf.state_dict())
+    embed = hf64.get_input_embeddings()
+    if hasattr(embed, "embed_scale"):  # Gemma 3's sqrt(d) is a float32 buffer: in float64, as blocklab's
+        embed.embed_scale = torch.tensor(hf64.config.hidden_size ** 0.5, dtype=torch.float64)
     tokens = _ids(2, (2, 30))
     with torch.no_grad():
         out = hf64(tokens, output_hidden_states=True)
@@ -590,6 +611,14 @@ def test_blocklab_load_and_every_model_command_take_the_folder(case, capsys):
     ("gemma2", {"layer_types": ["full_attention", "chunked_attention"]}, "layer_types"),
     ("gemma2", {"layer_types": ["sliding_attention"]}, "for each of the 2 layers"),
     ("gemma2", {"attn_logit_softcapping": -1.0}, "attn_softcap=-1.0"),
+    ("gemma3_text", {"use_bidirectional_attention": True}, "use_bidirectional_attention=True"),
+    ("gemma3_text", {"attn_logit_softcapping": 50.0}, "attn_logit_softcapping=50.0 is not supported"),
+    ("gemma3_text", {"rope_scaling": {"rope_type": "linear", "factor": 8.0}}, "rope_scaling"),  # 4B and up
+    ("gemma3_text", {"layer_types": None, "sliding_window_pattern": 0}, "sliding_window_pattern=0"),
+    ("gemma3_text", {"rope_local_base_freq": "1e4"}, "rope_local_base_freq='1e4' must be a finite number"),
+    ("gemma3_text", {"attention_dropout": 0.1}, "attention_dropout"),
+    ("gemma3_text", {"attention_bias": True}, "attention_bias"),
+    ("gemma3_text", {"hidden_activation": "silu"}, "hidden_act"),
     ("gpt_neox", {"attention_bias": False}, "attention_bias"),
     ("gpt_neox", {"hidden_dropout": 0.1}, "hidden_dropout"),
     ("phi", {"qk_layernorm": True}, "qk_layernorm"),
@@ -662,6 +691,7 @@ def test_a_config_field_the_import_cannot_honour_is_refused_by_name(tmp_path, fa
                    "olmo": CASES["olmo-nonparametric-untied"],
                    "gemma": CASES["gemma-wide-heads-mqa"],
                    "gemma2": CASES["gemma2-caps-windows-gqa-untied"],
+                   "gemma3_text": CASES["gemma3-local-base-gqa-untied"],
                    "mixtral": CASES["mixtral-top2-gqa-untied"],
                    "qwen2_moe": CASES["qwen2moe-shared-top2-gqa"],
                    "qwen3_moe": CASES["qwen3moe-renorm-top2-gqa"], "olmoe": CASES["olmoe-top2-mha"]}[family]
@@ -691,6 +721,46 @@ def test_gemma2_null_caps_read_as_none_and_sliding_layers_without_a_window_are_r
     two = bl.Transformer(c.replace(n_layers=3, layer_windows=(4, None, 5)))
     with pytest.raises(PretrainedError, match=r"Gemma 2 layout: ModelConfig layer_windows=\(4, None, 5\)"):
         save_pretrained(two, tmp_path / "two", family="gemma2")
+
+
+@pytest.mark.parametrize("pattern", [2, 1, None])  # layer 1 full; every layer full; absent: 6, none full
+def test_gemma3_config_json_without_layer_types_slides_by_sliding_window_pattern_as_transformers(tmp_path,
+                                                                                                 pattern):
+    """A config.json written before layer_types: every sliding_window_pattern-th layer full, as transformers'
+    own reading of the same file says; with no sliding layer the local base rotates nothing (unset)."""
+    cls, config = CASES["gemma3-local-base-gqa-untied"]
+    torch.manual_seed(0)
+    cls(config).save_pretrained(str(tmp_path))
+    written = json.loads((tmp_path / "config.json").read_text())
+    old = {k: v for k, v in written.items() if k != "layer_types"}
+    (tmp_path / "config.json").write_text(json.dumps({**old, "sliding_window_pattern": pattern}
+                                                     if pattern else old))
+    c = read_pretrained(tmp_path).model.config
+    kinds = transformers.AutoConfig.from_pretrained(str(tmp_path)).layer_types
+    assert [c.window(i) for i in range(2)] == [4 if k == "sliding_attention" else None for k in kinds]
+    assert c.local_rotary_base == (10.0 if "sliding_attention" in kinds else None)
+
+
+def test_gemma3_export_refuses_what_its_config_json_cannot_say(tmp_path):
+    """Local layers without a base of their own (rope_local_base_freq would give them one), windows of two
+    sizes (one sliding_window) and capped scores (transformers' Gemma 3 never caps them) have no Gemma 3
+    layout."""
+    from blocklab.weights.hf_folder import export_family
+
+    cls, config = CASES["gemma3-local-base-gqa-untied"]
+    torch.manual_seed(0)
+    cls(config).save_pretrained(str(tmp_path))
+    c = read_pretrained(tmp_path).model.config
+    assert export_family(c) is export_family(c, "gemma3_text")
+    with pytest.raises(PretrainedError, match=r"gemma3_text layout: ModelConfig local_rotary_base=None "
+                                              r"\(read back as 10000.0\)"):
+        export_family(c.replace(local_rotary_base=None), "gemma3_text")
+    with pytest.raises(PretrainedError, match=r"Gemma 3 layout: ModelConfig layer_windows=\(4, 5\)"):
+        export_family(c.replace(layer_windows=(4, 5)), "gemma3_text")
+    with pytest.raises(PretrainedError, match=r"Gemma 3 layout: ModelConfig attn_softcap=2.0 \(needs None\)"):
+        export_family(c.replace(attn_softcap=2.0), "gemma3_text")
+    with pytest.raises(PretrainedError, match=r"gemma2: .*local_rotary_base=10.0 \(needs None\)"):
+        export_family(c.replace(qk_norm="none"))  # Gemma 2's block with one rotary base: not this model
 
 
 @pytest.mark.parametrize("edits, windows", [
@@ -940,7 +1010,7 @@ def test_export_refuses_a_layout_whose_config_json_would_read_back_as_another_mo
 PRESET_FAMILIES = {"llama-3.2-1b": "llama", "smollm2-135m": "llama", "qwen2.5-0.5b": "qwen2",
                    "pythia-160m": "gpt_neox", "mistral-7b": "mistral", "phi-2": "phi", "gpt-j-6b": "gptj",
                    "mixtral-8x7b": "mixtral", "qwen3-30b-a3b": "qwen3_moe", "olmoe-1b-7b": "olmoe",
-                   "qwen1.5-moe-a2.7b": "qwen2_moe", "gemma-2-2b": "gemma2",
+                   "qwen1.5-moe-a2.7b": "qwen2_moe", "gemma-2-2b": "gemma2", "gemma-3-1b": "gemma3_text",
                    "gpt-neo-125m": "gpt_neo", "starcoderbase-1b": "gpt_bigcode",
                    "stablelm-2-1.6b": "stablelm", "olmo-1b": "olmo", "phi-3-mini": "phi3",
                    "bloom-560m": "bloom", "falcon-7b": "falcon"}
