@@ -237,6 +237,7 @@ ALTERNATIVES: dict[str, list] = {
     "rotary_fraction": [1.0, 0.5],
     "rotary_base": [10000.0, 100.0],
     "rotary_style": ["half", "interleaved"],
+    "local_rotary_base": [None, 100.0],  # (observable where a layer has a window: mixtral-like's)
     "rope_scaling": [None, {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
                             "high_freq_factor": 4.0, "original_max_position_embeddings": 16}],
     "embed_scale": list(EMBED_SCALES),
@@ -269,9 +270,11 @@ BASES = {
     # the modern block: rotary positions (where their options are observable), grouped queries, causal
     "llama-like": ModelConfig(**SMALL, norm_position="pre", norm="rms", activation="swiglu", bias=False,
                               causal=True, pos_encoding="rotary", n_kv_heads=1),
-    # the mixture of experts (Mixtral's block, smaller): each other field's alternatives work with experts
+    # the mixture of experts (Mixtral's block, smaller): each other field's alternatives work with experts;
+    # a local layer and a global one (where a local layer's own rotary base is observable)
     "mixtral-like": ModelConfig(**SMALL, norm_position="pre", norm="rms", activation="swiglu", bias=False,
-                                causal=True, pos_encoding="rotary", n_experts=4, experts_per_token=2),
+                                causal=True, pos_encoding="rotary", n_experts=4, experts_per_token=2,
+                                layer_windows=(2, None)),
 }
 
 
