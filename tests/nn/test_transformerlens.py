@@ -565,6 +565,52 @@ def test_qk_norm_models_equal_hooked_transformer_at_the_qk_norm_and_attention_na
             torch.testing.assert_close(our_cache[f"blocks.{i}.ln1_out"], their_ln1, rtol=0, atol=1e-4)
 
 
+# ---- Gemma 3: sandwich norms, QK-norm per head, a rotary base of its own on the local layers ----------
+
+
+def test_gemma3_equals_hooked_transformer_built_from_model_cfg_at_every_attention_name(tmp_path):
+    """TransformerLens 3 reads Gemma 3's shapes from its own table of official names only, so its config here
+    is blocklab's model.cfg (windows, attn_types, rotary_base_local, the scalar, the logit cap, the sandwich
+    norms), with the weights converted by TransformerLens' convert_gemma_weights: the same logits and, on the
+    local layer (base 10) and the global one (base 10000), q, k, their rotations, the pattern, z and the
+    stream. TransformerLens' hook_attn_out / hook_mlp_out are after its ln1_post / ln2_post: blocklab's
+    ln1_out / ln2_out stages."""
+    from transformer_lens.pretrained.weight_conversions.gemma import convert_gemma_weights
+
+    torch.manual_seed(0)
+    hf = transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(
+        **QK_SHAPE, num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=12, sliding_window=4,
+        layer_types=["sliding_attention", "full_attention"], rope_theta=10000.0, rope_local_base_freq=10.0,
+        final_logit_softcapping=5.0, tie_word_embeddings=False)).eval()
+    with torch.no_grad():  # spread the weights, the norms' gammas too
+        for p in hf.parameters():
+            p.normal_(0.0, 0.3) if p.dim() == 2 else p.add_(0.3 * torch.randn_like(p))
+    hf.save_pretrained(str(tmp_path))
+    ours = bl.load(tmp_path).model
+    fields = set(HookedTransformerConfig.__dataclass_fields__)
+    cfg = HookedTransformerConfig(**{k: v for k, v in ours.cfg.to_dict().items() if k in fields},
+                                  normalization_type="RMS")  # Gemma's 1 + w: the converter adds the 1
+    assert (cfg.rotary_base_local, cfg.attn_types, cfg.use_normalization_before_and_after) == (
+        10.0, ["local", "global"], True)
+    theirs = HookedTransformer(cfg)
+    theirs.load_and_process_state_dict(convert_gemma_weights(hf, cfg), fold_ln=False,
+                                       center_writing_weights=False, center_unembed=False,
+                                       fold_value_biases=False)
+    tokens = torch.randint(0, 100, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        logits, their_cache = theirs.eval().run_with_cache(tokens)
+        mine, our_cache = ours.run_with_cache(tokens)
+    torch.testing.assert_close(mine, logits, rtol=0, atol=1e-5)
+    for i in range(2):
+        for name in ("attn.hook_q", "attn.hook_k", "attn.hook_rot_q", "attn.hook_rot_k", "attn.hook_pattern",
+                     "attn.hook_z", "hook_resid_mid", "hook_resid_post"):
+            torch.testing.assert_close(our_cache[f"blocks.{i}.{name}"], their_cache[f"blocks.{i}.{name}"],
+                                       rtol=0, atol=1e-5, msg=name)
+        for stage, name in (("ln1_out", "hook_attn_out"), ("ln2_out", "hook_mlp_out")):
+            torch.testing.assert_close(our_cache[f"blocks.{i}.{stage}"], their_cache[f"blocks.{i}.{name}"],
+                                       rtol=0, atol=1e-5, msg=name)
+
+
 # ---- text in as TransformerLens tokenizes it: each family's default_prepend_bos, prepend_bos=False -----
 
 
