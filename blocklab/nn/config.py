@@ -184,6 +184,12 @@ class ModelConfig:
         return self.rotary_base, self.rope_scaling
 
     @property
+    def sandwich_norms(self) -> bool:
+        """Whether each sublayer has a norm on its input and one on its output (Gemma 2 and 3's block: what
+        TransformerLens calls ln1 and ln1_post, its hook_attn_out after the second)."""
+        return {"ln1", "ln1_out"} <= set(LAYOUTS[self.norm_position].norms)
+
+    @property
     def kv_heads(self) -> int:
         """Key/value heads: ``n_kv_heads``, or one per query head when unset."""
         return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads

@@ -104,7 +104,9 @@ TRANSFORMERLENS_ALIASES: tuple[Alias, ...] = (
     Alias("blocks.{i}.attn.hook_z", "blocks.{i}.attn.z", "(B, T, h, d_head) in both"),
     Alias("blocks.{i}.attn.hook_result", "blocks.{i}.attn.result",
           "(B, T, h, d_model) in both, without Wo's bias"),
-    Alias("blocks.{i}.hook_attn_out", "blocks.{i}.attn.out"),
+    Alias("blocks.{i}.hook_attn_out", "blocks.{i}.attn.out", "refused on the sandwich block (Gemma 2, 3), "
+          "where TransformerLens' is after its ln1_post: blocklab's blocks.{i}.ln1_out",
+          unlike_when="sandwich_norms"),
     Alias("blocks.{i}.ln1_post.hook_scale", "blocks.{i}.ln1_out.scale", "sandwich norm; " + _LN_SCALE),
     Alias("blocks.{i}.ln1_post.hook_normalized", "blocks.{i}.ln1_out.normalized",
           "sandwich norm; " + _LN_BEFORE_AFFINE),
@@ -117,7 +119,9 @@ TRANSFORMERLENS_ALIASES: tuple[Alias, ...] = (
     Alias("blocks.{i}.mlp.hook_pre_linear", "blocks.{i}.ffn.linear", "gated: the linear branch, x W3 + b3"),
     Alias("blocks.{i}.mlp.hook_mid", None, "SoLU's LayerNorm input: blocklab has no SoLU"),
     Alias("blocks.{i}.mlp.hook_post", "blocks.{i}.ffn.act"),
-    Alias("blocks.{i}.hook_mlp_out", "blocks.{i}.ffn.out"),
+    Alias("blocks.{i}.hook_mlp_out", "blocks.{i}.ffn.out", "refused on the sandwich block (Gemma 2, 3), "
+          "where TransformerLens' is after its ln2_post: blocklab's blocks.{i}.ln2_out",
+          unlike_when="sandwich_norms"),
     Alias("blocks.{i}.ln2_post.hook_scale", "blocks.{i}.ln2_out.scale", "sandwich norm; " + _LN_SCALE),
     Alias("blocks.{i}.ln2_post.hook_normalized", "blocks.{i}.ln2_out.normalized",
           "sandwich norm; " + _LN_BEFORE_AFFINE),

@@ -26,7 +26,6 @@ from .position_kinds import POSITION_KINDS
 # TransformerLens' MoE (components/mlps/moe.py): softmax over all E, the top k, divided by their sum with
 # norm_topk_prob; each expert a gated MLP of d_mlp; no shared expert
 MOE_FIELDS = ("num_experts", "experts_per_token", "norm_topk_prob")
-SANDWICH_NORMS = {"ln1", "ln1_out", "ln2", "ln2_out"}  # the block's norms TransformerLens' Gemma 2 block has
 
 
 def _experts(c: ModelConfig, gated: bool, values: dict[str, Any], refused: dict[str, str]) -> None:
@@ -84,7 +83,7 @@ class TransformerLensConfig:
             "final_rms": bool(c.final_norm) and not norm.centres, "rotary_base": c.rotary_base,
             "rotary_base_local": c.local_rotary_base,  # TransformerLens' "local" layers: those with a window
             # a norm on each sublayer's input and output (Gemma 2 and 3: TransformerLens' ln1_post, ln2_post)
-            "use_normalization_before_and_after": set(LAYOUTS[c.norm_position].norms) == SANDWICH_NORMS,
+            "use_normalization_before_and_after": c.sandwich_norms,
             "rotary_dim": round(c.rotary_fraction * c.d_head) if positions.rotary else None,
             "rotary_adjacent_pairs": c.rotary_style != "half",
             "attn_scale": math.sqrt(c.d_head if c.query_pre_attn_scalar is None else c.query_pre_attn_scalar),

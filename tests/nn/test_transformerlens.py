@@ -574,7 +574,8 @@ def test_gemma3_equals_hooked_transformer_built_from_model_cfg_at_every_attentio
     norms), with the weights converted by TransformerLens' convert_gemma_weights: the same logits and, on the
     local layer (base 10) and the global one (base 10000), q, k, their rotations, the pattern, z and the
     stream. TransformerLens' hook_attn_out / hook_mlp_out are after its ln1_post / ln2_post: blocklab's
-    ln1_out / ln2_out stages."""
+    ln1_out / ln2_out stages; under those names blocklab refuses (its aliases' attn.out, ffn.out are before
+    the sandwich norms)."""
     from transformer_lens.pretrained.weight_conversions.gemma import convert_gemma_weights
 
     torch.manual_seed(0)
@@ -609,6 +610,13 @@ def test_gemma3_equals_hooked_transformer_built_from_model_cfg_at_every_attentio
         for stage, name in (("ln1_out", "hook_attn_out"), ("ln2_out", "hook_mlp_out")):
             torch.testing.assert_close(our_cache[f"blocks.{i}.{stage}"], their_cache[f"blocks.{i}.{name}"],
                                        rtol=0, atol=1e-5, msg=name)
+            # blocklab's alias of that name (attn.out, ffn.out: before the sandwich norm) is refused here
+            refusal = rf"'blocks.{i}.{name}' \(TransformerLens\) is another tensor on this model " \
+                      r"\(sandwich_norms=True\)"
+            with pytest.raises(KeyError, match=refusal):
+                our_cache[f"blocks.{i}.{name}"]
+            with pytest.raises(ValueError, match=refusal):
+                ours.run_with_hooks(tokens, fwd_hooks=[(f"blocks.{i}.{name}", lambda x, hook: x)])
 
 
 # ---- text in as TransformerLens tokenizes it: each family's default_prepend_bos, prepend_bos=False -----
