@@ -42,7 +42,8 @@ FIELD_HELP = {
     "rotary_base": "rotary only: the frequencies' base theta",
     "local_rotary_base": "rotary only: the base of the layers with a window, unscaled (Gemma 3: 10000)",
     "rotary_style": "rotary only: half (Llama, GPT-NeoX) or interleaved (GPT-J) pairs",
-    "rope_scaling": "rotary only: Llama 3's scaling, JSON: '{\"rope_type\": \"llama3\", \"factor\": 8, ...}'",
+    "rope_scaling": "rotary only: Llama 3's scaling, JSON: '{\"rope_type\": \"llama3\", \"factor\": 8, "
+                    "...}', or the linear one: '{\"rope_type\": \"linear\", \"factor\": 8}'",
     "positions_from_mask": "an attention mask sets each row's positions from its first real token (OPT)",
     "tie_embeddings": "the output head shares the token embedding's weights",
     "head_bias": "a bias on the output head (GPT-J, Phi)",

@@ -15,7 +15,9 @@ rotates 25% of each head: ``rotary_fraction=0.25``). Which features pair up:
 
 Llama 3's ``rope_scaling`` (``{"rope_type": "llama3", "factor", "low_freq_factor",
 "high_freq_factor", "original_max_position_embeddings"}``) divides the low frequencies by ``factor``
-and blends the middle ones (transformers' ``_compute_llama3_parameters``).
+and blends the middle ones (transformers' ``_compute_llama3_parameters``); the linear one
+(``{"rope_type": "linear", "factor"}``: Gemma 3 4B and up, on its global layers) divides every frequency
+by ``factor``, positions p read as p / factor (``_compute_linear_scaling_rope_parameters``).
 
 Precision: the frequencies and angles are computed in float32 whatever the model's dtype, then cast,
 exactly as ``transformers`` computes them, so imported models give its numbers (a float64 model's
@@ -37,6 +39,7 @@ from torch import Tensor, nn
 ROTARY_STYLES = ("half", "interleaved")
 LLAMA3_KEYS = (
     "rope_type", "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+SCALINGS = {"llama3": LLAMA3_KEYS, "linear": ("rope_type", "factor")}  # rope_type -> its keys
 
 
 def rotary_dim(d_head: int, fraction: float) -> int:
@@ -45,10 +48,13 @@ def rotary_dim(d_head: int, fraction: float) -> int:
 
 
 def inverse_frequencies(dim: int, base: float, scaling: dict[str, Any] | None = None) -> Tensor:
-    """w_m = base^(-2m / dim), m = 0 .. dim/2 - 1, in float32; Llama 3's scaling applied when given."""
+    """w_m = base^(-2m / dim), m = 0 .. dim/2 - 1, in float32; Llama 3's or the linear scaling applied
+    when given."""
     inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float32) / dim))
     if scaling is None:
         return inv_freq
+    if scaling["rope_type"] == "linear":  # (transformers divides the float32 frequencies in place)
+        return inv_freq / scaling["factor"]
     factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
     old_len = scaling["original_max_position_embeddings"]
     low_freq_wavelen, high_freq_wavelen = old_len / low, old_len / high
@@ -125,16 +131,17 @@ def check_rope_scaling(value: object) -> str | None:
     """Why ``value`` is not a rope_scaling blocklab computes (None: it is one, or None itself)."""
     if value is None:
         return None
-    if not isinstance(value, dict) or value.get("rope_type") != "llama3":
-        return ("must be null or Llama 3's {'rope_type': 'llama3', 'factor', 'low_freq_factor', "
-                "'high_freq_factor', 'original_max_position_embeddings'} (other scalings are not computed)")
-    if sorted(value) != sorted(LLAMA3_KEYS):
-        return f"must have exactly the keys {', '.join(LLAMA3_KEYS)}"
-    numbers = [value[k] for k in LLAMA3_KEYS[1:]]
+    if not isinstance(value, dict) or value.get("rope_type") not in SCALINGS:
+        return ("must be null, Llama 3's {'rope_type': 'llama3', 'factor', 'low_freq_factor', "
+                "'high_freq_factor', 'original_max_position_embeddings'} or the linear "
+                "{'rope_type': 'linear', 'factor'} (other scalings are not computed)")
+    keys = SCALINGS[value["rope_type"]]
+    if sorted(value) != sorted(keys):
+        return f"must have exactly the keys {', '.join(keys)}"
+    numbers = [value[k] for k in keys[1:]]
     if not all(isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n) and n > 0
                for n in numbers):
-        return ("needs finite numbers > 0 for factor, low_freq_factor, high_freq_factor and the "
-                "original length")
-    if value["high_freq_factor"] <= value["low_freq_factor"]:
+        return "needs finite numbers > 0 for " + ", ".join(keys[1:])
+    if value["rope_type"] == "llama3" and value["high_freq_factor"] <= value["low_freq_factor"]:
         return "needs high_freq_factor > low_freq_factor"
     return None

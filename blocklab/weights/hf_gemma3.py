@@ -12,7 +12,8 @@ embeddings do), ``layer_types`` as Gemma 2's, or, in a config.json written befor
 ``sliding_window_pattern``-th layer full (transformers' default 6). Gemma 3 caps nothing by default (null
 caps read as none); ``attn_logit_softcapping`` other than null is refused by name (transformers' Gemma 3
 stores it and never applies it), as are ``use_bidirectional_attention`` (non-causal text attention) and a
-rope scaling blocklab does not compute (the 4B+ models' linear one: ModelConfig.rope_scaling says which).
+rope scaling blocklab does not compute (ModelConfig.rope_scaling computes Llama 3's and the 4B+ models'
+linear one).
 """
 
 from __future__ import annotations

@@ -24,19 +24,33 @@ LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_fr
           "original_max_position_embeddings": 64}
 
 
-def test_llama_rotation_with_llama3_scaling_equals_transformers_bit_for_bit() -> None:
+LINEAR = {"rope_type": "linear", "factor": 8.0}  # Gemma 3 4B's (on its global layers)
+
+
+@pytest.mark.parametrize("scaling", [LLAMA3, LINEAR], ids=["llama3", "linear"])
+def test_llama_rotation_with_its_scalings_equals_transformers_bit_for_bit(scaling) -> None:
     torch.manual_seed(0)
-    config = LlamaConfig(hidden_size=64, num_attention_heads=2, rope_theta=5000.0, rope_scaling=LLAMA3,
+    config = LlamaConfig(hidden_size=64, num_attention_heads=2, rope_theta=5000.0, rope_scaling=scaling,
                          max_position_embeddings=512)
     theirs = LlamaRotaryEmbedding(config)
     q, k = torch.randn(2, 2, 300, 32), torch.randn(2, 2, 300, 32)
     positions = torch.arange(300)[None].expand(2, -1)
     cos, sin = theirs(q, positions)
     want_q, want_k = llama_rotate(q, k, cos, sin)
-    angles = Rotary(32, base=5000.0, scaling=LLAMA3).angles(positions, q.dtype)
+    angles = Rotary(32, base=5000.0, scaling=scaling).angles(positions, q.dtype)
     assert torch.equal(angles.rotate(q), want_q) and torch.equal(angles.rotate(k), want_k)
-    assert torch.equal(inverse_frequencies(32, 5000.0, LLAMA3), theirs.inv_freq)  # the scaling changed some
-    assert not torch.equal(inverse_frequencies(32, 5000.0, LLAMA3), inverse_frequencies(32, 5000.0))
+    assert torch.equal(inverse_frequencies(32, 5000.0, scaling), theirs.inv_freq)  # the scaling changed some
+    assert not torch.equal(inverse_frequencies(32, 5000.0, scaling), inverse_frequencies(32, 5000.0))
+
+
+@pytest.mark.parametrize("scaling, message", [
+    ({"rope_type": "linear", "factor": 0.0}, "needs finite numbers > 0 for factor"),
+    ({"rope_type": "linear", "factor": 2.0, "original_max_position_embeddings": 16}, "exactly the keys"),
+    ({"rope_type": "dynamic", "factor": 2.0}, "other scalings are not computed"),
+])
+def test_a_rope_scaling_blocklab_does_not_compute_exactly_is_refused_by_name(scaling, message) -> None:
+    with pytest.raises(ValueError, match=r"ModelConfig\.rope_scaling=.*" + message):
+        bl.ModelConfig(pos_encoding="rotary", rope_scaling=scaling)
 
 
 def test_partial_rotation_equals_gpt_neox() -> None:

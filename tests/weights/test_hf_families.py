@@ -37,6 +37,7 @@ BIGCODE = dict(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64,
 BLOOM = dict(vocab_size=VOCAB, hidden_size=32, n_layer=2, bos_token_id=1, eos_token_id=2)
 FALCON = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
               max_position_embeddings=64, bos_token_id=1, eos_token_id=2)
+LINEAR = {"rope_type": "linear", "factor": 8.0}  # Gemma 3 4B's and up (on the global layers)
 LLAMA3 = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 16}
 
@@ -86,14 +87,14 @@ CASES = {
         attn_implementation="eager")),
     # Gemma 3 in small: Gemma 2's block with QK-norm per head (1 + w), no cap on the scores, sliding layers
     # rotating by a base of their own (rope_local_base_freq) far from the global layers' (rope_theta), so that
-    # a layer given the other's base fails; Llama 3's rope scaling on the global layers only, as transformers
+    # a layer given the other's base fails; the linear rope scaling on the global layers only, as transformers
     "gemma3-local-base-gqa-untied": (transformers.Gemma3ForCausalLM, transformers.Gemma3TextConfig(
         **SHAPE, num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=12, sliding_window=4,
         layer_types=["sliding_attention", "full_attention"], rope_theta=10000.0, rope_local_base_freq=10.0,
         final_logit_softcapping=5.0, tie_word_embeddings=False, attn_implementation="eager")),
     "gemma3-global-first-scaled-mqa": (transformers.Gemma3ForCausalLM, transformers.Gemma3TextConfig(
         **SHAPE, num_key_value_heads=1, head_dim=16, query_pre_attn_scalar=10, sliding_window=3,
-        layer_types=["full_attention", "sliding_attention"], rope_theta=500.0, rope_scaling=LLAMA3,
+        layer_types=["full_attention", "sliding_attention"], rope_theta=500.0, rope_scaling=LINEAR,
         hidden_activation="gelu", tie_word_embeddings=False, attn_implementation="eager")),
     "pythia-parallel-quarter": (transformers.GPTNeoXForCausalLM, transformers.GPTNeoXConfig(
         **SHAPE, rotary_pct=0.25, use_parallel_residual=True)),
@@ -613,7 +614,7 @@ def test_blocklab_load_and_every_model_command_take_the_folder(case, capsys):
     ("gemma2", {"attn_logit_softcapping": -1.0}, "attn_softcap=-1.0"),
     ("gemma3_text", {"use_bidirectional_attention": True}, "use_bidirectional_attention=True"),
     ("gemma3_text", {"attn_logit_softcapping": 50.0}, "attn_logit_softcapping=50.0 is not supported"),
-    ("gemma3_text", {"rope_scaling": {"rope_type": "linear", "factor": 8.0}}, "rope_scaling"),  # 4B and up
+    ("gemma3_text", {"rope_scaling": {"rope_type": "dynamic", "factor": 8.0}}, "rope_scaling"),
     ("gemma3_text", {"layer_types": None, "sliding_window_pattern": 0}, "sliding_window_pattern=0"),
     ("gemma3_text", {"rope_local_base_freq": "1e4"}, "rope_local_base_freq='1e4' must be a finite number"),
     ("gemma3_text", {"attention_dropout": 0.1}, "attention_dropout"),

@@ -144,7 +144,8 @@ def _rotary(s: Stage, w: Walk) -> str:
     shown = sorted({0, min(1, len(freqs) - 1), len(freqs) - 1})  # the first pairs and the last
     angles = ", ".join(f"pair {m} by {_n(p * freqs[m])} rad" for m in shown)
     kept = f"; features {dim}..{d_k - 1} pass unchanged" if dim < d_k else ""
-    scaled = " (Llama 3's scaling divides the low frequencies)" if scaling else ""
+    scaled = "" if not scaling else " (Llama 3's scaling divides the low frequencies)" \
+        if scaling["rope_type"] == "llama3" else f" (linear scaling: each divided by {scaling['factor']:g})"
     if c.local_rotary_base is not None:  # Gemma 3: the layers with a window have their own base
         kind = "local" if c.window(s.block or 0) is not None else "global"
         scaled += f" (a {kind} layer: local layers use local_rotary_base {_n(c.local_rotary_base)}, " \
