@@ -42,9 +42,9 @@ import torch
 from torch import Tensor, nn
 
 from .hook_names import (
-    SHORT_ALIASES,
     blocklab_name,
     heads_swapped,
+    short_alias,
     swapped_for_transformerlens,
     transformerlens_names,
 )
@@ -238,9 +238,14 @@ class ActivationCache(TransformerLensAnalysis, Mapping[str, Tensor]):
             raise KeyError(f"layer {layer} is outside the model's {n} blocks (0..{n - 1}, or negative from "
                            "the end)")
         prefix = f"blocks.{layer % n}."
-        name = blocklab_name(written, getattr(self.model, "config", None))
+        config = getattr(self.model, "config", None)
+        name = blocklab_name(written, config)
         spelled_tl = "hook_" in written
-        for candidate, short in ((name, spelled_tl), (SHORT_ALIASES.get(name), True)):
+        try:
+            short_stage = short_alias(name, config)
+        except ValueError as error:
+            raise KeyError(str(error)) from None
+        for candidate, short in ((name, spelled_tl), (short_stage, True)):
             if candidate is not None and prefix + candidate in self._stages:
                 return prefix + candidate, short
         ending = [s for s in self._stages if s.startswith(prefix) and s.endswith("." + name)]

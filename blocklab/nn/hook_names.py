@@ -43,8 +43,11 @@ class Alias:
     # the TransformerLens model class that alone has this hook (ENCODER: BERT's; DECODER); None: both
     only_in: str | None = None
     # a ModelConfig flag on which TransformerLens' model means another tensor by this name (the note says
-    # which): on such a model the name is refused, never read as the stage ("" : the name means one thing)
+    # which): there the name reads the row that holds only_when that flag, or is refused where none does
     unlike_when: str = ""
+    # a ModelConfig flag this row alone applies on (TransformerLens' name on such a model for another stage
+    # than the table's usual row): "" applies on every model
+    only_when: str = ""
 
 
 _HEADS_FIRST = ("(B, T, h, d_head) under this name, as TransformerLens; blocklab's own name gives "
@@ -104,9 +107,10 @@ TRANSFORMERLENS_ALIASES: tuple[Alias, ...] = (
     Alias("blocks.{i}.attn.hook_z", "blocks.{i}.attn.z", "(B, T, h, d_head) in both"),
     Alias("blocks.{i}.attn.hook_result", "blocks.{i}.attn.result",
           "(B, T, h, d_model) in both, without Wo's bias"),
-    Alias("blocks.{i}.hook_attn_out", "blocks.{i}.attn.out", "refused on the sandwich block (Gemma 2, 3), "
-          "where TransformerLens' is after its ln1_post: blocklab's blocks.{i}.ln1_out",
-          unlike_when="sandwich_norms"),
+    Alias("blocks.{i}.hook_attn_out", "blocks.{i}.attn.out", "on the sandwich block (Gemma 2, 3) the row "
+          "below", unlike_when="sandwich_norms"),
+    Alias("blocks.{i}.hook_attn_out", "blocks.{i}.ln1_out", "the sandwich block (Gemma 2, 3): after "
+          "TransformerLens' ln1_post, what is added to the stream", only_when="sandwich_norms"),
     Alias("blocks.{i}.ln1_post.hook_scale", "blocks.{i}.ln1_out.scale", "sandwich norm; " + _LN_SCALE),
     Alias("blocks.{i}.ln1_post.hook_normalized", "blocks.{i}.ln1_out.normalized",
           "sandwich norm; " + _LN_BEFORE_AFFINE),
@@ -119,9 +123,10 @@ TRANSFORMERLENS_ALIASES: tuple[Alias, ...] = (
     Alias("blocks.{i}.mlp.hook_pre_linear", "blocks.{i}.ffn.linear", "gated: the linear branch, x W3 + b3"),
     Alias("blocks.{i}.mlp.hook_mid", None, "SoLU's LayerNorm input: blocklab has no SoLU"),
     Alias("blocks.{i}.mlp.hook_post", "blocks.{i}.ffn.act"),
-    Alias("blocks.{i}.hook_mlp_out", "blocks.{i}.ffn.out", "refused on the sandwich block (Gemma 2, 3), "
-          "where TransformerLens' is after its ln2_post: blocklab's blocks.{i}.ln2_out",
-          unlike_when="sandwich_norms"),
+    Alias("blocks.{i}.hook_mlp_out", "blocks.{i}.ffn.out", "on the sandwich block (Gemma 2, 3) the row "
+          "below", unlike_when="sandwich_norms"),
+    Alias("blocks.{i}.hook_mlp_out", "blocks.{i}.ln2_out", "the sandwich block (Gemma 2, 3): after "
+          "TransformerLens' ln2_post, what is added to the stream", only_when="sandwich_norms"),
     Alias("blocks.{i}.ln2_post.hook_scale", "blocks.{i}.ln2_out.scale", "sandwich norm; " + _LN_SCALE),
     Alias("blocks.{i}.ln2_post.hook_normalized", "blocks.{i}.ln2_out.normalized",
           "sandwich norm; " + _LN_BEFORE_AFFINE),
@@ -131,7 +136,8 @@ TRANSFORMERLENS_ALIASES: tuple[Alias, ...] = (
     Alias("ln_final.hook_scale", "ln_f.scale", _LN_SCALE),
     Alias("ln_final.hook_normalized", "ln_f.normalized", _LN_BEFORE_AFFINE),
     Alias("unembed.hook_in", "ln_f", "what the head reads: the final hidden state"),
-    Alias("unembed.hook_out", "logits", "the head's output"),
+    Alias("unembed.hook_out", "logits", "the head's output; refused with a logit soft-cap (Gemma 2), where "
+          "TransformerLens' is before the cap and blocklab's logits after it", unlike_when="logit_softcap"),
 )
 
 
@@ -141,19 +147,32 @@ def _alias_pattern(template: str) -> re.Pattern[str]:
 
 
 _ALIASES = [(_alias_pattern(a.transformerlens), a) for a in TRANSFORMERLENS_ALIASES]
+_USUAL = [a for a in TRANSFORMERLENS_ALIASES if not a.only_when]  # the rows of every model
 # TransformerLens's short names for cache[name, layer] (utils.get_act_name): the hook's own name
 # ("pattern", "attn_out", "mlp_out", "pre", "post", ...), where it names one stage of a block
-SHORT_ALIASES: dict[str, str] = {
-    short: a.blocklab.removeprefix("blocks.{i}.")
-    for a in TRANSFORMERLENS_ALIASES if a.blocklab and a.transformerlens.startswith("blocks.{i}.")
+_SHORT_NAMES: dict[str, str] = {  # short name -> TransformerLens' full name ("blocks.{i}.attn.hook_pattern")
+    short: a.transformerlens
+    for a in _USUAL if a.blocklab and a.transformerlens.startswith("blocks.{i}.")
     for short in [a.transformerlens.rsplit(".", 1)[1].removeprefix("hook_")]
-    if sum(b.transformerlens.endswith(f".hook_{short}") for b in TRANSFORMERLENS_ALIASES) == 1
+    if sum(b.transformerlens.endswith(f".hook_{short}") for b in _USUAL) == 1
 }
+# ... -> the stage in a block it reads on most models (short_alias: on a given one)
+SHORT_ALIASES: dict[str, str] = {short: blocklab_name_usual.removeprefix("blocks.{i}.")
+                                 for short, full in _SHORT_NAMES.items()
+                                 for blocklab_name_usual in [next(a.blocklab for a in _USUAL
+                                                                  if a.transformerlens == full)]}
+
+
+def short_alias(short: str, config: object | None) -> str | None:
+    """The stage in a block (``attn.out``) that TransformerLens' short name (``attn_out``) means on a model
+    of ``config`` (``blocklab_name``'s rows and refusals), or None where it is no short name."""
+    if short not in _SHORT_NAMES:
+        return None
+    return blocklab_name(_SHORT_NAMES[short].format(i=0), config).removeprefix("blocks.0.")
 
 
 # blocklab stage (with {i}) -> TransformerLens' name for it: the first alias naming that stage
-_TL_NAMES = {a.blocklab: a.transformerlens for a in reversed(TRANSFORMERLENS_ALIASES)
-             if a.blocklab and a.names_stage}
+_TL_NAMES = {a.blocklab: a.transformerlens for a in reversed(_USUAL) if a.blocklab and a.names_stage}
 # blocklab stages (with {i}) whose TransformerLens name lays them out positions first
 _POSITIONS_FIRST = {a.blocklab for a in TRANSFORMERLENS_ALIASES if a.positions_first}
 
@@ -194,7 +213,8 @@ def _applies(alias: Alias, config: object | None) -> bool:
     config) HookedTransformer's names, else HookedEncoder's; none where a flag in ``unlike_when`` is set
     (another tensor there)."""
     kind = DECODER if getattr(config, "causal", True) else ENCODER
-    return alias.only_in in (None, kind) and not _unlike(alias, config)
+    only = not alias.only_when or bool(getattr(config, alias.only_when, False))
+    return alias.only_in in (None, kind) and only and not _unlike(alias, config)
 
 
 def _unlike(alias: Alias, config: object | None) -> bool:
@@ -239,14 +259,18 @@ def blocklab_name(name: str, config: object | None = None) -> str:
     """
     if "hook_" not in name:
         return name
+    unlike = None  # a row whose name means another tensor on this model, if no row for it follows
     for pattern, alias in _ALIASES:
         match = pattern.match(name)
-        if match is None:
+        if match is None or (alias.only_when and not getattr(config, alias.only_when, False)):
             continue
         if alias.blocklab is None:
             raise ValueError(f"{name!r} (TransformerLens) has no blocklab stage: {alias.note}")
         if _unlike(alias, config):
-            raise ValueError(f"{name!r} (TransformerLens) is another tensor on this model "
-                             f"({alias.unlike_when}=True) than blocklab's {alias.blocklab!r}: {alias.note}")
+            unlike = unlike or alias
+            continue
         return alias.blocklab.format(i=match.groupdict().get("i", ""))
+    if unlike is not None:
+        raise ValueError(f"{name!r} (TransformerLens) is another tensor on this model "
+                         f"({unlike.unlike_when}=True) than blocklab's {unlike.blocklab!r}: {unlike.note}")
     return stage_name(name)

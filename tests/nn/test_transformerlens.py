@@ -574,8 +574,8 @@ def test_gemma3_equals_hooked_transformer_built_from_model_cfg_at_every_attentio
     norms), with the weights converted by TransformerLens' convert_gemma_weights: the same logits and, on the
     local layer (base 10) and the global one (base 10000), q, k, their rotations, the pattern, z and the
     stream. TransformerLens' hook_attn_out / hook_mlp_out are after its ln1_post / ln2_post: blocklab's
-    ln1_out / ln2_out stages; under those names blocklab refuses (its aliases' attn.out, ffn.out are before
-    the sandwich norms)."""
+    ln1_out / ln2_out stages, which those names read on this block (the cache, its short names, hooks,
+    hook_dict; elsewhere they read attn.out / ffn.out)."""
     from transformer_lens.pretrained.weight_conversions.gemma import convert_gemma_weights
 
     torch.manual_seed(0)
@@ -608,15 +608,21 @@ def test_gemma3_equals_hooked_transformer_built_from_model_cfg_at_every_attentio
             torch.testing.assert_close(our_cache[f"blocks.{i}.{name}"], their_cache[f"blocks.{i}.{name}"],
                                        rtol=0, atol=1e-5, msg=name)
         for stage, name in (("ln1_out", "hook_attn_out"), ("ln2_out", "hook_mlp_out")):
-            torch.testing.assert_close(our_cache[f"blocks.{i}.{stage}"], their_cache[f"blocks.{i}.{name}"],
-                                       rtol=0, atol=1e-5, msg=name)
-            # blocklab's alias of that name (attn.out, ffn.out: before the sandwich norm) is refused here
-            refusal = rf"'blocks.{i}.{name}' \(TransformerLens\) is another tensor on this model " \
-                      r"\(sandwich_norms=True\)"
-            with pytest.raises(KeyError, match=refusal):
-                our_cache[f"blocks.{i}.{name}"]
-            with pytest.raises(ValueError, match=refusal):
-                ours.run_with_hooks(tokens, fwd_hooks=[(f"blocks.{i}.{name}", lambda x, hook: x)])
+            want = their_cache[f"blocks.{i}.{name}"]
+            torch.testing.assert_close(our_cache[f"blocks.{i}.{stage}"], want, rtol=0, atol=1e-5, msg=name)
+            # under TransformerLens' name, its short name and a hook: the sandwich norm's output, not attn.out
+            torch.testing.assert_close(our_cache[f"blocks.{i}.{name}"], want, rtol=0, atol=1e-5, msg=name)
+            torch.testing.assert_close(our_cache[name.removeprefix("hook_"), i], want, rtol=0, atol=1e-5)
+            assert ours.hook_dict[f"blocks.{i}.{name}"] is getattr(ours.blocks[i], f"hook_{stage}")
+
+            def zeroed(x, hook):  # what the hook removes from the stream, TransformerLens' and blocklab's
+                return torch.zeros_like(x)
+
+            with torch.no_grad():
+                got = ours.run_with_hooks(tokens, fwd_hooks=[(f"blocks.{i}.{name}", zeroed)])
+                expected = theirs.run_with_hooks(tokens, fwd_hooks=[(f"blocks.{i}.{name}", zeroed)])
+            torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+    assert "blocks.0.hook_attn_out" in our_cache.keys() and "blocks.0.attn.out" in our_cache.keys()
 
 
 # ---- text in as TransformerLens tokenizes it: each family's default_prepend_bos, prepend_bos=False -----
