@@ -34,7 +34,7 @@ from ..nn.embedding import embedding_parts
 from ..nn.layouts import LAYOUTS
 from ..nn.memory import check_memory
 from ..nn.model import Transformer
-from ..nn.moe import expert_token_counts
+from ..nn.moe import expert_token_counts, expert_tokens
 from ..nn.norm_kinds import NORM_KINDS
 from ..nn.norms import layer_norm_stats
 from ..tasks import Task
@@ -207,8 +207,8 @@ def _ffn_hidden(n_experts: int, at: Any, valid: Tensor) -> tuple[list[Tensor], l
     indices = at("ffn.expert_indices")  # (B, T, k)
     chosen, keep = indices.reshape(-1, indices.shape[-1]), valid.reshape(-1)  # (N, k), (N,)
     hidden = []
-    for e in range(n_experts):  # the expert's rows are its tokens in order (moe.MixtureOfExperts.forward)
-        token = torch.where(chosen == e)[0]
+    for e in range(n_experts):  # the expert's rows are its tokens in expert_tokens' order
+        token = expert_tokens(chosen, e)[0]
         hidden.append(at(f"ffn.experts.{e}.hidden")[keep[token]])  # (N_valid_e, d_ff)
     return hidden, expert_token_counts(indices, n_experts, valid).tolist()
 

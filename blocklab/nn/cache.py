@@ -43,9 +43,8 @@ from torch import Tensor, nn
 
 from .hook_names import (
     blocklab_name,
-    heads_swapped,
+    in_transformerlens_view,
     short_alias,
-    swapped_for_transformerlens,
     transformerlens_names,
 )
 from .hooks import HookFn, NameFilter, hook_points, hooks, select_names
@@ -114,7 +113,8 @@ class ActivationCache(TransformerLensAnalysis, Mapping[str, Tensor]):
 
     Asked in TransformerLens' words (its hook name, or its short name with a layer: ``("v", 0)``), q, k,
     v and their normed and rotated forms come in TransformerLens' layout (B, T, h, d_head), a view of
-    blocklab's (B, h, T, d_k), which blocklab's own names give.
+    blocklab's (B, h, T, d_k), which blocklab's own names give (a mixture's expert indices: (B T, k) for
+    (B, T, k); hook_names.TRANSFORMERLENS_LAYOUTS).
 
     The keys it iterates (``keys()``, ``items()``, ``list(cache)``) are spelled as the stages were asked
     for: blocklab's names, or with ``transformerlens_keys`` TransformerLens' names where it has one
@@ -138,7 +138,7 @@ class ActivationCache(TransformerLensAnalysis, Mapping[str, Tensor]):
             return self._stages[key]
         name, spelled_tl = self._resolve(key)
         tensor = self._stages[name]
-        return heads_swapped(tensor) if spelled_tl and swapped_for_transformerlens(name) else tensor
+        return in_transformerlens_view(name, tensor) if spelled_tl else tensor
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._keys())

@@ -7,6 +7,7 @@ under its names. hooks.py selects and attaches by these names; the cache reads b
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -29,14 +30,16 @@ def stage_name(module_path: str) -> str:
 
 @dataclass(frozen=True)
 class Alias:
-    """A TransformerLens hook name and the blocklab stage holding the same tensor (``{i}``: a layer)."""
+    """A TransformerLens hook name and the blocklab stage holding the same tensor (``{i}``: a layer,
+    ``{e}``: an expert)."""
 
-    transformerlens: str  # "blocks.{i}.attn.hook_pattern"
+    transformerlens: str  # "blocks.{i}.attn.hook_pattern" ({e}: an expert of a mixture)
     blocklab: str | None  # "blocks.{i}.attn.weights"; None: blocklab has no such stage
     note: str = ""  # where the two differ (shape, meaning), or why there is no stage
-    # TransformerLens lays the tensor out (B, T, h, d_head), blocklab's stage (B, h, T, d_k): under this
-    # name the cache gives, and a hook receives and returns, TransformerLens' layout
-    positions_first: bool = False
+    # TransformerLens' layout of the tensor where it is not blocklab's (a key of TRANSFORMERLENS_LAYOUTS:
+    # "positions_first", "positions_flat"): under this name the cache gives, and a hook receives and
+    # returns, TransformerLens' layout
+    layout: str = ""
     # whether this is TransformerLens' name for the stage in every layout (a hook's ``.name``); False: the
     # name reads the stage only where TransformerLens has it (a HookedEncoder's post-norm block output)
     names_stage: bool = True
@@ -86,21 +89,21 @@ TRANSFORMERLENS_ALIASES: tuple[Alias, ...] = (
     Alias("blocks.{i}.hook_v_input", None, "a copy of resid_pre per head for v alone (use_split_qkv_input)"),
     Alias("blocks.{i}.ln1.hook_scale", "blocks.{i}.ln1.scale", _LN_SCALE),
     Alias("blocks.{i}.ln1.hook_normalized", "blocks.{i}.ln1.normalized", _LN_BEFORE_AFFINE),
-    Alias("blocks.{i}.attn.hook_q", "blocks.{i}.attn.q", _HEADS_FIRST, positions_first=True),
-    Alias("blocks.{i}.attn.hook_k", "blocks.{i}.attn.k", _HEADS_FIRST, positions_first=True),
-    Alias("blocks.{i}.attn.hook_v", "blocks.{i}.attn.v", _HEADS_FIRST, positions_first=True),
+    Alias("blocks.{i}.attn.hook_q", "blocks.{i}.attn.q", _HEADS_FIRST, layout="positions_first"),
+    Alias("blocks.{i}.attn.hook_k", "blocks.{i}.attn.k", _HEADS_FIRST, layout="positions_first"),
+    Alias("blocks.{i}.attn.hook_v", "blocks.{i}.attn.v", _HEADS_FIRST, layout="positions_first"),
     Alias("blocks.{i}.attn.hook_q_normed", "blocks.{i}.attn.q_norm", "QK-norm only; " + _HEADS_FIRST,
-          positions_first=True),
+          layout="positions_first"),
     Alias("blocks.{i}.attn.hook_k_normed", "blocks.{i}.attn.k_norm", "QK-norm only; " + _HEADS_FIRST,
-          positions_first=True),
+          layout="positions_first"),
     Alias("blocks.{i}.attn.q_norm.hook_normalized", None, _QK_NORM_TL3.format(q="q")),
     Alias("blocks.{i}.attn.k_norm.hook_normalized", None, _QK_NORM_TL3.format(q="k")),
     Alias("blocks.{i}.attn.q_norm.hook_scale", None, _QK_NORM_TL3.format(q="q")),
     Alias("blocks.{i}.attn.k_norm.hook_scale", None, _QK_NORM_TL3.format(q="k")),
     Alias("blocks.{i}.attn.hook_rot_q", "blocks.{i}.attn.rot_q", "rotary positions only; " + _HEADS_FIRST,
-          positions_first=True),
+          layout="positions_first"),
     Alias("blocks.{i}.attn.hook_rot_k", "blocks.{i}.attn.rot_k", "rotary positions only; " + _HEADS_FIRST,
-          positions_first=True),
+          layout="positions_first"),
     Alias("blocks.{i}.attn.hook_attn_scores", "blocks.{i}.attn.scores",
           "(B, h, T, T), -inf where masked, in both"),
     Alias("blocks.{i}.attn.hook_pattern", "blocks.{i}.attn.weights", "(B, h, T, T) in both"),
@@ -123,6 +126,18 @@ TRANSFORMERLENS_ALIASES: tuple[Alias, ...] = (
     Alias("blocks.{i}.mlp.hook_pre_linear", "blocks.{i}.ffn.linear", "gated: the linear branch, x W3 + b3"),
     Alias("blocks.{i}.mlp.hook_mid", None, "SoLU's LayerNorm input: blocklab has no SoLU"),
     Alias("blocks.{i}.mlp.hook_post", "blocks.{i}.ffn.act"),
+    Alias("blocks.{i}.mlp.hook_expert_weights", None, "a mixture's softmax of the router logits over all E "
+          "experts before top-k, (B T, E): blocklab has the logits, blocks.{i}.ffn.router_logits (B, T, E), "
+          "and the k weights each chosen expert's output is multiplied by, blocks.{i}.ffn.expert_weights"),
+    Alias("blocks.{i}.mlp.hook_expert_indices", "blocks.{i}.ffn.expert_indices", "a mixture's k experts per "
+          "token: (B T, k) under this name, as TransformerLens; blocklab's own name gives (B, T, k)",
+          layout="positions_flat"),
+    Alias("blocks.{i}.mlp.experts.{e}.hook_gate", "blocks.{i}.ffn.experts.{e}.hidden",
+          "an expert's gate pre-activation on its tokens, (N_e, d_ff) in both, the same rows"),
+    Alias("blocks.{i}.mlp.experts.{e}.hook_pre", "blocks.{i}.ffn.experts.{e}.linear",
+          "an expert's linear branch (TransformerLens' expert names it hook_pre), (N_e, d_ff)"),
+    Alias("blocks.{i}.mlp.experts.{e}.hook_post", "blocks.{i}.ffn.experts.{e}.act",
+          "an expert's act(gate) * linear, (N_e, d_ff)"),
     Alias("blocks.{i}.hook_mlp_out", "blocks.{i}.ffn.out", "on the sandwich block (Gemma 2, 3) the row "
           "below", unlike_when="sandwich_norms"),
     Alias("blocks.{i}.hook_mlp_out", "blocks.{i}.ln2_out", "the sandwich block (Gemma 2, 3): after "
@@ -142,19 +157,29 @@ TRANSFORMERLENS_ALIASES: tuple[Alias, ...] = (
 
 
 def _alias_pattern(template: str) -> re.Pattern[str]:
-    """``blocks.{i}.hook_resid_pre`` -> a regex matching it with any layer (a number or a glob)."""
-    return re.compile(re.escape(template).replace(re.escape("{i}"), r"(?P<i>[^.]+)") + "$")
+    """``blocks.{i}.hook_resid_pre`` -> a regex matching it with any layer (a number or a glob), and any
+    expert for ``{e}``."""
+    pattern = re.escape(template)
+    for index in _INDICES.values():
+        pattern = pattern.replace(re.escape("{" + index + "}"), rf"(?P<{index}>[^.]+)")
+    return re.compile(pattern + "$")
+
+
+_INDICES = {"blocks": "i", "experts": "e"}  # the part a number follows -> its place in a template
 
 
 _ALIASES = [(_alias_pattern(a.transformerlens), a) for a in TRANSFORMERLENS_ALIASES]
 _USUAL = [a for a in TRANSFORMERLENS_ALIASES if not a.only_when]  # the rows of every model
 # TransformerLens's short names for cache[name, layer] (utils.get_act_name): the hook's own name
-# ("pattern", "attn_out", "mlp_out", "pre", "post", ...), where it names one stage of a block
+# ("pattern", "attn_out", "mlp_out", "pre", "post", ...), where it names one stage of a block (an expert's
+# hooks have none: get_act_name gives no expert)
+_BLOCK_ROWS = [a for a in _USUAL
+               if a.transformerlens.startswith("blocks.{i}.") and "{e}" not in a.transformerlens]
 _SHORT_NAMES: dict[str, str] = {  # short name -> TransformerLens' full name ("blocks.{i}.attn.hook_pattern")
     short: a.transformerlens
-    for a in _USUAL if a.blocklab and a.transformerlens.startswith("blocks.{i}.")
+    for a in _BLOCK_ROWS if a.blocklab
     for short in [a.transformerlens.rsplit(".", 1)[1].removeprefix("hook_")]
-    if sum(b.transformerlens.endswith(f".hook_{short}") for b in _USUAL) == 1
+    if sum(b.transformerlens.endswith(f".hook_{short}") for b in _BLOCK_ROWS) == 1
 }
 # ... -> the stage in a block it reads on most models (short_alias: on a given one)
 SHORT_ALIASES: dict[str, str] = {short: blocklab_name_usual.removeprefix("blocks.{i}.")
@@ -173,23 +198,19 @@ def short_alias(short: str, config: object | None) -> str | None:
 
 # blocklab stage (with {i}) -> TransformerLens' name for it: the first alias naming that stage
 _TL_NAMES = {a.blocklab: a.transformerlens for a in reversed(_USUAL) if a.blocklab and a.names_stage}
-# blocklab stages (with {i}) whose TransformerLens name lays them out positions first
-_POSITIONS_FIRST = {a.blocklab for a in TRANSFORMERLENS_ALIASES if a.positions_first}
+# blocklab stages (with {i}) that TransformerLens lays out otherwise under its name -> that layout
+_LAYOUT_OF = {a.blocklab: a.layout for a in TRANSFORMERLENS_ALIASES if a.layout}
 
 
-def _template(name: str) -> str:
-    """``blocks.3.attn.q`` -> ``blocks.{i}.attn.q``; a stage outside the blocks unchanged."""
-    parts = name.split(".")
-    if len(parts) > 2 and parts[0] == "blocks" and parts[1].isdigit():
-        return ".".join(["blocks", "{i}", *parts[2:]])
-    return name
-
-
-def swapped_for_transformerlens(stage: str) -> bool:
-    """Whether TransformerLens' name for blocklab's ``stage`` lays it out (B, T, h, d_head) where blocklab's
-    is (B, h, T, d_k): q, k, v, their normed and rotated forms. Asked by that name (or a glob written
-    as TransformerLens writes names), the cache and the hooks swap the two axes."""
-    return _template(stage) in _POSITIONS_FIRST
+def _template(name: str) -> tuple[str, dict[str, str]]:
+    """``blocks.3.ffn.experts.1.act`` -> (``blocks.{i}.ffn.experts.{e}.act``, {"i": "3", "e": "1"}); a stage
+    outside the blocks unchanged."""
+    parts, indices = name.split("."), {}
+    for j in range(1, len(parts) - 1):
+        index = _INDICES.get(parts[j - 1])
+        if index and index not in indices and parts[j].isdigit():
+            indices[index], parts[j] = parts[j], "{" + index + "}"
+    return ".".join(parts), indices
 
 
 def heads_swapped(tensor: Tensor) -> Tensor:
@@ -197,15 +218,43 @@ def heads_swapped(tensor: Tensor) -> Tensor:
     return tensor.transpose(-3, -2)
 
 
-def in_transformerlens_layout(fn: HookFn) -> HookFn:
-    """``fn`` as TransformerLens would call it on a positions-first stage: it receives the stage
-    (B, T, h, d_head), and what it returns is swapped back into blocklab's (B, h, T, d_k)."""
+# TransformerLens' layouts of a stage that differ from blocklab's: (blocklab's -> TransformerLens', and
+# TransformerLens' back to blocklab's given blocklab's tensor), views where torch can, so that an in-place
+# edit lands in the stage itself
+TRANSFORMERLENS_LAYOUTS: dict[str, tuple[Callable[[Tensor], Tensor], Callable[[Tensor, Tensor], Tensor]]] = {
+    # (B, h, T, d_k) <-> (B, T, h, d_head): q, k, v, their normed and rotated forms
+    "positions_first": (heads_swapped, lambda t, ours: heads_swapped(t)),
+    # (B, T, k) <-> (B T, k): TransformerLens' mixture flattens the positions
+    "positions_flat": (lambda t: t.reshape(-1, t.shape[-1]), lambda t, ours: t.reshape(ours.shape)),
+}
 
-    def swapped(x: Tensor, hook: str) -> Tensor | None:
-        out = fn(heads_swapped(x), hook)
-        return None if out is None else heads_swapped(out)
 
-    return swapped
+def relaid_for_transformerlens(stage: str) -> bool:
+    """Whether TransformerLens' name for blocklab's ``stage`` lays it out otherwise (q, k, v as
+    (B, T, h, d_head), a mixture's expert indices as (B T, k)). Asked by that name (or a glob written as
+    TransformerLens writes names), the cache and the hooks give TransformerLens' layout."""
+    return _template(stage)[0] in _LAYOUT_OF
+
+
+def in_transformerlens_view(stage: str, tensor: Tensor) -> Tensor:
+    """blocklab's ``stage`` tensor in TransformerLens' layout (unchanged where the two agree)."""
+    layout = _LAYOUT_OF.get(_template(stage)[0])
+    return TRANSFORMERLENS_LAYOUTS[layout][0](tensor) if layout else tensor
+
+
+def in_transformerlens_layout(fn: HookFn, stage: str) -> HookFn:
+    """``fn`` as TransformerLens would call it on ``stage``: it receives the stage in TransformerLens'
+    layout, and what it returns is laid back out as blocklab's."""
+    layout = _LAYOUT_OF.get(_template(stage)[0])
+    if not layout:
+        return fn
+    to_theirs, to_ours = TRANSFORMERLENS_LAYOUTS[layout]
+
+    def relaid(x: Tensor, hook: str) -> Tensor | None:
+        out = fn(to_theirs(x), hook)
+        return None if out is None else to_ours(out, x)
+
+    return relaid
 
 
 def _applies(alias: Alias, config: object | None) -> bool:
@@ -227,9 +276,8 @@ def transformerlens_names(name: str, config: object | None) -> list[str]:
     ``config`` has them (a causal model: HookedTransformer; else HookedEncoder): ``ln_f`` ->
     ``ln_final.hook_normalized``, ``unembed.hook_in``; none for a stage it has no name for, or whose name
     there means another tensor (``hook_embed`` with an embedding norm)."""
-    template = _template(name)
-    layer = name.split(".")[1] if template != name else ""
-    return [a.transformerlens.format(i=layer) for a in TRANSFORMERLENS_ALIASES
+    template, indices = _template(name)
+    return [a.transformerlens.format(**indices) for a in TRANSFORMERLENS_ALIASES
             if a.blocklab == template and _applies(a, config)]
 
 
@@ -237,7 +285,7 @@ def transformerlens_name(name: str, config: object | None = None) -> str:
     """TransformerLens' name for a blocklab stage (``blocks.0.attn.weights`` ->
     ``blocks.0.attn.hook_pattern``), or the name itself where TransformerLens has none; with ``config``,
     the name TransformerLens' model of that config has for it (see ``transformerlens_names``)."""
-    template = _template(name)
+    template, indices = _template(name)
     if config is None:
         found = _TL_NAMES.get(template)
     else:
@@ -245,7 +293,7 @@ def transformerlens_name(name: str, config: object | None = None) -> str:
                       if a.blocklab == template and a.names_stage and _applies(a, config)), None)
     if found is None:
         return name
-    return found.format(i=name.split(".")[1]) if "{i}" in found else found
+    return found.format(**indices)
 
 
 def blocklab_name(name: str, config: object | None = None) -> str:
@@ -269,7 +317,7 @@ def blocklab_name(name: str, config: object | None = None) -> str:
         if _unlike(alias, config):
             unlike = unlike or alias
             continue
-        return alias.blocklab.format(i=match.groupdict().get("i", ""))
+        return alias.blocklab.format(**match.groupdict())
     if unlike is not None:
         raise ValueError(f"{name!r} (TransformerLens) is another tensor on this model "
                          f"({unlike.unlike_when}=True) than blocklab's {unlike.blocklab!r}: {unlike.note}")

@@ -36,7 +36,6 @@ from .hook_names import (
     blocklab_name,
     in_transformerlens_layout,
     stage_name,
-    swapped_for_transformerlens,
     transformerlens_name,
 )
 
@@ -183,7 +182,7 @@ class HookPoint(nn.Module):
         if dir not in ("fwd", "bwd"):
             raise ValueError(f"dir={dir!r} is not one of: fwd, bwd")
         _not_another_stage(self.stage)
-        fn = in_transformerlens_layout(hook) if swapped_for_transformerlens(self.stage) else hook
+        fn = in_transformerlens_layout(hook, self.stage)
         fn = on_backward(fn) if dir == "bwd" else fn
         if prepend:
             self.fns.insert(0, fn)
@@ -328,7 +327,7 @@ def select_names(names: Iterable[str], wanted: NameFilter, config: object | None
 def select_spelled(names: Iterable[str], wanted: NameFilter, config: object | None = None) -> dict[str, bool]:
     """``select_names``' stages, each with whether ``wanted`` chose it in TransformerLens' words (a name or
     glob with a ``hook_`` part, or a predicate true of TransformerLens' name and not of blocklab's): such
-    a stage is given in TransformerLens' layout where the two differ (``swapped_for_transformerlens``)."""
+    a stage is given in TransformerLens' layout where the two differ (``relaid_for_transformerlens``)."""
     names = list(names)
     if wanted is None:
         return dict.fromkeys(names, False)
@@ -368,7 +367,7 @@ def attach(root: nn.Module, plan: Iterable[tuple[NameFilter, HookFn]], observe: 
     chosen = []
     for wanted, fn in plan:
         for name, spelled_tl in select_spelled(points, wanted, getattr(root, "config", None)).items():
-            seen = in_transformerlens_layout(fn) if spelled_tl and swapped_for_transformerlens(name) else fn
+            seen = in_transformerlens_layout(fn, name) if spelled_tl else fn
             chosen.append((points[name], name, wrap(seen) if wrap else seen))
     handles: list[Handle] = []
     for point, name, fn in chosen:

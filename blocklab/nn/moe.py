@@ -13,11 +13,12 @@ weights to 3 digits), the weights cast back to x's dtype. The load-balancing los
     aux = E * sum_{j,e} f_{j,e} P_e    f_{j,e}: share of tokens whose j-th choice is e; P_e: mean softmax(r)_e
 
 Stages (hook points, in forward order): ``router_logits`` (B, T, E), ``expert_indices`` (B, T, k) and
-``expert_weights`` (B, T, k) (TransformerLens' ``hook_expert_indices`` / ``hook_expert_weights``, whose
-weights hook sits on softmax(r) over all E before top-k: blocklab's holds the k weights each expert's
-output is multiplied by), ``out``; each expert's own stages (``experts.{e}.hidden`` ...) on the tokens it
-was given, (N_e, d_ff) (not per position: no tracer record); with a shared expert, before ``out``, its
-stages (``shared.hidden`` ... ``shared.out``) and its gate's sigmoid(x Wg^T) ``shared_gate`` (B, T, 1).
+``expert_weights`` (B, T, k) (TransformerLens' ``hook_expert_indices`` is the indices as (B T, k);
+its ``hook_expert_weights`` sits on softmax(r) over all E before top-k, where blocklab's holds the k weights
+each expert's output is multiplied by), ``out``; each expert's own stages (``experts.{e}.hidden`` ...) on
+the tokens it was given, (N_e, d_ff), the tokens that chose it first, then second, ... (``expert_tokens``;
+not per position: no tracer record); with a shared expert, before ``out``, its stages (``shared.hidden``
+... ``shared.out``) and its gate's sigmoid(x Wg^T) ``shared_gate`` (B, T, 1).
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ class MixtureOfExperts(nn.Module):
         chosen, w = indices.reshape(-1, k), weights.reshape(-1, k)  # (N, k) each
         out = torch.zeros_like(flat)  # (N, d)
         for e, expert in enumerate(self.experts):  # each expert on its tokens only; every expert is called
-            token, slot = torch.where(chosen == e)  # (N_e,) each: which token, its j-th choice
+            token, slot = expert_tokens(chosen, e)  # (N_e,) each: which token, its j-th choice
             out = out.index_add(0, token, expert(flat[token]) * w[token, slot, None])
         out = out.view_as(x)  # (B, T, d)
         if self.shared is not None:
@@ -120,6 +121,14 @@ class MixtureOfExperts(nn.Module):
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, d_ff={self.d_ff}, activation={self.activation!r}, "
                 f"n_experts={self.n_experts}, top_k={self.top_k}, router_softmax={self.router_softmax!r}")
+
+
+def expert_tokens(chosen: Tensor, e: int) -> tuple[Tensor, Tensor]:
+    """Which tokens went to expert ``e`` and as their which choice, (N_e,) each, from chosen (N, k): in the
+    order of the expert's rows, by choice then token (transformers' and TransformerLens' order, so that its
+    stages' rows are theirs)."""
+    slot, token = torch.where(chosen.T == e)  # (k, N): the first choices first
+    return token, slot
 
 
 def expert_token_counts(indices: Tensor, n_experts: int, mask: Tensor | None = None) -> Tensor:

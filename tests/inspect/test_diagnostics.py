@@ -322,6 +322,7 @@ def test_a_mixture_reports_each_experts_tokens_and_its_hidden_units_without_padd
         chosen = seen[f"{i}.router"].topk(2, dim=-1).indices  # (B, T, 2)
         assert layer.expert_tokens == torch.bincount(chosen[mask.bool()].flatten(), minlength=4).tolist()
         keep = mask.bool().flatten()
-        hidden = [seen[f"{i}.{e}"][keep[torch.where(chosen.reshape(-1, 2) == e)[0]]] for e in range(4)]
+        # an expert's rows: the tokens that chose it first, then second (transformers' loop's order)
+        hidden = [seen[f"{i}.{e}"][keep[torch.where(chosen.reshape(-1, 2).T == e)[1]]] for e in range(4)]
         everything = torch.cat(hidden)
         assert layer.ffn_frac_le0 == pytest.approx(float((everything <= 0).double().mean()), abs=1e-12)

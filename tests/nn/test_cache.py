@@ -70,8 +70,10 @@ def test_every_transformerlens_alias_names_a_stage_of_some_model_or_says_why_not
                                                activation="swiglu", qk_norm="head")).hook_names())
     names |= set(bl.Transformer(bl.ModelConfig(d_model=16, n_heads=2, n_layers=1,
                                                embed_norm=True)).hook_names())
+    names |= set(hook_points(bl.Transformer(bl.ModelConfig(  # (each expert's stages: hook points alone)
+        d_model=16, n_heads=2, n_layers=1, activation="swiglu", n_experts=3, experts_per_token=2))))
     for alias in TRANSFORMERLENS_ALIASES:
-        tl = alias.transformerlens.format(i=0)
+        tl = alias.transformerlens.format(i=0, e=2)
         if alias.blocklab is None:
             assert alias.note, tl  # the docs' table says why there is no stage
             with pytest.raises(ValueError, match="has no blocklab stage"):
@@ -79,8 +81,9 @@ def test_every_transformerlens_alias_names_a_stage_of_some_model_or_says_why_not
         elif alias.blocklab != "tok" and alias.blocklab != "pos":  # the embedding's two parts: not yet stages
             # a row for models with a flag (the sandwich block's hook_attn_out) reads its stage there
             on = bl.ModelConfig(d_model=16, n_heads=2, norm_position="sandwich") if alias.only_when else None
-            assert blocklab_name(tl, on) == alias.blocklab.format(i=0) in names, tl
+            assert blocklab_name(tl, on) == alias.blocklab.format(i=0, e=2) in names, tl
     assert SHORT_ALIASES["pattern"] == "attn.weights" and "normalized" not in SHORT_ALIASES  # ln1 or ln2?
+    assert SHORT_ALIASES["post"] == "ffn.act" and "gate" not in SHORT_ALIASES  # (an expert's: no short name)
 
 
 def test_hooks_and_name_filters_take_transformerlens_names_and_module_paths() -> None:
