@@ -327,10 +327,11 @@ QWEN2 = LlamaFamily("qwen2", "Qwen2", "Qwen2ForCausalLM", {
                                                              "head_dim")},
     "vocab_size": 151936, "intermediate_size": 22016, "max_position_embeddings": 32768,
     "use_sliding_window": False, "sliding_window": 4096, "max_window_layers": 28}, qkv_bias=True,
-    layer_kinds=True)
+    layer_kinds=True, default_prepend_bos=False)  # (as TransformerLens' Qwen2 and Qwen3: text gets no BOS)
 QWEN3 = LlamaFamily("qwen3", "Qwen3", "Qwen3ForCausalLM", {
     **QWEN2.defaults, "intermediate_size": 22016, "head_dim": 128,
-    "attention_bias": False}, fixes={"qk_norm": "head"}, layer={**LAYER, **QK_NORMS}, layer_kinds=True)
+    "attention_bias": False}, fixes={"qk_norm": "head"}, layer={**LAYER, **QK_NORMS}, layer_kinds=True,
+    default_prepend_bos=False)
 GEMMA = LlamaFamily("gemma", "Gemma", "GemmaForCausalLM", {
     **{k: v for k, v in LLAMA_DEFAULTS.items() if k not in ("mlp_bias", "pretraining_tp")},
     "vocab_size": 256000, "hidden_size": 3072, "intermediate_size": 24576, "num_hidden_layers": 28,
