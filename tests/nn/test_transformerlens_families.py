@@ -1,5 +1,6 @@
 """The shared-norm parallel families (Phi, GPT-J), GPT-Neo (unscaled scores, local layers), Phi-3 (fused
-projections) and BLOOM (ALiBi, the embedding LayerNorm) against
+projections), BLOOM (ALiBi, the embedding LayerNorm), OPT (offset positions), Mistral (a window on every
+layer) and Qwen2 (q, k, v biases; text without BOS, as TransformerLens' Qwen2) against
 TransformerLens' HookedTransformer built by its own config reader and weight converters from the same local
 folder (no network): tokens, logits, the cache at every TransformerLens hook name (TransformerLens gives the
 shared-norm blocks two tied norms, ln1 and ln2, where the block has one), the processed weights' logits, and
@@ -22,9 +23,12 @@ from transformer_lens.loading_from_pretrained import convert_hf_model_config  # 
 from transformer_lens.pretrained.weight_conversions import (  # noqa: E402
     convert_bloom_weights,
     convert_gptj_weights,
+    convert_mistral_weights,
     convert_neo_weights,
+    convert_opt_weights,
     convert_phi3_weights,
     convert_phi_weights,
+    convert_qwen2_weights,
 )
 
 EOT = "<|endoftext|>"
@@ -53,6 +57,22 @@ FAMILIES = {  # name -> (transformers model of a vocabulary size, TransformerLen
     "bloom": (lambda vocab: transformers.BloomForCausalLM(transformers.BloomConfig(
         vocab_size=vocab, hidden_size=32, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0)),
         convert_bloom_weights),
+    # OPT: learned positions read at an offset of 2, ReLU, biased LayerNorm (pre-norm: TransformerLens reads
+    # neither the 350m's post-norm block, do_layer_norm_before, nor its project_in/out)
+    "opt": (lambda vocab: transformers.OPTForCausalLM(transformers.OPTConfig(
+        vocab_size=vocab, hidden_size=32, ffn_dim=64, num_hidden_layers=2, num_attention_heads=4,
+        max_position_embeddings=64, word_embed_proj_dim=32, bos_token_id=0, eos_token_id=0, pad_token_id=0)),
+        convert_opt_weights),
+    # Mistral: grouped queries, a window shorter than the input on every layer
+    "mistral": (lambda vocab: transformers.MistralForCausalLM(transformers.MistralConfig(
+        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=None, max_position_embeddings=64, sliding_window=5, bos_token_id=0,
+        eos_token_id=0)), convert_mistral_weights),
+    # Qwen2: q, k, v biases, grouped queries, an untied head
+    "qwen2": (lambda vocab: transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
+        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False, bos_token_id=0,
+        eos_token_id=0)), convert_qwen2_weights),
 }
 SHARED_NORM = ("phi", "gptj")  # one norm feeding both branches, which TransformerLens gives two names
 # blocklab's fold_ln refuses a model whose embeddings pass a LayerNorm (BLOOM's; TransformerLens leaves that
