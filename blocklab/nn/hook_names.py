@@ -48,6 +48,8 @@ class Alias:
     # a ModelConfig flag on which TransformerLens' model means another tensor by this name (the note says
     # which): there the name reads the row that holds only_when that flag, or is refused where none does
     unlike_when: str = ""
+    # the TransformerLens model class that means another tensor by this name (ENCODER), refused there
+    unlike_in: str | None = None
     # a ModelConfig flag this row alone applies on (TransformerLens' name on such a model for another stage
     # than the table's usual row): "" applies on every model
     only_when: str = ""
@@ -66,6 +68,9 @@ _QK_NORM_TL3 = ("TransformerLens 3's {q}_norm hooks its scale and its output bef
 _COPY = "a copy that feeds {what} alone (TransformerLens's {flag}); blocklab has one {stage} (replace {alt})"
 
 ENCODER, DECODER = "HookedEncoder", "HookedTransformer"  # TransformerLens' BERT, and its causal models
+_MLM_HEAD = ("HookedEncoder's MLM head (dense, GELU, LayerNorm, then the unembedding with its bias): "
+             "blocklab's BERT is the encoder alone (BertModel), its logits the tied head on the final hidden "
+             "state")
 TRANSFORMERLENS_ALIASES: tuple[Alias, ...] = (
     Alias("hook_tokens", None, "the input ids: no stage"),
     Alias("hook_embed", "tok", "the token part of x0 (blocklab's cache['embed'] is x0 itself); refused on a "
@@ -150,9 +155,15 @@ TRANSFORMERLENS_ALIASES: tuple[Alias, ...] = (
           "HookedEncoder (post-norm): the block output", names_stage=False, only_in=ENCODER),
     Alias("ln_final.hook_scale", "ln_f.scale", _LN_SCALE),
     Alias("ln_final.hook_normalized", "ln_f.normalized", _LN_BEFORE_AFFINE),
-    Alias("unembed.hook_in", "ln_f", "what the head reads: the final hidden state"),
+    Alias("mlm_head.ln.hook_scale", None, _MLM_HEAD, only_in=ENCODER),
+    Alias("mlm_head.ln.hook_normalized", None, _MLM_HEAD, only_in=ENCODER),
+    Alias("unembed.hook_in", "ln_f", "what the head reads: the final hidden state; refused on a "
+          "bidirectional model (causal=False), where TransformerLens' (HookedEncoder's) is the output of its "
+          "MLM head, which blocklab's has not", unlike_in=ENCODER),
     Alias("unembed.hook_out", "logits", "the head's output; refused with a logit soft-cap (Gemma 2), where "
-          "TransformerLens' is before the cap and blocklab's logits after it", unlike_when="logit_softcap"),
+          "TransformerLens' is before the cap and blocklab's logits after it, and on a bidirectional model "
+          "(causal=False), where TransformerLens' (HookedEncoder's) is its MLM head's logits",
+          unlike_when="logit_softcap", unlike_in=ENCODER),
 )
 
 
@@ -260,15 +271,22 @@ def in_transformerlens_layout(fn: HookFn, stage: str) -> HookFn:
 def _applies(alias: Alias, config: object | None) -> bool:
     """Whether ``alias`` is TransformerLens' name for its stage on a model of ``config``: causal (or no
     config) HookedTransformer's names, else HookedEncoder's; none where a flag in ``unlike_when`` is set
-    (another tensor there)."""
-    kind = DECODER if getattr(config, "causal", True) else ENCODER
+    or the model class is ``unlike_in`` (another tensor there)."""
     only = not alias.only_when or bool(getattr(config, alias.only_when, False))
-    return alias.only_in in (None, kind) and only and not _unlike(alias, config)
+    return alias.only_in in (None, _kind(config)) and only and not _unlike(alias, config)
 
 
-def _unlike(alias: Alias, config: object | None) -> bool:
-    """Whether TransformerLens' model of ``config`` means another tensor by ``alias``'s name."""
-    return bool(alias.unlike_when) and bool(getattr(config, alias.unlike_when, False))
+def _kind(config: object | None) -> str:
+    """TransformerLens' model class for a model of ``config``: HookedTransformer if causal (or no config)."""
+    return DECODER if getattr(config, "causal", True) else ENCODER
+
+
+def _unlike(alias: Alias, config: object | None) -> str:
+    """Why TransformerLens' model of ``config`` means another tensor by ``alias``'s name ("" where it means
+    blocklab's): the flag set (``unlike_when``) or the model class (``unlike_in``)."""
+    if alias.unlike_when and getattr(config, alias.unlike_when, False):
+        return f"{alias.unlike_when}=True"
+    return f"TransformerLens' {alias.unlike_in}" if alias.unlike_in == _kind(config) else ""
 
 
 def transformerlens_names(name: str, config: object | None) -> list[str]:
@@ -303,7 +321,8 @@ def blocklab_name(name: str, config: object | None = None) -> str:
     ``blocks.0.ffn.out``. A blocklab name comes back unchanged (none has a ``hook_`` part).
 
     A TransformerLens name that has no blocklab stage is a ValueError saying why, as is one that
-    TransformerLens' model of ``config`` uses for another tensor than blocklab's stage (``unlike_when``).
+    TransformerLens' model of ``config`` uses for another tensor than blocklab's stage (``unlike_when``,
+    ``unlike_in``).
     """
     if "hook_" not in name:
         return name
@@ -320,5 +339,5 @@ def blocklab_name(name: str, config: object | None = None) -> str:
         return alias.blocklab.format(**match.groupdict())
     if unlike is not None:
         raise ValueError(f"{name!r} (TransformerLens) is another tensor on this model "
-                         f"({unlike.unlike_when}=True) than blocklab's {unlike.blocklab!r}: {unlike.note}")
+                         f"({_unlike(unlike, config)}) than blocklab's {unlike.blocklab!r}: {unlike.note}")
     return stage_name(name)

@@ -40,8 +40,14 @@ def test_a_stage_is_found_by_name_by_layer_and_by_its_transformerlens_names() ->
     assert cache["mlp_out", 0] is cache["blocks.0.ffn.out"]
     assert cache["attn_out", 0] is cache["blocks.0.attn.out"]
     assert cache["ln_final.hook_normalized"] is cache["ln_f.normalized"]  # before gamma and beta, as TL
-    assert cache["unembed.hook_in"] is cache["ln_f"]
     assert isinstance(cache, ActivationCache) and dict(cache).keys() == set(cache)  # a Mapping
+    # TransformerLens' unembed.hook_in: what the head reads in its HookedTransformer (a causal model); in its
+    # HookedEncoder (a bidirectional one) the output of an MLM head blocklab does not have: refused there
+    with pytest.raises(KeyError, match=r"'unembed.hook_in' \(TransformerLens\) is another tensor on this "
+                                       r"model \(TransformerLens' HookedEncoder\)"):
+        cache["unembed.hook_in"]
+    _, causal = small_model(**VARIANTS["pre"], causal=True).run_with_cache(tokens_and_targets()[0])
+    assert causal["unembed.hook_in"] is causal["ln_f"]
 
 
 def test_a_key_that_names_no_stage_says_why() -> None:
