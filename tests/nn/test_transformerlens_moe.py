@@ -112,7 +112,10 @@ def test_hooks_rerouting_tokens_or_silencing_an_expert_edit_what_transformerlens
     def next_expert(indices, hook):  # (B T, k)
         return (indices + 1) % 4
 
+    names = []
+
     def silence(post, hook):  # (N_e, d_ff)
+        names.append(hook.name)
         return torch.zeros_like(post)
 
     with torch.no_grad():
@@ -124,6 +127,7 @@ def test_hooks_rerouting_tokens_or_silencing_an_expert_edit_what_transformerlens
             want = theirs.run_with_hooks(TOKENS, fwd_hooks=[(name, fn)])
             assert (want - theirs(TOKENS)).abs().max() > 1e-2, name  # (the edit changes the logits)
         torch.testing.assert_close(got, want, rtol=0, atol=1e-4, msg=name)
+    assert names == [f"blocks.1.mlp.experts.{busiest}.hook_post"] * 2  # hook.name as TransformerLens gives it
 
 
 def test_transformerlens_softmax_over_all_experts_is_refused_by_name_wherever_it_is_written(pair):
