@@ -190,6 +190,13 @@ class ModelConfig:
         return {"ln1", "ln1_out"} <= set(LAYOUTS[self.norm_position].norms)
 
     @property
+    def output_norms_only(self) -> bool:
+        """Whether each sublayer's one norm is on its output (OLMo 2's block: what TransformerLens calls ln1
+        and ln2 there)."""
+        norms = LAYOUTS[self.norm_position].norms
+        return "ln1_out" in norms and "ln1" not in norms
+
+    @property
     def kv_heads(self) -> int:
         """Key/value heads: ``n_kv_heads``, or one per query head when unset."""
         return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads

@@ -65,6 +65,9 @@ _LN_SCALE = "the norm's denominator per position, (B, T, 1) in both (LayerNorm a
 _QK_NORM_TL3 = ("TransformerLens 3's {q}_norm hooks its scale and its output before gamma on rows reshaped "
                 "by variant; blocklab gives the normalised {q} after gamma as "
                 "blocks.{{i}}.attn.hook_{q}_normed and its denominator as blocks.{{i}}.attn.{q}_norm.scale")
+_OUTPUT_NORM = "; on a block with norms on the outputs alone (OLMo 2) the row below"
+_ON_OUTPUT = ("the block with norms on the sublayers' outputs alone (OLMo 2), whose output norm "
+              "TransformerLens calls ln1 / ln2: as the row above, of that norm")
 _COPY = "a copy that feeds {what} alone (TransformerLens's {flag}); blocklab has one {stage} (replace {alt})"
 
 ENCODER, DECODER = "HookedEncoder", "HookedTransformer"  # TransformerLens' BERT, and its causal models
@@ -92,8 +95,13 @@ TRANSFORMERLENS_ALIASES: tuple[Alias, ...] = (
     Alias("blocks.{i}.hook_q_input", None, "a copy of resid_pre per head for q alone (use_split_qkv_input)"),
     Alias("blocks.{i}.hook_k_input", None, "a copy of resid_pre per head for k alone (use_split_qkv_input)"),
     Alias("blocks.{i}.hook_v_input", None, "a copy of resid_pre per head for v alone (use_split_qkv_input)"),
-    Alias("blocks.{i}.ln1.hook_scale", "blocks.{i}.ln1.scale", _LN_SCALE),
-    Alias("blocks.{i}.ln1.hook_normalized", "blocks.{i}.ln1.normalized", _LN_BEFORE_AFFINE),
+    Alias("blocks.{i}.ln1.hook_scale", "blocks.{i}.ln1.scale", _LN_SCALE + _OUTPUT_NORM,
+          unlike_when="output_norms_only"),
+    Alias("blocks.{i}.ln1.hook_normalized", "blocks.{i}.ln1.normalized", _LN_BEFORE_AFFINE + _OUTPUT_NORM,
+          unlike_when="output_norms_only"),
+    Alias("blocks.{i}.ln1.hook_scale", "blocks.{i}.ln1_out.scale", _ON_OUTPUT, only_when="output_norms_only"),
+    Alias("blocks.{i}.ln1.hook_normalized", "blocks.{i}.ln1_out.normalized", _ON_OUTPUT,
+          only_when="output_norms_only"),
     Alias("blocks.{i}.attn.hook_q", "blocks.{i}.attn.q", _HEADS_FIRST, layout="positions_first"),
     Alias("blocks.{i}.attn.hook_k", "blocks.{i}.attn.k", _HEADS_FIRST, layout="positions_first"),
     Alias("blocks.{i}.attn.hook_v", "blocks.{i}.attn.v", _HEADS_FIRST, layout="positions_first"),
@@ -125,8 +133,13 @@ TRANSFORMERLENS_ALIASES: tuple[Alias, ...] = (
     Alias("blocks.{i}.hook_resid_mid", "blocks.{i}.resid_mid"),
     Alias("blocks.{i}.hook_mlp_in", None,
           _COPY.format(what="the MLP", flag="use_hook_mlp_in", stage="resid_mid", alt="ln2 in pre-norm")),
-    Alias("blocks.{i}.ln2.hook_scale", "blocks.{i}.ln2.scale", _LN_SCALE),
-    Alias("blocks.{i}.ln2.hook_normalized", "blocks.{i}.ln2.normalized", _LN_BEFORE_AFFINE),
+    Alias("blocks.{i}.ln2.hook_scale", "blocks.{i}.ln2.scale", _LN_SCALE + _OUTPUT_NORM,
+          unlike_when="output_norms_only"),
+    Alias("blocks.{i}.ln2.hook_normalized", "blocks.{i}.ln2.normalized", _LN_BEFORE_AFFINE + _OUTPUT_NORM,
+          unlike_when="output_norms_only"),
+    Alias("blocks.{i}.ln2.hook_scale", "blocks.{i}.ln2_out.scale", _ON_OUTPUT, only_when="output_norms_only"),
+    Alias("blocks.{i}.ln2.hook_normalized", "blocks.{i}.ln2_out.normalized", _ON_OUTPUT,
+          only_when="output_norms_only"),
     Alias("blocks.{i}.mlp.hook_pre", "blocks.{i}.ffn.hidden", "gated: the gate's pre-activation in both"),
     Alias("blocks.{i}.mlp.hook_pre_linear", "blocks.{i}.ffn.linear", "gated: the linear branch, x W3 + b3"),
     Alias("blocks.{i}.mlp.hook_mid", None, "SoLU's LayerNorm input: blocklab has no SoLU"),

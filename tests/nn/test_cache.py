@@ -85,8 +85,10 @@ def test_every_transformerlens_alias_names_a_stage_of_some_model_or_says_why_not
             with pytest.raises(ValueError, match="has no blocklab stage"):
                 blocklab_name(tl)
         elif alias.blocklab != "tok" and alias.blocklab != "pos":  # the embedding's two parts: not yet stages
-            # a row for models with a flag (the sandwich block's hook_attn_out) reads its stage there
-            on = bl.ModelConfig(d_model=16, n_heads=2, norm_position="sandwich") if alias.only_when else None
+            # a row for models with a flag (the sandwich block's hook_attn_out, OLMo 2's ln1) reads its stage
+            # there
+            block = {"sandwich_norms": "sandwich", "output_norms_only": "res_post"}.get(alias.only_when)
+            on = bl.ModelConfig(d_model=16, n_heads=2, norm_position=block) if alias.only_when else None
             assert blocklab_name(tl, on) == alias.blocklab.format(i=0, e=2) in names, tl
     assert SHORT_ALIASES["pattern"] == "attn.weights" and "normalized" not in SHORT_ALIASES  # ln1 or ln2?
     assert SHORT_ALIASES["post"] == "ffn.act" and "gate" not in SHORT_ALIASES  # (an expert's: no short name)

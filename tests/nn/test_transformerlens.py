@@ -520,11 +520,12 @@ def qk_normed(request, tmp_path_factory):
     return bl.load(folder).model, theirs.eval(), family
 
 
-def test_qk_norm_models_equal_hooked_transformer_at_the_qk_norm_and_attention_names(qk_normed):
+def test_qk_norm_models_equal_hooked_transformer_at_every_name(qk_normed):
     """The same logits; TransformerLens' q_norm/k_norm hooks (its scale, its output before gamma) against
     blocklab's stages; q, k, the rotated q and k, the pattern and what attention adds, named as in
-    TransformerLens. OLMo 2 in TransformerLens calls its output norms ln1 and ln2 and its attention
-    output hook sees the output before that norm: blocklab's attn.out, then ln1_out."""
+    TransformerLens, and every other name in its cache. OLMo 2 in TransformerLens calls its output norms ln1
+    and ln2 (blocklab's ln1_out / ln2_out: its ln1.hook_normalized reads and edits ln1_out.normalized) and
+    its attention output hook sees the output before that norm: blocklab's attn.out, then ln1_out."""
     ours, theirs, family = qk_normed
     tokens = torch.randint(0, 100, (2, 12), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
@@ -563,12 +564,32 @@ def test_qk_norm_models_equal_hooked_transformer_at_the_qk_norm_and_attention_na
         if family == "olmo2":
             their_ln1 = their_cache[f"blocks.{i}.ln1.hook_normalized"] * ours.blocks[i].ln1_out.weight
             torch.testing.assert_close(our_cache[f"blocks.{i}.ln1_out"], their_ln1, rtol=0, atol=1e-4)
+    _every_name_but_the_qk_norms(their_cache, our_cache)
+    double = [("blocks.0.ln1.hook_normalized", lambda x, hook: 2 * x)]  # OLMo 2: the output norm's
+    with torch.no_grad():
+        want = theirs.run_with_hooks(tokens, fwd_hooks=double)
+        torch.testing.assert_close(ours.run_with_hooks(tokens, fwd_hooks=double), want, rtol=0, atol=1e-4)
+    assert (want - logits).abs().max() > 1e-2
+
+
+def _every_name_but_the_qk_norms(their_cache, our_cache, refused: tuple[str, ...] = ()) -> None:
+    """Every TransformerLens name in its cache holds blocklab's tensor (OLMo 2's ln1 / ln2: its output
+    norms), but its q_norm/k_norm hooks (rows reshaped by variant, before gamma: compared above) and the
+    ``refused`` names, which are refused by name."""
+    for name, want in their_cache.items():
+        if "_norm.hook_" in name or name in refused:
+            with pytest.raises(KeyError, match=rf"'{name}' \(TransformerLens\) (has no blocklab stage|is "
+                                               "another tensor on this model)"):
+                our_cache[name]
+            continue
+        assert name in our_cache.keys(), name
+        torch.testing.assert_close(our_cache[name], want, rtol=0, atol=2e-4, msg=name)
 
 
 # ---- Gemma 3: sandwich norms, QK-norm per head, a rotary base of its own on the local layers ----------
 
 
-def test_gemma3_equals_hooked_transformer_built_from_model_cfg_at_every_attention_name(tmp_path):
+def test_gemma3_equals_hooked_transformer_built_from_model_cfg_at_every_name(tmp_path):
     """TransformerLens 3 reads Gemma 3's shapes from its own table of official names only, so its config here
     is blocklab's model.cfg (windows, attn_types, rotary_base_local, the scalar, the logit cap, the sandwich
     norms), with the weights converted by TransformerLens' convert_gemma_weights: the same logits and, on the
@@ -623,6 +644,7 @@ def test_gemma3_equals_hooked_transformer_built_from_model_cfg_at_every_attentio
                 expected = theirs.run_with_hooks(tokens, fwd_hooks=[(f"blocks.{i}.{name}", zeroed)])
             torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
     assert "blocks.0.hook_attn_out" in our_cache.keys() and "blocks.0.attn.out" in our_cache.keys()
+    _every_name_but_the_qk_norms(their_cache, our_cache, refused=("unembed.hook_out",))  # (before its cap)
 
 
 # ---- text in as TransformerLens tokenizes it: each family's default_prepend_bos, prepend_bos=False -----
