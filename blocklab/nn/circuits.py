@@ -39,6 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from .factored import FactoredMatrix
+from .hooks import HookPoint
 from .layouts import LAYOUTS, Norm, Sublayer
 from .norm_kinds import NORM_KINDS
 from .packed import packed_linear, packing
@@ -159,12 +160,16 @@ class Unembed(nn.Linear):
                  **factory: Any) -> None:
         super().__init__(d_model, vocab_size, bias=bias, **factory)
         self.softcap = softcap
+        # the logits before the cap (TransformerLens' unembed.hook_out on a capped model): stage head.uncapped
+        self.hook_uncapped = HookPoint() if softcap is not None else None
 
     def forward(self, x: Tensor) -> Tensor:  # (..., d) -> (..., vocab)
         """The logits; one row while decoding reads the head's packed (d, vocab) copy (nn/packed.py)."""
         logits = packed_linear(self, "head", x, (self.weight,), (self.bias,)) if packing(x) \
             else super().forward(x)
-        return logits if self.softcap is None else torch.tanh(logits / self.softcap) * self.softcap
+        if self.softcap is None:
+            return logits
+        return torch.tanh(self.hook_uncapped(logits) / self.softcap) * self.softcap
 
     @property
     def W_U(self) -> Tensor:  # (d, vocab)

@@ -173,10 +173,12 @@ TRANSFORMERLENS_ALIASES: tuple[Alias, ...] = (
     Alias("unembed.hook_in", "ln_f", "what the head reads: the final hidden state; refused on a "
           "bidirectional model (causal=False), where TransformerLens' (HookedEncoder's) is the output of its "
           "MLM head, which blocklab's has not", unlike_in=ENCODER),
-    Alias("unembed.hook_out", "logits", "the head's output; refused with a logit soft-cap (Gemma 2), where "
-          "TransformerLens' is before the cap and blocklab's logits after it, and on a bidirectional model "
-          "(causal=False), where TransformerLens' (HookedEncoder's) is its MLM head's logits",
-          unlike_when="logit_softcap", unlike_in=ENCODER),
+    Alias("unembed.hook_out", "logits", "the head's output; with a logit soft-cap (Gemma 2) the row below; "
+          "refused on a bidirectional model (causal=False), where TransformerLens' (HookedEncoder's) is its "
+          "MLM head's logits", unlike_when="logit_softcap", unlike_in=ENCODER),
+    Alias("unembed.hook_out", "head.uncapped", "a logit soft-cap (Gemma 2): the logits before the cap, as "
+          "TransformerLens' (its cap follows the hook); blocklab's logits are after it",
+          only_when="logit_softcap", only_in=DECODER),
 )
 
 

@@ -143,6 +143,8 @@ class Transformer(HookedModule, ModelWeights, TransformerLensModel):
                 continue
             if stage in norms:
                 order += [f"{norms[stage]}.{s}" for s in getattr(self, norms[stage]).STAGES]
+            if stage == "logits" and self.head.hook_uncapped is not None:  # a soft-capped head's logits
+                order.append("head.uncapped")
             order.append(stage)
         return order
 

@@ -138,6 +138,28 @@ def test_a_gemma_style_walk_scales_caps_and_windows_as_the_model_does() -> None:
     assert "local layer" not in said["blocks.1.attn.scores"]
 
 
+def test_a_soft_capped_head_shows_its_logits_before_the_cap_and_says_the_cap() -> None:
+    """A logit soft-cap of 0.5: the stage head.uncapped is the final stream times the head's matrix (float64
+    by hand), the logits 2 tanh(x / 2) of it; each sentence names the top token by the vocabulary."""
+    from blocklab.inspect.trace.subject import preset_subject, trace_subject
+
+    subject = preset_subject("tiny-lm", 0, {"norm_position": "pre", "logit_softcap": 0.5})
+    with torch.no_grad():
+        trace = trace_subject(subject, "<BOS> I like", None, None, None, None)
+    stages = {s.name: s for s in trace.stages}
+    head = subject.model.head.weight.double()  # (V, d)
+    uncapped = stages["ln_f"].rows.double() @ head.T + (0 if subject.model.head.bias is None
+                                                        else subject.model.head.bias.double())
+    torch.testing.assert_close(stages["head.uncapped"].rows.double(), uncapped, rtol=1e-5, atol=1e-5)
+    capped = 0.5 * torch.tanh(uncapped / 0.5)
+    torch.testing.assert_close(stages["logits"].rows.double(), capped, rtol=1e-5, atol=1e-5)
+    assert stages["logits"].rows.abs().max() < 0.5 < uncapped.abs().max()  # the cap acts on these numbers
+    top = stages["head.uncapped"].columns[int(uncapped[-1].argmax())]
+    assert f"the top one is {top!r}" in stages["head.uncapped"].explanation
+    said = "logits: head.uncapped soft-capped, 0.5 * tanh(x / 0.5), inside +-0.5"
+    assert stages["logits"].explanation.startswith(said)
+
+
 def test_the_scores_hover_divides_by_the_models_own_divisor_and_gives_none_for_capped_scores() -> None:
     """query_pre_attn_scalar 4: the scores' record divides q . k by 2, and its terms give the model's scores
     (by hand here); soft-capped scores are no such sum: no record (the hover then shows no formula)."""

@@ -78,6 +78,8 @@ def test_every_transformerlens_alias_names_a_stage_of_some_model_or_says_why_not
                                                embed_norm=True)).hook_names())
     names |= set(hook_points(bl.Transformer(bl.ModelConfig(  # (each expert's stages: hook points alone)
         d_model=16, n_heads=2, n_layers=1, activation="swiglu", n_experts=3, experts_per_token=2))))
+    names |= set(bl.Transformer(bl.ModelConfig(d_model=16, n_heads=2, n_layers=1,
+                                               logit_softcap=5.0)).hook_names())
     for alias in TRANSFORMERLENS_ALIASES:
         tl = alias.transformerlens.format(i=0, e=2)
         if alias.blocklab is None:
@@ -85,10 +87,12 @@ def test_every_transformerlens_alias_names_a_stage_of_some_model_or_says_why_not
             with pytest.raises(ValueError, match="has no blocklab stage"):
                 blocklab_name(tl)
         elif alias.blocklab != "tok" and alias.blocklab != "pos":  # the embedding's two parts: not yet stages
-            # a row for models with a flag (the sandwich block's hook_attn_out, OLMo 2's ln1) reads its stage
-            # there
-            block = {"sandwich_norms": "sandwich", "output_norms_only": "res_post"}.get(alias.only_when)
-            on = bl.ModelConfig(d_model=16, n_heads=2, norm_position=block) if alias.only_when else None
+            # a row for models with a flag (the sandwich block's hook_attn_out, OLMo 2's ln1, a capped head's
+            # unembed.hook_out) reads its stage there
+            flagged = {"sandwich_norms": {"norm_position": "sandwich"},
+                       "output_norms_only": {"norm_position": "res_post"},
+                       "logit_softcap": {"logit_softcap": 5.0}}.get(alias.only_when)
+            on = bl.ModelConfig(d_model=16, n_heads=2, **flagged) if flagged else None
             assert blocklab_name(tl, on) == alias.blocklab.format(i=0, e=2) in names, tl
     assert SHORT_ALIASES["pattern"] == "attn.weights" and "normalized" not in SHORT_ALIASES  # ln1 or ln2?
     assert SHORT_ALIASES["post"] == "ffn.act" and "gate" not in SHORT_ALIASES  # (an expert's: no short name)

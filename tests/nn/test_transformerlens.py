@@ -644,7 +644,7 @@ def test_gemma3_equals_hooked_transformer_built_from_model_cfg_at_every_name(tmp
                 expected = theirs.run_with_hooks(tokens, fwd_hooks=[(f"blocks.{i}.{name}", zeroed)])
             torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
     assert "blocks.0.hook_attn_out" in our_cache.keys() and "blocks.0.attn.out" in our_cache.keys()
-    _every_name_but_the_qk_norms(their_cache, our_cache, refused=("unembed.hook_out",))  # (before its cap)
+    _every_name_but_the_qk_norms(their_cache, our_cache)  # unembed.hook_out: head.uncapped, before the cap
 
 
 # ---- text in as TransformerLens tokenizes it: each family's default_prepend_bos, prepend_bos=False -----

@@ -75,14 +75,20 @@ def test_gemma_logits_and_every_transformerlens_hook_equal_hooked_transformers(p
     if family == "gemma2":
         assert logits.abs().max() <= GEMMA2["final_logit_softcapping"]  # (the cap acts on these weights)
         assert their_cache["blocks.0.attn.hook_pattern"][0, :, -1, :6].abs().max() == 0  # layer 0 is local
-    # TransformerLens' unembed.hook_out is before its logit soft-cap; blocklab has no stage before it
-    different = {"unembed.hook_out"} if family == "gemma2" else set()
-    missing = sorted(set(their_cache) - set(our_cache.keys()) - different)
+    missing = sorted(set(their_cache) - set(our_cache.keys()))
     assert not missing, missing
     for name, want in their_cache.items():
-        if name in different:
-            with pytest.raises(KeyError, match=rf"'{name}' \(TransformerLens\) is another tensor on this "
-                                               r"model \(logit_softcap=True\)"):
-                our_cache[name]
-            continue
         torch.testing.assert_close(our_cache[name], want, rtol=0, atol=2e-4, msg=name)
+    if family == "gemma2":  # TransformerLens' unembed.hook_out is before its logit cap: blocklab's too
+        assert not torch.allclose(our_cache["unembed.hook_out"], mine)
+        cap = GEMMA2["final_logit_softcapping"]
+        torch.testing.assert_close(torch.tanh(our_cache["head.uncapped"] / cap) * cap, mine)
+
+        def halved(x, hook):  # an edit under TransformerLens' name: before the cap in both
+            return x / 2
+
+        with torch.no_grad():
+            edited = ours.run_with_hooks(tokens, fwd_hooks=[("unembed.hook_out", halved)])
+            torch.testing.assert_close(edited, theirs.run_with_hooks(tokens, fwd_hooks=[
+                ("unembed.hook_out", halved)]), rtol=0, atol=1e-4)
+        assert not torch.allclose(edited, mine)

@@ -289,7 +289,7 @@ def _stage(name: str, value: Tensor, positions: list[int], config: ModelConfig, 
         name=name, kind=kind, block=int(parts[1]) if parts[0] == "blocks" else None,
         shape=tuple(value.shape), positions=positions, rows=rows, stats=stats, heads=heads,
         masked=masked if bool(masked.any()) else None,
-        columns=list(r.vocab) if r.vocab is not None and kind in ("logits", "probs") else None,
+        columns=list(r.vocab) if r.vocab is not None and kind in ("uncapped", "logits", "probs") else None,
     )
     module_path = r.norm_for_stage.get(name)
     if kind == "norm" or module_path is not None:

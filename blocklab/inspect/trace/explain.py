@@ -350,8 +350,18 @@ def _top(s: Stage, w: Walk) -> tuple[str, str, float]:
 def _logits(s: Stage, w: Walk) -> str:
     tied = " (tied to the embedding)" if w.trace.config.tie_embeddings else ""
     where, token, value = _top(s, w)
-    return (f"logits: the final stream times the vocabulary matrix{tied}, {s.rows.shape[1]} scores per "
-            f"position; at {where} the top one is {token} ({_n(value)})")
+    cap = w.trace.config.logit_softcap
+    how = f"the final stream times the vocabulary matrix{tied}" if cap is None else \
+        f"head.uncapped soft-capped, {_n(cap)} * tanh(x / {_n(cap)}), inside +-{_n(cap)}"
+    return (f"logits: {how}, {s.rows.shape[1]} scores per position; at {where} the top one is {token} "
+            f"({_n(value)})")
+
+
+def _uncapped(s: Stage, w: Walk) -> str:
+    tied = " (tied to the embedding)" if w.trace.config.tie_embeddings else ""
+    where, token, value = _top(s, w)
+    return (f"logits before the soft-cap: the final stream times the vocabulary matrix{tied}; at {where} "
+            f"the top one is {token} ({_n(value)})")
 
 
 def _probs(s: Stage, w: Walk) -> str:
@@ -379,7 +389,7 @@ EXPLAINERS: dict[str, Callable[[Stage, Walk], str]] = {
     "ffn.hidden": _ffn_hidden, "ffn.linear": _ffn_linear, "ffn.act": _ffn_act, "ffn.out": _ffn_out,
     "ffn.router_logits": _router_logits, "ffn.expert_indices": _expert_indices,
     "ffn.expert_weights": _expert_weights,
-    "logits": _logits, "probs": _probs, "loss": _loss,
+    "uncapped": _uncapped, "logits": _logits, "probs": _probs, "loss": _loss,
 }
 
 
