@@ -58,6 +58,37 @@ def _windows(c: ModelConfig, values: dict[str, Any], refused: dict[str, str]) ->
     values["attn_types"] = [("global" if w is None else "local") for w in windows] if sizes else None
 
 
+def _rope_scaling(c: ModelConfig, values: dict[str, Any], refused: dict[str, str]) -> None:
+    """TransformerLens' rotary scalings: Llama 3's as its NTK-by-parts fields (on every layer), the linear one
+    as rotary_scaling_factor (on every layer but its "local" ones). Where blocklab scales other layers than
+    TransformerLens would (a local layer's own base left unscaled under Llama 3's; a local layer without
+    one scaled under the linear), the field is refused by name."""
+    scaling = c.rope_scaling
+    if scaling is None:
+        values |= {"use_NTK_by_parts_rope": False, "rotary_scaling_factor": 1.0}
+        return
+    scaled = [c.rotary_of(i)[1] is not None for i in range(c.n_layers)]
+    local = [c.window(i) is not None for i in range(c.n_layers)]
+    if scaling["rope_type"] == "llama3":
+        values["rotary_scaling_factor"] = 1.0
+        if not all(scaled):
+            refused["use_NTK_by_parts_rope"] = (
+                "rope_scaling is Llama 3's on the global layers only (the local ones have their own "
+                "base), and TransformerLens scales every layer")
+            return
+        values |= {"use_NTK_by_parts_rope": True, "NTK_by_parts_factor": scaling["factor"],
+                   "NTK_by_parts_low_freq_factor": scaling["low_freq_factor"],
+                   "NTK_by_parts_high_freq_factor": scaling["high_freq_factor"],
+                   "NTK_original_ctx_len": scaling["original_max_position_embeddings"]}
+        return
+    values["use_NTK_by_parts_rope"] = False
+    if scaled != [not is_local for is_local in local]:
+        refused["rotary_scaling_factor"] = ("rope_scaling is linear on layers with a window too, and "
+                                            "TransformerLens scales its global layers only")
+        return
+    values["rotary_scaling_factor"] = scaling["factor"]
+
+
 class TransformerLensConfig:
     """A read-only view of a model as TransformerLens' ``HookedTransformerConfig`` (``model.cfg``)."""
 
@@ -112,6 +143,8 @@ class TransformerLensConfig:
                                             "to the FFN, a block TransformerLens does not have")
         _experts(c, act.ffn_kind.gated, values, refused)
         _windows(c, values, refused)
+        if positions.rotary:
+            _rope_scaling(c, values, refused)
         object.__setattr__(self, "_values", values)
         object.__setattr__(self, "_refused", refused)
 

@@ -1379,3 +1379,61 @@ def test_neox_transformerlens_patching_and_logit_attribution_give_its_numbers(ne
              "tokens_to_residual_directions")
     for got, want, name in zip(our_numbers, theirs_numbers, names, strict=True):
         torch.testing.assert_close(got, want, rtol=0, atol=2e-4, msg=name)
+
+
+# ---- rotary scalings in model.cfg: TransformerLens' NTK-by-parts (Llama 3) and linear factor ----------
+
+
+@pytest.mark.parametrize("scaling", [
+    {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 16},
+    {"rope_type": "linear", "factor": 4.0}], ids=["llama3", "linear"])
+def test_a_scaled_rotary_model_cfg_builds_hooked_transformer_with_the_same_logits(tmp_path, scaling):
+    """A Llama with Llama 3's or the linear rope scaling: a HookedTransformer built from blocklab's model.cfg
+    (use_NTK_by_parts_rope and its factors, or rotary_scaling_factor) with convert_llama_weights gives
+    blocklab's logits, and TransformerLens' rotations; without the scaling fields it would not."""
+    torch.manual_seed(0)
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, rope_scaling=scaling)).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    hf.save_pretrained(str(tmp_path))
+    ours = bl.load(tmp_path).model
+    fields = set(HookedTransformerConfig.__dataclass_fields__)
+    stated = {k: v for k, v in ours.cfg.to_dict().items() if k in fields}
+    tokens = torch.randint(0, 100, (2, 12), generator=torch.Generator().manual_seed(1))
+
+    def logits_of(cfg_fields: dict):
+        cfg = HookedTransformerConfig(**{**cfg_fields, "original_architecture": "LlamaForCausalLM"})
+        theirs = HookedTransformer(cfg).eval()
+        theirs.load_and_process_state_dict(convert_llama_weights(hf, cfg), fold_ln=False,
+                                           center_writing_weights=False, center_unembed=False)
+        with torch.no_grad():
+            return theirs.run_with_cache(tokens)
+
+    (want, their_cache), mine = logits_of(stated), ours.run_with_cache(tokens)
+    torch.testing.assert_close(mine[0], want, rtol=0, atol=1e-4)
+    torch.testing.assert_close(mine[1]["blocks.1.attn.hook_rot_q"], their_cache["blocks.1.attn.hook_rot_q"],
+                               rtol=0, atol=1e-4)
+    unscaled = {**stated, "use_NTK_by_parts_rope": False, "rotary_scaling_factor": 1.0}
+    assert (logits_of(unscaled)[0] - want).abs().max() > 1e-2  # the fields carry the scaling
+
+
+def test_a_rotary_scaling_transformerlens_would_put_on_other_layers_is_refused_by_name():
+    """Llama 3's scaling with a local base of its own (blocklab: global layers only; TransformerLens: all),
+    the linear one with windows and no local base (blocklab: every layer; TransformerLens: global ones)."""
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+              "original_max_position_embeddings": 16}
+    shape = dict(vocab_size=50, d_model=32, n_heads=4, n_layers=2, causal=True, pos_encoding="rotary",
+                 layer_windows=(4, None))
+    gemma_like = bl.Transformer(bl.ModelConfig(**shape, rope_scaling=llama3, local_rotary_base=10.0))
+    with pytest.raises(ValueError, match="use_NTK_by_parts_rope: rope_scaling is Llama 3's on the global"):
+        _ = gemma_like.cfg.use_NTK_by_parts_rope
+    windowed = bl.Transformer(bl.ModelConfig(**shape, rope_scaling={"rope_type": "linear", "factor": 2.0}))
+    with pytest.raises(ValueError, match="rotary_scaling_factor: rope_scaling is linear on layers with a "):
+        _ = windowed.cfg.rotary_scaling_factor
+    local_base = bl.Transformer(bl.ModelConfig(**shape, rope_scaling={"rope_type": "linear", "factor": 2.0},
+                                               local_rotary_base=10.0))
+    assert local_base.cfg.rotary_scaling_factor == 2.0 and local_base.cfg.rotary_base_local == 10.0
