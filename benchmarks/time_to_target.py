@@ -18,8 +18,11 @@ machine. Steps are deterministic; seconds are not.
     .venv/bin/python benchmarks/time_to_target.py --seeds 0-2 --rounds 2
     .venv/bin/python benchmarks/time_to_target.py --costs         # what each trainer feature costs
 
-``--costs`` times ``blocklab.training.loop`` for a fixed number of steps with one feature turned off at a
-time (interleaved rounds, medians), and prints what each costs per step against the full run.
+``--costs`` times ``blocklab.training.loop`` for a fixed number of steps with one feature turned off (or on)
+at a time (interleaved rounds, medians), and prints what each costs per step against the full run; the
+diagnostics rows add what ``blocklab train`` does by default beyond the loop's defaults: diagnostics every
+``eval_every`` steps and at step 1 (cli/training.py), then those with the HTML report (which draws two
+more figures from them) and the progress bar.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import blocklab as bl
+from blocklab.inspect.diagnostics import DiagnosticsLogger
 from blocklab.tasks import get_task
 from blocklab.training.loop import task_train_config, train
 
@@ -166,12 +170,15 @@ def costs(steps: int, rounds: int) -> None:
     config = bl.preset("listops-seed", **task.config_overrides())
     base = task_train_config("listops", steps=steps, target_accuracy=None)
 
-    def run(changes: dict[str, Any], folder: bool = True, report: bool = False,
-            progress: bool = False) -> Callable[[], None]:
+    def run(changes: dict[str, Any], folder: bool = True, report: bool = False, progress: bool = False,
+            diagnostics: bool = False) -> Callable[[], None]:
         def go() -> None:
             c = base.replace(**changes)
+            # `blocklab train` logs diagnostics every eval_every steps by default (cli/training.py)
+            callbacks = [DiagnosticsLogger(c.eval_every)] if diagnostics else []
             with tempfile.TemporaryDirectory() as out, contextlib.redirect_stdout(io.StringIO()):
-                train(config, c, task, out_dir=out if folder else None, report=report, progress=progress)
+                train(config, c, task, out_dir=out if folder else None, callbacks=callbacks, report=report,
+                      progress=progress)
         return go
 
     never = steps + 1  # an interval longer than the run: the feature runs once at the end at most
@@ -179,6 +186,8 @@ def costs(steps: int, rounds: int) -> None:
         "full (defaults, run folder)": run({}),
         "+ progress bar": run({}, progress=True),
         "+ HTML report at the end": run({}, report=True),
+        "+ diagnostics every eval_every": run({}, diagnostics=True),
+        "blocklab train (diagnostics, report, bar)": run({}, report=True, progress=True, diagnostics=True),
         "- evaluation (only at the end)": run({"eval_every": never}),
         "- metrics lines and per-layer grad norms": run({"log_every": never}),
         "- checkpoints (only the final one)": run({"checkpoint_every": 0}),

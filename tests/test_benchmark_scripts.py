@@ -76,7 +76,7 @@ SMOKE_RUNS = [
     ("steps_to_target.py --models post2 --designs gpt-init+sin --seeds 0 --jobs 1 --plain "
      "--train steps=20,eval_every=10", "plain  nn.TransformerEncoder  reached"),
     ("time_to_target.py --seeds 0", "blocklab time / plain time"),
-    ("time_to_target.py --costs --steps 3", "bare (none of the above)"),
+    ("time_to_target.py --costs --steps 3", "blocklab train (diagnostics, report, bar)"),
     ("train_loop.py --steps 3 --rounds 1", "blocklab.training.loop time / plain loop time"),
     ("train_step.py --layers 1 --vocab 256 --batch 1 --seq 16 --rounds 1", "speed-up: the peer's step time"),
 ]
