@@ -109,11 +109,14 @@ class HookName(str):
     (``blocks.0.attn.weights``), so ``fn(x, name)`` code keeps working, and it has TransformerLens'
     hook attributes, so ``fn(x, hook)`` code reading ``hook.name`` or ``hook.layer()`` runs unchanged:
     ``.name`` is TransformerLens' name for the stage (``blocks.0.attn.hook_pattern``) where it has one,
-    else blocklab's."""
+    else blocklab's: on a model, the name TransformerLens' model of its ``config`` has (``name_hook_points``
+    sets it; the sandwich block's ``ln1_out`` is ``blocks.0.hook_attn_out`` there)."""
+
+    config: object | None = None  # the model's ModelConfig, where a model named the stage
 
     @property
     def name(self) -> str:
-        return transformerlens_name(self)
+        return transformerlens_name(self, self.config)
 
     @property
     def ctx(self) -> dict:
@@ -299,10 +302,12 @@ def name_hook_points(root: nn.Module) -> None:
     most of what an unused hook would otherwise cost. Assigning a new module to the same
     attribute goes through ``nn.Module.__setattr__``, which drops that entry again.
     """
+    config = getattr(root, "config", None)  # TransformerLens' names for the stages depend on the model
     for path, module in root.named_modules():
         for child_name, child in module.named_children():
             if isinstance(child, HookPoint):
                 child.stage = stage_name(f"{path}.{child_name}" if path else child_name)
+                child.stage.config = config
                 module.__dict__[child_name] = child
 
 

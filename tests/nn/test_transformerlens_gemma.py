@@ -92,3 +92,16 @@ def test_gemma_logits_and_every_transformerlens_hook_equal_hooked_transformers(p
             torch.testing.assert_close(edited, theirs.run_with_hooks(tokens, fwd_hooks=[
                 ("unembed.hook_out", halved)]), rtol=0, atol=1e-4)
         assert not torch.allclose(edited, mine)
+
+
+def test_a_hook_under_each_transformerlens_name_receives_that_name_as_hook_name(pair):
+    """TransformerLens code that dispatches on ``hook.name`` sees the name it hooked, on this model's own
+    names too (Gemma 2's hook_attn_out is blocklab's ln1_out: its hook.name says hook_attn_out)."""
+    ours, theirs, family = pair
+    tokens = torch.randint(1, 100, (1, 6), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        _, their_cache = theirs.run_with_cache(tokens)
+        got: dict[str, str] = {}
+        ours.run_with_hooks(tokens, fwd_hooks=[
+            (name, lambda x, hook, name=name: got.update({name: hook.name})) for name in their_cache])
+    assert got == {name: name for name in their_cache}
